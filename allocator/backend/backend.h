@@ -1,0 +1,50 @@
+// replayalloc/backend/backend.h: where memory comes from when the plan does not serve.
+//
+// Layer: backend (above support). Two contracts:
+//  * the host fallback (jemalloc through its non-standard mallocx/sdallocx API, so it
+//    never goes through the interposed malloc of the LD_PRELOAD library), used for
+//    misses, pass-through calls and the engine's own containers;
+//  * the slab range (host_slab.h): one reserved virtual range carved into slabs.
+// Nothing here takes a lock on the fallback path except jemalloc's own arenas.
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <new>
+
+#include "support/config.h"
+
+namespace replayalloc::detail::backend {
+
+// pre: align is a power of two. Returns null on failure (errno untouched).
+void* fallback_alloc(std::size_t size, std::size_t align) noexcept;
+void* fallback_calloc(std::size_t size) noexcept;
+// pre: p came from fallback_alloc/fallback_realloc (not null).
+void fallback_free(void* p) noexcept;
+// pre: size and align as passed to fallback_alloc.
+void fallback_free_sized(void* p, std::size_t size, std::size_t align) noexcept;
+void* fallback_realloc(void* p, std::size_t size) noexcept;
+std::size_t fallback_usable_size(const void* p) noexcept;
+
+// A standard allocator over the fallback, for the engine's own containers
+// (invariant 5: they never call the interposed malloc).
+template <class T>
+struct internal_allocator {
+  using value_type = T;
+  internal_allocator() noexcept = default;
+  template <class U>
+  internal_allocator(const internal_allocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) throw std::bad_alloc();
+    void* p = fallback_alloc(n * sizeof(T) == 0 ? 1 : n * sizeof(T), alignof(T));
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    fallback_free_sized(p, n * sizeof(T) == 0 ? 1 : n * sizeof(T), alignof(T));
+  }
+  template <class U>
+  bool operator==(const internal_allocator<U>&) const noexcept { return true; }
+};
+
+}  // namespace replayalloc::detail::backend

@@ -1,0 +1,130 @@
+#include "backend/slab_range.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include "support/log.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14
+#endif
+
+namespace replayalloc::detail::backend {
+namespace {
+
+// A plain pthread mutex: it never allocates, so it is safe under LD_PRELOAD.
+std::mutex g_mu;
+std::uint8_t* g_used = nullptr;  // one byte per chunk: 1 when part of a slab
+std::size_t g_chunks = 0;
+std::size_t g_mapped = 0;
+
+std::size_t round_chunks(std::size_t bytes) { return (bytes + chunk_bytes - 1) >> chunk_shift; }
+
+void prefault_pages(void* p, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (::madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return;
+  // Older kernels: touch one byte per page. Fresh anonymous pages read as zero, so
+  // writing zero changes nothing but commits the page now rather than on first use.
+  const long page = ::sysconf(_SC_PAGESIZE);
+  auto* c = static_cast<volatile char*>(p);
+  for (std::size_t off = 0; off < bytes; off += static_cast<std::size_t>(page)) c[off] = 0;
+}
+
+}  // namespace
+
+bool reserve_slab_range(std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_slab_range.base != 0) return true;
+  bytes = round_chunks(bytes) << chunk_shift;
+  for (std::size_t want = bytes; want >= (std::size_t{64} << 20); want /= 2) {
+    // One extra chunk so the start can be aligned to a chunk boundary.
+    void* raw = ::mmap(nullptr, want + chunk_bytes, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) continue;
+    const auto r = reinterpret_cast<std::uintptr_t>(raw);
+    const std::uintptr_t base = (r + chunk_bytes - 1) & ~(std::uintptr_t{chunk_bytes} - 1);
+    const std::size_t chunks = want >> chunk_shift;
+    const std::size_t table_bytes = chunks * (sizeof(std::atomic<void*>) + 1);
+    void* table = ::mmap(nullptr, table_bytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (table == MAP_FAILED) {
+      ::munmap(raw, want + chunk_bytes);
+      continue;
+    }
+    g_chunks = chunks;
+    g_used = static_cast<std::uint8_t*>(table) + chunks * sizeof(std::atomic<void*>);
+    g_slab_range.owners = static_cast<std::atomic<void*>*>(table);  // zero-filled = null
+    g_slab_range.bytes = want;
+    g_slab_range.base = base;
+    if (want != bytes) {
+      REPLAYALLOC_LOG(warning, "reserved %zu MiB for slabs instead of the %zu MiB asked (REPLAYALLOC_RESERVE)",
+                      want >> 20, bytes >> 20);
+    }
+    return true;
+  }
+  REPLAYALLOC_LOG(error, "could not reserve address space for slabs (%s); replay is off, every call goes to jemalloc",
+                  std::strerror(errno));
+  return false;
+}
+
+void* map_slab(std::size_t bytes, std::size_t touch_bytes, bool prefault) noexcept {
+  const std::size_t n = round_chunks(bytes == 0 ? 1 : bytes);
+  std::size_t start = g_chunks;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_slab_range.base == 0) return nullptr;
+    // First fit over the chunk map; slabs are few and made rarely.
+    for (std::size_t i = 0, run = 0; i < g_chunks; ++i) {
+      run = g_used[i] ? 0 : run + 1;
+      if (run == n) {
+        start = i + 1 - n;
+        break;
+      }
+    }
+    if (start == g_chunks) return nullptr;
+    std::memset(g_used + start, 1, n);
+    g_mapped += n << chunk_shift;
+  }
+  void* p = reinterpret_cast<void*>(g_slab_range.base + (start << chunk_shift));
+  const std::size_t len = n << chunk_shift;
+  if (::mprotect(p, len, PROT_READ | PROT_WRITE) != 0) {
+    REPLAYALLOC_LOG(warning, "could not commit a %zu KiB slab (%s); falling back to jemalloc",
+                    len >> 10, std::strerror(errno));
+    std::lock_guard<std::mutex> lock(g_mu);
+    std::memset(g_used + start, 0, n);
+    g_mapped -= len;
+    return nullptr;
+  }
+  if (len >= chunk_bytes) ::madvise(p, len, MADV_HUGEPAGE);  // fewer TLB misses; advisory
+  if (prefault) prefault_pages(p, touch_bytes < len ? touch_bytes : len);
+  return p;
+}
+
+void set_chunk_owner(void* p, std::size_t bytes, void* owner) noexcept {
+  const std::uintptr_t first = (reinterpret_cast<std::uintptr_t>(p) - g_slab_range.base) >> chunk_shift;
+  const std::size_t n = round_chunks(bytes == 0 ? 1 : bytes);
+  for (std::size_t i = 0; i < n; ++i) g_slab_range.owners[first + i].store(owner, std::memory_order_release);
+}
+
+void unmap_slab(void* p, std::size_t bytes) noexcept {
+  const std::size_t n = round_chunks(bytes == 0 ? 1 : bytes);
+  const std::size_t len = n << chunk_shift;
+  // Replace the pages by a fresh PROT_NONE reservation: memory goes back to the system
+  // and the address space stays ours.
+  ::mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  const std::size_t start = (reinterpret_cast<std::uintptr_t>(p) - g_slab_range.base) >> chunk_shift;
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::memset(g_used + start, 0, n);
+  g_mapped -= len;
+}
+
+std::size_t mapped_slab_bytes() noexcept {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_mapped;
+}
+
+}  // namespace replayalloc::detail::backend

@@ -1,0 +1,80 @@
+// replayalloc/replayalloc.hpp: the C++ API, a thin layer over replayalloc.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "replayalloc/replayalloc.h"
+
+namespace replayalloc {
+
+/// One iteration of `key` on this thread, for the scope's lifetime.
+///
+///     for (auto& request : requests) {
+///       replayalloc::Iteration it("bert/seq128");
+///       serve(request);
+///     }
+class Iteration {
+ public:
+  explicit Iteration(const char* key) noexcept : rc_(replayalloc_iteration_begin(key)) {}
+  explicit Iteration(const std::string& key) noexcept : Iteration(key.c_str()) {}
+  ~Iteration() {
+    if (rc_ >= 0) replayalloc_iteration_end();
+  }
+  Iteration(const Iteration&) = delete;
+  Iteration& operator=(const Iteration&) = delete;
+
+  /// False when the key was invalid (nothing was begun).
+  bool ok() const noexcept { return rc_ >= 0; }
+  /// True when it joined an iteration already open on this thread.
+  bool nested() const noexcept { return rc_ == REPLAYALLOC_NESTED; }
+
+ private:
+  int rc_;
+};
+
+/// Sets this thread's op tag for the scope's lifetime, restoring the previous one.
+class OpScope {
+ public:
+  explicit OpScope(unsigned op_id) noexcept : prev_(replayalloc_current_op()) {
+    replayalloc_set_op(op_id);
+  }
+  ~OpScope() { replayalloc_set_op(prev_); }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  unsigned prev_;
+};
+
+/// A snapshot of the process-wide statistics (the same numbers as the JSON).
+struct Stats {
+  std::uint64_t allocations = 0;      ///< every allocation made through replayalloc
+  std::uint64_t slab_hits = 0;        ///< served from a slab
+  std::uint64_t fallbacks = 0;        ///< replaying, but served by the backend (sum below)
+  std::uint64_t fallback_size_mismatch = 0;
+  std::uint64_t fallback_beyond_plan = 0;
+  std::uint64_t fallback_overlap_live = 0;
+  std::uint64_t fallback_alignment = 0;
+  std::uint64_t fallback_no_slab = 0;
+  std::uint64_t backend_planned = 0;  ///< outlived the recording: backend, as planned
+  std::uint64_t passthrough = 0;      ///< no replaying iteration, or below the minimum size
+  std::uint64_t frees = 0;
+  std::uint64_t remote_frees = 0;     ///< slab blocks freed outside their iteration
+  std::uint64_t invalid_frees = 0;
+  std::uint64_t double_frees = 0;
+  std::uint64_t bytes_from_slab = 0;
+  std::uint64_t bytes_from_backend = 0;
+  std::uint64_t iterations = 0;
+  std::uint64_t recordings = 0;
+  std::uint64_t plans = 0;
+  std::uint64_t rerecords = 0;
+  std::uint64_t slab_bytes = 0;         ///< sum of the current plans' slab sizes
+  std::uint64_t lower_bound_bytes = 0;  ///< sum of the current plans' lower bounds
+  std::uint64_t mapped_bytes = 0;       ///< slab memory committed now (all slabs)
+  std::uint64_t keys = 0;
+};
+
+Stats stats();
+
+}  // namespace replayalloc

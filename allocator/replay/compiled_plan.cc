@@ -1,0 +1,71 @@
+#include "replay/compiled_plan.h"
+
+#include <algorithm>
+#include <map>
+
+namespace replayalloc::detail {
+
+compiled_plan compile_plan(const trace& t, const placement& p, const planner_options& o) {
+  compiled_plan c;
+  const auto& all = t.allocations;
+  c.slots.resize(all.size());
+  c.slab_bytes = p.slab_bytes;
+  c.lower_bound_bytes = p.lower_bound_bytes;
+  c.signature = t.signature();
+
+  // Painting the slab in allocation order: `painted` maps the start of each covered
+  // byte range to (its end, the latest slot that covered it). Ranges are disjoint.
+  struct span {
+    std::uint64_t end;
+    std::uint32_t slot;
+  };
+  std::map<std::uint64_t, span> painted;
+  std::vector<std::uint32_t> mine;
+  std::vector<std::pair<std::uint64_t, span>> keep;
+  for (std::uint32_t i = 0; i < all.size(); ++i) {
+    slot& s = c.slots[i];
+    s.size = all[i].size;
+    s.offset = p.offsets[i];
+    s.overlap_begin = static_cast<std::uint32_t>(c.overlaps.size());
+    s.overlap_count = 0;
+    s.offset_row = 0;
+    s.free_rank = no_rank;
+    if (s.offset == not_in_slab) continue;
+    ++c.planned_slots;
+    c.planned_bytes += s.size;
+    const auto [row, fresh] =
+        c.offset_rows.emplace(s.offset, static_cast<std::uint32_t>(c.offset_rows.size()));
+    s.offset_row = row->second;
+
+    const std::uint64_t lo = s.offset, hi = s.offset + slot_footprint(all[i], o);
+    mine.clear();
+    keep.clear();
+    auto it = painted.upper_bound(lo);
+    if (it != painted.begin() && std::prev(it)->second.end > lo) --it;
+    while (it != painted.end() && it->first < hi) {
+      mine.push_back(it->second.slot);
+      if (it->first < lo) keep.push_back({it->first, {lo, it->second.slot}});
+      if (it->second.end > hi) keep.push_back({hi, {it->second.end, it->second.slot}});
+      it = painted.erase(it);
+    }
+    for (const auto& k : keep) painted.emplace(k.first, k.second);
+    painted.emplace(lo, span{hi, i});
+    std::sort(mine.begin(), mine.end());
+    mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+    c.overlaps.insert(c.overlaps.end(), mine.begin(), mine.end());
+    s.overlap_count = static_cast<std::uint32_t>(mine.size());
+  }
+
+  std::vector<std::uint32_t> by_free;
+  for (std::uint32_t i = 0; i < all.size(); ++i) {
+    if (c.slots[i].offset != not_in_slab) by_free.push_back(i);
+  }
+  std::sort(by_free.begin(), by_free.end(), [&](std::uint32_t x, std::uint32_t y) {
+    return all[x].free_at != all[y].free_at ? all[x].free_at < all[y].free_at : x < y;
+  });
+  c.free_order.assign(by_free.begin(), by_free.end());
+  for (std::uint32_t r = 0; r < c.free_order.size(); ++r) c.slots[c.free_order[r]].free_rank = r;
+  return c;
+}
+
+}  // namespace replayalloc::detail

@@ -1,0 +1,65 @@
+// replayalloc/replay/compiled_plan.h: a placement turned into what the hot path reads.
+//
+// Layer: replay. A compiled plan is immutable once built and shared read-only by
+// every thread replaying it. Slots are in allocation order: the hot path walks them
+// with a cursor. For each slot it lists the few earlier slots whose bytes it shares
+// (Note [Overlap lists]), the row of its offset in a slab's owner table (so a free
+// finds its slot), and its rank in the recorded order of frees (so the common free is
+// predicted without a lookup).
+//
+// Note [Overlap lists]: a slot may be handed out only when no earlier slot sharing
+// its bytes is live (invariant 1). Listing every earlier sharer would cost O(n) per
+// slot on traces where a large slot follows many small ones. Instead each slot lists,
+// for each of its bytes, only the latest earlier slot that covered that byte. That is
+// enough because of how the hot path treats a slot it passes over without handing it
+// out (skipped, or its request fell back): the slot is marked "blocked" when one of
+// its own listed slots is occupied, "dead" otherwise. By induction over slot order,
+// a slot that is dead or freed guarantees that no earlier slot sharing its bytes is
+// live or can become live again (the cursor never moves back), so checking the latest
+// sharers per byte checks them all.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "backend/backend.h"
+#include "planner/planner.h"
+#include "trace/trace.h"
+
+namespace replayalloc::detail {
+
+template <class T>
+using ivector = std::vector<T, backend::internal_allocator<T>>;
+
+inline constexpr std::uint32_t no_rank = UINT32_MAX;
+
+struct slot {
+  std::uint64_t size;           // bytes requested when recorded; a hit needs the same
+  std::uint64_t offset;         // in the slab, or not_in_slab (served by the backend)
+  std::uint32_t overlap_begin;  // [overlap_begin, +overlap_count) in overlaps
+  std::uint32_t overlap_count;
+  std::uint32_t offset_row;     // row of `offset` in a slab's owner table
+  std::uint32_t free_rank;      // position in free_order, or no_rank
+};
+
+struct compiled_plan {
+  ivector<slot> slots;               // allocation order
+  ivector<std::uint32_t> overlaps;   // concatenated overlap lists
+  ivector<std::uint32_t> free_order; // slots in the recorded order of their frees
+  absl::flat_hash_map<std::uint64_t, std::uint32_t, absl::Hash<std::uint64_t>,
+                      std::equal_to<std::uint64_t>,
+                      backend::internal_allocator<std::pair<const std::uint64_t, std::uint32_t>>>
+      offset_rows;                   // distinct slot offset -> row
+  std::uint64_t slab_bytes = 0;
+  std::uint64_t lower_bound_bytes = 0;
+  std::uint64_t signature = 0;
+  std::uint32_t planned_slots = 0;   // slots with an offset in the slab
+  std::uint64_t planned_bytes = 0;   // sum of their requested sizes
+};
+
+// Builds the compiled form. pre: validate(t, p, o) is OK.
+compiled_plan compile_plan(const trace& t, const placement& p, const planner_options& o);
+
+}  // namespace replayalloc::detail

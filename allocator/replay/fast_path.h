@@ -1,0 +1,127 @@
+// replayalloc/replay/fast_path.h: the hot path. Read this file first.
+//
+// Layer: replay. A thread replaying an iteration holds a cursor into its plan and a
+// slab of its own. A malloc that asks for what the recording asked for next is
+// served at the slab's base plus the slot's offset; a free of the slot the recording
+// freed next marks it dead. Everything else (a size the plan did not expect, a slot
+// whose bytes are still in use, a free from another thread) takes one [[unlikely]]
+// branch into slow_path.cc.
+//
+// Cost: a hit is about 15 instructions plus 3 per overlap-list entry (the median
+// entry count is 1 on recorded models); a predicted free about 12. See
+// bench/RESULTS.md for the callgrind count.
+//
+// Thread-safety contract:
+//  * The cursor is thread-local; only its thread reads or writes it.
+//  * The compiled plan is immutable and shared read-only.
+//  * Slot state words (slab::state) are written by the owning thread when it hands a
+//    slot out (relaxed: a thread that later frees the block learned the pointer
+//    through the program's own synchronisation, which orders the store before its
+//    free) and when it frees one (release). Another thread frees with a release CAS
+//    (slow path). The overlap check reads with acquire, so bytes freed by another
+//    thread are reused only after that thread's last access to them.
+//  * slab::slot_at is written by the owner at hand-out, read by remote frees.
+// Never here: locks, syscalls, allocation, logging, exceptions, virtual calls.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "replay/slab_pool.h"
+#include "support/config.h"
+
+namespace replayalloc::detail {
+
+// Why a request in a replaying iteration was not served from the slab.
+enum class miss_reason : unsigned {
+  size_mismatch,  // no slot at or near the cursor asks for this size (extra or changed)
+  beyond_plan,    // the iteration asked for more than the recording did
+  overlap_live,   // the slot's bytes are still held by an earlier block
+  alignment,      // the slot's offset does not meet the requested alignment
+  count
+};
+
+struct replay_cursor {
+  // Hot: read on every call.
+  const slot* slots = nullptr;
+  const std::uint32_t* overlaps = nullptr;
+  const std::uint32_t* free_order = nullptr;
+  std::atomic<std::uint32_t>* state = nullptr;
+  std::atomic<std::uint32_t>* slot_at = nullptr;
+  std::uint8_t* base = nullptr;
+  std::uint32_t next = 0;        // next slot expected
+  std::uint32_t count = 0;       // slots in the plan; 0 when not replaying
+  std::uint32_t free_next = 0;   // next free expected (rank in free_order)
+  std::uint32_t free_count = 0;
+  std::uint32_t live_tag = 0;    // (epoch << 2) | slot_live
+  std::uint32_t handed = 0;      // slots handed out this iteration
+  std::uint32_t freed_here = 0;  // of which freed by this thread during the iteration
+  std::uint64_t hit_bytes = 0;
+  // Cold: set at iteration begin, or counted on the slow path. The counters are
+  // cumulative for the thread; atomics (relaxed, single writer) so that statistics
+  // can be read from any thread.
+  slab* current = nullptr;
+  std::uint32_t resync_window = 8;
+  std::atomic<std::uint64_t> misses[static_cast<unsigned>(miss_reason::count)] = {};
+  std::atomic<std::uint64_t> miss_bytes{0};
+  std::atomic<std::uint64_t> backend_planned{0};  // outliving slots, served as planned
+  std::atomic<std::uint64_t> remote_frees{0};     // slab blocks freed outside their iteration
+  std::atomic<std::uint64_t> invalid_frees{0};    // slab-range pointers that are no block
+  std::atomic<std::uint64_t> double_frees{0};     // blocks freed that were not live
+};
+
+// Adds n to a counter only this thread writes (no locked instruction).
+inline void bump(std::atomic<std::uint64_t>& a, std::uint64_t n = 1) {
+  a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align);
+void replay_free_slow(replay_cursor& c, void* p);
+
+// True when slot i's bytes may be in use: live, or passed over while busy.
+REPLAYALLOC_ALWAYS_INLINE bool slot_occupied(const replay_cursor& c, std::uint32_t i) {
+  return (c.state[i].load(std::memory_order_acquire) | 2u) == (c.live_tag | 2u);
+}
+
+// pre: c.count != 0 (replaying), align is a power of two >= malloc_align.
+// Returns a block of `size` bytes, from the slab when the plan allows, else from the
+// backend (slow path). Null only when the backend is out of memory.
+REPLAYALLOC_ALWAYS_INLINE void* replay_malloc(replay_cursor& c, std::size_t size,
+                                              std::size_t align) {
+  if (c.next < c.count) [[likely]] {
+    const slot& s = c.slots[c.next];
+    // not_in_slab has every low bit set, so an unplanned slot fails this test too.
+    if (s.size == size && (s.offset & (align - 1)) == 0) [[likely]] {
+      const std::uint32_t* o = c.overlaps + s.overlap_begin;
+      std::uint32_t k = 0;
+      while (k < s.overlap_count && !slot_occupied(c, o[k])) ++k;
+      if (k == s.overlap_count) [[likely]] {
+        c.state[c.next].store(c.live_tag, std::memory_order_relaxed);
+        c.slot_at[s.offset_row].store(c.next, std::memory_order_relaxed);
+        ++c.next;
+        ++c.handed;
+        c.hit_bytes += size;
+        return c.base + s.offset;
+      }
+    }
+  }
+  return replay_malloc_slow(c, size, align);
+}
+
+// pre: p lies in the slab range (backend::in_slab_range). Any thread, replaying or not.
+REPLAYALLOC_ALWAYS_INLINE void replay_free(replay_cursor& c, void* p) {
+  if (c.free_next < c.free_count) [[likely]] {
+    const std::uint32_t i = c.free_order[c.free_next];
+    if (p == c.base + c.slots[i].offset &&
+        c.state[i].load(std::memory_order_relaxed) == c.live_tag) [[likely]] {
+      c.state[i].store(c.live_tag + 1, std::memory_order_release);  // live -> dead
+      ++c.free_next;
+      ++c.freed_here;
+      return;
+    }
+  }
+  replay_free_slow(c, p);
+}
+
+}  // namespace replayalloc::detail

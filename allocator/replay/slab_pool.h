@@ -1,0 +1,77 @@
+// replayalloc/replay/slab_pool.h: slabs, and the pool of slabs of one plan.
+//
+// Layer: replay. A slab is one plan's memory: slab_bytes of the reserved range plus
+// two small arrays of per-slab replay state (a state word per slot, the slot last
+// handed out at each offset). A slab serves one iteration at a time; the pool hands
+// a free slab to each iteration that begins (making one on first use, up to
+// REPLAYALLOC_MAX_SLABS), and takes it back when the iteration has ended and every
+// block it handed out has been freed (Note [Slab lifetime]).
+//
+// Note [Slab lifetime]: `refs` counts blocks not yet known to be freed. It is 0 when
+// an iteration takes the slab. Frees on other threads (or after the iteration ended)
+// subtract 1; the iteration's own frees are counted privately by its thread, which at
+// iteration end adds (handed out - freed by itself). So refs is <= 0 while the
+// iteration runs and equals the number of live blocks after it ends: exactly one
+// party, the end or the free that brings refs to zero, returns the slab to the pool.
+// A slab whose blocks outlive the iteration therefore stays out of the pool until
+// they are freed (invariant 4); the next iteration takes another slab.
+//
+// Thread-safety: acquire/release/retire take the pool's mutex (iteration boundaries
+// and the last free of a drained slab only). Slot states are atomics: the owning
+// thread stores, any thread may free with a compare-and-swap.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "replay/compiled_plan.h"
+
+namespace replayalloc::detail {
+
+struct plan_version;
+
+// State word of a slot: (epoch << 2) | one of these. A word from an older epoch means
+// "not handed out in this iteration".
+inline constexpr std::uint32_t slot_live = 1;
+inline constexpr std::uint32_t slot_dead = 2;     // freed, or passed over safely
+inline constexpr std::uint32_t slot_blocked = 3;  // passed over while its bytes were busy
+
+struct slab {
+  std::uint8_t* base = nullptr;
+  std::size_t mapped = 0;
+  plan_version* version = nullptr;
+  std::atomic<std::uint32_t>* state = nullptr;    // one per slot
+  std::atomic<std::uint32_t>* slot_at = nullptr;  // one per offset row
+  std::atomic<std::uint32_t> live_tag{0};         // (epoch << 2) | slot_live
+  std::atomic<std::int64_t> refs{0};
+  slab* next_free = nullptr;
+};
+
+struct plan_version {
+  compiled_plan plan;
+  std::string key;
+  std::uint64_t id = 0;
+
+  // A slab ready for a new iteration (its epoch advanced), or null with *why set when
+  // the pool is at its limit, the version is retired or memory ran out.
+  slab* acquire(std::uint32_t max_slabs, bool prefault, const char** why);
+
+  // Returns a drained slab (refs reached zero).
+  void release(slab* s);
+
+  // No further acquires. Free slabs are unmapped now, busy ones when they drain; the
+  // version deletes itself with its last slab.
+  void retire();
+
+  std::uint32_t slab_count();
+
+ private:
+  void destroy(slab* s);  // REQUIRES: mu_ held
+  std::mutex mu_;
+  slab* free_ = nullptr;
+  std::uint32_t slabs_ = 0;
+  bool retired_ = false;
+};
+
+}  // namespace replayalloc::detail

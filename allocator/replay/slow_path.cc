@@ -1,0 +1,108 @@
+// The replay slow path: everything the hot path does not do in a straight line.
+// Note [Replay mismatch]: the program asked for something other than the slot at the
+// cursor. Either allocations were skipped (the program made fewer than recorded): the
+// wanted size is found a few slots ahead, the skipped slots are passed over and the
+// cursor jumps; or the request is extra or changed: nothing matches within
+// REPLAYALLOC_RESYNC_WINDOW slots, the request goes to the backend and the cursor
+// stays, so the next expected request still hits. Slots passed over are marked dead
+// or blocked (Note [Overlap lists] in compiled_plan.h), never handed out later.
+
+#include "backend/backend.h"
+#include "backend/slab_range.h"
+#include "replay/fast_path.h"
+#include "support/log.h"
+
+namespace replayalloc::detail {
+namespace {
+
+bool overlaps_free(const replay_cursor& c, const slot& s) {
+  const std::uint32_t* o = c.overlaps + s.overlap_begin;
+  for (std::uint32_t k = 0; k < s.overlap_count; ++k) {
+    if (slot_occupied(c, o[k])) return false;
+  }
+  return true;
+}
+
+void pass_over(replay_cursor& c, std::uint32_t j) {
+  const slot& s = c.slots[j];
+  const bool busy = s.offset != not_in_slab && !overlaps_free(c, s);
+  c.state[j].store((c.live_tag & ~3u) | (busy ? slot_blocked : slot_dead),
+                   std::memory_order_release);
+}
+
+REPLAYALLOC_COLD void* miss(replay_cursor& c, miss_reason why, std::size_t size, std::size_t align) {
+  bump(c.misses[static_cast<unsigned>(why)]);
+  bump(c.miss_bytes, size);
+  return backend::fallback_alloc(size, align);
+}
+
+}  // namespace
+
+void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align) {
+  if (c.next >= c.count) return miss(c, miss_reason::beyond_plan, size, align);
+  const std::uint32_t window = c.resync_window;
+  const std::uint32_t limit = c.count - c.next > window ? c.next + window + 1 : c.count;
+  for (std::uint32_t i = c.next; i < limit; ++i) {
+    const slot& s = c.slots[i];
+    if (s.size != size) continue;
+    for (std::uint32_t j = c.next; j < i; ++j) pass_over(c, j);
+    c.next = i + 1;
+    if (s.offset == not_in_slab) {
+      // The recording saw this block outlive the iteration: the backend serves it.
+      bump(c.backend_planned);
+      return backend::fallback_alloc(size, align);
+    }
+    if ((s.offset & (align - 1)) != 0) {
+      pass_over(c, i);
+      return miss(c, miss_reason::alignment, size, align);
+    }
+    if (!overlaps_free(c, s)) {
+      // An earlier block on these bytes is still held (freed later than recorded).
+      c.state[i].store((c.live_tag & ~3u) | slot_blocked, std::memory_order_release);
+      return miss(c, miss_reason::overlap_live, size, align);
+    }
+    c.state[i].store(c.live_tag, std::memory_order_relaxed);
+    c.slot_at[s.offset_row].store(i, std::memory_order_relaxed);
+    ++c.handed;
+    c.hit_bytes += size;
+    return c.base + s.offset;
+  }
+  return miss(c, miss_reason::size_mismatch, size, align);
+}
+
+void replay_free_slow(replay_cursor& c, void* p) {
+  auto* s = static_cast<slab*>(backend::chunk_owner(p));
+  if (s == nullptr) {
+    bump(c.invalid_frees);
+    REPLAYALLOC_LOG(warning, "free(%p): inside the slab range but in no slab; ignored", p);
+    return;
+  }
+  const std::uint64_t off = static_cast<std::uint64_t>(static_cast<std::uint8_t*>(p) - s->base);
+  const compiled_plan& plan = s->version->plan;
+  const auto row = plan.offset_rows.find(off);
+  if (row == plan.offset_rows.end()) {
+    bump(c.invalid_frees);
+    REPLAYALLOC_LOG(warning, "free(%p): not the start of a block (slab offset %llu); ignored", p,
+                    static_cast<unsigned long long>(off));
+    return;
+  }
+  const std::uint32_t i = s->slot_at[row->second].load(std::memory_order_acquire);
+  const std::uint32_t live = s->live_tag.load(std::memory_order_acquire);
+  std::uint32_t expected = live;
+  if (!s->state[i].compare_exchange_strong(expected, live + 1, std::memory_order_acq_rel,
+                                           std::memory_order_relaxed)) {
+    bump(c.double_frees);
+    REPLAYALLOC_LOG(warning, "free(%p): block is not live (double free?); ignored", p);
+    return;
+  }
+  if (s == c.current) {
+    ++c.freed_here;
+    const std::uint32_t rank = plan.slots[i].free_rank;
+    if (rank != no_rank) c.free_next = rank + 1;  // predict from here on
+    return;
+  }
+  bump(c.remote_frees);
+  if (s->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) s->version->release(s);
+}
+
+}  // namespace replayalloc::detail

@@ -1,0 +1,170 @@
+// The C API (replayalloc.h) and the C++ helpers over it. Each entry point is the fast
+// path inline, then one call into the engine.
+#include <cerrno>
+#include <cstring>
+
+#include "backend/backend.h"
+#include "backend/slab_range.h"
+#include "replay/fast_path.h"
+#include "replayalloc/replayalloc.h"
+#include "replayalloc/replayalloc.hpp"
+#include "runtime/engine.h"
+#include "support/reentry.h"
+
+using replayalloc::detail::engine;
+using replayalloc::detail::malloc_align;
+using replayalloc::detail::phase;
+using replayalloc::detail::thread_state;
+using replayalloc::detail::tls_state;
+namespace backend = replayalloc::detail::backend;
+
+namespace {
+
+REPLAYALLOC_ALWAYS_INLINE void* alloc(std::size_t size, std::size_t align) {
+  thread_state& t = tls_state;
+  if (t.ph == phase::replay && !replayalloc::detail::in_engine()) [[likely]] {
+    return replayalloc::detail::replay_malloc(t.cursor, size, align);
+  }
+  return engine::get().alloc_slow(t, size, align, false);
+}
+
+bool valid_alignment(std::size_t a) { return a != 0 && (a & (a - 1)) == 0; }
+
+// Bytes usable in a slab block: its slot's footprint.
+std::size_t slab_usable(const void* p) {
+  auto* s = static_cast<replayalloc::detail::slab*>(backend::chunk_owner(p));
+  if (s == nullptr) return 0;
+  const auto& plan = s->version->plan;
+  const std::uint64_t off = static_cast<const std::uint8_t*>(p) - s->base;
+  const auto row = plan.offset_rows.find(off);
+  if (row == plan.offset_rows.end()) return 0;
+  const std::uint32_t i = s->slot_at[row->second].load(std::memory_order_acquire);
+  return plan.slots[i].size;
+}
+
+}  // namespace
+
+extern "C" {
+
+REPLAYALLOC_EXPORT int replayalloc_iteration_begin(const char* key) {
+  return engine::get().begin(tls_state, key);
+}
+
+REPLAYALLOC_EXPORT int replayalloc_iteration_end(void) { return engine::get().end(tls_state); }
+
+REPLAYALLOC_EXPORT void* replayalloc_malloc(size_t size) { return alloc(size, malloc_align); }
+
+REPLAYALLOC_EXPORT void* replayalloc_calloc(size_t count, size_t size) {
+  size_t bytes;
+  if (__builtin_mul_overflow(count, size, &bytes)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return engine::get().alloc_slow(tls_state, bytes, malloc_align, true);
+}
+
+REPLAYALLOC_EXPORT void* replayalloc_aligned_alloc(size_t alignment, size_t size) {
+  if (!valid_alignment(alignment)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (alignment > replayalloc::detail::max_slot_align) {
+    // Beyond what a slot can promise: the backend serves it directly.
+    void* p = backend::fallback_alloc(size, alignment);
+    if (p == nullptr) errno = ENOMEM;
+    return p;
+  }
+  return alloc(size, alignment < malloc_align ? malloc_align : alignment);
+}
+
+REPLAYALLOC_EXPORT int replayalloc_posix_memalign(void** out, size_t alignment, size_t size) {
+  if (!valid_alignment(alignment) || alignment % sizeof(void*) != 0) return EINVAL;
+  const int saved = errno;
+  void* p = replayalloc_aligned_alloc(alignment, size);
+  if (p == nullptr) {
+    errno = saved;
+    return ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+
+REPLAYALLOC_EXPORT void replayalloc_free(void* ptr) {
+  if (ptr == nullptr) return;
+  thread_state& t = tls_state;
+  if (backend::in_slab_range(ptr)) [[likely]] {
+    replayalloc::detail::replay_free(t.cursor, ptr);
+    return;
+  }
+  engine::get().free_backend(t, ptr);
+}
+
+REPLAYALLOC_EXPORT void replayalloc_free_sized(void* ptr, size_t size) {
+  if (ptr == nullptr) return;
+  thread_state& t = tls_state;
+  if (backend::in_slab_range(ptr)) {
+    replayalloc::detail::replay_free(t.cursor, ptr);
+    return;
+  }
+  if (t.ph == phase::record) {
+    engine::get().free_backend(t, ptr);
+    return;
+  }
+  replayalloc::detail::bump(t.frees);
+  backend::fallback_free_sized(ptr, size, malloc_align);
+}
+
+REPLAYALLOC_EXPORT size_t replayalloc_usable_size(const void* ptr) {
+  if (ptr == nullptr) return 0;
+  if (backend::in_slab_range(ptr)) return slab_usable(ptr);
+  return backend::fallback_usable_size(ptr);
+}
+
+REPLAYALLOC_EXPORT void* replayalloc_realloc(void* ptr, size_t size) {
+  if (ptr == nullptr) return replayalloc_malloc(size);
+  if (size == 0) {  // glibc: frees the block and returns NULL
+    replayalloc_free(ptr);
+    return nullptr;
+  }
+  thread_state& t = tls_state;
+  const bool in_slab = backend::in_slab_range(ptr);
+  if (!in_slab && t.ph == phase::none) {
+    void* p = backend::fallback_realloc(ptr, size);
+    if (p == nullptr) errno = ENOMEM;
+    return p;
+  }
+  // A slab block cannot grow in place, and inside an iteration the move must be seen
+  // as an allocation and a free so recording and replay agree.
+  const std::size_t old = in_slab ? slab_usable(ptr) : backend::fallback_usable_size(ptr);
+  void* p = replayalloc_malloc(size);
+  if (p == nullptr) return nullptr;  // the old block stays valid, as the contract says
+  std::memcpy(p, ptr, old < size ? old : size);
+  replayalloc_free(ptr);
+  return p;
+}
+
+REPLAYALLOC_EXPORT unsigned replayalloc_op_id(const char* name) {
+  if (name == nullptr || name[0] == '\0') return 0;
+  return engine::get().op_id(name);
+}
+
+REPLAYALLOC_EXPORT void replayalloc_set_op(unsigned op_id) { tls_state.op = op_id; }
+
+REPLAYALLOC_EXPORT unsigned replayalloc_current_op(void) { return tls_state.op; }
+
+REPLAYALLOC_EXPORT size_t replayalloc_stats_json(char* buf, size_t cap) {
+  const replayalloc::Stats s = engine::get().stats();
+  char local[1];
+  return replayalloc::detail::format_stats_json(s, cap == 0 ? local : buf, cap == 0 ? 1 : cap);
+}
+
+REPLAYALLOC_EXPORT int replayalloc_save_trace(const char* key, const char* path) {
+  if (key == nullptr || path == nullptr) return -1;
+  return engine::get().save_trace(key, path);
+}
+
+}  // extern "C"
+
+namespace replayalloc {
+Stats stats() { return detail::engine::get().stats(); }
+}  // namespace replayalloc

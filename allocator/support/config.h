@@ -1,0 +1,51 @@
+// replayalloc/support/config.h: compile-time switches and the few constants every
+// layer agrees on.
+//
+// Layer: support (the bottom). Every REPLAYALLOC_* compile flag is a CMake option()
+// mapped here; nothing else reads -D flags directly.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+// REPLAYALLOC_DEBUG: invariant checks.
+//   0: none on the hot path (release builds)
+//   1: cheap asserts (a slot's state before it is handed out, refcounts)
+//   3: whole-plan checks (validate() after every plan, every compiled plan re-checked)
+#ifndef REPLAYALLOC_DEBUG
+#define REPLAYALLOC_DEBUG 0
+#endif
+
+#if defined(__GNUC__)
+#define REPLAYALLOC_NOINLINE __attribute__((noinline))
+#define REPLAYALLOC_ALWAYS_INLINE inline __attribute__((always_inline))
+#define REPLAYALLOC_COLD __attribute__((cold, noinline))
+#define REPLAYALLOC_TLS_IE __attribute__((tls_model("initial-exec")))
+#define REPLAYALLOC_EXPORT __attribute__((visibility("default")))
+#else
+#define REPLAYALLOC_NOINLINE
+#define REPLAYALLOC_ALWAYS_INLINE inline
+#define REPLAYALLOC_COLD
+#define REPLAYALLOC_TLS_IE
+#define REPLAYALLOC_EXPORT
+#endif
+
+namespace replayalloc::detail {
+
+// Every slab starts on a chunk boundary; the owner table has one entry per chunk, so
+// "which slab owns p" is one subtraction, one compare and one shift (invariant 3).
+inline constexpr unsigned chunk_shift = 21;  // 2 MiB
+inline constexpr std::size_t chunk_bytes = std::size_t{1} << chunk_shift;
+
+// The largest alignment a slot may ask for: slabs are chunk-aligned, so an offset
+// aligned to A gives a pointer aligned to A for any A <= chunk_bytes.
+inline constexpr std::size_t max_slot_align = chunk_bytes;
+
+// Sizes above this are refused outright (ENOMEM): no plan or slab can hold them and
+// arithmetic on them would overflow (2^47 bytes = 128 TiB).
+inline constexpr std::uint64_t max_request_bytes = std::uint64_t{1} << 47;
+
+// Alignment the C malloc contract guarantees on x86-64 and aarch64 glibc.
+inline constexpr std::size_t malloc_align = 16;
+
+}  // namespace replayalloc::detail

@@ -1,0 +1,240 @@
+#include "support/options.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "support/log.h"
+
+extern char** environ;
+
+namespace replayalloc::detail {
+namespace {
+
+// Parses an unsigned decimal with an optional K/M/G/T suffix (powers of 1024).
+bool parse_size(const char* s, std::uint64_t* out) {
+  if (s == nullptr || *s == '\0') return false;
+  std::uint64_t v = 0;
+  const char* p = s;
+  for (; *p >= '0' && *p <= '9'; ++p) {
+    const std::uint64_t d = static_cast<std::uint64_t>(*p - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  if (p == s) return false;
+  unsigned shift = 0;
+  switch (*p) {
+    case '\0': break;
+    case 'k': case 'K': shift = 10; ++p; break;
+    case 'm': case 'M': shift = 20; ++p; break;
+    case 'g': case 'G': shift = 30; ++p; break;
+    case 't': case 'T': shift = 40; ++p; break;
+    default: return false;
+  }
+  if (*p == 'i' || *p == 'I') ++p;  // accept KiB/MiB spellings
+  if (*p == 'b' || *p == 'B') ++p;
+  if (*p != '\0') return false;
+  if (shift != 0 && v > (UINT64_MAX >> shift)) return false;
+  *out = v << shift;
+  return true;
+}
+
+bool parse_bool(const char* s, bool* out) {
+  if (!std::strcmp(s, "1") || !std::strcmp(s, "true") || !std::strcmp(s, "yes") ||
+      !std::strcmp(s, "on")) {
+    *out = true;
+    return true;
+  }
+  if (!std::strcmp(s, "0") || !std::strcmp(s, "false") || !std::strcmp(s, "no") ||
+      !std::strcmp(s, "off")) {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+const char* find_env(char* const* envp, const char* name) {
+  if (envp == nullptr) return nullptr;
+  const std::size_t n = std::strlen(name);
+  for (char* const* e = envp; *e != nullptr; ++e) {
+    if (std::strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+  }
+  return nullptr;
+}
+
+enum class kind { size, count, boolean, mode, path };
+
+struct option_desc {
+  const char* name;
+  kind k;
+  std::uint64_t lo, hi;  // inclusive range for size/count
+  bool pow2;             // size must be a power of two
+};
+
+// The table. Keep it in the order of the README's configuration table.
+constexpr option_desc table[] = {
+    {"REPLAYALLOC_MODE", kind::mode, 0, 0, false},
+    {"REPLAYALLOC_VERBOSE", kind::count, 0, 3, false},
+    {"REPLAYALLOC_MAX_WARNINGS", kind::count, 0, 1u << 30, false},
+    {"REPLAYALLOC_STATS", kind::path, 0, 0, false},
+    {"REPLAYALLOC_MIN_SIZE", kind::size, 0, std::uint64_t{1} << 40, false},
+    {"REPLAYALLOC_SLOT_ALIGN", kind::size, 16, 4096, true},
+    {"REPLAYALLOC_RESERVE", kind::size, std::uint64_t{64} << 20, std::uint64_t{1} << 46, false},
+    {"REPLAYALLOC_MAX_SLABS", kind::count, 1, 4096, false},
+    {"REPLAYALLOC_RECORD_ITERATIONS", kind::count, 1, 64, false},
+    {"REPLAYALLOC_RECORD_LIMIT", kind::count, 1, 1024, false},
+    {"REPLAYALLOC_REPLAN_AFTER", kind::count, 0, 1u << 20, false},
+    {"REPLAYALLOC_DEVIATION_PERCENT", kind::count, 0, 100, false},
+    {"REPLAYALLOC_RESYNC_WINDOW", kind::count, 0, 256, false},
+    {"REPLAYALLOC_PREFAULT", kind::boolean, 0, 1, false},
+};
+
+void store(options* o, const char* name, std::uint64_t v) {
+  if (!std::strcmp(name, "REPLAYALLOC_VERBOSE")) o->verbose = static_cast<int>(v);
+  else if (!std::strcmp(name, "REPLAYALLOC_MAX_WARNINGS")) o->max_warnings = static_cast<long>(v);
+  else if (!std::strcmp(name, "REPLAYALLOC_MIN_SIZE")) o->min_size = v;
+  else if (!std::strcmp(name, "REPLAYALLOC_SLOT_ALIGN")) o->slot_align = v;
+  else if (!std::strcmp(name, "REPLAYALLOC_RESERVE")) o->reserve_bytes = v;
+  else if (!std::strcmp(name, "REPLAYALLOC_MAX_SLABS")) o->max_slabs = static_cast<std::uint32_t>(v);
+  else if (!std::strcmp(name, "REPLAYALLOC_RECORD_ITERATIONS")) o->record_iterations = static_cast<std::uint32_t>(v);
+  else if (!std::strcmp(name, "REPLAYALLOC_RECORD_LIMIT")) o->record_limit = static_cast<std::uint32_t>(v);
+  else if (!std::strcmp(name, "REPLAYALLOC_REPLAN_AFTER")) o->replan_after = static_cast<std::uint32_t>(v);
+  else if (!std::strcmp(name, "REPLAYALLOC_DEVIATION_PERCENT")) o->deviation_percent = static_cast<std::uint32_t>(v);
+  else if (!std::strcmp(name, "REPLAYALLOC_RESYNC_WINDOW")) o->resync_window = static_cast<std::uint32_t>(v);
+  else if (!std::strcmp(name, "REPLAYALLOC_PREFAULT")) o->prefault = v != 0;
+}
+
+const char* mode_name(run_mode m) {
+  switch (m) {
+    case run_mode::off: return "off";
+    case run_mode::record: return "record";
+    case run_mode::replay: return "replay";
+  }
+  return "?";
+}
+
+std::atomic<bool> g_frozen{false};
+std::atomic<int> g_state{0};  // 0 unparsed, 1 parsing, 2 ready
+options g_options;
+
+}  // namespace
+
+int parse_options(char* const* envp, options* out) {
+  *out = options{};
+  // The verbosity decides whether the other messages print: read it first.
+  if (const char* v = find_env(envp, "REPLAYALLOC_VERBOSE")) {
+    std::uint64_t n;
+    if (parse_size(v, &n) && n <= 3) out->verbose = static_cast<int>(n);
+  }
+  set_log_verbosity(out->verbose);
+  int bad = 0;
+  for (const option_desc& d : table) {
+    const char* v = find_env(envp, d.name);
+    if (v == nullptr) continue;
+    switch (d.k) {
+      case kind::mode: {
+        if (!std::strcmp(v, "off")) out->mode = run_mode::off;
+        else if (!std::strcmp(v, "record")) out->mode = run_mode::record;
+        else if (!std::strcmp(v, "replay")) out->mode = run_mode::replay;
+        else {
+          ++bad;
+          REPLAYALLOC_LOG(error, "%s='%s' is not one of off|record|replay; using '%s'", d.name,
+                          v, mode_name(out->mode));
+        }
+        break;
+      }
+      case kind::path: {
+        const std::size_t n = std::strlen(v);
+        if (n >= sizeof out->stats_path) {
+          ++bad;
+          REPLAYALLOC_LOG(error, "%s is longer than %zu characters; statistics disabled",
+                          d.name, sizeof out->stats_path - 1);
+        } else {
+          std::memcpy(out->stats_path, v, n + 1);
+        }
+        break;
+      }
+      case kind::boolean: {
+        bool b;
+        if (parse_bool(v, &b)) {
+          store(out, d.name, b ? 1 : 0);
+        } else {
+          ++bad;
+          REPLAYALLOC_LOG(error, "%s='%s' is not a boolean (0/1, true/false, on/off); using the default",
+                          d.name, v);
+        }
+        break;
+      }
+      case kind::size:
+      case kind::count: {
+        std::uint64_t n;
+        const bool ok = d.k == kind::size ? parse_size(v, &n)
+                                          : (parse_size(v, &n) && v[std::strlen(v) - 1] >= '0' &&
+                                             v[std::strlen(v) - 1] <= '9');
+        if (!ok || n < d.lo || n > d.hi || (d.pow2 && (n & (n - 1)) != 0)) {
+          ++bad;
+          REPLAYALLOC_LOG(error,
+                          "%s='%s' is not %s in [%llu, %llu]%s; using the default", d.name, v,
+                          d.k == kind::size ? "a size (bytes, optional K/M/G suffix)" : "a whole number",
+                          static_cast<unsigned long long>(d.lo),
+                          static_cast<unsigned long long>(d.hi),
+                          d.pow2 ? " and a power of two" : "");
+        } else {
+          store(out, d.name, n);
+        }
+        break;
+      }
+    }
+  }
+  if (out->record_limit < out->record_iterations) {
+    ++bad;
+    REPLAYALLOC_LOG(error,
+                    "REPLAYALLOC_RECORD_LIMIT=%u is below REPLAYALLOC_RECORD_ITERATIONS=%u; using %u",
+                    out->record_limit, out->record_iterations, out->record_iterations);
+    out->record_limit = out->record_iterations;
+  }
+  // Warn about misspelled settings: a REPLAYALLOC_ variable that is not in the table.
+  if (envp != nullptr) {
+    for (char* const* e = envp; *e != nullptr; ++e) {
+      if (std::strncmp(*e, "REPLAYALLOC_", 12) != 0) continue;
+      bool known = false;
+      for (const option_desc& d : table) {
+        const std::size_t n = std::strlen(d.name);
+        if (std::strncmp(*e, d.name, n) == 0 && (*e)[n] == '=') known = true;
+      }
+      if (!known) {
+        const char* eq = std::strchr(*e, '=');
+        const int len = eq ? static_cast<int>(eq - *e) : static_cast<int>(std::strlen(*e));
+        REPLAYALLOC_LOG(warning, "unknown setting %.*s ignored (see the README's configuration table)",
+                        len, *e);
+      }
+    }
+  }
+  set_log_max_warnings(out->max_warnings);
+  return bad;
+}
+
+const options& process_options() {
+  if (g_state.load(std::memory_order_acquire) == 2) return g_options;
+  int expected = 0;
+  if (g_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    if (!g_frozen.load(std::memory_order_relaxed)) parse_options(environ, &g_options);
+    g_state.store(2, std::memory_order_release);
+  } else {
+    while (g_state.load(std::memory_order_acquire) != 2) {
+    }
+  }
+  return g_options;
+}
+
+bool set_process_options(const options& o) {
+  int expected = 0;
+  if (!g_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return false;
+  g_options = o;
+  g_frozen.store(true, std::memory_order_relaxed);
+  set_log_verbosity(o.verbose);
+  set_log_max_warnings(o.max_warnings);
+  g_state.store(2, std::memory_order_release);
+  return true;
+}
+
+}  // namespace replayalloc::detail

@@ -1,0 +1,51 @@
+// replayalloc/support/options.h: the one table of run-time settings.
+//
+// Layer: support. Every setting is an environment variable with the REPLAYALLOC_
+// prefix, listed once in options.cc (name, default, unit, doc) and once in the
+// README's configuration table. Values are read from `environ` directly (no getenv,
+// no allocation), validated, and an invalid value produces one message naming the
+// variable, the value and the value used instead. Integrations set options through
+// the API, not the environment.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace replayalloc::detail {
+
+enum class run_mode : int {
+  off = 0,     // every call passes straight to the backend; nothing recorded
+  record = 1,  // record iterations (stats, traces) but never replay
+  replay = 2,  // record, plan, then replay (the default)
+};
+
+struct options {
+  run_mode mode = run_mode::replay;
+  int verbose = 1;                    // 0 errors, 1 +warnings, 2 +info, 3 +debug
+  long max_warnings = 100;            // warnings printed before going quiet
+  char stats_path[256] = "";          // "" none, "stderr", or a file path
+  std::uint64_t min_size = 0;         // requests below this bypass the plan
+  std::uint64_t slot_align = 64;      // every slot offset is a multiple of this
+  std::uint64_t reserve_bytes = std::uint64_t{64} << 30;  // virtual range for slabs
+  std::uint32_t max_slabs = 64;       // slabs per plan (concurrent iterations)
+  std::uint32_t record_iterations = 2;  // identical recordings needed to plan
+  std::uint32_t record_limit = 8;     // recordings after which we plan anyway
+  std::uint32_t replan_after = 3;     // deviating iterations in a row -> record again
+  std::uint32_t deviation_percent = 10;  // fallbacks (% of slots) making one deviate
+  std::uint32_t resync_window = 8;    // slots looked ahead after a mismatch
+  bool prefault = true;               // touch slab pages when a slab is made
+};
+
+// Parses `envp` (a NULL-terminated environ array) into `out`, starting from the
+// defaults. Invalid values are reported (one message each) and replaced by the
+// default. Returns the number of invalid settings. Never allocates.
+int parse_options(char* const* envp, options* out);
+
+// Options from the process environment, parsed once. Thread-safe.
+const options& process_options();
+
+// Replaces the process options before the engine starts (integrations, tests).
+// Returns false, and changes nothing, once the engine has started.
+bool set_process_options(const options& o);
+
+}  // namespace replayalloc::detail

@@ -1,0 +1,36 @@
+#include "trace/recorder.h"
+
+namespace replayalloc::detail {
+
+void trace_recorder::begin(std::uint32_t thread) {
+  allocs_.clear();
+  live_.clear();
+  clock_ = 0;
+  thread_ = thread;
+}
+
+void trace_recorder::record_alloc(const void* p, std::uint64_t size, std::uint32_t align,
+                                  std::uint32_t op) {
+  const auto id = static_cast<std::uint32_t>(allocs_.size());
+  trace_allocation a;
+  a.id = id;
+  a.size = size;
+  a.align = align;
+  a.op = op;
+  a.alloc_at = clock_++;
+  a.thread = thread_;
+  allocs_.push_back(a);
+  // If p is already in the map, another thread freed the earlier block and the
+  // backend reused its address: the earlier block stays "outliving".
+  live_[p] = id;
+}
+
+bool trace_recorder::record_free(const void* p) {
+  const auto it = live_.find(p);
+  if (it == live_.end()) return false;
+  allocs_[it->second].free_at = clock_++;
+  live_.erase(it);
+  return true;
+}
+
+}  // namespace replayalloc::detail

@@ -1,0 +1,65 @@
+// replayalloc/trace/recorder.h: records one iteration of one thread.
+//
+// Layer: trace. The engine gives each recording thread a recorder; the recorder sees
+// that thread's allocations (already served by the backend) and the frees of them
+// made by that thread during the iteration. A block freed by another thread, or after
+// the iteration, is never seen freed: it is recorded as outliving the iteration, so
+// the planner keeps it out of the slab. Conservative by construction.
+//
+// Its containers use the internal allocator (invariant 5). Not thread-safe: one
+// recorder per thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "backend/backend.h"
+#include "trace/trace.h"
+
+namespace replayalloc::detail {
+
+class trace_recorder {
+ public:
+  void begin(std::uint32_t thread);
+  void record_alloc(const void* p, std::uint64_t size, std::uint32_t align, std::uint32_t op);
+  // True when p was allocated in this recording and was live.
+  bool record_free(const void* p);
+  std::size_t size() const { return allocs_.size(); }
+
+  // Ends the recording. `op_name(id)` names the op ids passed to record_alloc; the
+  // trace's op table holds only the ops that appear, "unknown" first.
+  template <class OpName>
+  trace finish(std::string key, OpName op_name);
+
+ private:
+  std::vector<trace_allocation, backend::internal_allocator<trace_allocation>> allocs_;
+  absl::flat_hash_map<const void*, std::uint32_t, absl::Hash<const void*>,
+                      std::equal_to<const void*>,
+                      backend::internal_allocator<std::pair<const void* const, std::uint32_t>>>
+      live_;
+  std::uint64_t clock_ = 0;
+  std::uint32_t thread_ = 0;
+};
+
+template <class OpName>
+trace trace_recorder::finish(std::string key, OpName op_name) {
+  trace t;
+  t.key = std::move(key);
+  t.events = clock_;
+  t.ops.push_back("unknown");
+  absl::flat_hash_map<std::uint32_t, std::uint32_t> local{{0u, 0u}};
+  t.allocations.reserve(allocs_.size());
+  for (trace_allocation a : allocs_) {
+    const auto [it, fresh] = local.emplace(a.op, static_cast<std::uint32_t>(t.ops.size()));
+    if (fresh) t.ops.emplace_back(op_name(a.op));
+    a.op = it->second;
+    t.allocations.push_back(a);
+  }
+  allocs_.clear();
+  live_.clear();
+  clock_ = 0;
+  return t;
+}
+
+}  // namespace replayalloc::detail

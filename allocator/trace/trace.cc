@@ -1,0 +1,45 @@
+#include "trace/trace.h"
+
+#include "absl/container/flat_hash_set.h"
+#include "support/config.h"
+#include "support/hash.h"
+#include "support/status.h"
+
+namespace replayalloc {
+
+std::uint64_t trace::signature() const {
+  std::uint64_t h = detail::fnv_offset;
+  for (const trace_allocation& a : allocations) {
+    h = detail::fnv1a(h, a.size);
+    h = detail::fnv1a(h, a.align);
+  }
+  return detail::fnv1a(h, allocations.size());
+}
+
+absl::Status check_trace(const trace& t) {
+  REPLAYALLOC_EXPECTS(!t.ops.empty(), "trace has no op table");
+  absl::flat_hash_set<std::uint64_t> ids;
+  ids.reserve(t.allocations.size());
+  std::uint64_t prev_at = 0;
+  for (std::size_t i = 0; i < t.allocations.size(); ++i) {
+    const trace_allocation& a = t.allocations[i];
+    REPLAYALLOC_EXPECTS(ids.insert(a.id).second, "allocation id ", a.id, " appears twice");
+    REPLAYALLOC_EXPECTS(a.size > 0, "allocation ", a.id, " has size 0");
+    REPLAYALLOC_EXPECTS(a.size <= detail::max_request_bytes, "allocation ", a.id, " has size ",
+                        a.size, ", above the limit of 2^47 bytes");
+    REPLAYALLOC_EXPECTS(a.align != 0 && (a.align & (a.align - 1)) == 0, "allocation ", a.id,
+                        " has alignment ", a.align, ", not a power of two");
+    REPLAYALLOC_EXPECTS(a.align <= detail::max_slot_align, "allocation ", a.id, " has alignment ",
+                        a.align, ", above the limit of 2 MiB");
+    REPLAYALLOC_EXPECTS(a.free_at == never_freed || a.alloc_at < a.free_at, "allocation ", a.id,
+                        " is freed at ", a.free_at, ", not after its allocation at ", a.alloc_at);
+    REPLAYALLOC_EXPECTS(i == 0 || a.alloc_at >= prev_at, "allocation ", a.id,
+                        " is out of alloc_at order");
+    REPLAYALLOC_EXPECTS(a.op < t.ops.size(), "allocation ", a.id, " names op ", a.op,
+                        " but the trace has ", t.ops.size(), " ops");
+    prev_at = a.alloc_at;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace replayalloc

@@ -1,0 +1,55 @@
+// replayalloc/trace/trace.h: what one iteration allocated, and when.
+//
+// Layer: trace (above support and backend). A trace is the input of every planner and
+// the unit of the trace files. Glossary, used the same way everywhere:
+//   event counter  one counter per iteration, advanced by every allocation and every
+//                  free; alloc_at and free_at are positions on it.
+//   lifetime       [alloc_at, free_at): two allocations conflict when their lifetimes
+//                  intersect. A free at position p and an allocation at p never conflict.
+//   outliving      freed after the iteration ended (free_at == never_freed): outputs,
+//                  caches. Never placed in a slab (invariant 4).
+//   op             the source op that asked for the memory (an ATen op, a call site).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace replayalloc {
+
+inline constexpr std::uint64_t never_freed = UINT64_MAX;
+
+struct trace_allocation {
+  std::uint64_t id = 0;        // unique within the trace
+  std::uint64_t size = 0;      // bytes requested, > 0
+  std::uint32_t align = 16;    // alignment requested, a power of two
+  std::uint32_t op = 0;        // index into trace::ops
+  std::uint64_t alloc_at = 0;  // position on the event counter
+  std::uint64_t free_at = never_freed;
+  std::uint32_t thread = 0;    // recording thread (a small per-process number)
+
+  bool outlives() const { return free_at == never_freed; }
+  friend bool operator==(const trace_allocation&, const trace_allocation&) = default;
+};
+
+struct trace {
+  std::string key;                            // the plan key it was recorded under
+  std::vector<trace_allocation> allocations;  // sorted by alloc_at
+  std::vector<std::string> ops;               // op names; never empty ("unknown" first)
+  std::uint64_t events = 0;                   // event counter at the iteration's end
+
+  // A stable hash of the allocation sequence (sizes and alignments in order): two
+  // recordings with the same signature asked for the same memory in the same order.
+  std::uint64_t signature() const;
+
+  friend bool operator==(const trace&, const trace&) = default;
+};
+
+// Checks a trace from outside (a file, a test): ids unique, sizes in (0, 2^47],
+// alignments powers of two no larger than 2 MiB, alloc_at < free_at, allocations in
+// alloc_at order, op indices in range. The message names the first offending id.
+absl::Status check_trace(const trace& t);
+
+}  // namespace replayalloc
