@@ -63,6 +63,8 @@ struct replay_cursor {
   // can be read from any thread.
   slab* current = nullptr;
   std::uint32_t resync_window = 8;
+  std::uint32_t pending = 0;  // look-ahead match to confirm (slot after it), 0 none
+  bool mismatched = false;    // the previous slow-path request matched no slot
   std::atomic<std::uint64_t> misses[static_cast<unsigned>(miss_reason::count)] = {};
   std::atomic<std::uint64_t> miss_bytes{0};
   std::atomic<std::uint64_t> backend_planned{0};  // outliving slots, served as planned

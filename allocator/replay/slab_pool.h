@@ -43,7 +43,7 @@ struct slab {
   plan_version* version = nullptr;
   std::atomic<std::uint32_t>* state = nullptr;    // one per slot
   std::atomic<std::uint32_t>* slot_at = nullptr;  // one per offset row
-  std::atomic<std::uint32_t> live_tag{0};         // (epoch << 2) | slot_live
+  std::atomic<std::uint32_t> live_tag{slot_live};  // (epoch << 2) | slot_live
   std::atomic<std::int64_t> refs{0};
   slab* next_free = nullptr;
 };

@@ -1,10 +1,16 @@
 // The replay slow path: everything the hot path does not do in a straight line.
 // Note [Replay mismatch]: the program asked for something other than the slot at the
-// cursor. Either allocations were skipped (the program made fewer than recorded): the
-// wanted size is found a few slots ahead, the skipped slots are passed over and the
-// cursor jumps; or the request is extra or changed: nothing matches within
-// REPLAYALLOC_RESYNC_WINDOW slots, the request goes to the backend and the cursor
-// stays, so the next expected request still hits. Slots passed over are marked dead
+// cursor. Either the request is extra (or its size changed) and the next request will
+// be the one the cursor expects; or allocations the plan expected are missing and the
+// program has moved on to a slot further ahead. One request cannot tell the two
+// apart, so the mismatching request goes to the backend and the cursor stays; if its
+// size is found within REPLAYALLOC_RESYNC_WINDOW slots ahead, that match is kept as
+// pending. The next request decides: the cursor's slot (the mismatch was extra), the
+// slot after it (the mismatch replaced the cursor's slot: its size changed), or the
+// slot after the pending match (allocations were missing: the skipped slots are
+// passed over and the cursor jumps). Each deviation costs one fallback and no lost
+// hits; when equal sizes make the cases look alike, the first reading wins, which
+// may cost one more fallback, never correctness. Slots passed over are marked dead
 // or blocked (Note [Overlap lists] in compiled_plan.h), never handed out later.
 
 #include "backend/backend.h"
@@ -36,36 +42,63 @@ REPLAYALLOC_COLD void* miss(replay_cursor& c, miss_reason why, std::size_t size,
   return backend::fallback_alloc(size, align);
 }
 
+// Takes slot i for this request (the cursor moves past it), from the slab when its
+// bytes are free, else from the backend.
+void* take(replay_cursor& c, std::uint32_t i, std::size_t size, std::size_t align) {
+  const slot& s = c.slots[i];
+  c.next = i + 1;
+  if (s.offset == not_in_slab) {
+    // The recording saw this block outlive the iteration: the backend serves it.
+    bump(c.backend_planned);
+    return backend::fallback_alloc(size, align);
+  }
+  if ((s.offset & (align - 1)) != 0) {
+    pass_over(c, i);
+    return miss(c, miss_reason::alignment, size, align);
+  }
+  if (!overlaps_free(c, s)) {
+    // An earlier block on these bytes is still held (freed later than recorded).
+    c.state[i].store((c.live_tag & ~3u) | slot_blocked, std::memory_order_release);
+    return miss(c, miss_reason::overlap_live, size, align);
+  }
+  c.state[i].store(c.live_tag, std::memory_order_relaxed);
+  c.slot_at[s.offset_row].store(i, std::memory_order_relaxed);
+  ++c.handed;
+  c.hit_bytes += size;
+  return c.base + s.offset;
+}
+
 }  // namespace
 
 void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align) {
   if (c.next >= c.count) return miss(c, miss_reason::beyond_plan, size, align);
+  const std::uint32_t lookahead = c.pending;
+  c.pending = 0;
+  // The slot at the cursor: the previous mismatch was an extra allocation, or the fast
+  // path refused this slot (bytes busy, alignment, outliving).
+  if (c.slots[c.next].size == size) return take(c, c.next, size, align);
+  if (c.mismatched) {
+    c.mismatched = false;
+    // The slot after the cursor: the previous request replaced the cursor's slot (its
+    // size changed).
+    if (c.next + 1 < c.count && c.slots[c.next + 1].size == size) {
+      pass_over(c, c.next);
+      return take(c, c.next + 1, size, align);
+    }
+    // The slot after the previous request's look-ahead match: allocations are missing.
+    if (lookahead != 0 && lookahead < c.count && c.slots[lookahead].size == size) {
+      for (std::uint32_t j = c.next; j < lookahead; ++j) pass_over(c, j);
+      return take(c, lookahead, size, align);
+    }
+  }
+  c.mismatched = true;
   const std::uint32_t window = c.resync_window;
   const std::uint32_t limit = c.count - c.next > window ? c.next + window + 1 : c.count;
-  for (std::uint32_t i = c.next; i < limit; ++i) {
-    const slot& s = c.slots[i];
-    if (s.size != size) continue;
-    for (std::uint32_t j = c.next; j < i; ++j) pass_over(c, j);
-    c.next = i + 1;
-    if (s.offset == not_in_slab) {
-      // The recording saw this block outlive the iteration: the backend serves it.
-      bump(c.backend_planned);
-      return backend::fallback_alloc(size, align);
+  for (std::uint32_t i = c.next + 1; i < limit; ++i) {
+    if (c.slots[i].size == size) {
+      c.pending = i + 1;
+      break;
     }
-    if ((s.offset & (align - 1)) != 0) {
-      pass_over(c, i);
-      return miss(c, miss_reason::alignment, size, align);
-    }
-    if (!overlaps_free(c, s)) {
-      // An earlier block on these bytes is still held (freed later than recorded).
-      c.state[i].store((c.live_tag & ~3u) | slot_blocked, std::memory_order_release);
-      return miss(c, miss_reason::overlap_live, size, align);
-    }
-    c.state[i].store(c.live_tag, std::memory_order_relaxed);
-    c.slot_at[s.offset_row].store(i, std::memory_order_relaxed);
-    ++c.handed;
-    c.hit_bytes += size;
-    return c.base + s.offset;
   }
   return miss(c, miss_reason::size_mismatch, size, align);
 }

@@ -93,6 +93,7 @@ REPLAYALLOC_EXPORT void replayalloc_free(void* ptr) {
   if (ptr == nullptr) return;
   thread_state& t = tls_state;
   if (backend::in_slab_range(ptr)) [[likely]] {
+    if (!t.registered) [[unlikely]] engine::get().register_thread(t);  // a remote free
     replayalloc::detail::replay_free(t.cursor, ptr);
     return;
   }
@@ -103,6 +104,7 @@ REPLAYALLOC_EXPORT void replayalloc_free_sized(void* ptr, size_t size) {
   if (ptr == nullptr) return;
   thread_state& t = tls_state;
   if (backend::in_slab_range(ptr)) {
+    if (!t.registered) [[unlikely]] engine::get().register_thread(t);
     replayalloc::detail::replay_free(t.cursor, ptr);
     return;
   }

@@ -218,6 +218,8 @@ int engine::begin(thread_state& t, const char* key) {
   c.next = 0;
   c.count = static_cast<std::uint32_t>(p.slots.size());
   c.free_next = 0;
+  c.pending = 0;
+  c.mismatched = false;
   c.free_count = static_cast<std::uint32_t>(p.free_order.size());
   c.live_tag = s->live_tag.load(std::memory_order_relaxed);
   c.handed = 0;
@@ -390,6 +392,7 @@ void* engine::alloc_slow(thread_state& t, std::size_t size, std::size_t align, b
 }
 
 void engine::free_backend(thread_state& t, void* p) {
+  if (!t.registered) [[unlikely]] register_thread(t);
   bump(t.frees);
   if (t.ph == phase::record && !in_engine()) {
     reentry_guard guard;

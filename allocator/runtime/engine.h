@@ -65,12 +65,14 @@ class engine {
   int save_trace(std::string_view key, const std::string& path);
   void on_thread_exit(thread_state& t);
 
+  // Makes the thread's counters visible to stats() and its exit known. Idempotent.
+  void register_thread(thread_state& t);
+
   const options& opts() const { return opts_; }
   bool slabs_available() const { return slabs_ok_; }
 
  private:
   engine();
-  void register_thread(thread_state& t);
   key_entry* entry_for(std::string_view key);
   void end_record(thread_state& t);
   void end_replay(thread_state& t);

@@ -1,0 +1,470 @@
+// Replay: after warm-up a repeating iteration is served from the slab, and every
+// deviation from the recording falls back without ever handing out live memory.
+//
+// Each test uses its own plan key; statistics are process-wide, so tests compare
+// deltas. Every block carries a fill pattern checked before it is freed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/slab_range.h"
+#include "replayalloc/replayalloc.hpp"
+#include "support/pattern.h"
+#include "trace/trace_io.h"
+
+namespace {
+
+using replayalloc::testing::fill;
+using replayalloc::testing::intact;
+using replayalloc::detail::backend::in_slab_range;
+
+// One step of an iteration: allocate block `id` of `size` bytes, or free block `id`.
+struct step {
+  bool alloc;
+  int id;
+  std::size_t size = 0;
+};
+step A(int id, std::size_t size) { return {true, id, size}; }
+step F(int id) { return {false, id, 0}; }
+
+struct block {
+  void* p = nullptr;
+  std::size_t size = 0;
+  std::uint64_t tag = 0;
+};
+
+// Runs `steps` (without opening an iteration), filling every block and checking its
+// pattern before freeing it. Blocks not freed by the steps are left in `live`.
+void run_steps(const std::vector<step>& steps, std::map<int, block>& live, std::uint64_t salt,
+               std::vector<void*>* order = nullptr) {
+  for (const step& s : steps) {
+    if (s.alloc) {
+      block b{replayalloc_malloc(s.size), s.size, salt * 1000 + static_cast<std::uint64_t>(s.id)};
+      ASSERT_NE(b.p, nullptr);
+      fill(b.p, b.size, b.tag);
+      if (order) order->push_back(b.p);
+      ASSERT_TRUE(live.emplace(s.id, b).second) << "test bug: id " << s.id << " reused";
+    } else {
+      auto it = live.find(s.id);
+      ASSERT_NE(it, live.end());
+      ASSERT_TRUE(intact(it->second.p, it->second.size, it->second.tag))
+          << "block " << s.id << " was overwritten while live";
+      replayalloc_free(it->second.p);
+      live.erase(it);
+    }
+  }
+}
+
+void check_and_free_all(std::map<int, block>& live) {
+  for (auto& [id, b] : live) {
+    ASSERT_TRUE(intact(b.p, b.size, b.tag)) << "block " << id << " was overwritten while live";
+    replayalloc_free(b.p);
+  }
+  live.clear();
+}
+
+// Runs one whole iteration of `key`. Returns the pointers in allocation order.
+std::vector<void*> iteration(const std::string& key, const std::vector<step>& steps,
+                             std::uint64_t salt) {
+  std::map<int, block> live;
+  std::vector<void*> order;
+  {
+    replayalloc::Iteration it(key);
+    EXPECT_TRUE(it.ok());
+    run_steps(steps, live, salt, &order);
+  }
+  check_and_free_all(live);
+  return order;
+}
+
+// A small inference-shaped iteration: activations that chain, a workspace freed at
+// once, a residual kept across three layers.
+const std::vector<step> k_model = {
+    A(1, 4096),  A(2, 65536), F(2),  A(3, 8192), F(1),  A(4, 8192),  A(5, 1000),
+    F(5),        A(6, 4096),  F(3),  F(4),       A(7, 300), A(8, 16384), F(7), F(6), F(8),
+};
+constexpr int k_model_allocs = 8;
+
+// Warms `key` up: two identical recordings make a plan (REPLAYALLOC_RECORD_ITERATIONS=2).
+void warm_up(const std::string& key, const std::vector<step>& steps) {
+  const std::uint64_t plans = replayalloc::stats().plans;
+  iteration(key, steps, 1);
+  iteration(key, steps, 2);
+  ASSERT_EQ(replayalloc::stats().plans, plans + 1) << "two identical recordings should plan";
+}
+
+TEST(Replay, SteadyStateIsServedFromTheSlabWithTheSamePointers) {
+  warm_up("steady", k_model);
+  const replayalloc::Stats before = replayalloc::stats();
+  std::vector<void*> first;
+  for (int i = 0; i < 20; ++i) {
+    std::vector<void*> ptrs = iteration("steady", k_model, 10 + i);
+    for (void* p : ptrs) EXPECT_TRUE(in_slab_range(p));
+    if (i == 0) first = ptrs;
+    EXPECT_EQ(ptrs, first) << "iteration " << i;
+  }
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_EQ(after.slab_hits - before.slab_hits, 20u * k_model_allocs);
+  EXPECT_EQ(after.fallbacks, before.fallbacks);
+  EXPECT_EQ(after.rerecords, before.rerecords);
+  // Blocks whose lifetimes are disjoint share bytes: the slab is smaller than the sum.
+  EXPECT_LT(after.slab_bytes - before.slab_bytes, 4096u + 65536 + 8192 * 2 + 1000 + 4096 + 300 + 16384);
+}
+
+TEST(Replay, PlanRespectsTheLowerBound) {
+  warm_up("bound", k_model);
+  const replayalloc::Stats s = replayalloc::stats();
+  EXPECT_GE(s.slab_bytes, s.lower_bound_bytes);
+  EXPECT_GT(s.lower_bound_bytes, 0u);
+}
+
+TEST(Replay, BiggerSizeFallsBackAndOthersStillHit) {
+  warm_up("bigger", k_model);
+  std::vector<step> changed = k_model;
+  changed[1].size = 70000;  // block 2: 65536 recorded
+  const replayalloc::Stats before = replayalloc::stats();
+  std::vector<void*> ptrs = iteration("bigger", changed, 20);
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_FALSE(in_slab_range(ptrs[1]));
+  EXPECT_EQ(after.fallbacks - before.fallbacks, 1u);
+  EXPECT_EQ(after.slab_hits - before.slab_hits, k_model_allocs - 1u);
+}
+
+TEST(Replay, ExtraAllocationFallsBackWithoutShiftingTheCursor) {
+  warm_up("extra", k_model);
+  std::vector<step> changed = k_model;
+  changed.insert(changed.begin() + 4, {A(100, 777), F(100)});
+  changed.insert(changed.begin() + 1, A(101, 4096));  // same size as a planned slot ahead
+  changed.push_back(F(101));
+  const replayalloc::Stats before = replayalloc::stats();
+  std::vector<void*> ptrs = iteration("extra", changed, 21);
+  const replayalloc::Stats after = replayalloc::stats();
+  // Block 101 (4096 B) matches a slot further ahead, but the next request is the one
+  // the cursor expects, so the look-ahead is not taken: both extras cost one fallback
+  // each and every planned block still hits.
+  EXPECT_EQ(after.slab_hits - before.slab_hits, static_cast<std::uint64_t>(k_model_allocs));
+  EXPECT_EQ(after.fallback_size_mismatch - before.fallback_size_mismatch, 2u);
+  EXPECT_FALSE(in_slab_range(ptrs[1]));
+}
+
+TEST(Replay, MissingAllocationIsSkippedAndTheRestHits) {
+  warm_up("missing", k_model);
+  std::vector<step> changed;
+  for (const step& s : k_model) {
+    if (s.id != 5) changed.push_back(s);  // block 5 (1000 B) is never made
+  }
+  const replayalloc::Stats before = replayalloc::stats();
+  std::vector<void*> ptrs = iteration("missing", changed, 22);
+  const replayalloc::Stats after = replayalloc::stats();
+  // Block 6 matches the slot after the missing one: it falls back once, then block 7
+  // confirms the jump and the rest of the iteration hits.
+  EXPECT_EQ(after.slab_hits - before.slab_hits, k_model_allocs - 2u);
+  EXPECT_EQ(after.fallback_size_mismatch - before.fallback_size_mismatch, 1u);
+  ASSERT_EQ(ptrs.size(), 7u);
+  EXPECT_FALSE(in_slab_range(ptrs[4]));  // block 6
+  for (int i : {0, 1, 2, 3, 5, 6}) EXPECT_TRUE(in_slab_range(ptrs[i])) << i;
+}
+
+TEST(Replay, BlockHeldPastItsRecordedFreeIsNeverHandedOutAgain) {
+  // Lifetimes:        0  1  2  3  4  5
+  //   1 (64 KiB)      [--]
+  //   2 (64 KiB)            [--]        shares 1's bytes in the plan
+  //   3 (64 KiB)                  [--]  shares them too
+  const std::vector<step> rec = {A(1, 65536), F(1), A(2, 65536), F(2), A(3, 65536), F(3)};
+  warm_up("held", rec);
+  const std::vector<void*> planned = iteration("held", rec, 30);
+  ASSERT_EQ(planned[0], planned[1]) << "the plan should reuse the bytes";
+  // Now block 1 is held to the end: 2 and 3 must not be placed on its bytes.
+  const std::vector<step> held = {A(1, 65536), A(2, 65536), F(2), A(3, 65536), F(3), F(1)};
+  const replayalloc::Stats before = replayalloc::stats();
+  std::vector<void*> ptrs = iteration("held", held, 31);
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_NE(ptrs[1], ptrs[0]);
+  EXPECT_NE(ptrs[2], ptrs[0]);
+  EXPECT_EQ(after.fallback_overlap_live - before.fallback_overlap_live, 2u);
+}
+
+TEST(Replay, BlockFreedOnAnotherThreadIsAccountedAndTheSlabReused) {
+  warm_up("remote", k_model);
+  const replayalloc::Stats before = replayalloc::stats();
+  for (int round = 0; round < 5; ++round) {
+    std::map<int, block> live;
+    {
+      replayalloc::Iteration it("remote");
+      run_steps({A(1, 4096), A(2, 65536)}, live, 40 + round);
+      // Another thread frees block 2 while the iteration runs.
+      block b2 = live[2];
+      live.erase(2);
+      std::thread([&] {
+        EXPECT_TRUE(intact(b2.p, b2.size, b2.tag));
+        replayalloc_free(b2.p);
+      }).join();
+      run_steps({A(3, 8192), F(1), A(4, 8192), A(5, 1000), F(5), A(6, 4096), F(3), F(4), A(7, 300),
+                 A(8, 16384), F(7), F(6), F(8)},
+                live, 40 + round);
+    }
+    check_and_free_all(live);
+  }
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_EQ(after.remote_frees - before.remote_frees, 5u);
+  EXPECT_EQ(after.slab_hits - before.slab_hits, 5u * k_model_allocs);
+}
+
+TEST(Replay, BlockFreedAfterTheIterationEndedKeepsItsSlabOutOfThePool) {
+  warm_up("late", k_model);
+  std::map<int, block> held;
+  std::vector<void*> first;
+  {
+    replayalloc::Iteration it("late");
+    std::map<int, block> live;
+    run_steps({A(1, 4096)}, live, 50, &first);
+    held = live;  // block 1 is kept past the iteration's end
+    live.clear();
+    std::map<int, block> rest;
+    std::vector<step> tail(k_model.begin() + 1, k_model.end());
+    for (auto& s : tail) {
+      if (!s.alloc && s.id == 1) s = A(99, 64);  // replace F(1) by something harmless
+    }
+    run_steps(tail, rest, 50);
+    check_and_free_all(rest);
+  }
+  // The next iterations must run on another slab: block 1's bytes stay untouched.
+  for (int i = 0; i < 3; ++i) {
+    std::vector<void*> ptrs = iteration("late", k_model, 51 + i);
+    for (void* p : ptrs) EXPECT_NE(p, first[0]);
+    ASSERT_TRUE(intact(held[1].p, held[1].size, held[1].tag));
+  }
+  check_and_free_all(held);  // the slab drains and goes back to the pool
+  // Holding one block per iteration and freeing it later must not grow memory without bound.
+  const std::uint64_t mapped = replayalloc::stats().mapped_bytes;
+  for (int i = 0; i < 50; ++i) {
+    std::map<int, block> keep;
+    {
+      replayalloc::Iteration it("late");
+      run_steps(k_model, keep, 60 + i);  // all freed inside...
+    }
+    check_and_free_all(keep);
+  }
+  EXPECT_LE(replayalloc::stats().mapped_bytes, mapped);
+}
+
+TEST(Replay, IterationThatNeverEndsFallsBackBeyondThePlanAndEndsAtThreadExit) {
+  warm_up("endless", k_model);
+  const replayalloc::Stats before = replayalloc::stats();
+  std::thread([] {
+    ASSERT_EQ(replayalloc_iteration_begin("endless"), 0);
+    std::map<int, block> live;
+    run_steps(k_model, live, 70);
+    // Keep going as if the iteration never ended: a second round is beyond the plan.
+    std::vector<step> again;
+    for (const step& s : k_model) again.push_back({s.alloc, s.id + 100, s.size});
+    run_steps(again, live, 71);
+    // One block stays live at thread exit; it must survive the iteration's forced end.
+    run_steps({A(500, 4096)}, live, 72);
+    ASSERT_EQ(live.size(), 1u);
+    block b = live.begin()->second;
+    // Hand it to the parent through a global by copying into a heap box.
+    static block survivor;
+    survivor = b;
+  }).join();
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_EQ(after.slab_hits - before.slab_hits, static_cast<std::uint64_t>(k_model_allocs));
+  EXPECT_EQ(after.fallback_beyond_plan - before.fallback_beyond_plan, k_model_allocs + 1u);
+  // The thread's exit ended the iteration; the next one replays normally.
+  std::vector<void*> ptrs = iteration("endless", k_model, 73);
+  for (void* p : ptrs) EXPECT_TRUE(in_slab_range(p));
+}
+
+TEST(Replay, NestedIterationsJoinTheOuterOne) {
+  EXPECT_EQ(replayalloc_iteration_begin("outer"), 0);
+  EXPECT_EQ(replayalloc_iteration_begin("inner"), REPLAYALLOC_NESTED);
+  {
+    replayalloc::Iteration nested("inner2");
+    EXPECT_TRUE(nested.nested());
+  }
+  EXPECT_EQ(replayalloc_iteration_end(), REPLAYALLOC_NESTED);
+  EXPECT_EQ(replayalloc_iteration_end(), 0);
+  errno = 0;
+  EXPECT_EQ(replayalloc_iteration_end(), -1);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(replayalloc_iteration_begin(""), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(replayalloc_iteration_begin(nullptr), -1);
+}
+
+TEST(Replay, PersistentDeviationRecordsAgainAndReplaysTheNewPattern) {
+  warm_up("drift", k_model);
+  std::vector<step> other = {A(1, 12345), A(2, 54321), F(1), A(3, 777), F(2), F(3)};
+  const replayalloc::Stats before = replayalloc::stats();
+  for (int i = 0; i < 10; ++i) iteration("drift", other, 80 + i);
+  const replayalloc::Stats mid = replayalloc::stats();
+  EXPECT_EQ(mid.rerecords - before.rerecords, 1u);
+  EXPECT_EQ(mid.plans - before.plans, 1u);
+  std::vector<void*> ptrs = iteration("drift", other, 95);
+  for (void* p : ptrs) EXPECT_TRUE(in_slab_range(p));
+}
+
+TEST(Replay, ReallocOfASlabBlockMovesItsBytes) {
+  const std::vector<step> rec = {A(1, 4096), F(1), A(2, 4096), F(2)};
+  warm_up("realloc", rec);
+  replayalloc::Iteration it("realloc");
+  void* p = replayalloc_malloc(4096);
+  ASSERT_TRUE(in_slab_range(p));
+  fill(p, 4096, 7);
+  void* q = replayalloc_realloc(p, 100000);
+  ASSERT_NE(q, nullptr);
+  EXPECT_TRUE(intact(q, 4096, 7));
+  EXPECT_GE(replayalloc_usable_size(q), 100000u);
+  replayalloc_free(q);
+}
+
+TEST(Replay, CallocIsZeroEvenOnReusedSlabBytes) {
+  const std::vector<step> rec = {A(1, 8192), F(1)};
+  warm_up("calloc", rec);
+  for (int i = 0; i < 3; ++i) {
+    replayalloc::Iteration it("calloc");
+    auto* p = static_cast<unsigned char*>(replayalloc_calloc(1024, 8));
+    ASSERT_TRUE(in_slab_range(p));
+    for (int k = 0; k < 8192; ++k) ASSERT_EQ(p[k], 0) << "byte " << k;
+    std::memset(p, 0xab, 8192);  // dirty it for the next iteration
+    replayalloc_free(p);
+  }
+}
+
+TEST(Replay, AlignedAllocationsKeepTheirAlignment) {
+  for (int i = 0; i < 5; ++i) {
+    replayalloc::Iteration it("aligned");
+    void* a = replayalloc_aligned_alloc(4096, 10000);
+    void* b = replayalloc_malloc(100);
+    void* c = nullptr;
+    ASSERT_EQ(replayalloc_posix_memalign(&c, 256, 3000), 0);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % 4096, 0u);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(c) % 256, 0u);
+    if (i >= 2) {
+      EXPECT_TRUE(in_slab_range(a));
+      EXPECT_TRUE(in_slab_range(c));
+    }
+    replayalloc_free(a);
+    replayalloc_free(b);
+    replayalloc_free(c);
+  }
+}
+
+TEST(Replay, OutlivingAllocationsAreServedByTheBackend) {
+  std::vector<void*> outputs;
+  for (int i = 0; i < 5; ++i) {
+    replayalloc::Iteration it("outlive");
+    void* tmp = replayalloc_malloc(4096);
+    void* out = replayalloc_malloc(2048);  // the iteration's output, freed later
+    fill(out, 2048, 100 + i);
+    replayalloc_free(tmp);
+    outputs.push_back(out);
+  }
+  for (int i = 2; i < 5; ++i) EXPECT_FALSE(in_slab_range(outputs[i]));
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(intact(outputs[i], 2048, 100 + i));
+    replayalloc_free(outputs[i]);
+  }
+}
+
+TEST(Replay, DoubleAndInvalidFreesOfSlabBlocksAreRefused) {
+  const std::vector<step> rec = {A(1, 4096), F(1)};
+  warm_up("double", rec);
+  replayalloc::Iteration it("double");
+  void* p = replayalloc_malloc(4096);
+  ASSERT_TRUE(in_slab_range(p));
+  const replayalloc::Stats before = replayalloc::stats();
+  ::testing::internal::CaptureStderr();
+  replayalloc_free(static_cast<char*>(p) + 64);  // interior pointer
+  replayalloc_free(p);
+  replayalloc_free(p);  // double free
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_EQ(after.invalid_frees - before.invalid_frees, 1u);
+  EXPECT_EQ(after.double_frees - before.double_frees, 1u);
+  EXPECT_THAT(err, ::testing::HasSubstr("not the start of a block"));
+  EXPECT_THAT(err, ::testing::HasSubstr("not live"));
+}
+
+TEST(MallocContract, EdgeCasesFollowGlibc) {
+  void* z = replayalloc_malloc(0);
+  EXPECT_NE(z, nullptr);
+  replayalloc_free(z);
+  errno = 0;
+  EXPECT_EQ(replayalloc_malloc(SIZE_MAX), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  errno = 0;
+  EXPECT_EQ(replayalloc_calloc(SIZE_MAX / 2, 3), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  errno = 0;
+  EXPECT_EQ(replayalloc_aligned_alloc(24, 100), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  void* p = nullptr;
+  EXPECT_EQ(replayalloc_posix_memalign(&p, 4, 100), EINVAL);
+  EXPECT_EQ(replayalloc_posix_memalign(&p, 48, 100), EINVAL);
+  EXPECT_EQ(replayalloc_posix_memalign(&p, 64, SIZE_MAX), ENOMEM);
+  void* r = replayalloc_realloc(nullptr, 100);
+  ASSERT_NE(r, nullptr);
+  EXPECT_GE(replayalloc_usable_size(r), 100u);
+  EXPECT_EQ(replayalloc_realloc(r, 0), nullptr);
+  replayalloc_free(nullptr);
+  EXPECT_EQ(replayalloc_usable_size(nullptr), 0u);
+  void* big = replayalloc_aligned_alloc(std::size_t{4} << 20, 100);  // beyond a slot's alignment
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(big) % (std::size_t{4} << 20), 0u);
+  replayalloc_free(big);
+}
+
+TEST(Api, StatsJsonHasTheDocumentedKeysAndReportsItsLength) {
+  char small[8];
+  const std::size_t need = replayalloc_stats_json(small, sizeof small);
+  EXPECT_GT(need, sizeof small);
+  EXPECT_EQ(small[sizeof small - 1], '\0');
+  std::string buf(need + 1, '\0');
+  EXPECT_EQ(replayalloc_stats_json(buf.data(), buf.size()), need);
+  for (const char* key : {"\"allocations\"", "\"slab_hits\"", "\"fallbacks\"", "\"plans\"",
+                          "\"rerecords\"", "\"slab_bytes\"", "\"lower_bound_bytes\""}) {
+    EXPECT_THAT(buf, ::testing::HasSubstr(key));
+  }
+  EXPECT_EQ(replayalloc_stats_json(nullptr, 0), need);
+}
+
+TEST(Api, SavedTraceCarriesSizesLifetimesAndOps) {
+  const unsigned conv = replayalloc_op_id("aten::conv2d");
+  const unsigned relu = replayalloc_op_id("aten::relu");
+  EXPECT_EQ(replayalloc_op_id("aten::conv2d"), conv);
+  {
+    replayalloc::Iteration it("traced");
+    void* a;
+    {
+      replayalloc::OpScope op(conv);
+      a = replayalloc_malloc(1000);
+    }
+    replayalloc::OpScope op(relu);
+    void* b = replayalloc_malloc(2000);
+    replayalloc_free(a);
+    replayalloc_free(b);
+  }
+  const std::string path = ::testing::TempDir() + "/traced.csv";
+  ASSERT_EQ(replayalloc_save_trace("traced", path.c_str()), 0);
+  absl::StatusOr<replayalloc::trace> t = replayalloc::read_trace_file(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->allocations.size(), 2u);
+  EXPECT_EQ(t->allocations[0].size, 1000u);
+  EXPECT_EQ(t->ops[t->allocations[0].op], "aten::conv2d");
+  EXPECT_EQ(t->ops[t->allocations[1].op], "aten::relu");
+  EXPECT_EQ(t->allocations[0].free_at, 2u);
+  EXPECT_EQ(t->allocations[1].free_at, 3u);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(replayalloc_save_trace("never-run", path.c_str()), -1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), ::testing::HasSubstr("no recording"));
+}
+
+}  // namespace
