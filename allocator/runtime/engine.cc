@@ -296,7 +296,6 @@ void engine::make_plan(key_entry& e, const trace& tr) {
   e.version = v;
   e.recordings = 0;
   e.same_in_a_row = 0;
-  e.deviating_in_a_row = 0;
   e.slab_bytes = p->slab_bytes;
   e.lower_bound_bytes = p->lower_bound_bytes;
 }
@@ -324,17 +323,23 @@ void engine::end_replay(thread_state& t) {
   const std::uint64_t pct = opts_.deviation_percent;
   const bool deviated = planned > 0 && (misses * 100 > pct * planned ||
                                         std::uint64_t{planned - std::min(handed, planned)} * 100 > pct * planned);
+  // Deviation is counted per thread: a thread whose every iteration deviates has a
+  // program that changed; threads that deviate now and then, interleaved, do not.
+  if (t.deviation_entry != t.entry) {
+    t.deviation_entry = t.entry;
+    t.deviating_in_a_row = 0;
+  }
+  t.deviating_in_a_row = deviated ? t.deviating_in_a_row + 1 : 0;
+  if (!deviated || opts_.replan_after == 0 || t.deviating_in_a_row < opts_.replan_after) return;
+  t.deviating_in_a_row = 0;
   key_entry& e = *t.entry;
   bool retire = false;
   {
     std::lock_guard<std::mutex> lock(e.mu);
-    if (e.version != v) return;  // already replaced
-    e.deviating_in_a_row = deviated ? e.deviating_in_a_row + 1 : 0;
-    if (deviated && opts_.replan_after > 0 && e.deviating_in_a_row >= opts_.replan_after) {
+    if (e.version == v) {  // not already replaced by another thread
       e.version = nullptr;
       e.recordings = 0;
       e.same_in_a_row = 0;
-      e.deviating_in_a_row = 0;
       e.slab_bytes = 0;
       e.lower_bound_bytes = 0;
       retire = true;

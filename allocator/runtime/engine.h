@@ -42,7 +42,6 @@ struct key_entry {
   std::uint32_t recordings = 0;     // since the last plan
   std::uint32_t same_in_a_row = 0;  // identical consecutive recordings
   std::uint64_t last_signature = 0;
-  std::uint32_t deviating_in_a_row = 0;
   std::shared_ptr<const trace> last_trace;
   std::uint64_t slab_bytes = 0;
   std::uint64_t lower_bound_bytes = 0;

@@ -37,6 +37,8 @@ struct thread_state {
   trace_recorder* recorder = nullptr;
   std::uint64_t misses_at_begin = 0;
   std::uint64_t min_size = 0;
+  key_entry* deviation_entry = nullptr;  // the key deviating_in_a_row counts for
+  std::uint32_t deviating_in_a_row = 0;
 
   std::atomic<std::uint64_t> slab_hits{0};
   std::atomic<std::uint64_t> hit_bytes{0};
