@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "planner/planner.h"
+#include "support/config.h"
 #include "support/status.h"
 
 namespace replayalloc {
@@ -19,8 +20,9 @@ inline std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a 
 
 absl::StatusOr<placement> plan_greedy_by_size(const trace& t, const planner_options& o) {
   REPLAYALLOC_RETURN_IF_ERROR(check_trace(t));
-  REPLAYALLOC_EXPECTS(o.slot_align != 0 && (o.slot_align & (o.slot_align - 1)) == 0,
-                      "slot alignment ", o.slot_align, " is not a power of two");
+  REPLAYALLOC_EXPECTS(o.slot_align != 0 && (o.slot_align & (o.slot_align - 1)) == 0 &&
+                          o.slot_align <= detail::max_slot_align,
+                      "slot alignment ", o.slot_align, " is not a power of two up to 2 MiB");
   const auto& all = t.allocations;
   const std::size_t n = all.size();
   placement p;

@@ -8,6 +8,7 @@ namespace replayalloc {
 
 absl::Status validate(const trace& t, const placement& p, const planner_options& o) {
   const auto& all = t.allocations;
+  REPLAYALLOC_RETURN_IF_ERROR(check_trace(t));  // the sweep below relies on a sane trace
   REPLAYALLOC_EXPECTS(p.offsets.size() == all.size(), "placement has ", p.offsets.size(),
                       " offsets for a trace of ", all.size(), " allocations");
   struct step {

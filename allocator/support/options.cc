@@ -122,8 +122,7 @@ int parse_options(char* const* envp, options* out) {
   *out = options{};
   // The verbosity decides whether the other messages print: read it first.
   if (const char* v = find_env(envp, "REPLAYALLOC_VERBOSE")) {
-    std::uint64_t n;
-    if (parse_size(v, &n) && n <= 3) out->verbose = static_cast<int>(n);
+    if (v[0] >= '0' && v[0] <= '3' && v[1] == '\0') out->verbose = v[0] - '0';
   }
   set_log_verbosity(out->verbose);
   int bad = 0;
@@ -186,10 +185,14 @@ int parse_options(char* const* envp, options* out) {
     }
   }
   if (out->record_limit < out->record_iterations) {
-    ++bad;
-    REPLAYALLOC_LOG(error,
-                    "REPLAYALLOC_RECORD_LIMIT=%u is below REPLAYALLOC_RECORD_ITERATIONS=%u; using %u",
-                    out->record_limit, out->record_iterations, out->record_iterations);
+    // Only a contradiction when both were set; a raised RECORD_ITERATIONS alone
+    // raises the limit with it.
+    if (find_env(envp, "REPLAYALLOC_RECORD_LIMIT") != nullptr) {
+      ++bad;
+      REPLAYALLOC_LOG(error,
+                      "REPLAYALLOC_RECORD_LIMIT=%u is below REPLAYALLOC_RECORD_ITERATIONS=%u; using %u",
+                      out->record_limit, out->record_iterations, out->record_iterations);
+    }
     out->record_limit = out->record_iterations;
   }
   // Warn about misspelled settings: a REPLAYALLOC_ variable that is not in the table.

@@ -116,7 +116,12 @@ std::string encode_trace_binary(const trace& t) {
   put<std::uint32_t>(out, 0);  // flags, reserved
   put<std::uint64_t>(out, t.allocations.size());
   put<std::uint64_t>(out, t.ops.size());
-  put<std::uint64_t>(out, t.events);
+  // The event counter must cover every position; a trace built by hand may leave it 0.
+  std::uint64_t events = t.events;
+  for (const trace_allocation& a : t.allocations) {
+    events = std::max(events, a.outlives() ? a.alloc_at + 1 : a.free_at);
+  }
+  put<std::uint64_t>(out, events);
   put<std::uint64_t>(out, t.signature());
   put<std::uint32_t>(out, static_cast<std::uint32_t>(t.key.size()));
   out.append(t.key);
