@@ -5,13 +5,15 @@
 
 namespace replayalloc::detail {
 
-compiled_plan compile_plan(const trace& t, const placement& p, const planner_options& o) {
+compiled_plan compile_plan(const trace& t, const placement& p, const planner_options& o,
+                           const std::vector<bool>* managed) {
   compiled_plan c;
   const auto& all = t.allocations;
   c.slots.resize(all.size());
   c.slab_bytes = p.slab_bytes;
   c.lower_bound_bytes = p.lower_bound_bytes;
   c.signature = t.signature();
+  c.slot_align = o.slot_align;
 
   // Painting the slab in allocation order: `painted` maps the start of each covered
   // byte range to (its end, the latest slot that covered it). Ranges are disjoint.
@@ -30,7 +32,11 @@ compiled_plan compile_plan(const trace& t, const placement& p, const planner_opt
     s.overlap_count = 0;
     s.offset_row = 0;
     s.free_rank = no_rank;
-    if (s.offset == not_in_slab) continue;
+    if (s.offset == not_in_slab) {
+      const bool m = managed != nullptr && i < managed->size() && (*managed)[i];
+      s.offset_row = static_cast<std::uint32_t>(m ? backend_kind::managed : backend_kind::ordinary);
+      continue;
+    }
     ++c.planned_slots;
     c.planned_bytes += s.size;
     const auto [row, fresh] =

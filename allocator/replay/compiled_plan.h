@@ -35,12 +35,20 @@ using ivector = std::vector<T, backend::internal_allocator<T>>;
 
 inline constexpr std::uint32_t no_rank = UINT32_MAX;
 
+// Which backend memory serves a slot that is not in the slab.
+enum class backend_kind : std::uint32_t {
+  ordinary = 0,  // the domain's fallback (jemalloc; cudaMallocAsync)
+  managed = 1,   // large-model support: CUDA managed memory
+};
+
 struct slot {
   std::uint64_t size;           // bytes requested when recorded; a hit needs the same
   std::uint64_t offset;         // in the slab, or not_in_slab (served by the backend)
   std::uint32_t overlap_begin;  // [overlap_begin, +overlap_count) in overlaps
   std::uint32_t overlap_count;
-  std::uint32_t offset_row;     // row of `offset` in a slab's owner table
+  // In the slab: the row of `offset` in a slab's owner table. Not in the slab: the
+  // backend_kind that serves it.
+  std::uint32_t offset_row;
   std::uint32_t free_rank;      // position in free_order, or no_rank
 };
 
@@ -55,11 +63,14 @@ struct compiled_plan {
   std::uint64_t slab_bytes = 0;
   std::uint64_t lower_bound_bytes = 0;
   std::uint64_t signature = 0;
+  std::uint64_t slot_align = 64;
   std::uint32_t planned_slots = 0;   // slots with an offset in the slab
   std::uint64_t planned_bytes = 0;   // sum of their requested sizes
 };
 
-// Builds the compiled form. pre: validate(t, p, o) is OK.
-compiled_plan compile_plan(const trace& t, const placement& p, const planner_options& o);
+// Builds the compiled form. pre: validate(t, p, o) is OK. `managed`, when given,
+// marks (one flag per allocation) the slots out of the slab that managed memory serves.
+compiled_plan compile_plan(const trace& t, const placement& p, const planner_options& o,
+                           const std::vector<bool>* managed = nullptr);
 
 }  // namespace replayalloc::detail

@@ -63,11 +63,15 @@ struct replay_cursor {
   // can be read from any thread.
   slab* current = nullptr;
   std::uint32_t resync_window = 8;
+  std::uint64_t min_size = 0;  // smaller requests bypass the plan (REPLAYALLOC_MIN_SIZE)
+  backend_kind last_kind = backend_kind::ordinary;  // of the last request the slab declined
   std::uint32_t pending = 0;  // look-ahead match to confirm (slot after it), 0 none
   bool mismatched = false;    // the previous slow-path request matched no slot
   std::atomic<std::uint64_t> misses[static_cast<unsigned>(miss_reason::count)] = {};
   std::atomic<std::uint64_t> miss_bytes{0};
   std::atomic<std::uint64_t> backend_planned{0};  // outliving slots, served as planned
+  std::atomic<std::uint64_t> bypassed{0};         // below min_size (or empty)
+  std::atomic<std::uint64_t> bypassed_bytes{0};
   std::atomic<std::uint64_t> remote_frees{0};     // slab blocks freed outside their iteration
   std::atomic<std::uint64_t> invalid_frees{0};    // slab-range pointers that are no block
   std::atomic<std::uint64_t> double_frees{0};     // blocks freed that were not live
@@ -78,19 +82,24 @@ inline void bump(std::atomic<std::uint64_t>& a, std::uint64_t n = 1) {
   a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
+// The slab's answer when the fast path could not serve: a block, or null when the
+// request belongs to the backend (c.last_kind says which kind of backend memory).
 void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align);
-void replay_free_slow(replay_cursor& c, void* p);
+// pre: s owns p (null: p lies in no slab, and the free is reported as invalid).
+void replay_free_slow(replay_cursor& c, void* p, slab* s);
 
 // True when slot i's bytes may be in use: live, or passed over while busy.
 REPLAYALLOC_ALWAYS_INLINE bool slot_occupied(const replay_cursor& c, std::uint32_t i) {
   return (c.state[i].load(std::memory_order_acquire) | 2u) == (c.live_tag | 2u);
 }
 
-// pre: c.count != 0 (replaying), align is a power of two >= malloc_align.
-// Returns a block of `size` bytes, from the slab when the plan allows, else from the
-// backend (slow path). Null only when the backend is out of memory.
+// pre: replaying (c.count may be 0: then everything falls back), align is a power of
+// two >= malloc_align. Returns a block of `size` bytes, from the slab when the plan
+// allows, else `fallback(size, align, kind)` (the domain's backend). Null only when
+// the backend is out of memory.
+template <class Fallback>
 REPLAYALLOC_ALWAYS_INLINE void* replay_malloc(replay_cursor& c, std::size_t size,
-                                              std::size_t align) {
+                                              std::size_t align, Fallback&& fallback) {
   if (c.next < c.count) [[likely]] {
     const slot& s = c.slots[c.next];
     // not_in_slab has every low bit set, so an unplanned slot fails this test too.
@@ -108,11 +117,14 @@ REPLAYALLOC_ALWAYS_INLINE void* replay_malloc(replay_cursor& c, std::size_t size
       }
     }
   }
-  return replay_malloc_slow(c, size, align);
+  void* p = replay_malloc_slow(c, size, align);
+  return p != nullptr ? p : fallback(size, align, c.last_kind);
 }
 
-// pre: p lies in the slab range (backend::in_slab_range). Any thread, replaying or not.
-REPLAYALLOC_ALWAYS_INLINE void replay_free(replay_cursor& c, void* p) {
+// pre: p lies in a slab range (host: backend::in_slab_range). Any thread, replaying or
+// not. `owner_of(p)` names the slab owning p; it is called only off the predicted path.
+template <class OwnerOf>
+REPLAYALLOC_ALWAYS_INLINE void replay_free(replay_cursor& c, void* p, OwnerOf&& owner_of) {
   if (c.free_next < c.free_count) [[likely]] {
     const std::uint32_t i = c.free_order[c.free_next];
     if (p == c.base + c.slots[i].offset &&
@@ -123,7 +135,7 @@ REPLAYALLOC_ALWAYS_INLINE void replay_free(replay_cursor& c, void* p) {
       return;
     }
   }
-  replay_free_slow(c, p);
+  replay_free_slow(c, p, owner_of(p));
 }
 
 }  // namespace replayalloc::detail

@@ -7,7 +7,33 @@
 
 namespace replayalloc::detail {
 
-slab* plan_version::acquire(std::uint32_t max_slabs, bool prefault, const char** why) {
+namespace {
+
+class host_slab_source final : public slab_source {
+ public:
+  explicit host_slab_source(bool prefault) : prefault_(prefault) {}
+  void* map(std::size_t bytes, const char** why) override {
+    void* p = backend::map_slab(bytes, bytes, prefault_);
+    if (p == nullptr) *why = "the slab range is full or the system has no memory";
+    return p;
+  }
+  void unmap(void* p, std::size_t bytes) override { backend::unmap_slab(p, bytes); }
+  void set_owner(void* p, std::size_t bytes, slab* owner) override {
+    backend::set_chunk_owner(p, bytes, owner);
+  }
+
+ private:
+  bool prefault_;
+};
+
+}  // namespace
+
+slab_source& host_slabs(bool prefault) {
+  static host_slab_source with(true), without(false);
+  return prefault ? static_cast<slab_source&>(with) : without;
+}
+
+slab* plan_version::acquire(std::uint32_t max_slabs, void* context, const char** why) {
   slab* s = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -29,18 +55,18 @@ slab* plan_version::acquire(std::uint32_t max_slabs, bool prefault, const char**
   if (s == nullptr) {
     const std::size_t n_slots = plan.slots.size();
     const std::size_t n_rows = plan.offset_rows.size();
-    void* mem = backend::map_slab(plan.slab_bytes, plan.slab_bytes, prefault);
+    void* mem = source->map(plan.slab_bytes, why);
     void* state = backend::fallback_calloc((n_slots + 1) * sizeof(std::atomic<std::uint32_t>));
     void* rows = backend::fallback_calloc((n_rows + 1) * sizeof(std::atomic<std::uint32_t>));
     void* obj = backend::fallback_alloc(sizeof(slab), alignof(slab));
     if (mem == nullptr || state == nullptr || rows == nullptr || obj == nullptr) {
-      if (mem != nullptr) backend::unmap_slab(mem, plan.slab_bytes);
+      if (mem != nullptr) source->unmap(mem, plan.slab_bytes);
       if (state != nullptr) backend::fallback_free(state);
       if (rows != nullptr) backend::fallback_free(rows);
       if (obj != nullptr) backend::fallback_free(obj);
       std::lock_guard<std::mutex> lock(mu_);
       --slabs_;
-      *why = "no memory for a new slab";
+      if (mem != nullptr) *why = "no memory for a slab's bookkeeping";
       return nullptr;
     }
     s = new (obj) slab;
@@ -49,8 +75,9 @@ slab* plan_version::acquire(std::uint32_t max_slabs, bool prefault, const char**
     s->version = this;
     s->state = static_cast<std::atomic<std::uint32_t>*>(state);
     s->slot_at = static_cast<std::atomic<std::uint32_t>*>(rows);
-    backend::set_chunk_owner(mem, plan.slab_bytes, s);
+    source->set_owner(mem, plan.slab_bytes, s);
   }
+  source->on_acquire(s, context);
   // A new epoch: every state word from the previous iteration now reads "not handed
   // out". Before the epoch field wraps, clear the words instead.
   std::uint32_t tag = s->live_tag.load(std::memory_order_relaxed) + 4;
@@ -64,6 +91,7 @@ slab* plan_version::acquire(std::uint32_t max_slabs, bool prefault, const char**
 }
 
 void plan_version::release(slab* s) {
+  source->on_release(s);
   bool last = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -105,8 +133,8 @@ std::uint32_t plan_version::slab_count() {
 }
 
 void plan_version::destroy(slab* s) {
-  backend::set_chunk_owner(s->base, s->mapped, nullptr);
-  backend::unmap_slab(s->base, s->mapped);
+  source->set_owner(s->base, s->mapped, nullptr);
+  source->unmap(s->base, s->mapped);
   backend::fallback_free(s->state);
   backend::fallback_free(s->slot_at);
   s->~slab();

@@ -41,6 +41,10 @@ struct slab {
   std::uint8_t* base = nullptr;
   std::size_t mapped = 0;
   plan_version* version = nullptr;
+  // Device slabs only (integrations/cuda): the stream whose work last used the slab,
+  // and an event recorded there when the slab went back to the pool.
+  void* stream = nullptr;
+  void* ready_event = nullptr;
   std::atomic<std::uint32_t>* state = nullptr;    // one per slot
   std::atomic<std::uint32_t>* slot_at = nullptr;  // one per offset row
   std::atomic<std::uint32_t> live_tag{slot_live};  // (epoch << 2) | slot_live
@@ -48,14 +52,34 @@ struct slab {
   slab* next_free = nullptr;
 };
 
+// Where a plan's slabs come from: host memory in the reserved range (host_slabs()),
+// or device memory (integrations/cuda). Called on the slow path only.
+class slab_source {
+ public:
+  virtual ~slab_source() = default;
+  // Committed memory for a slab of `bytes`, or null with *why set.
+  virtual void* map(std::size_t bytes, const char** why) = 0;
+  virtual void unmap(void* p, std::size_t bytes) = 0;
+  // Registers `owner` (null: clears) as the owner of [p, p + bytes) for frees.
+  virtual void set_owner(void* p, std::size_t bytes, slab* owner) = 0;
+  // A new iteration takes the slab; `context` is what the caller passed to acquire.
+  virtual void on_acquire(slab* s, void* context) {}
+  // The slab drained and goes back to the pool (or is about to be destroyed).
+  virtual void on_release(slab* s) {}
+};
+
+// Host slabs in the reserved range; `prefault` touches their pages when made.
+slab_source& host_slabs(bool prefault);
+
 struct plan_version {
   compiled_plan plan;
   std::string key;
   std::uint64_t id = 0;
+  slab_source* source = nullptr;
 
   // A slab ready for a new iteration (its epoch advanced), or null with *why set when
   // the pool is at its limit, the version is retired or memory ran out.
-  slab* acquire(std::uint32_t max_slabs, bool prefault, const char** why);
+  slab* acquire(std::uint32_t max_slabs, void* context, const char** why);
 
   // Returns a drained slab (refs reached zero).
   void release(slab* s);

@@ -13,8 +13,6 @@
 // may cost one more fallback, never correctness. Slots passed over are marked dead
 // or blocked (Note [Overlap lists] in compiled_plan.h), never handed out later.
 
-#include "backend/backend.h"
-#include "backend/slab_range.h"
 #include "replay/fast_path.h"
 #include "support/log.h"
 
@@ -36,10 +34,12 @@ void pass_over(replay_cursor& c, std::uint32_t j) {
                    std::memory_order_release);
 }
 
-REPLAYALLOC_COLD void* miss(replay_cursor& c, miss_reason why, std::size_t size, std::size_t align) {
+// The request goes to the domain's backend (the caller allocates it).
+REPLAYALLOC_COLD void* miss(replay_cursor& c, miss_reason why, std::size_t size) {
   bump(c.misses[static_cast<unsigned>(why)]);
   bump(c.miss_bytes, size);
-  return backend::fallback_alloc(size, align);
+  c.last_kind = backend_kind::ordinary;
+  return nullptr;
 }
 
 // Takes slot i for this request (the cursor moves past it), from the slab when its
@@ -48,18 +48,20 @@ void* take(replay_cursor& c, std::uint32_t i, std::size_t size, std::size_t alig
   const slot& s = c.slots[i];
   c.next = i + 1;
   if (s.offset == not_in_slab) {
-    // The recording saw this block outlive the iteration: the backend serves it.
+    // The recording saw this block outlive the iteration, or large-model support
+    // moved it out of the slab: the backend serves it, as planned.
     bump(c.backend_planned);
-    return backend::fallback_alloc(size, align);
+    c.last_kind = static_cast<backend_kind>(s.offset_row);
+    return nullptr;
   }
   if ((s.offset & (align - 1)) != 0) {
     pass_over(c, i);
-    return miss(c, miss_reason::alignment, size, align);
+    return miss(c, miss_reason::alignment, size);
   }
   if (!overlaps_free(c, s)) {
     // An earlier block on these bytes is still held (freed later than recorded).
     c.state[i].store((c.live_tag & ~3u) | slot_blocked, std::memory_order_release);
-    return miss(c, miss_reason::overlap_live, size, align);
+    return miss(c, miss_reason::overlap_live, size);
   }
   c.state[i].store(c.live_tag, std::memory_order_relaxed);
   c.slot_at[s.offset_row].store(i, std::memory_order_relaxed);
@@ -71,7 +73,14 @@ void* take(replay_cursor& c, std::uint32_t i, std::size_t size, std::size_t alig
 }  // namespace
 
 void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align) {
-  if (c.next >= c.count) return miss(c, miss_reason::beyond_plan, size, align);
+  if (size < c.min_size || size == 0) {
+    // Never recorded, never planned: straight to the backend, the cursor untouched.
+    bump(c.bypassed);
+    bump(c.bypassed_bytes, size);
+    c.last_kind = backend_kind::ordinary;
+    return nullptr;
+  }
+  if (c.next >= c.count) return miss(c, miss_reason::beyond_plan, size);
   const std::uint32_t lookahead = c.pending;
   c.pending = 0;
   // The slot at the cursor: the previous mismatch was an extra allocation, or the fast
@@ -100,11 +109,10 @@ void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align) 
       break;
     }
   }
-  return miss(c, miss_reason::size_mismatch, size, align);
+  return miss(c, miss_reason::size_mismatch, size);
 }
 
-void replay_free_slow(replay_cursor& c, void* p) {
-  auto* s = static_cast<slab*>(backend::chunk_owner(p));
+void replay_free_slow(replay_cursor& c, void* p, slab* s) {
   if (s == nullptr) {
     bump(c.invalid_frees);
     REPLAYALLOC_LOG(warning, "free(%p): inside the slab range but in no slab; ignored", p);

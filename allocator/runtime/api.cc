@@ -20,10 +20,19 @@ namespace backend = replayalloc::detail::backend;
 
 namespace {
 
+inline replayalloc::detail::slab* host_owner(const void* p) {
+  return static_cast<replayalloc::detail::slab*>(backend::chunk_owner(p));
+}
+
 REPLAYALLOC_ALWAYS_INLINE void* alloc(std::size_t size, std::size_t align) {
   thread_state& t = tls_state;
-  if (t.ph == phase::replay && !replayalloc::detail::in_engine()) [[likely]] {
-    return replayalloc::detail::replay_malloc(t.cursor, size, align);
+  if (t.host.ph == phase::replay && !replayalloc::detail::in_engine()) [[likely]] {
+    return replayalloc::detail::replay_malloc(
+        t.host.cursor, size, align, [](std::size_t n, std::size_t a, auto) {
+          void* p = backend::fallback_alloc(n, a);
+          if (p == nullptr) [[unlikely]] errno = ENOMEM;
+          return p;
+        });
   }
   return engine::get().alloc_slow(t, size, align, false);
 }
@@ -94,7 +103,7 @@ REPLAYALLOC_EXPORT void replayalloc_free(void* ptr) {
   thread_state& t = tls_state;
   if (backend::in_slab_range(ptr)) [[likely]] {
     if (!t.registered) [[unlikely]] engine::get().register_thread(t);  // a remote free
-    replayalloc::detail::replay_free(t.cursor, ptr);
+    replayalloc::detail::replay_free(t.host.cursor, ptr, host_owner);
     return;
   }
   engine::get().free_backend(t, ptr);
@@ -105,14 +114,14 @@ REPLAYALLOC_EXPORT void replayalloc_free_sized(void* ptr, size_t size) {
   thread_state& t = tls_state;
   if (backend::in_slab_range(ptr)) {
     if (!t.registered) [[unlikely]] engine::get().register_thread(t);
-    replayalloc::detail::replay_free(t.cursor, ptr);
+    replayalloc::detail::replay_free(t.host.cursor, ptr, host_owner);
     return;
   }
-  if (t.ph == phase::record) {
+  if (t.host.ph == phase::record) {
     engine::get().free_backend(t, ptr);
     return;
   }
-  replayalloc::detail::bump(t.frees);
+  replayalloc::detail::bump(t.host.frees);
   backend::fallback_free_sized(ptr, size, malloc_align);
 }
 
@@ -130,7 +139,7 @@ REPLAYALLOC_EXPORT void* replayalloc_realloc(void* ptr, size_t size) {
   }
   thread_state& t = tls_state;
   const bool in_slab = backend::in_slab_range(ptr);
-  if (!in_slab && t.ph == phase::none) {
+  if (!in_slab && t.host.ph == phase::none) {
     void* p = backend::fallback_realloc(ptr, size);
     if (p == nullptr) errno = ENOMEM;
     return p;

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -56,25 +57,49 @@ std::uint64_t total_misses(const replay_cursor& c) {
   return n;
 }
 
-void add_thread(Stats& s, const thread_state& t) {
-  const replay_cursor& c = t.cursor;
+void add_domain(Stats& s, const domain_state& d) {
+  const replay_cursor& c = d.cursor;
   auto ld = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  s.slab_hits += ld(t.slab_hits);
-  s.bytes_from_slab += ld(t.hit_bytes);
-  s.passthrough += ld(t.passthrough);
-  s.bytes_from_backend += ld(t.backend_bytes) + ld(c.miss_bytes);
-  s.fallback_no_slab += ld(t.no_slab_fallbacks);
+  s.slab_hits += ld(d.slab_hits);
+  s.bytes_from_slab += ld(d.hit_bytes);
+  s.passthrough += ld(d.passthrough) + ld(c.bypassed);
+  s.bytes_from_backend += ld(d.backend_bytes) + ld(c.miss_bytes) + ld(c.bypassed_bytes);
+  s.fallback_no_slab += ld(d.no_slab_fallbacks);
   s.fallback_size_mismatch += ld(c.misses[static_cast<unsigned>(miss_reason::size_mismatch)]);
   s.fallback_beyond_plan += ld(c.misses[static_cast<unsigned>(miss_reason::beyond_plan)]);
   s.fallback_overlap_live += ld(c.misses[static_cast<unsigned>(miss_reason::overlap_live)]);
   s.fallback_alignment += ld(c.misses[static_cast<unsigned>(miss_reason::alignment)]);
   s.backend_planned += ld(c.backend_planned);
-  s.frees += ld(t.frees);
+  s.frees += ld(d.frees) + ld(c.remote_frees);
   s.remote_frees += ld(c.remote_frees);
-  s.frees += ld(c.remote_frees);
   s.invalid_frees += ld(c.invalid_frees);
   s.double_frees += ld(c.double_frees);
-  s.iterations += ld(t.iterations);
+  s.iterations += ld(d.iterations);
+}
+
+void add_stats(Stats& into, const Stats& s) {
+  into.slab_hits += s.slab_hits;
+  into.bytes_from_slab += s.bytes_from_slab;
+  into.passthrough += s.passthrough;
+  into.bytes_from_backend += s.bytes_from_backend;
+  into.fallback_no_slab += s.fallback_no_slab;
+  into.fallback_size_mismatch += s.fallback_size_mismatch;
+  into.fallback_beyond_plan += s.fallback_beyond_plan;
+  into.fallback_overlap_live += s.fallback_overlap_live;
+  into.fallback_alignment += s.fallback_alignment;
+  into.backend_planned += s.backend_planned;
+  into.frees += s.frees;
+  into.remote_frees += s.remote_frees;
+  into.invalid_frees += s.invalid_frees;
+  into.double_frees += s.double_frees;
+  into.iterations += s.iterations;
+}
+
+void free_recorder(domain_state& d) {
+  if (d.recorder == nullptr) return;
+  d.recorder->~trace_recorder();
+  backend::fallback_free(d.recorder);
+  d.recorder = nullptr;
 }
 
 }  // namespace
@@ -100,13 +125,46 @@ void engine::register_thread(thread_state& t) {
   reentry_guard guard;
   t.registered = true;
   t.min_size = opts_.min_size;
-  t.cursor.resync_window = opts_.resync_window;
+  t.host.kind = domain_kind::host;
   pthread_setspecific(g_exit_key, &t);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    t.thread_no = next_thread_no_++;
+  }
+  register_domain(t.host);
+}
+
+void engine::register_domain(domain_state& d) {
+  if (d.registered) return;
+  reentry_guard guard;
+  d.cursor.resync_window = opts_.resync_window;
+  d.cursor.min_size = opts_.min_size;
   std::lock_guard<std::mutex> lock(mu_);
-  t.thread_no = next_thread_no_++;
-  t.next = threads_;
-  if (threads_ != nullptr) threads_->prev = &t;
-  threads_ = &t;
+  d.registered = true;
+  d.prev = nullptr;
+  d.next = domains_;
+  if (domains_ != nullptr) domains_->prev = &d;
+  domains_ = &d;
+}
+
+void engine::unregister_domain(domain_state& d) {
+  if (!d.registered) return;
+  reentry_guard guard;
+  free_recorder(d);
+  std::lock_guard<std::mutex> lock(mu_);
+  add_domain(retired_[static_cast<int>(d.kind)], d);
+  if (d.prev != nullptr) d.prev->next = d.next; else domains_ = d.next;
+  if (d.next != nullptr) d.next->prev = d.prev;
+  d.registered = false;
+}
+
+void engine::add_domain_hooks(const domain_hooks& h) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int n = n_hooks_.load(std::memory_order_relaxed);
+  if (n < static_cast<int>(std::size(hooks_))) {
+    hooks_[n] = h;
+    n_hooks_.store(n + 1, std::memory_order_release);
+  }
 }
 
 void engine::on_thread_exit(thread_state& t) {
@@ -114,21 +172,18 @@ void engine::on_thread_exit(thread_state& t) {
     t.depth = 1;
     end(t);
   }
-  reentry_guard guard;
-  if (t.recorder != nullptr) {
-    t.recorder->~trace_recorder();
-    backend::fallback_free(t.recorder);
-    t.recorder = nullptr;
+  const int n = n_hooks_.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    if (hooks_[i].on_exit != nullptr) hooks_[i].on_exit(t);
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  add_thread(retired_, t);
-  if (t.prev != nullptr) t.prev->next = t.next; else threads_ = t.next;
-  if (t.next != nullptr) t.next->prev = t.prev;
+  unregister_domain(t.host);
   t.registered = false;
   t.exited = true;
 }
 
-key_entry* engine::entry_for(std::string_view key) {
+key_entry* engine::entry_for(std::string_view key, domain_kind kind, slab_source* source,
+                             placement_adjuster adjust, void* adjust_arg) {
+  reentry_guard guard;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = keys_.find(absl::string_view(key.data(), key.size()));
   if (it != keys_.end()) return it->second;
@@ -136,6 +191,10 @@ key_entry* engine::entry_for(std::string_view key) {
   if (mem == nullptr) return nullptr;
   auto* e = new (mem) key_entry;
   e->key.assign(key.data(), key.size());
+  e->kind = kind;
+  e->source = source;
+  e->adjust = adjust;
+  e->adjust_arg = adjust_arg;
   keys_.emplace(e->key, e);
   return e;
 }
@@ -163,51 +222,60 @@ int engine::begin(thread_state& t, const char* key) {
   register_thread(t);
   reentry_guard guard;
   t.depth = 1;
-  t.ph = phase::none;
-  t.no_slab = false;
-  bump(t.iterations);
-  if (opts_.mode == run_mode::off) return 0;
-  key_entry* e = entry_for(key);
-  if (e == nullptr) return 0;
-  t.entry = e;
+  t.entry = nullptr;
+  if (opts_.mode == run_mode::off) {
+    bump(t.host.iterations);
+    return 0;
+  }
+  t.entry = entry_for(key, domain_kind::host, &host_slabs(opts_.prefault));
+  domain_begin(t.host, t.entry, nullptr);
+  return 0;
+}
+
+void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
+  reentry_guard guard;
+  d.ph = phase::none;
+  d.no_slab = false;
+  d.entry = e;
+  bump(d.iterations);
+  if (e == nullptr || opts_.mode == run_mode::off) return;
   plan_version* v = nullptr;
   {
     std::lock_guard<std::mutex> lock(e->mu);
-    if (e->failed) return 0;
+    if (e->failed) return;
     if (e->version == nullptr) {
-      if (e->recording) return 0;  // another thread records this key: pass through
+      if (e->recording) return;  // another thread records this key: pass through
       e->recording = true;
-    } else if (slabs_ok_ && opts_.mode == run_mode::replay) {
+    } else if (opts_.mode == run_mode::replay && (slabs_ok_ || e->kind != domain_kind::host)) {
       v = e->version;
     } else {
-      return 0;
+      return;
     }
   }
   if (v == nullptr) {
-    if (t.recorder == nullptr) {
+    if (d.recorder == nullptr) {
       void* mem = backend::fallback_alloc(sizeof(trace_recorder), alignof(trace_recorder));
       if (mem == nullptr) {
         std::lock_guard<std::mutex> lock(e->mu);
         e->recording = false;
-        return 0;
+        return;
       }
-      t.recorder = new (mem) trace_recorder;
+      d.recorder = new (mem) trace_recorder;
     }
-    t.recorder->begin(t.thread_no);
-    t.ph = phase::record;
-    return 0;
+    d.recorder->begin(tls_state.thread_no);
+    d.ph = phase::record;
+    return;
   }
   // The version cannot be deleted under us: it is deleted only once retired and
-  // without slabs, and acquire() refuses a retired version. A version retired between
-  // our unlock and acquire() answers null here.
+  // without slabs, and acquire() refuses a retired version.
   const char* why = "";
-  slab* s = v->acquire(opts_.max_slabs, opts_.prefault, &why);
+  slab* s = v->acquire(opts_.max_slabs, context, &why);
   if (s == nullptr) {
-    t.no_slab = true;
-    REPLAYALLOC_LOG(info, "iteration of '%s' passes through: %s", key, why);
-    return 0;
+    d.no_slab = true;
+    REPLAYALLOC_LOG(info, "iteration of '%s' passes through: %s", e->key.c_str(), why);
+    return;
   }
-  replay_cursor& c = t.cursor;
+  replay_cursor& c = d.cursor;
   const compiled_plan& p = v->plan;
   c.slots = p.slots.data();
   c.overlaps = p.overlaps.data();
@@ -226,10 +294,9 @@ int engine::begin(thread_state& t, const char* key) {
   c.freed_here = 0;
   c.hit_bytes = 0;
   c.current = s;
-  t.version = v;
-  t.misses_at_begin = total_misses(c);
-  t.ph = phase::replay;
-  return 0;
+  d.version = v;
+  d.misses_at_begin = total_misses(c);
+  d.ph = phase::replay;
 }
 
 int engine::end(thread_state& t) {
@@ -239,18 +306,38 @@ int engine::end(thread_state& t) {
   }
   if (--t.depth > 0) return REPLAYALLOC_NESTED;
   reentry_guard guard;
-  if (t.ph == phase::record) end_record(t);
-  if (t.ph == phase::replay) end_replay(t);
-  t.ph = phase::none;
+  const int n = n_hooks_.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    if (hooks_[i].on_end != nullptr) hooks_[i].on_end(t);
+  }
+  domain_end(t.host);
   t.entry = nullptr;
-  t.version = nullptr;
-  t.no_slab = false;
   return 0;
 }
 
-void engine::end_record(thread_state& t) {
-  key_entry& e = *t.entry;
-  trace tr = t.recorder->finish(e.key, [this](std::uint32_t id) {
+void engine::domain_end(domain_state& d) {
+  reentry_guard guard;
+  if (d.ph == phase::record) end_record(d);
+  if (d.ph == phase::replay) end_replay(d);
+  d.ph = phase::none;
+  d.entry = nullptr;
+  d.version = nullptr;
+  d.no_slab = false;
+}
+
+void engine::record_alloc(domain_state& d, const void* p, std::size_t size, std::size_t align) {
+  reentry_guard guard;
+  d.recorder->record_alloc(p, size, static_cast<std::uint32_t>(align), tls_state.op);
+}
+
+void engine::record_free(domain_state& d, const void* p) {
+  reentry_guard guard;
+  d.recorder->record_free(p);
+}
+
+void engine::end_record(domain_state& d) {
+  key_entry& e = *d.entry;
+  trace tr = d.recorder->finish(e.key, [this](std::uint32_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     return id < op_names_.size() ? op_names_[id] : std::string("unknown");
   });
@@ -276,16 +363,29 @@ void engine::make_plan(key_entry& e, const trace& tr) {
   po.slot_align = opts_.slot_align;
   absl::StatusOr<placement> p = plan_greedy_by_size(tr, po);
   absl::Status ok = p.ok() ? validate(tr, *p, po) : p.status();
+  std::vector<bool> managed;
+  if (ok.ok() && e.adjust != nullptr) {
+    const std::vector<std::uint64_t> before = p->offsets;
+    if (const char* note = e.adjust(tr, *p, e.adjust_arg)) {
+      REPLAYALLOC_LOG(warning, "'%s': %s", e.key.c_str(), note);
+    }
+    managed.resize(before.size());
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      managed[i] = before[i] != not_in_slab && p->offsets[i] == not_in_slab;
+    }
+    ok = validate(tr, *p, po);
+  }
   void* mem = ok.ok() ? backend::fallback_alloc(sizeof(plan_version), alignof(plan_version)) : nullptr;
   if (!ok.ok() || mem == nullptr) {
-    REPLAYALLOC_LOG(error, "planning '%s' failed (%.*s); its iterations pass through to jemalloc",
+    REPLAYALLOC_LOG(error, "planning '%s' failed (%.*s); its iterations pass through to the backend",
                     e.key.c_str(), static_cast<int>(ok.message().size()), ok.message().data());
     std::lock_guard<std::mutex> lock(e.mu);
     e.failed = true;
     return;
   }
   auto* v = new (mem) plan_version;
-  v->plan = compile_plan(tr, *p, po);
+  v->source = e.source;
+  v->plan = compile_plan(tr, *p, po, managed.empty() ? nullptr : &managed);
   v->key = e.key;
   v->id = plans_.fetch_add(1, std::memory_order_relaxed) + 1;
   REPLAYALLOC_LOG(info, "planned '%s': %zu allocations, slab %llu bytes, lower bound %llu bytes",
@@ -300,16 +400,16 @@ void engine::make_plan(key_entry& e, const trace& tr) {
   e.lower_bound_bytes = p->lower_bound_bytes;
 }
 
-void engine::end_replay(thread_state& t) {
-  replay_cursor& c = t.cursor;
+void engine::end_replay(domain_state& d) {
+  replay_cursor& c = d.cursor;
   slab* s = c.current;
-  plan_version* v = t.version;
+  plan_version* v = d.version;
   const std::uint32_t planned = v->plan.planned_slots;
-  const std::uint64_t misses = total_misses(c) - t.misses_at_begin;
+  const std::uint64_t misses = total_misses(c) - d.misses_at_begin;
   const std::uint32_t handed = c.handed;
-  bump(t.slab_hits, handed);
-  bump(t.hit_bytes, c.hit_bytes);
-  bump(t.frees, c.freed_here);
+  bump(d.slab_hits, handed);
+  bump(d.hit_bytes, c.hit_bytes);
+  bump(d.frees, c.freed_here);
   // Stop replaying before the slab may go back to the pool.
   const std::int64_t pending = static_cast<std::int64_t>(c.handed) - c.freed_here;
   c.count = 0;
@@ -325,14 +425,14 @@ void engine::end_replay(thread_state& t) {
                                         std::uint64_t{planned - std::min(handed, planned)} * 100 > pct * planned);
   // Deviation is counted per thread: a thread whose every iteration deviates has a
   // program that changed; threads that deviate now and then, interleaved, do not.
-  if (t.deviation_entry != t.entry) {
-    t.deviation_entry = t.entry;
-    t.deviating_in_a_row = 0;
+  if (d.deviation_entry != d.entry) {
+    d.deviation_entry = d.entry;
+    d.deviating_in_a_row = 0;
   }
-  t.deviating_in_a_row = deviated ? t.deviating_in_a_row + 1 : 0;
-  if (!deviated || opts_.replan_after == 0 || t.deviating_in_a_row < opts_.replan_after) return;
-  t.deviating_in_a_row = 0;
-  key_entry& e = *t.entry;
+  d.deviating_in_a_row = deviated ? d.deviating_in_a_row + 1 : 0;
+  if (!deviated || opts_.replan_after == 0 || d.deviating_in_a_row < opts_.replan_after) return;
+  d.deviating_in_a_row = 0;
+  key_entry& e = *d.entry;
   bool retire = false;
   {
     std::lock_guard<std::mutex> lock(e.mu);
@@ -360,15 +460,11 @@ void* engine::alloc_slow(thread_state& t, std::size_t size, std::size_t align, b
   }
   if (in_engine()) return zero ? backend::fallback_calloc(size) : backend::fallback_alloc(size, align);
   register_thread(t);
-  if (t.ph == phase::replay) {
-    void* p;
-    if (size < t.min_size || size == 0) {
-      bump(t.passthrough);
-      bump(t.backend_bytes, size);
-      p = backend::fallback_alloc(size, align);
-    } else {
-      p = replay_malloc(t.cursor, size, align);
-    }
+  domain_state& d = t.host;
+  if (d.ph == phase::replay) {
+    void* p = replay_malloc(d.cursor, size, align, [](std::size_t n, std::size_t a, backend_kind) {
+      return backend::fallback_alloc(n, a);
+    });
     if (p == nullptr) {
       errno = ENOMEM;
     } else if (zero) {
@@ -383,38 +479,38 @@ void* engine::alloc_slow(thread_state& t, std::size_t size, std::size_t align, b
     return nullptr;
   }
   if (zero && align > malloc_align) std::memset(p, 0, size);
-  bump(t.backend_bytes, size);
-  if (t.no_slab && size >= t.min_size && size > 0) {
-    bump(t.no_slab_fallbacks);
+  bump(d.backend_bytes, size);
+  if (d.no_slab && size >= t.min_size && size > 0) {
+    bump(d.no_slab_fallbacks);
   } else {
-    bump(t.passthrough);
+    bump(d.passthrough);
   }
-  if (t.ph == phase::record && size >= t.min_size && size > 0) {
-    reentry_guard guard;
-    t.recorder->record_alloc(p, size, static_cast<std::uint32_t>(align), t.op);
-  }
+  if (d.ph == phase::record && size >= t.min_size && size > 0) record_alloc(d, p, size, align);
   return p;
 }
 
 void engine::free_backend(thread_state& t, void* p) {
   if (!t.registered) [[unlikely]] register_thread(t);
-  bump(t.frees);
-  if (t.ph == phase::record && !in_engine()) {
-    reentry_guard guard;
-    t.recorder->record_free(p);
-  }
+  bump(t.host.frees);
+  if (t.host.ph == phase::record && !in_engine()) record_free(t.host, p);
   backend::fallback_free(p);
 }
 
-Stats engine::stats() {
+Stats engine::stats(const domain_kind* only) {
   reentry_guard guard;
   Stats s;
   std::vector<key_entry*> entries;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    s = retired_;
-    for (thread_state* t = threads_; t != nullptr; t = t->next) add_thread(s, *t);
-    for (const auto& [k, e] : keys_) entries.push_back(e);
+    for (int k = 0; k < 2; ++k) {
+      if (only == nullptr || static_cast<int>(*only) == k) add_stats(s, retired_[k]);
+    }
+    for (domain_state* d = domains_; d != nullptr; d = d->next) {
+      if (only == nullptr || *only == d->kind) add_domain(s, *d);
+    }
+    for (const auto& [k, e] : keys_) {
+      if (only == nullptr || *only == e->kind) entries.push_back(e);
+    }
   }
   for (key_entry* e : entries) {
     std::lock_guard<std::mutex> lock(e->mu);

@@ -6,14 +6,18 @@
 //                      REPLAYALLOC_RECORD_ITERATIONS identical ones (or
 //                      REPLAYALLOC_RECORD_LIMIT recordings) plan, validate, compile
 //   planned --begin--> replay on a slab of the plan's pool
-//   replay  --end----> if the iteration deviated (fallbacks or missing slots above
-//                      REPLAYALLOC_DEVIATION_PERCENT) REPLAYALLOC_REPLAN_AFTER times in
-//                      a row: retire the plan (its slabs drain) and record again
+//   replay  --end----> if the thread's iterations deviated (fallbacks or missing slots
+//                      above REPLAYALLOC_DEVIATION_PERCENT) REPLAYALLOC_REPLAN_AFTER
+//                      times in a row: retire the plan (its slabs drain), record again
+//
+// The same machine serves every domain (thread_state.h): the host domain is driven
+// by the C API here; a device domain by its integration (integrations/cuda), through
+// domain_begin/domain_end/record_* and the domain hooks.
 //
 // The engine is a process-wide singleton, made on first use and never destroyed
 // (threads may still free into slabs while the process exits).
 //
-// Thread-safety: keys, op names and the thread registry sit under the engine's
+// Thread-safety: keys, op names and the domain registry sit under the engine's
 // mutex; each key's state under its own. Neither is taken on the hot path. Every
 // slow path runs under the reentry guard (invariant 5).
 #pragma once
@@ -26,6 +30,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "planner/planner.h"
 #include "replayalloc/replayalloc.hpp"
 #include "runtime/thread_state.h"
 #include "support/options.h"
@@ -33,9 +38,18 @@
 
 namespace replayalloc::detail {
 
+// Adjusts a placement before it is compiled: a device domain moves allocations out
+// of a slab that would not fit its memory budget (large-model support). Returns a
+// message to log, or null. pre/post: validate(trace, placement) holds.
+using placement_adjuster = const char* (*)(const trace& t, placement& p, void* arg);
+
 struct key_entry {
   std::string key;
   std::mutex mu;
+  domain_kind kind = domain_kind::host;
+  slab_source* source = nullptr;        // where this key's slabs come from
+  placement_adjuster adjust = nullptr;  // optional, with its argument
+  void* adjust_arg = nullptr;
   plan_version* version = nullptr;  // the plan replayed now; null while recording
   bool recording = false;           // a thread is recording this key
   bool failed = false;              // planning failed: pass through from now on
@@ -47,34 +61,53 @@ struct key_entry {
   std::uint64_t lower_bound_bytes = 0;
 };
 
+// What an integration's domain needs to hear of a thread's iterations.
+struct domain_hooks {
+  void (*on_end)(thread_state& t) = nullptr;   // the thread's outermost iteration ends
+  void (*on_exit)(thread_state& t) = nullptr;  // the thread exits
+};
+
 class engine {
  public:
   static engine& get();
 
+  // The host domain, driven by the C API.
   int begin(thread_state& t, const char* key);
   int end(thread_state& t);
-
-  // Every allocation the fast path does not serve. pre: align power of two >= 16.
+  // Every host allocation the fast path does not serve. pre: align power of two >= 16.
   void* alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero);
-  // A free of a pointer outside the slab range.
+  // A host free of a pointer outside the slab range.
   void free_backend(thread_state& t, void* p);
 
-  std::uint32_t op_id(std::string_view name);
-  Stats stats();
-  int save_trace(std::string_view key, const std::string& path);
-  void on_thread_exit(thread_state& t);
+  // Domains. An integration registers its per-thread state, finds or makes the entry
+  // of its key (with its slab source), and opens and closes the domain's iteration
+  // with the thread's; `context` reaches slab_source::on_acquire.
+  void register_domain(domain_state& d);
+  void unregister_domain(domain_state& d);
+  key_entry* entry_for(std::string_view key, domain_kind kind, slab_source* source,
+                       placement_adjuster adjust = nullptr, void* adjust_arg = nullptr);
+  void domain_begin(domain_state& d, key_entry* e, void* context);
+  void domain_end(domain_state& d);
+  void record_alloc(domain_state& d, const void* p, std::size_t size, std::size_t align);
+  void record_free(domain_state& d, const void* p);
+  void add_domain_hooks(const domain_hooks& h);
 
   // Makes the thread's counters visible to stats() and its exit known. Idempotent.
   void register_thread(thread_state& t);
+
+  std::uint32_t op_id(std::string_view name);
+  // Process-wide statistics; with `only`, those of one kind of domain.
+  Stats stats(const domain_kind* only = nullptr);
+  int save_trace(std::string_view key, const std::string& path);
+  void on_thread_exit(thread_state& t);
 
   const options& opts() const { return opts_; }
   bool slabs_available() const { return slabs_ok_; }
 
  private:
   engine();
-  key_entry* entry_for(std::string_view key);
-  void end_record(thread_state& t);
-  void end_replay(thread_state& t);
+  void end_record(domain_state& d);
+  void end_replay(domain_state& d);
   void make_plan(key_entry& e, const trace& tr);
 
   const options opts_;
@@ -83,9 +116,11 @@ class engine {
   absl::flat_hash_map<std::string, key_entry*> keys_;
   std::vector<std::string> op_names_{"unknown"};
   absl::flat_hash_map<std::string, std::uint32_t> op_ids_{{"unknown", 0}};
-  thread_state* threads_ = nullptr;
+  domain_state* domains_ = nullptr;
   std::uint32_t next_thread_no_ = 0;
-  Stats retired_;  // counters of threads that exited
+  Stats retired_[2];  // counters of exited domains, by kind
+  domain_hooks hooks_[4];
+  std::atomic<int> n_hooks_{0};
   std::atomic<std::uint64_t> plans_{0};
   std::atomic<std::uint64_t> rerecords_{0};
   std::atomic<std::uint64_t> recordings_{0};

@@ -1,9 +1,14 @@
 // replayalloc/runtime/thread_state.h: everything the engine keeps per thread.
 //
-// Layer: runtime. One constinit, initial-exec thread_local: no constructor, no TLS
-// wrapper call, safe to touch from the first malloc of a thread. Its counters are
-// atomics written only by their thread (relaxed; see bump()) so statistics can be
-// summed from any thread.
+// Layer: runtime. A thread replays in one or more domains: the host (the malloc
+// family of the C API) and, with the CUDA integration, a device. Each domain has its
+// own cursor, recorder and plan key ("resnet50" and "resnet50@cuda:0"), opened and
+// closed with the thread's iteration.
+//
+// Both structs are constinit, initial-exec thread_locals: no constructor, no TLS
+// wrapper call, safe from the first malloc of a thread. Counters are atomics written
+// only by their thread (relaxed; see bump()) so statistics can be summed from any
+// thread.
 #pragma once
 
 #include <atomic>
@@ -23,20 +28,18 @@ enum class phase : std::uint8_t {
   replay,  // replaying: the cursor is set
 };
 
-struct thread_state {
+enum class domain_kind : std::uint8_t { host, device };
+
+struct domain_state {
   replay_cursor cursor;  // hot: first
   phase ph = phase::none;
+  domain_kind kind = domain_kind::host;
   bool registered = false;
-  bool exited = false;
   bool no_slab = false;  // this iteration wanted a slab and got none
-  std::uint32_t depth = 0;
-  std::uint32_t op = 0;
-  std::uint32_t thread_no = 0;
   key_entry* entry = nullptr;
   plan_version* version = nullptr;
   trace_recorder* recorder = nullptr;
   std::uint64_t misses_at_begin = 0;
-  std::uint64_t min_size = 0;
   key_entry* deviation_entry = nullptr;  // the key deviating_in_a_row counts for
   std::uint32_t deviating_in_a_row = 0;
 
@@ -48,8 +51,19 @@ struct thread_state {
   std::atomic<std::uint64_t> frees{0};
   std::atomic<std::uint64_t> iterations{0};
 
-  thread_state* next = nullptr;  // engine registry (under the engine's mutex)
-  thread_state* prev = nullptr;
+  domain_state* next = nullptr;  // engine registry (under the engine's mutex)
+  domain_state* prev = nullptr;
+};
+
+struct thread_state {
+  domain_state host;  // first, so the host cursor sits at the TLS block's start
+  bool registered = false;
+  bool exited = false;
+  std::uint32_t depth = 0;  // open iterations (nested ones join the outermost)
+  std::uint32_t op = 0;
+  std::uint32_t thread_no = 0;
+  std::uint64_t min_size = 0;
+  key_entry* entry = nullptr;  // the open iteration's host key
 };
 
 extern constinit thread_local thread_state tls_state REPLAYALLOC_TLS_IE;

@@ -20,7 +20,14 @@
 #define REPLAYALLOC_NOINLINE __attribute__((noinline))
 #define REPLAYALLOC_ALWAYS_INLINE inline __attribute__((always_inline))
 #define REPLAYALLOC_COLD __attribute__((cold, noinline))
+// Initial-exec TLS (no __tls_get_addr call on the hot path) unless this build of the
+// core is meant to be loaded with dlopen (REPLAYALLOC_DLOPEN), where static TLS may
+// be unavailable.
+#if defined(REPLAYALLOC_DLOPEN) && REPLAYALLOC_DLOPEN
+#define REPLAYALLOC_TLS_IE
+#else
 #define REPLAYALLOC_TLS_IE __attribute__((tls_model("initial-exec")))
+#endif
 #define REPLAYALLOC_EXPORT __attribute__((visibility("default")))
 #else
 #define REPLAYALLOC_NOINLINE

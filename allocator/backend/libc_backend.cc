@@ -1,0 +1,37 @@
+// The host fallback over the C library's allocator, for the build of the core that
+// is loaded with dlopen (the CUDA pluggable allocator, Python's ctypes): Debian's
+// jemalloc uses initial-exec TLS of 2.6 KiB, more than glibc keeps for libraries
+// loaded after start-up, so dlopen of anything linking it fails with "cannot
+// allocate memory in static TLS block". In that build the process's own malloc
+// (not interposed by replayalloc) serves misses and bookkeeping.
+#include <malloc.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/backend.h"
+
+namespace replayalloc::detail::backend {
+
+void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
+  if (size == 0) size = 1;
+  if (align <= malloc_align) return std::malloc(size);
+  void* p = nullptr;
+  return ::posix_memalign(&p, align, size) == 0 ? p : nullptr;
+}
+
+void* fallback_calloc(std::size_t size) noexcept { return std::calloc(1, size == 0 ? 1 : size); }
+
+void fallback_free(void* p) noexcept { std::free(p); }
+
+void fallback_free_sized(void* p, std::size_t, std::size_t) noexcept { std::free(p); }
+
+void* fallback_realloc(void* p, std::size_t size) noexcept {
+  return std::realloc(p, size == 0 ? 1 : size);
+}
+
+std::size_t fallback_usable_size(const void* p) noexcept {
+  return ::malloc_usable_size(const_cast<void*>(p));
+}
+
+}  // namespace replayalloc::detail::backend
