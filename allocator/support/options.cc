@@ -61,7 +61,7 @@ const char* find_env(char* const* envp, const char* name) {
   return nullptr;
 }
 
-enum class kind { size, count, boolean, mode, path };
+enum class kind { size, count, boolean, mode, path, budget, lms_memory };
 
 struct option_desc {
   const char* name;
@@ -86,7 +86,34 @@ constexpr option_desc table[] = {
     {"REPLAYALLOC_DEVIATION_PERCENT", kind::count, 0, 100, false},
     {"REPLAYALLOC_RESYNC_WINDOW", kind::count, 0, 256, false},
     {"REPLAYALLOC_PREFAULT", kind::boolean, 0, 1, false},
+    {"REPLAYALLOC_CUDA_BUDGET", kind::budget, 0, 0, false},
+    {"REPLAYALLOC_CUDA_LMS_THRESHOLD", kind::size, 1, std::uint64_t{1} << 46, false},
+    {"REPLAYALLOC_CUDA_LMS_MEMORY", kind::lms_memory, 0, 0, false},
 };
+
+// A fraction in (0, 1]: "0.8", ".5", "1". Plain decimal, no exponent.
+bool parse_fraction(const char* s, double* out) {
+  double v = 0, scale = 1;
+  bool digits = false, dot = false;
+  for (const char* p = s; *p != '\0'; ++p) {
+    if (*p == '.' && !dot) {
+      dot = true;
+    } else if (*p >= '0' && *p <= '9') {
+      digits = true;
+      if (dot) {
+        scale /= 10;
+        v += (*p - '0') * scale;
+      } else {
+        v = v * 10 + (*p - '0');
+      }
+    } else {
+      return false;
+    }
+  }
+  if (!digits || !dot || v <= 0 || v > 1) return false;
+  *out = v;
+  return true;
+}
 
 void store(options* o, const char* name, std::uint64_t v) {
   if (!std::strcmp(name, "REPLAYALLOC_VERBOSE")) o->verbose = static_cast<int>(v);
@@ -101,6 +128,7 @@ void store(options* o, const char* name, std::uint64_t v) {
   else if (!std::strcmp(name, "REPLAYALLOC_DEVIATION_PERCENT")) o->deviation_percent = static_cast<std::uint32_t>(v);
   else if (!std::strcmp(name, "REPLAYALLOC_RESYNC_WINDOW")) o->resync_window = static_cast<std::uint32_t>(v);
   else if (!std::strcmp(name, "REPLAYALLOC_PREFAULT")) o->prefault = v != 0;
+  else if (!std::strcmp(name, "REPLAYALLOC_CUDA_LMS_THRESHOLD")) o->cuda_lms_threshold = v;
 }
 
 const char* mode_name(run_mode m) {
@@ -149,6 +177,31 @@ int parse_options(char* const* envp, options* out) {
                           d.name, sizeof out->stats_path - 1);
         } else {
           std::memcpy(out->stats_path, v, n + 1);
+        }
+        break;
+      }
+      case kind::budget: {
+        std::uint64_t n;
+        double f;
+        if (std::strchr(v, '.') != nullptr && parse_fraction(v, &f)) {
+          out->cuda_budget_fraction = f;
+        } else if (std::strchr(v, '.') == nullptr && parse_size(v, &n) && n > 0) {
+          out->cuda_budget_bytes = n;
+        } else {
+          ++bad;
+          REPLAYALLOC_LOG(error,
+                          "%s='%s' is neither a size (bytes, optional K/M/G suffix) nor a fraction "
+                          "of device memory in (0, 1] such as 0.8; no budget is used",
+                          d.name, v);
+        }
+        break;
+      }
+      case kind::lms_memory: {
+        if (!std::strcmp(v, "managed")) out->cuda_lms_pinned = false;
+        else if (!std::strcmp(v, "pinned")) out->cuda_lms_pinned = true;
+        else {
+          ++bad;
+          REPLAYALLOC_LOG(error, "%s='%s' is not one of managed|pinned; using 'managed'", d.name, v);
         }
         break;
       }

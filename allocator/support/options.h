@@ -34,6 +34,13 @@ struct options {
   std::uint32_t deviation_percent = 10;  // fallbacks (% of slots) making one deviate
   std::uint32_t resync_window = 8;    // slots looked ahead after a mismatch
   bool prefault = true;               // touch slab pages when a slab is made
+  // CUDA (integrations/cuda): the device-memory budget for slabs, in bytes, or as a
+  // fraction of the device's memory (exactly one of the two is non-zero, or neither:
+  // no budget); allocations at least this large move out of a slab that would not fit.
+  std::uint64_t cuda_budget_bytes = 0;
+  double cuda_budget_fraction = 0;
+  std::uint64_t cuda_lms_threshold = std::uint64_t{1} << 20;
+  bool cuda_lms_pinned = false;       // pinned host memory instead of managed memory
 };
 
 // Parses `envp` (a NULL-terminated environ array) into `out`, starting from the

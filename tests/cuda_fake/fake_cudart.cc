@@ -1,0 +1,193 @@
+// A simulated CUDA runtime for tests on machines without a GPU (fake_cudart.h).
+#include "fake_cudart.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+struct CUstream_st {
+  int id;
+};
+struct CUevent_st {
+  int id;
+  int recorded_on = -1;
+};
+
+namespace {
+
+std::mutex g_mu;
+std::vector<std::string> g_log;
+std::unordered_map<void*, std::size_t> g_device;   // device blocks -> size
+std::unordered_map<void*, std::size_t> g_managed;  // managed and pinned blocks
+std::size_t g_total = std::size_t{16} << 30;
+std::size_t g_used = 0;
+int g_next_stream = 1, g_next_event = 1;
+cudaError_t g_last = cudaSuccess;
+
+std::string sname(cudaStream_t s) { return "s" + std::to_string(s == nullptr ? 0 : s->id); }
+
+void note(std::string line) { g_log.push_back(std::move(line)); }
+
+cudaError_t fail(cudaError_t e) {
+  g_last = e;
+  return e;
+}
+
+cudaError_t device_alloc(void** p, std::size_t size, const std::string& what) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (size > g_total - g_used) {
+    note(what + " " + std::to_string(size) + " FAILED");
+    return fail(cudaErrorMemoryAllocation);
+  }
+  *p = std::aligned_alloc(256, (size + 255) / 256 * 256);
+  if (*p == nullptr) return fail(cudaErrorMemoryAllocation);
+  g_device[*p] = size;
+  g_used += size;
+  note(what + " " + std::to_string(size));
+  return cudaSuccess;
+}
+
+cudaError_t device_free(void* p, const std::string& what) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (p == nullptr) return cudaSuccess;
+  auto it = g_device.find(p);
+  if (it == g_device.end()) {
+    note(what + " INVALID");
+    return fail(cudaErrorInvalidValue);
+  }
+  g_used -= it->second;
+  g_device.erase(it);
+  std::free(p);
+  note(what);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+namespace fake_cuda {
+
+void set_device_memory(std::size_t total) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_total = total;
+}
+std::size_t device_memory_used() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_used;
+}
+std::vector<std::string> log() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_log;
+}
+void clear_log() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_log.clear();
+}
+std::string name(const void* stream) { return sname(static_cast<cudaStream_t>(const_cast<void*>(stream))); }
+
+}  // namespace fake_cuda
+
+extern "C" {
+
+cudaError_t cudaMalloc(void** p, size_t size) { return device_alloc(p, size, "malloc"); }
+cudaError_t cudaFree(void* p) {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_managed.find(p);
+    if (it != g_managed.end()) {
+      g_managed.erase(it);
+      std::free(p);
+      note("free_managed");
+      return cudaSuccess;
+    }
+  }
+  return device_free(p, "free");
+}
+cudaError_t cudaMallocAsync(void** p, size_t size, cudaStream_t s) {
+  return device_alloc(p, size, "malloc_async " + sname(s) + ":");
+}
+cudaError_t cudaFreeAsync(void* p, cudaStream_t s) { return device_free(p, "free_async " + sname(s)); }
+cudaError_t cudaMallocManaged(void** p, size_t size, unsigned int) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  *p = std::aligned_alloc(256, (size + 255) / 256 * 256);
+  g_managed[*p] = size;
+  note("managed " + std::to_string(size));
+  return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  *p = std::aligned_alloc(256, (size + 255) / 256 * 256);
+  g_managed[*p] = size;
+  note("host_alloc " + std::to_string(size));
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* p) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_managed.erase(p);
+  std::free(p);
+  note("free_host");
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  *free_b = g_total - g_used;
+  *total_b = g_total;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) {
+  const cudaError_t e = g_last;
+  g_last = cudaSuccess;
+  return e;
+}
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidValue: return "invalid argument";
+    default: return "unknown error";
+  }
+}
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  *s = new CUstream_st{g_next_stream++};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  note("sync " + sname(s));
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  *e = new CUevent_st{g_next_event++};
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  e->recorded_on = s == nullptr ? 0 : s->id;
+  note("record ev" + std::to_string(e->id) + " " + sname(s));
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  note("wait " + sname(s) + " ev" + std::to_string(e->id) + " from s" + std::to_string(e->recorded_on));
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+
+}  // extern "C"
