@@ -7,9 +7,9 @@
 // whose bytes are still in use, a free from another thread) takes one [[unlikely]]
 // branch into slow_path.cc.
 //
-// Cost: a hit is about 15 instructions plus 3 per overlap-list entry (the median
-// entry count is 1 on recorded models); a predicted free about 12. See
-// bench/RESULTS.md for the callgrind count.
+// Cost: see bench/RESULTS.md for the callgrind count of a malloc+free pair through
+// the C API (the entry points in runtime/api.cc are these functions inline, then one
+// tail call to the slow path).
 //
 // Thread-safety contract:
 //  * The cursor is thread-local; only its thread reads or writes it.
@@ -93,48 +93,68 @@ REPLAYALLOC_ALWAYS_INLINE bool slot_occupied(const replay_cursor& c, std::uint32
   return (c.state[i].load(std::memory_order_acquire) | 2u) == (c.live_tag | 2u);
 }
 
-// pre: replaying (c.count may be 0: then everything falls back), align is a power of
-// two >= malloc_align. Returns a block of `size` bytes, from the slab when the plan
-// allows, else `fallback(size, align, kind)` (the domain's backend). Null only when
-// the backend is out of memory.
+// The hit: the slot at the cursor, when it asks for `size`, meets `align`, and no
+// earlier slot on its bytes is occupied. Returns null otherwise, having changed
+// nothing; the caller then takes its slow path (replay_malloc_slow and its backend).
+// No calls, so callers that tail-call their slow path need no stack frame.
+// pre: align is a power of two >= malloc_align. c.count is 0 when not replaying.
+REPLAYALLOC_ALWAYS_INLINE void* replay_try_hit(replay_cursor& c, std::size_t size,
+                                               std::size_t align) {
+  const std::uint32_t i = c.next;
+  if (i >= c.count) [[unlikely]] return nullptr;
+  const slot& s = c.slots[i];
+  // not_in_slab has every low bit set, so an unplanned slot fails this test too.
+  if (s.size != size || (s.offset & (align - 1)) != 0) [[unlikely]] return nullptr;
+  // Locals: the acquire loads below would otherwise make the compiler reload the
+  // cursor's fields from TLS after each one.
+  std::atomic<std::uint32_t>* const state = c.state;
+  const std::uint32_t live = c.live_tag;
+  const std::uint32_t* o = c.overlaps + s.overlap_begin;
+  const std::uint32_t* const end = o + s.overlap_count;
+  for (; o != end; ++o) {
+    if ((state[*o].load(std::memory_order_acquire) | 2u) == (live | 2u)) [[unlikely]] return nullptr;
+  }
+  state[i].store(live, std::memory_order_relaxed);
+  c.slot_at[s.offset_row].store(i, std::memory_order_relaxed);
+  c.next = i + 1;
+  ++c.handed;
+  c.hit_bytes += size;
+  return c.base + s.offset;
+}
+
+// Replays one allocation: the hit, else the slow path, else `fallback(size, align,
+// kind)` (the domain's backend). Null only when the backend is out of memory.
 template <class Fallback>
 REPLAYALLOC_ALWAYS_INLINE void* replay_malloc(replay_cursor& c, std::size_t size,
                                               std::size_t align, Fallback&& fallback) {
-  if (c.next < c.count) [[likely]] {
-    const slot& s = c.slots[c.next];
-    // not_in_slab has every low bit set, so an unplanned slot fails this test too.
-    if (s.size == size && (s.offset & (align - 1)) == 0) [[likely]] {
-      const std::uint32_t* o = c.overlaps + s.overlap_begin;
-      std::uint32_t k = 0;
-      while (k < s.overlap_count && !slot_occupied(c, o[k])) ++k;
-      if (k == s.overlap_count) [[likely]] {
-        c.state[c.next].store(c.live_tag, std::memory_order_relaxed);
-        c.slot_at[s.offset_row].store(c.next, std::memory_order_relaxed);
-        ++c.next;
-        ++c.handed;
-        c.hit_bytes += size;
-        return c.base + s.offset;
-      }
-    }
-  }
+  if (void* p = replay_try_hit(c, size, align)) [[likely]] return p;
   void* p = replay_malloc_slow(c, size, align);
   return p != nullptr ? p : fallback(size, align, c.last_kind);
 }
 
-// pre: p lies in a slab range (host: backend::in_slab_range). Any thread, replaying or
-// not. `owner_of(p)` names the slab owning p; it is called only off the predicted path.
+// The predicted free: p is the slot the recording freed next, and it is live.
+// Returns false, having changed nothing, otherwise. No calls.
+// pre: p lies in a slab range (host: backend::in_slab_range).
+REPLAYALLOC_ALWAYS_INLINE bool replay_try_free(replay_cursor& c, void* p) {
+  const std::uint32_t r = c.free_next;
+  if (r >= c.free_count) [[unlikely]] return false;
+  const std::uint32_t i = c.free_order[r];
+  const std::uint32_t live = c.live_tag;
+  if (p != c.base + c.slots[i].offset || c.state[i].load(std::memory_order_relaxed) != live)
+      [[unlikely]] {
+    return false;
+  }
+  c.state[i].store(live + 1, std::memory_order_release);  // live -> dead
+  c.free_next = r + 1;
+  ++c.freed_here;
+  return true;
+}
+
+// Replays one free, from any thread, replaying or not. `owner_of(p)` names the slab
+// owning p; it is called only off the predicted path.
 template <class OwnerOf>
 REPLAYALLOC_ALWAYS_INLINE void replay_free(replay_cursor& c, void* p, OwnerOf&& owner_of) {
-  if (c.free_next < c.free_count) [[likely]] {
-    const std::uint32_t i = c.free_order[c.free_next];
-    if (p == c.base + c.slots[i].offset &&
-        c.state[i].load(std::memory_order_relaxed) == c.live_tag) [[likely]] {
-      c.state[i].store(c.live_tag + 1, std::memory_order_release);  // live -> dead
-      ++c.free_next;
-      ++c.freed_here;
-      return;
-    }
-  }
+  if (replay_try_free(c, p)) [[likely]] return;
   replay_free_slow(c, p, owner_of(p));
 }
 

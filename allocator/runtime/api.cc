@@ -24,17 +24,31 @@ inline replayalloc::detail::slab* host_owner(const void* p) {
   return static_cast<replayalloc::detail::slab*>(backend::chunk_owner(p));
 }
 
+// Everything the hit does not serve: outside a replaying iteration, re-entrant calls,
+// misses. Out of line so that the entry points need no stack frame.
+REPLAYALLOC_NOINLINE void* alloc_slow(std::size_t size, std::size_t align) {
+  return engine::get().alloc_slow(tls_state, size, align, false);
+}
+
 REPLAYALLOC_ALWAYS_INLINE void* alloc(std::size_t size, std::size_t align) {
   thread_state& t = tls_state;
   if (t.host.ph == phase::replay && !replayalloc::detail::in_engine()) [[likely]] {
-    return replayalloc::detail::replay_malloc(
-        t.host.cursor, size, align, [](std::size_t n, std::size_t a, auto) {
-          void* p = backend::fallback_alloc(n, a);
-          if (p == nullptr) [[unlikely]] errno = ENOMEM;
-          return p;
-        });
+    if (void* p = replayalloc::detail::replay_try_hit(t.host.cursor, size, align)) [[likely]] {
+      return p;
+    }
   }
-  return engine::get().alloc_slow(t, size, align, false);
+  return alloc_slow(size, align);
+}
+
+REPLAYALLOC_NOINLINE void free_slow(void* ptr) {
+  if (ptr == nullptr) return;
+  thread_state& t = tls_state;
+  if (backend::in_slab_range(ptr)) {
+    if (!t.registered) [[unlikely]] engine::get().register_thread(t);  // a remote free
+    replayalloc::detail::replay_free_slow(t.host.cursor, ptr, host_owner(ptr));
+    return;
+  }
+  engine::get().free_backend(t, ptr);
 }
 
 bool valid_alignment(std::size_t a) { return a != 0 && (a & (a - 1)) == 0; }
@@ -99,22 +113,19 @@ REPLAYALLOC_EXPORT int replayalloc_posix_memalign(void** out, size_t alignment, 
 }
 
 REPLAYALLOC_EXPORT void replayalloc_free(void* ptr) {
-  if (ptr == nullptr) return;
-  thread_state& t = tls_state;
-  if (backend::in_slab_range(ptr)) [[likely]] {
-    if (!t.registered) [[unlikely]] engine::get().register_thread(t);  // a remote free
-    replayalloc::detail::replay_free(t.host.cursor, ptr, host_owner);
+  // NULL is not in the slab range: it takes the slow path, which ignores it.
+  if (backend::in_slab_range(ptr) && replayalloc::detail::replay_try_free(tls_state.host.cursor, ptr))
+      [[likely]] {
     return;
   }
-  engine::get().free_backend(t, ptr);
+  free_slow(ptr);
 }
 
 REPLAYALLOC_EXPORT void replayalloc_free_sized(void* ptr, size_t size) {
   if (ptr == nullptr) return;
   thread_state& t = tls_state;
   if (backend::in_slab_range(ptr)) {
-    if (!t.registered) [[unlikely]] engine::get().register_thread(t);
-    replayalloc::detail::replay_free(t.host.cursor, ptr, host_owner);
+    replayalloc_free(ptr);
     return;
   }
   if (t.host.ph == phase::record) {

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""One GPU benchmark cell: a model, a batch size, an allocator. Prints one JSON line.
+
+Run by bench/gpu/run.sh, one process per cell (an allocator is chosen once per
+process). Random weights, fixed seeds, no downloads. Each timed iteration is the
+forward pass plus torch.cuda.synchronize(), so latency is what a request waits for.
+"""
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+
+
+def build(model, batch, torch):
+    torch.manual_seed(0)
+    if model == "resnet50":
+        import torchvision
+        m = torchvision.models.resnet50(weights=None)
+        x = torch.randn(batch, 3, 224, 224)
+    elif model == "bert":  # BERT-base-like encoder: 12 layers, 768 wide, 12 heads, seq 128
+        layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, batch_first=True)
+        m = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False)
+        x = torch.randn(batch, 128, 768)
+    else:
+        raise SystemExit(f"unknown model {model}")
+    return m.eval().cuda(), x.cuda()
+
+
+def check_package(library):
+    import replayalloc.torch as rt
+    rt.use_for_cuda(library)
+    import torch
+    a = torch.ones(1000, device="cuda")
+    for _ in range(4):
+        with rt.iteration("package-check"):
+            b = (a * 2).sum()
+    assert float(b) == 2000.0
+    try:
+        rt.use_for_cuda(library)
+        late = "no error"
+    except RuntimeError as e:
+        late = str(e)
+    s = rt.stats(device=True)
+    print(json.dumps({"package_check": "ok", "second_call": late, "device_slab_hits": s["slab_hits"],
+                      "device_plans": s["plans"]}))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--allocator", choices=["default", "async", "replayalloc"])
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--round", type=int, default=1)
+    ap.add_argument("--reference")
+    ap.add_argument("--library")
+    ap.add_argument("--check-package", action="store_true")
+    a = ap.parse_args()
+    if a.check_package:
+        return check_package(a.library)
+
+    rt = None
+    if a.allocator == "replayalloc":
+        import replayalloc.torch as rt
+        rt.use_for_cuda(a.library)
+    import torch
+    torch.backends.cudnn.benchmark = False
+    torch.cuda.init()
+    free0, total = torch.cuda.mem_get_info()
+    m, x = build(a.model, a.batch, torch)
+    key = f"{a.model}/bs{a.batch}"
+    times = []
+    with torch.inference_mode():
+        for i in range(a.warmup + a.iters):
+            ctx = rt.iteration(key) if rt else contextlib.nullcontext()
+            t0 = time.perf_counter()
+            with ctx:
+                y = m(x)
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            if i == a.warmup and rt:
+                hits0 = rt.stats(device=True)
+            if i >= a.warmup:
+                times.append((t1 - t0) * 1e3)
+    free1, _ = torch.cuda.mem_get_info()
+    times.sort()
+    out = {
+        "allocator": a.allocator, "model": a.model, "batch": a.batch, "round": a.round,
+        "iters": a.iters,
+        "p50_ms": statistics.median(times),
+        "p99_ms": times[min(len(times) - 1, int(0.99 * len(times)))],
+        "throughput": a.batch * 1e3 / statistics.mean(times),
+        "device_used_mib": (free0 - free1) / 2**20,
+    }
+    if a.allocator != "replayalloc":
+        with contextlib.suppress(Exception):
+            out["max_memory_reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20
+    else:
+        s = rt.stats(device=True)
+        timed = {k: s[k] - hits0[k] for k in ("slab_hits", "fallbacks", "backend_planned", "passthrough")}
+        planned = timed["slab_hits"] + timed["fallbacks"]
+        out["slab_hit_rate"] = timed["slab_hits"] / planned if planned else 0.0
+        out["slab_mib"] = s["slab_bytes"] / 2**20
+        out["lower_bound_mib"] = s["lower_bound_bytes"] / 2**20
+        out["fallbacks"] = timed["fallbacks"]
+    y = y.float().cpu()
+    if a.reference:
+        if os.path.exists(a.reference):
+            ref = torch.load(a.reference)
+            out["output_equal"] = bool(torch.equal(y, ref))
+            out["output_max_abs_diff"] = float((y - ref).abs().max())
+        elif a.allocator == "default":
+            torch.save(y, a.reference)
+            out["output_equal"] = True
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds, on this (CPU) machine, what the GPU machine runs, into .gpu/:
+#   .gpu/gpu_tests                 the real-GPU test suite (tests/gpu)
+#   .gpu/libreplayalloc_cuda.so    the pluggable allocator and Python package library
+#   .gpu/lib/                      the shared libraries they need that the GPU image
+#                                  lacks (jemalloc, Abseil, the CUDA runtime)
+# The GPU image has CUDA and PyTorch but no Debian packages (no jemalloc, Abseil or
+# GoogleTest) and no network, so the project cannot be configured there; the binaries
+# are built here against the same CUDA major version (13) and carried.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+scripts/setup.sh
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREPLAYALLOC_GPU_TESTS=ON \
+  -DREPLAYALLOC_WITH_CUDA=ON -DREPLAYALLOC_SANITIZER_TESTS=OFF -DREPLAYALLOC_BUILD_BENCH=OFF >/dev/null
+cmake --build build-gpu -j"$(nproc)" --target gpu_tests replayalloc_cuda_shared
+rm -rf .gpu && mkdir -p .gpu/lib
+cp build-gpu/tests/gpu_tests build-gpu/integrations/cuda/libreplayalloc_cuda.so .gpu/
+for bin in .gpu/gpu_tests .gpu/libreplayalloc_cuda.so; do
+  ldd "$bin" | awk '/libabsl|libjemalloc|libcudart/ {print $3}' | xargs -r -I{} cp -L {} .gpu/lib/
+done
+echo "prepare: $(du -sh .gpu | cut -f1) in .gpu/ ($(ls .gpu/lib | wc -l) libraries)"

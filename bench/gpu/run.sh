@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, in one call, over what bench/gpu/prepare.sh built:
+#   1. the real-GPU tests (.gpu/gpu_tests);
+#   2. the Python package's use_for_cuda on the real PyTorch there;
+#   3. the benchmark: torchvision ResNet-50 and a BERT-base-like encoder, batch 1 and
+#      8, under PyTorch's caching allocator, backend:cudaMallocAsync and replayalloc's
+#      pluggable allocator, each in its own process, alternated round by round.
+# Results go to $OUT (or bench/gpu/out): gpu_tests.log, gpu_results.jsonl,
+# gpu_results.md.  ROUNDS (default 2) and ITERS (default 200) set the size.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-bench/gpu/out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
+export PYTHONPATH="$PWD/integrations/pytorch/python:${PYTHONPATH:-}"
+export PYTHONUNBUFFERED=1
+LIB="$PWD/.gpu/libreplayalloc_cuda.so"
+ROUNDS=${ROUNDS:-2}
+ITERS=${ITERS:-200}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee -a "$OUT/device.txt"
+
+echo "== gpu tests"
+.gpu/gpu_tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 25
+
+echo "== use_for_cuda"
+python3 bench/gpu/bench_torch.py --check-package --library "$LIB" 2>&1 | tee "$OUT/package.log"
+
+echo "== benchmark"
+: > "$OUT/gpu_results.jsonl"
+for round in $(seq 1 "$ROUNDS"); do
+  for model in resnet50 bert; do
+    for batch in 1 8; do
+      ref="$OUT/ref_${model}_${batch}.pt"
+      order="default async replayalloc"
+      [ $((round % 2)) -eq 0 ] && order="replayalloc async default"
+      for alloc in $order; do
+        env_conf=""
+        [ "$alloc" = async ] && env_conf="backend:cudaMallocAsync"
+        PYTORCH_CUDA_ALLOC_CONF=$env_conf timeout 300 python3 bench/gpu/bench_torch.py \
+          --allocator "$alloc" --model "$model" --batch "$batch" --iters "$ITERS" \
+          --round "$round" --reference "$ref" --library "$LIB" >> "$OUT/gpu_results.jsonl" \
+          || echo "{\"allocator\": \"$alloc\", \"model\": \"$model\", \"batch\": $batch, \"round\": $round, \"error\": \"exit $?\"}" >> "$OUT/gpu_results.jsonl"
+        tail -n 1 "$OUT/gpu_results.jsonl"
+      done
+    done
+  done
+done
+python3 bench/gpu/summarize.py "$OUT/gpu_results.jsonl" "$OUT/device.txt" > "$OUT/gpu_results.md"
+cat "$OUT/gpu_results.md"

@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Turns gpu_results.jsonl into the markdown table of bench/RESULTS.md (medians over rounds)."""
+import collections
+import json
+import statistics
+import sys
+
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+device = open(sys.argv[2]).read().strip().replace("\n", "; ") if len(sys.argv) > 2 else "?"
+cells = collections.defaultdict(list)
+errors = [r for r in rows if "error" in r]
+for r in rows:
+    if "error" not in r:
+        cells[(r["model"], r["batch"], r["allocator"])].append(r)
+
+def med(rs, k):
+    v = [r[k] for r in rs if k in r]
+    return statistics.median(v) if v else float("nan")
+
+print(f"Device: {device}\n")
+print("| model | batch | allocator | p50 ms | p99 ms | throughput /s | vs default | device MiB used | slab MiB (lower bound) | slab hits | outputs equal |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for (model, batch) in sorted({(m, b) for m, b, _ in cells}):
+    base = med(cells.get((model, batch, "default"), []), "throughput")
+    for alloc in ("default", "async", "replayalloc"):
+        rs = cells.get((model, batch, alloc))
+        if not rs:
+            continue
+        tp = med(rs, "throughput")
+        slab = f"{med(rs, 'slab_mib'):.1f} ({med(rs, 'lower_bound_mib'):.1f})" if alloc == "replayalloc" else ""
+        hits = f"{100 * med(rs, 'slab_hit_rate'):.1f}%" if alloc == "replayalloc" else ""
+        eq = all(r.get("output_equal", False) for r in rs)
+        print(f"| {model} | {batch} | {alloc} | {med(rs, 'p50_ms'):.3f} | {med(rs, 'p99_ms'):.3f} | "
+              f"{tp:.1f} | {tp / base:.3f}x | {med(rs, 'device_used_mib'):.0f} | {slab} | {hits} | "
+              f"{'yes' if eq else 'NO'} |")
+print(f"\n{len(rows)} runs, medians over {max((len(v) for v in cells.values()), default=0)} rounds per cell.")
+for e in errors:
+    print(f"\nFAILED: {json.dumps(e)}")
