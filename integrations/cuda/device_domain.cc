@@ -330,9 +330,11 @@ void device_thread_exit(thread_state& t) {
   engine::get().unregister_domain(tls_device.d);
 }
 
-// Opens the device domain's iteration at the thread's first device allocation of the
-// host iteration: the plan key is the host key with "@cuda:<device>".
-void open_device_iteration(thread_state& t, device_thread& dt, int device, cudaStream_t stream) {
+// Makes the thread's device domain known to the engine: its counters reach stats(),
+// and the thread's exit (through the host thread state's exit hook) unregisters it
+// before its TLS goes away.
+void ensure_registered(thread_state& t, device_thread& dt) {
+  if (dt.d.registered) return;
   static std::once_flag hooks_once;
   engine& eng = engine::get();
   std::call_once(hooks_once, [&] {
@@ -341,9 +343,18 @@ void open_device_iteration(thread_state& t, device_thread& dt, int device, cudaS
     h.on_exit = device_thread_exit;
     eng.add_domain_hooks(h);
   });
-  reentry_guard guard;
+  eng.register_thread(t);
+  if (t.exited) return;  // a late call during the thread's exit: stay unregistered
   dt.d.kind = domain_kind::device;
   eng.register_domain(dt.d);
+}
+
+// Opens the device domain's iteration at the thread's first device allocation of the
+// host iteration: the plan key is the host key with "@cuda:<device>".
+void open_device_iteration(thread_state& t, device_thread& dt, int device, cudaStream_t stream) {
+  engine& eng = engine::get();
+  reentry_guard guard;
+  ensure_registered(t, dt);
   dt.open = true;
   dt.device = device;
   dt.stream = stream;
@@ -402,10 +413,7 @@ void* device_alloc(std::size_t size, int device, cudaStream_t stream) {
       }
     }
   }
-  if (!dt.d.registered && !in_engine()) {
-    dt.d.kind = domain_kind::device;
-    engine::get().register_domain(dt.d);
-  }
+  if (!dt.d.registered && !in_engine()) ensure_registered(t, dt);
   bump(dt.d.passthrough);
   bump(dt.d.backend_bytes, size);
   return backend_device_alloc(size, stream, backend_kind::ordinary);
@@ -427,10 +435,7 @@ void device_free(void* p, int, cudaStream_t stream) {
         cudaStreamSynchronize(stream);  // no event to be had: order by waiting
       }
     }
-    if (!dt.d.registered && !in_engine()) {
-      dt.d.kind = domain_kind::device;
-      engine::get().register_domain(dt.d);
-    }
+    if (!dt.d.registered && !in_engine()) ensure_registered(tls_state, dt);
     replay_free(dt.d.cursor, p, [s](const void*) { return s; });
     return;
   }

@@ -190,6 +190,20 @@ TEST_F(Device, TwoThreadsOnTheirOwnStreamsUseTheirOwnSlabs) {
   EXPECT_EQ(replayalloc::cuda::stats().slab_hits - before.slab_hits, 2u);
 }
 
+TEST_F(Device, ThreadsThatOnlyPassThroughLeaveNoDanglingState) {
+  const replayalloc::Stats before = replayalloc::cuda::stats();
+  for (int k = 0; k < 8; ++k) {
+    std::thread([&] {
+      void* p = mr_.allocate(4096, s1_);  // no iteration: cudaMallocAsync
+      mr_.deallocate(p, 4096, s1_);
+    }).join();
+    replayalloc::cuda::stats();  // reads every registered domain: none may be gone
+  }
+  const replayalloc::Stats after = replayalloc::cuda::stats();
+  EXPECT_EQ(after.passthrough - before.passthrough, 8u);
+  EXPECT_EQ(after.frees - before.frees, 8u);
+}
+
 TEST_F(Device, OutOfMemoryIsAClearErrorNotACrash) {
   for (int i = 0; i < 2; ++i) device_iteration(mr_, "dev-oom", s1_, 70 + i);
   fake_cuda::set_device_memory(fake_cuda::device_memory_used() + (std::size_t{1} << 20));
