@@ -1,9 +1,10 @@
 """replayalloc: record one inference iteration, plan it, replay it from a slab.
 
 The package is a thin ctypes layer over the shared library; see replayalloc.torch for
-PyTorch. The library is found, in order: the `library` argument of load(), a
-`lib/` folder beside this package, the project's build folder
-(build/integrations/cuda), then the system's library path.
+PyTorch. The library is libreplayalloc_torch.so (libtorch's CPU allocator, and the
+CUDA allocator when built with CUDA) or else libreplayalloc_cuda.so, found in order:
+the `library` argument of load(), a `lib/` folder beside this package, the project's
+build folder (build/integrations/...), then the system's library path.
 """
 from __future__ import annotations
 
@@ -17,17 +18,19 @@ __all__ = ["load", "iteration", "stats", "library_path"]
 
 _LIB = None
 _LIB_PATH = None
-_NAME = "libreplayalloc_cuda.so"
+_NAMES = (("libreplayalloc_torch.so", "pytorch"), ("libreplayalloc_cuda.so", "cuda"))
 
 
-def _candidates(name):
+def _candidates():
     here = os.path.dirname(os.path.abspath(__file__))
-    yield os.path.join(here, "lib", name)
     root = os.path.abspath(os.path.join(here, "..", "..", "..", ".."))
-    yield os.path.join(root, "build", "integrations", "cuda", name)
-    found = ctypes.util.find_library(name[3:-3])
-    if found:
-        yield found
+    for name, folder in _NAMES:
+        yield os.path.join(here, "lib", name)
+        yield os.path.join(root, "build", "integrations", folder, name)
+    for name, _ in _NAMES:
+        found = ctypes.util.find_library(name[3:-3])
+        if found:
+            yield found
 
 
 def load(library: str | None = None) -> ctypes.CDLL:
@@ -37,7 +40,7 @@ def load(library: str | None = None) -> ctypes.CDLL:
         if library is not None and os.path.abspath(library) != _LIB_PATH:
             raise RuntimeError(f"replayalloc: already loaded from {_LIB_PATH}, not {library}")
         return _LIB
-    paths = [library] if library is not None else list(_candidates(_NAME))
+    paths = [library] if library is not None else list(_candidates())
     errors = []
     for path in paths:
         if path is None or (os.path.sep in path and not os.path.exists(path)):
@@ -54,6 +57,10 @@ def load(library: str | None = None) -> ctypes.CDLL:
         lib.replayalloc_iteration_end.restype = ctypes.c_int
         lib.replayalloc_stats_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.replayalloc_stats_json.restype = ctypes.c_size_t
+        if hasattr(lib, "replayalloc_torch_version"):
+            lib.replayalloc_torch_version.restype = ctypes.c_char_p
+            lib.replayalloc_torch_install.restype = ctypes.c_int
+            lib.replayalloc_torch_uninstall.restype = ctypes.c_int
         if hasattr(lib, "replayalloc_cuda_stats_json"):
             lib.replayalloc_cuda_stats_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
             lib.replayalloc_cuda_stats_json.restype = ctypes.c_size_t

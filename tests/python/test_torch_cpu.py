@@ -1,0 +1,75 @@
+"""replayalloc as libtorch's CPU allocator from Debian's python3 (unittest).
+
+Outputs must be bit-identical with and without replay for ResNet-, MobileNet-,
+transformer-encoder- and LSTM-shaped models (random weights, fixed seed). Skips with a
+message when torch or torchvision is missing.
+"""
+import os
+import unittest
+
+import replayalloc
+
+LIB = os.environ.get("REPLAYALLOC_TEST_LIBRARY")
+
+try:
+    import torch
+    import torchvision
+except ImportError as e:  # pragma: no cover - reported as a skip
+    torch = None
+    MISSING = str(e)
+
+
+@unittest.skipIf(torch is None, "torch/torchvision not installed (apt install python3-torch python3-torchvision)")
+class TorchCpu(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0)
+        cls.models = {
+            "resnet18": (torchvision.models.resnet18().eval(), torch.randn(1, 3, 64, 64)),
+            "mobilenet_v3_small": (torchvision.models.mobilenet_v3_small().eval(), torch.randn(1, 3, 64, 64)),
+            "encoder": (torch.nn.TransformerEncoder(layer, 2).eval(), torch.randn(16, 2, 64)),
+            "lstm": (torch.nn.LSTM(32, 64, num_layers=2).eval(), torch.randn(10, 2, 32)),
+        }
+        with torch.no_grad():
+            cls.reference = {k: cls.forward(m, x).clone() for k, (m, x) in cls.models.items()}
+        replayalloc.load(LIB)
+        import replayalloc.torch as rt
+        rt.install_cpu()
+
+    @staticmethod
+    def forward(model, x):
+        y = model(x)
+        return y[0] if isinstance(y, tuple) else y
+
+    def test_outputs_are_bit_identical_and_the_steady_state_replays(self):
+        import replayalloc.torch as rt
+        for name, (model, x) in self.models.items():
+            with self.subTest(model=name), torch.no_grad():
+                for i in range(7):
+                    if i == 3:
+                        warm = rt.stats()
+                    with rt.iteration(f"py/{name}"):
+                        y = self.forward(model, x)
+                    self.assertTrue(torch.equal(y, self.reference[name]), f"{name} iteration {i}")
+                s = rt.stats()
+                self.assertGreater(s["slab_hits"], warm["slab_hits"], name)
+                self.assertEqual(s["fallbacks"], warm["fallbacks"], f"{name}: steady state fell back")
+                print(f"{name}: {s['slab_hits'] - warm['slab_hits']} slab hits in 4 replayed iterations")
+
+    def test_a_mismatched_torch_is_refused_clearly(self):
+        import replayalloc.torch as rt
+        self.assertEqual(rt._version_tuple("1.13.0a0+gitabc"), (1, 13, 0))
+        self.assertEqual(rt._version_tuple("2.11.0+cu130"), (2, 11, 0))
+        real = torch.__version__
+        try:
+            torch.__version__ = "9.9.9"
+            with self.assertRaises(RuntimeError) as cm:
+                rt.install_cpu()
+            self.assertIn("built against libtorch", str(cm.exception))
+        finally:
+            torch.__version__ = real
+
+
+if __name__ == "__main__":
+    unittest.main()

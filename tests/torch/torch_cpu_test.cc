@@ -1,0 +1,222 @@
+// replayalloc as libtorch's CPU allocator: outputs bit-identical with and without
+// replay on four model families, op tags on a model whose allocations we can
+// predict, and threads each replaying the same module on a slab of their own.
+// Random weights, fixed seeds; the models are built with the C++ frontend.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <c10/core/CPUAllocator.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "replayalloc/torch.hpp"
+#include "trace/trace_io.h"
+
+namespace {
+
+namespace nn = torch::nn;
+
+struct BlockImpl : nn::Module {
+  explicit BlockImpl(int c)
+      : c1(register_module("c1", nn::Conv2d(nn::Conv2dOptions(c, c, 3).padding(1).bias(false)))),
+        b1(register_module("b1", nn::BatchNorm2d(c))),
+        c2(register_module("c2", nn::Conv2d(nn::Conv2dOptions(c, c, 3).padding(1).bias(false)))),
+        b2(register_module("b2", nn::BatchNorm2d(c))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    auto y = torch::relu(b1(c1(x)));
+    return torch::relu(b2(c2(y)) + x);  // the residual keeps x alive across the block
+  }
+  nn::Conv2d c1, c2;
+  nn::BatchNorm2d b1, b2;
+};
+TORCH_MODULE(Block);
+
+struct ResNetLike : nn::Module {
+  ResNetLike()
+      : stem(register_module("stem", nn::Conv2d(nn::Conv2dOptions(3, 16, 3).padding(1)))),
+        b1(register_module("b1", Block(16))),
+        b2(register_module("b2", Block(16))),
+        fc(register_module("fc", nn::Linear(16, 10))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = b2(b1(torch::relu(stem(x))));
+    return fc(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
+  }
+  nn::Conv2d stem;
+  Block b1, b2;
+  nn::Linear fc;
+};
+
+struct MobileNetLike : nn::Module {
+  MobileNetLike()
+      : stem(register_module("stem", nn::Conv2d(nn::Conv2dOptions(3, 16, 3).stride(2).padding(1)))),
+        dw(register_module("dw", nn::Conv2d(nn::Conv2dOptions(16, 16, 3).padding(1).groups(16)))),
+        pw(register_module("pw", nn::Conv2d(nn::Conv2dOptions(16, 32, 1)))),
+        bn(register_module("bn", nn::BatchNorm2d(32))),
+        fc(register_module("fc", nn::Linear(32, 10))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::hardtanh(stem(x), 0, 6);
+    x = torch::hardtanh(bn(pw(torch::hardtanh(dw(x), 0, 6))), 0, 6);
+    return fc(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
+  }
+  nn::Conv2d stem, dw, pw;
+  nn::BatchNorm2d bn;
+  nn::Linear fc;
+};
+
+struct EncoderLike : nn::Module {
+  EncoderLike()
+      : enc(register_module("enc", nn::TransformerEncoder(
+                                       nn::TransformerEncoderLayer(nn::TransformerEncoderLayerOptions(64, 4)
+                                                                       .dim_feedforward(128)
+                                                                       .dropout(0.0)),
+                                       2))) {}
+  torch::Tensor forward(torch::Tensor x) { return enc(x); }
+  nn::TransformerEncoder enc;
+};
+
+struct LstmLike : nn::Module {
+  LstmLike() : lstm(register_module("lstm", nn::LSTM(nn::LSTMOptions(32, 64).num_layers(2)))) {}
+  torch::Tensor forward(torch::Tensor x) { return std::get<0>(lstm(x)); }
+  nn::LSTM lstm;
+};
+
+struct model_case {
+  std::string name;
+  std::function<torch::Tensor(torch::Tensor)> run;
+  torch::Tensor input;
+  torch::Tensor reference;  // computed with libtorch's own allocator
+};
+
+std::vector<model_case>& cases() {
+  static std::vector<model_case> all = [] {
+    std::vector<model_case> v;
+    torch::manual_seed(0);
+    auto resnet = std::make_shared<ResNetLike>();
+    auto mobile = std::make_shared<MobileNetLike>();
+    auto encoder = std::make_shared<EncoderLike>();
+    auto lstm = std::make_shared<LstmLike>();
+    for (nn::Module* m : std::initializer_list<nn::Module*>{resnet.get(), mobile.get(), encoder.get(), lstm.get()}) {
+      m->eval();
+    }
+    v.push_back({"resnet", [resnet](torch::Tensor x) { return resnet->forward(x); }, torch::randn({2, 3, 32, 32}), {}});
+    v.push_back({"mobilenet", [mobile](torch::Tensor x) { return mobile->forward(x); }, torch::randn({2, 3, 32, 32}), {}});
+    v.push_back({"encoder", [encoder](torch::Tensor x) { return encoder->forward(x); }, torch::randn({16, 2, 64}), {}});
+    v.push_back({"lstm", [lstm](torch::Tensor x) { return lstm->forward(x); }, torch::randn({10, 2, 32}), {}});
+    torch::NoGradGuard no_grad;
+    for (model_case& c : v) c.reference = c.run(c.input).clone();
+    return v;
+  }();
+  return all;
+}
+
+class TorchCpu : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cases();  // references first, with libtorch's own allocator
+    replayalloc::torch::install();
+  }
+};
+
+TEST_F(TorchCpu, OutputsAreBitIdenticalWithAndWithoutReplay) {
+  torch::NoGradGuard no_grad;
+  for (model_case& c : cases()) {
+    const replayalloc::Stats before = replayalloc::stats();
+    replayalloc::Stats warm;
+    for (int i = 0; i < 8; ++i) {
+      if (i == 3) warm = replayalloc::stats();
+      torch::Tensor y;
+      {
+        replayalloc::torch::Iteration it("test/" + c.name);
+        y = c.run(c.input);
+      }
+      ASSERT_TRUE(torch::equal(y, c.reference)) << c.name << " iteration " << i;
+    }
+    const replayalloc::Stats after = replayalloc::stats();
+    EXPECT_EQ(after.plans - before.plans, 1u) << c.name;
+    EXPECT_GT(after.slab_hits - warm.slab_hits, 0u) << c.name;
+    EXPECT_EQ(after.fallbacks - warm.fallbacks, 0u) << c.name << ": the steady state should replay";
+  }
+}
+
+TEST_F(TorchCpu, AllocationsAreTaggedWithTheOpThatMadeThem) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(1);
+  nn::Linear linear(8, 16);
+  torch::Tensor x = torch::randn({4, 8});
+  {
+    replayalloc::torch::Iteration it("test/ops");
+    torch::Tensor y = torch::relu(linear(x));
+    torch::Tensor z = torch::cat({y, y}, 1);
+    c10::DataPtr raw = c10::GetCPUAllocator()->allocate(4096);  // outside any op
+    ASSERT_EQ(z.size(1), 32);
+  }
+  const std::string path = ::testing::TempDir() + "/ops.csv";
+  ASSERT_EQ(replayalloc_save_trace("test/ops", path.c_str()), 0);
+  absl::StatusOr<replayalloc::trace> t = replayalloc::read_trace_file(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<std::string> ops;
+  for (const auto& a : t->allocations) ops.push_back(t->ops[a.op]);
+  // Tags name the innermost op: linear's output is made inside aten::addmm, relu's
+  // inside aten::clamp_min (libtorch 1.13 implements relu with it), cat's by itself;
+  // the raw allocation outside any op.
+  EXPECT_THAT(ops, ::testing::Contains(::testing::AnyOf("aten::addmm", "aten::linear", "aten::mm")));
+  EXPECT_THAT(ops, ::testing::Contains(::testing::AnyOf("aten::relu", "aten::clamp_min")));
+  EXPECT_THAT(ops, ::testing::Contains("aten::cat"));
+  EXPECT_THAT(ops, ::testing::Contains(replayalloc::torch::outside_ops));
+  // Sizes: relu's output 4x16 floats, cat's 4x32 floats.
+  bool relu_ok = false, cat_ok = false;
+  for (const auto& a : t->allocations) {
+    relu_ok |= (t->ops[a.op] == "aten::relu" || t->ops[a.op] == "aten::clamp_min") &&
+               a.size == 4 * 16 * sizeof(float);
+    cat_ok |= t->ops[a.op] == "aten::cat" && a.size == 4 * 32 * sizeof(float);
+  }
+  EXPECT_TRUE(relu_ok);
+  EXPECT_TRUE(cat_ok);
+}
+
+TEST_F(TorchCpu, ThreadsReplayASharedModuleEachOnTheirOwnSlab) {
+  model_case& c = cases()[0];
+  const replayalloc::Stats before = replayalloc::stats();
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      torch::NoGradGuard no_grad;
+      for (int i = 0; i < 12; ++i) {
+        torch::Tensor y;
+        {
+          replayalloc::torch::Iteration it("test/threads");
+          y = c.run(c.input);
+        }
+        if (!torch::equal(y, c.reference)) ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_GT(after.slab_hits - before.slab_hits, 0u);
+  EXPECT_EQ(after.double_frees - before.double_frees, 0u);
+  EXPECT_EQ(after.invalid_frees - before.invalid_frees, 0u);
+}
+
+TEST_F(TorchCpu, UninstallRestoresLibtorchsAllocatorAndTensorsStayValid) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor kept;
+  {
+    replayalloc::torch::Iteration it("test/uninstall");
+    kept = torch::ones({256});
+  }
+  replayalloc::torch::uninstall();
+  EXPECT_FALSE(replayalloc::torch::installed());
+  torch::Tensor after = torch::ones({256});
+  EXPECT_TRUE(torch::equal(kept, after));
+  kept = torch::Tensor();  // freed through replayalloc's deleter, after uninstall
+  replayalloc::torch::install();
+  EXPECT_TRUE(replayalloc::torch::installed());
+}
+
+}  // namespace
