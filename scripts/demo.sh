@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# The README's main job: set up, build, and run the demo (an inference-shaped
-# allocation pattern recorded, planned and replayed, with its report).
+# The README's main job: set up, build, make a TorchScript ResNet-50 with random
+# weights (once), and run it recorded, planned and replayed through libtorch's CPU
+# allocator next to libtorch's own allocator, with its report. Then the
+# allocator-only demo (an inference-shaped pattern through the C API).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" --target demo_inference
-build/bench/demo_inference "$@"
+cmake --build build -j"$(nproc)" --target main_job demo_inference
+/usr/bin/python3 scripts/make_models.py build/models resnet50
+build/bench/torch/main_job build/models/resnet50.pt "$@"
+echo
+build/bench/demo_inference

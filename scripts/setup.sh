@@ -11,6 +11,9 @@ packages=(
   libjemalloc-dev libabsl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev valgrind
+  # PyTorch: libtorch for the C++ integration, Debian's python3 torch for the Python
+  # package, the model scripts and their tests
+  libtorch-dev python3-torch python3-torchvision
 )
 
 missing=()

@@ -5,7 +5,8 @@
 // and pops it at its end; the innermost name is the thread's replayalloc op
 // (replayalloc_set_op), so every allocation recorded carries the op that asked for it.
 // Names are interned once: aten ops by the address of their (static) name, user scopes
-// (record_function) by their text, since those strings may be temporaries. The
+// (record_function) by their text, since those strings may be temporaries. Ops that
+// only make storage for their caller are transparent (is_transparent). The
 // callback costs about a microsecond per op only while installed; bench/RESULTS.md has
 // the measured figure.
 #include "replayalloc/torch.hpp"
@@ -73,20 +74,39 @@ struct op_stack {
 };
 thread_local op_stack t_ops;
 
+// Ops that only make storage for their caller (aten::empty inside batch_norm, a
+// resize_ of an out= argument) are transparent: an allocation inside one is tagged
+// with the op that called it, which is what a user looks for. At top level they name
+// themselves.
+constexpr unsigned transparent_bit = 1u << 31;
+
+bool is_transparent(const char* name) {
+  static constexpr const char* names[] = {"aten::empty", "aten::empty_strided", "aten::empty_like",
+                                          "aten::new_empty", "aten::new_empty_strided",
+                                          "aten::resize_"};
+  for (const char* n : names) {
+    if (std::strcmp(n, name) == 0) return true;
+  }
+  return false;
+}
+
 unsigned intern(const at::RecordFunction& fn) {
   const char* name = fn.name();
   if (name == nullptr || name[0] == '\0') return 0;
   if (fn.scope() == at::RecordScope::USER_SCOPE) return replayalloc_op_id(name);
   auto [it, fresh] = t_ops.by_address.try_emplace(name, 0u);
-  if (fresh) it->second = replayalloc_op_id(name);
+  if (fresh) it->second = replayalloc_op_id(name) | (is_transparent(name) ? transparent_bit : 0u);
   return it->second;
 }
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   op_stack& s = t_ops;
-  if (s.depth < max_depth) s.ids[s.depth] = replayalloc_current_op();
+  const unsigned current = replayalloc_current_op();
+  if (s.depth < max_depth) s.ids[s.depth] = current;
+  const bool nested = s.depth > 0;
   ++s.depth;
-  replayalloc_set_op(intern(fn));
+  const unsigned id = intern(fn);
+  if (!(id & transparent_bit) || !nested) replayalloc_set_op(id & ~transparent_bit);
   return nullptr;
 }
 
