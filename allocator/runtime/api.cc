@@ -75,6 +75,11 @@ REPLAYALLOC_EXPORT int replayalloc_iteration_begin(const char* key) {
 
 REPLAYALLOC_EXPORT int replayalloc_iteration_end(void) { return engine::get().end(tls_state); }
 
+REPLAYALLOC_EXPORT int replayalloc_iteration_recording(void) {
+  const thread_state& t = tls_state;
+  return t.depth > 0 && t.host.ph == phase::record ? 1 : 0;
+}
+
 REPLAYALLOC_EXPORT void* replayalloc_malloc(size_t size) { return alloc(size, malloc_align); }
 
 REPLAYALLOC_EXPORT void* replayalloc_calloc(size_t count, size_t size) {

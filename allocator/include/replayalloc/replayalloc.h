@@ -40,6 +40,10 @@ int replayalloc_iteration_begin(const char *key);
  * an outer iteration stays open, or -1 with errno EINVAL when none is open. */
 int replayalloc_iteration_end(void);
 
+/* 1 when the calling thread's open iteration is being recorded (its allocations
+ * will make the plan), else 0. Integrations use it to pay for op tags only then. */
+int replayalloc_iteration_recording(void);
+
 /* The malloc family, with glibc's contract: NULL and errno ENOMEM on failure,
  * EINVAL for an alignment that is not a power of two (posix_memalign returns it). */
 void *replayalloc_malloc(size_t size);

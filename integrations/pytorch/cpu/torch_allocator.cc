@@ -7,8 +7,9 @@
 // Names are interned once: aten ops by the address of their (static) name, user scopes
 // (record_function) by their text, since those strings may be temporaries. Ops that
 // only make storage for their caller are transparent (is_transparent). The
-// callback costs about a microsecond per op only while installed; bench/RESULTS.md has
-// the measured figure.
+// callback runs only on a thread whose iteration is being recorded (a thread-local
+// callback added by Iteration and removed at its end), so replayed iterations do not
+// pay for it; bench/RESULTS.md has its measured cost per op.
 #include "replayalloc/torch.hpp"
 
 #include <ATen/record_function.h>
@@ -62,7 +63,6 @@ bool g_installed = false;
 // c10 keeps the allocator of the highest priority registered so far: each install and
 // uninstall registers with a higher one than the last.
 std::uint8_t g_priority = 0;
-at::CallbackHandle g_callback = 0;
 unsigned g_outside = 0;
 
 // Note [Op tags].
@@ -126,17 +126,12 @@ void install() {
   g_outside = replayalloc_op_id(outside_ops);
   g_previous = c10::GetCPUAllocator();
   c10::SetCPUAllocator(&g_allocator, ++g_priority);
-  g_callback = at::addGlobalCallback(
-      at::RecordFunctionCallback(on_enter, on_exit)
-          .needsInputs(false)
-          .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
   g_installed = true;
 }
 
 void uninstall() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_installed) return;
-  at::removeCallback(g_callback);
   c10::SetCPUAllocator(g_previous, ++g_priority);
   g_installed = false;
 }
@@ -146,8 +141,41 @@ bool installed() {
   return g_installed;
 }
 
+namespace {
+
+// Adds this thread's op-tag callback when its (outermost) iteration records.
+std::uint64_t start_tags(int begin_rc) {
+  if (begin_rc != 0 || !replayalloc_iteration_recording()) return 0;
+  t_ops.depth = 0;
+  replayalloc_set_op(replayalloc_op_id(outside_ops));
+  try {
+    return at::addThreadLocalCallback(
+        at::RecordFunctionCallback(on_enter, on_exit)
+            .needsInputs(false)
+            .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
+  } catch (const std::exception&) {
+    return 0;  // no tags: the recording still works
+  }
+}
+
+void stop_tags(std::uint64_t handle) {
+  if (handle == 0) return;
+  at::removeCallback(handle);
+  t_ops.depth = 0;
+  replayalloc_set_op(0);
+}
+
+thread_local std::uint64_t t_python_callback = 0;  // for the C entry points below
+
+}  // namespace
+
 Iteration::Iteration(const char* key) noexcept : it_(key) {
-  if (t_ops.depth == 0) replayalloc_set_op(replayalloc_op_id(outside_ops));
+  callback_ = start_tags(it_.ok() && !it_.nested() ? 0 : -1);
+}
+
+Iteration::~Iteration() {
+  stop_tags(callback_);
+  callback_ = 0;
 }
 
 }  // namespace replayalloc::torch
@@ -176,6 +204,21 @@ __attribute__((visibility("default"))) int replayalloc_torch_uninstall(void) {
 
 __attribute__((visibility("default"))) const char* replayalloc_torch_version(void) {
   return TORCH_VERSION;
+}
+
+__attribute__((visibility("default"))) int replayalloc_torch_iteration_begin(const char* key) {
+  const int rc = replayalloc_iteration_begin(key);
+  if (rc == 0) replayalloc::torch::t_python_callback = replayalloc::torch::start_tags(0);
+  return rc;
+}
+
+__attribute__((visibility("default"))) int replayalloc_torch_iteration_end(void) {
+  const int rc = replayalloc_iteration_end();
+  if (rc == 0) {
+    replayalloc::torch::stop_tags(replayalloc::torch::t_python_callback);
+    replayalloc::torch::t_python_callback = 0;
+  }
+  return rc;
 }
 
 }  // extern "C"

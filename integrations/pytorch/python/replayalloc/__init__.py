@@ -57,6 +57,10 @@ def load(library: str | None = None) -> ctypes.CDLL:
         lib.replayalloc_iteration_end.restype = ctypes.c_int
         lib.replayalloc_stats_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.replayalloc_stats_json.restype = ctypes.c_size_t
+        if hasattr(lib, "replayalloc_torch_iteration_begin"):
+            lib.replayalloc_torch_iteration_begin.argtypes = [ctypes.c_char_p]
+            lib.replayalloc_torch_iteration_begin.restype = ctypes.c_int
+            lib.replayalloc_torch_iteration_end.restype = ctypes.c_int
         if hasattr(lib, "replayalloc_torch_version"):
             lib.replayalloc_torch_version.restype = ctypes.c_char_p
             lib.replayalloc_torch_install.restype = ctypes.c_int
@@ -81,13 +85,16 @@ def iteration(key: str):
     lib = load()
     if not key:
         raise ValueError("replayalloc: an iteration key must be a non-empty string")
-    rc = lib.replayalloc_iteration_begin(key.encode())
+    # With the libtorch integration, recorded iterations also tag allocations by op.
+    begin = getattr(lib, "replayalloc_torch_iteration_begin", lib.replayalloc_iteration_begin)
+    end = getattr(lib, "replayalloc_torch_iteration_end", lib.replayalloc_iteration_end)
+    rc = begin(key.encode())
     if rc < 0:
         raise RuntimeError(f"replayalloc: cannot begin an iteration of {key!r}")
     try:
         yield
     finally:
-        lib.replayalloc_iteration_end()
+        end()
 
 
 def _json(fn) -> dict:
