@@ -11,6 +11,8 @@ packages=(
   libjemalloc-dev libabsl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev valgrind
+  # programs the LD_PRELOAD tests run preloaded
+  git sqlite3 perl
   # PyTorch: libtorch for the C++ integration, Debian's python3 torch for the Python
   # package, the model scripts and their tests
   libtorch-dev python3-torch python3-torchvision

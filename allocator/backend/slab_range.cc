@@ -127,4 +127,7 @@ std::size_t mapped_slab_bytes() noexcept {
   return g_mapped;
 }
 
+void lock_for_fork() noexcept { g_mu.lock(); }
+void unlock_after_fork() noexcept { g_mu.unlock(); }
+
 }  // namespace replayalloc::detail::backend

@@ -57,4 +57,8 @@ void unmap_slab(void* p, std::size_t bytes) noexcept;
 // Bytes of the range currently committed to slabs.
 std::size_t mapped_slab_bytes() noexcept;
 
+// fork(): the range's mutex is held across it (the engine's atfork handlers).
+void lock_for_fork() noexcept;
+void unlock_after_fork() noexcept;
+
 }  // namespace replayalloc::detail::backend

@@ -90,6 +90,10 @@ struct plan_version {
 
   std::uint32_t slab_count();
 
+  // fork(): the pool's mutex is held across it (engine's atfork handlers).
+  void lock_for_fork() { mu_.lock(); }
+  void unlock_after_fork() { mu_.unlock(); }
+
  private:
   void destroy(slab* s);  // REQUIRES: mu_ held
   std::mutex mu_;

@@ -27,6 +27,13 @@ inline replayalloc::detail::slab* host_owner(const void* p) {
 // Everything the hit does not serve: outside a replaying iteration, re-entrant calls,
 // misses. Out of line so that the entry points need no stack frame.
 REPLAYALLOC_NOINLINE void* alloc_slow(std::size_t size, std::size_t align) {
+  // Re-entrant calls (the engine allocating, also while it is being made) go straight
+  // to the backend without touching the engine (invariant 5).
+  if (replayalloc::detail::in_engine()) [[unlikely]] {
+    void* p = backend::fallback_alloc(size, align);
+    if (p == nullptr) errno = ENOMEM;
+    return p;
+  }
   return engine::get().alloc_slow(tls_state, size, align, false);
 }
 
@@ -46,6 +53,10 @@ REPLAYALLOC_NOINLINE void free_slow(void* ptr) {
   if (backend::in_slab_range(ptr)) {
     if (!t.registered) [[unlikely]] engine::get().register_thread(t);  // a remote free
     replayalloc::detail::replay_free_slow(t.host.cursor, ptr, host_owner(ptr));
+    return;
+  }
+  if (replayalloc::detail::in_engine()) [[unlikely]] {
+    backend::fallback_free(ptr);
     return;
   }
   engine::get().free_backend(t, ptr);
@@ -87,6 +98,11 @@ REPLAYALLOC_EXPORT void* replayalloc_calloc(size_t count, size_t size) {
   if (__builtin_mul_overflow(count, size, &bytes)) {
     errno = ENOMEM;
     return nullptr;
+  }
+  if (replayalloc::detail::in_engine()) [[unlikely]] {
+    void* p = backend::fallback_calloc(bytes);
+    if (p == nullptr) errno = ENOMEM;
+    return p;
   }
   return engine::get().alloc_slow(tls_state, bytes, malloc_align, true);
 }

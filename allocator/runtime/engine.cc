@@ -117,7 +117,58 @@ engine::engine() : opts_(process_options()) {
   reentry_guard guard;
   if (opts_.mode != run_mode::off) slabs_ok_ = backend::reserve_slab_range(opts_.reserve_bytes);
   pthread_key_create(&g_exit_key, thread_exit_hook);
+  pthread_atfork([] { engine::get().prefork(); }, [] { engine::get().postfork_parent(); },
+                 [] { engine::get().postfork_child(); });
   if (opts_.stats_path[0] != '\0') std::atexit(print_stats_at_exit);
+}
+
+// Note [Fork]: the child has one thread, the one that forked, and a copy of every
+// lock as it was at fork(). Holding all of them across fork() makes the copies
+// consistent: prefork takes the engine's mutex, then each key's and each plan's pool
+// mutex (in the keys' order, always the same), then the slab range's; the handlers
+// after fork release them in reverse. Nothing here allocates.
+void engine::prefork() {
+  mu_.lock();
+  for (auto& [k, e] : keys_) {
+    e->mu.lock();
+    if (e->version != nullptr) e->version->lock_for_fork();
+  }
+  backend::lock_for_fork();
+}
+
+void engine::postfork_parent() {
+  backend::unlock_after_fork();
+  for (auto& [k, e] : keys_) {
+    if (e->version != nullptr) e->version->unlock_after_fork();
+    e->mu.unlock();
+  }
+  mu_.unlock();
+}
+
+void engine::postfork_child() {
+  backend::unlock_after_fork();
+  for (auto& [k, e] : keys_) {
+    if (e->version != nullptr) e->version->unlock_after_fork();
+    e->recording = false;  // whoever was recording is not in the child
+    e->mu.unlock();
+  }
+  mu_.unlock();
+  // The forking thread's open iteration is abandoned: its blocks stay valid, its slab
+  // never returns to the pool (its refcount never reaches zero), later calls pass
+  // through until the thread begins a new iteration.
+  thread_state& t = tls_state;
+  if (t.depth > 0) {
+    replay_cursor& c = t.host.cursor;
+    c.count = 0;
+    c.free_count = 0;
+    c.current = nullptr;
+    c.base = nullptr;
+    t.host.ph = phase::none;
+    t.host.entry = nullptr;
+    t.host.version = nullptr;
+    t.depth = 0;
+    t.entry = nullptr;
+  }
 }
 
 void engine::register_thread(thread_state& t) {

@@ -104,6 +104,14 @@ class engine {
   const options& opts() const { return opts_; }
   bool slabs_available() const { return slabs_ok_; }
 
+  // fork(): every engine lock is taken before, released after in both processes; the
+  // child also abandons the forking thread's open iteration (its slab stays out of the
+  // pool, so nothing it handed out is ever reused) and forgets recordings that
+  // threads which do not exist in the child had under way. Note [Fork].
+  void prefork();
+  void postfork_parent();
+  void postfork_child();
+
  private:
   engine();
   void end_record(domain_state& d);

@@ -1,0 +1,138 @@
+// libreplayalloc_preload.so: replayalloc under an unmodified program.
+//
+//   LD_PRELOAD=libreplayalloc_preload.so ./my_inference_service
+//
+// Layer: hooks, over the C API (allocator/include/replayalloc/replayalloc.h). Every
+// function of the allocation interface forwards in one line. What makes this safe:
+//  * start-up: nothing here runs before the first call; the engine is made on first
+//    use under the re-entry guard, reads the environment from `environ` itself, and any
+//    allocation made while it is being made (by libc, jemalloc, Abseil) goes straight
+//    to jemalloc (runtime/api.cc: alloc_slow);
+//  * thread-local state is initial-exec (no allocation on first access);
+//  * fork: the engine's atfork handlers (Note [Fork] in runtime/engine.cc);
+//  * thread exit: a pthread key ends the thread's open iteration.
+// The program marks its iterations with replayalloc_iteration_begin/end (exported
+// here too: call them directly, or find them with dlsym).
+#include <errno.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+
+#include "replayalloc/replayalloc.h"
+
+#define RA_HOOK extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+inline bool is_pow2(std::size_t a) { return a != 0 && (a & (a - 1)) == 0; }
+
+std::size_t page_size() {
+  static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+// operator new's contract: retry through the new_handler, else throw.
+void* new_impl(std::size_t size, std::size_t align) {
+  for (;;) {
+    void* p = align <= alignof(std::max_align_t) ? replayalloc_malloc(size == 0 ? 1 : size)
+                                                 : replayalloc_aligned_alloc(align, size == 0 ? 1 : size);
+    if (p != nullptr) return p;
+    std::new_handler h = std::get_new_handler();
+    if (h == nullptr) throw std::bad_alloc();
+    h();
+  }
+}
+
+void* new_nothrow(std::size_t size, std::size_t align) noexcept {
+  try {
+    return new_impl(size, align);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+RA_HOOK void* malloc(size_t size) noexcept { return replayalloc_malloc(size); }
+RA_HOOK void free(void* p) noexcept { replayalloc_free(p); }
+RA_HOOK void* calloc(size_t n, size_t size) noexcept { return replayalloc_calloc(n, size); }
+RA_HOOK void* realloc(void* p, size_t size) noexcept { return replayalloc_realloc(p, size); }
+RA_HOOK size_t malloc_usable_size(void* p) noexcept { return replayalloc_usable_size(p); }
+RA_HOOK int posix_memalign(void** out, size_t align, size_t size) noexcept {
+  return replayalloc_posix_memalign(out, align, size);
+}
+RA_HOOK void* aligned_alloc(size_t align, size_t size) noexcept {
+  return replayalloc_aligned_alloc(align, size);
+}
+RA_HOOK void* memalign(size_t align, size_t size) noexcept {
+  return replayalloc_aligned_alloc(align, size);
+}
+RA_HOOK void* valloc(size_t size) noexcept { return replayalloc_aligned_alloc(page_size(), size); }
+RA_HOOK void* pvalloc(size_t size) noexcept {
+  const size_t page = page_size();
+  if (size > SIZE_MAX - page) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return replayalloc_aligned_alloc(page, size == 0 ? page : (size + page - 1) & ~(page - 1));
+}
+RA_HOOK void* reallocarray(void* p, size_t n, size_t size) noexcept {
+  size_t bytes;
+  if (__builtin_mul_overflow(n, size, &bytes)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return replayalloc_realloc(p, bytes);
+}
+
+// operator new and delete, every form.
+__attribute__((visibility("default"))) void* operator new(std::size_t n) { return new_impl(n, 0); }
+__attribute__((visibility("default"))) void* operator new[](std::size_t n) { return new_impl(n, 0); }
+__attribute__((visibility("default"))) void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return new_nothrow(n, 0);
+}
+__attribute__((visibility("default"))) void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return new_nothrow(n, 0);
+}
+__attribute__((visibility("default"))) void* operator new(std::size_t n, std::align_val_t a) {
+  return new_impl(n, static_cast<std::size_t>(a));
+}
+__attribute__((visibility("default"))) void* operator new[](std::size_t n, std::align_val_t a) {
+  return new_impl(n, static_cast<std::size_t>(a));
+}
+__attribute__((visibility("default"))) void* operator new(std::size_t n, std::align_val_t a,
+                                                          const std::nothrow_t&) noexcept {
+  return new_nothrow(n, static_cast<std::size_t>(a));
+}
+__attribute__((visibility("default"))) void* operator new[](std::size_t n, std::align_val_t a,
+                                                            const std::nothrow_t&) noexcept {
+  return new_nothrow(n, static_cast<std::size_t>(a));
+}
+__attribute__((visibility("default"))) void operator delete(void* p) noexcept { replayalloc_free(p); }
+__attribute__((visibility("default"))) void operator delete[](void* p) noexcept { replayalloc_free(p); }
+__attribute__((visibility("default"))) void operator delete(void* p, std::size_t) noexcept { replayalloc_free(p); }
+__attribute__((visibility("default"))) void operator delete[](void* p, std::size_t) noexcept { replayalloc_free(p); }
+__attribute__((visibility("default"))) void operator delete(void* p, std::align_val_t) noexcept { replayalloc_free(p); }
+__attribute__((visibility("default"))) void operator delete[](void* p, std::align_val_t) noexcept { replayalloc_free(p); }
+__attribute__((visibility("default"))) void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  replayalloc_free(p);
+}
+__attribute__((visibility("default"))) void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  replayalloc_free(p);
+}
+__attribute__((visibility("default"))) void operator delete(void* p, const std::nothrow_t&) noexcept {
+  replayalloc_free(p);
+}
+__attribute__((visibility("default"))) void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  replayalloc_free(p);
+}
+__attribute__((visibility("default"))) void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  replayalloc_free(p);
+}
+__attribute__((visibility("default"))) void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  replayalloc_free(p);
+}
