@@ -44,7 +44,11 @@ REPLAYALLOC_COLD void* miss(replay_cursor& c, miss_reason why, std::size_t size)
 
 // Takes slot i for this request (the cursor moves past it), from the slab when its
 // bytes are free, else from the backend.
+// pre: i >= c.next (the cursor only moves forward).
 void* take(replay_cursor& c, std::uint32_t i, std::size_t size, std::size_t align) {
+#if REPLAYALLOC_DEBUG >= 1
+  if (i < c.next) __builtin_trap();
+#endif
   const slot& s = c.slots[i];
   c.next = i + 1;
   if (s.offset == not_in_slab) {
@@ -95,7 +99,9 @@ void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align) 
       return take(c, c.next + 1, size, align);
     }
     // The slot after the previous request's look-ahead match: allocations are missing.
-    if (lookahead != 0 && lookahead < c.count && c.slots[lookahead].size == size) {
+    // Only while that slot is still ahead: hits on the fast path may have moved the
+    // cursor since, and the cursor must never move back (a slot behind it may be live).
+    if (lookahead > c.next && lookahead < c.count && c.slots[lookahead].size == size) {
       for (std::uint32_t j = c.next; j < lookahead; ++j) pass_over(c, j);
       return take(c, lookahead, size, align);
     }

@@ -13,6 +13,7 @@
 #include "backend/slab_range.h"
 #include "planner/planner.h"
 #include "replay/compiled_plan.h"
+#include "runtime/auto_detect.h"
 #include "support/log.h"
 #include "support/reentry.h"
 #include "trace/recorder.h"
@@ -21,6 +22,17 @@
 namespace replayalloc::detail {
 
 constinit thread_local thread_state tls_state REPLAYALLOC_TLS_IE;
+
+struct auto_state {
+  explicit auto_state(std::uint32_t history) : det(history) {}
+  period_detector det;
+  absl::flat_hash_map<const void*, std::uint64_t, absl::Hash<const void*>, std::equal_to<const void*>,
+                      backend::internal_allocator<std::pair<const void* const, std::uint64_t>>>
+      live;
+  std::uint64_t live_bytes = 0;
+  char key[48] = "";
+  std::uint32_t deviated_in_a_row = 0;
+};
 
 namespace {
 
@@ -63,6 +75,7 @@ void add_domain(Stats& s, const domain_state& d) {
   s.slab_hits += ld(d.slab_hits);
   s.bytes_from_slab += ld(d.hit_bytes);
   s.passthrough += ld(d.passthrough) + ld(c.bypassed);
+  s.below_min_size += ld(d.below_min) + ld(c.bypassed);
   s.bytes_from_backend += ld(d.backend_bytes) + ld(c.miss_bytes) + ld(c.bypassed_bytes);
   s.fallback_no_slab += ld(d.no_slab_fallbacks);
   s.fallback_size_mismatch += ld(c.misses[static_cast<unsigned>(miss_reason::size_mismatch)]);
@@ -81,6 +94,7 @@ void add_stats(Stats& into, const Stats& s) {
   into.slab_hits += s.slab_hits;
   into.bytes_from_slab += s.bytes_from_slab;
   into.passthrough += s.passthrough;
+  into.below_min_size += s.below_min_size;
   into.bytes_from_backend += s.bytes_from_backend;
   into.fallback_no_slab += s.fallback_no_slab;
   into.fallback_size_mismatch += s.fallback_size_mismatch;
@@ -168,6 +182,7 @@ void engine::postfork_child() {
     t.host.version = nullptr;
     t.depth = 0;
     t.entry = nullptr;
+    t.auto_iteration = false;
   }
 }
 
@@ -221,13 +236,20 @@ void engine::add_domain_hooks(const domain_hooks& h) {
 void engine::on_thread_exit(thread_state& t) {
   if (t.depth > 0) {
     t.depth = 1;
-    end(t);
+    end_impl(t);
   }
   const int n = n_hooks_.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     if (hooks_[i].on_exit != nullptr) hooks_[i].on_exit(t);
   }
   unregister_domain(t.host);
+  if (t.autod != nullptr) {
+    reentry_guard guard;
+    t.autod->~auto_state();
+    backend::fallback_free(t.autod);
+    t.autod = nullptr;
+  }
+  t.auto_iteration = false;
   t.registered = false;
   t.exited = true;
 }
@@ -261,11 +283,113 @@ std::uint32_t engine::op_id(std::string_view name) {
   return id;
 }
 
+// Note [Auto mode], the thread's side: while watching, every allocation of at least
+// the minimum size is observed with the live bytes before it; once a period is
+// found, the thread waits for the boundary and then runs back-to-back iterations of
+// the period's key, each ended at the first slow-path allocation after the period's
+// allocations were made (in replay: the plan's slots walked, or as many allocations
+// made). A program that marks its own iterations on a thread switches auto off there.
+
+void engine::auto_before_alloc(thread_state& t, std::size_t size) {
+  if (t.marks_own || (t.depth > 0 && !t.auto_iteration)) return;
+  reentry_guard guard;
+  if (t.autod == nullptr) {
+    void* mem = backend::fallback_alloc(sizeof(auto_state), alignof(auto_state));
+    if (mem == nullptr) return;
+    t.autod = new (mem) auto_state(opts_.auto_history);
+  }
+  auto_state& a = *t.autod;
+  if (t.auto_iteration) {
+    const domain_state& d = t.host;
+    const bool replaying = d.ph == phase::replay;
+    const bool done = replaying
+                          ? d.cursor.next >= d.cursor.count || d.cursor.handed + t.auto_count >= a.det.period()
+                          : t.auto_count >= a.det.period();
+    if (done) {
+      // A replayed iteration that served less than (100 - DEVIATION_PERCENT)% of the
+      // period from the slab did not repeat the period.
+      const bool poor = replaying && std::uint64_t{d.cursor.handed} * 100 <
+                                         std::uint64_t{a.det.period()} * (100 - opts_.deviation_percent);
+      end_impl(t);
+      t.auto_iteration = false;
+      a.deviated_in_a_row = poor ? a.deviated_in_a_row + 1 : 0;
+      if (a.deviated_in_a_row >= 2 * std::max<std::uint32_t>(1, opts_.replan_after)) {
+        // The period is gone (a new shape, a new phase of the program), or was a
+        // repeated part of a longer one: watch again, never picking it again.
+        REPLAYALLOC_LOG(info, "auto: '%s' keeps deviating; watching the thread's allocations again", a.key);
+        a.det.reject_current();
+        a.deviated_in_a_row = 0;
+        return;
+      }
+      begin_impl(t, a.key);
+      t.auto_iteration = true;
+      t.auto_count = 0;
+    }
+    ++t.auto_count;
+    return;
+  }
+  if (a.det.found() && a.det.count() == a.det.next_boundary()) {
+    a.live.clear();
+    a.live_bytes = 0;
+    std::snprintf(a.key, sizeof a.key, "auto/%016llx/p%u",
+                  static_cast<unsigned long long>(a.det.signature()), a.det.period());
+    REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations; iterations of '%s' begin",
+                    t.thread_no, a.det.period(), a.key);
+    begin_impl(t, a.key);  // finds or makes the key's entry
+    if (t.entry != nullptr) {
+      std::lock_guard<std::mutex> lock(t.entry->mu);
+      t.entry->automatic = true;
+    }
+    t.auto_iteration = true;
+    t.auto_count = 1;
+    return;
+  }
+  a.det.observe(size, a.live_bytes);
+}
+
+void engine::auto_track(thread_state& t, const void* p, std::size_t size) {
+  if (t.autod == nullptr || t.auto_iteration || t.marks_own) return;
+  reentry_guard guard;
+  auto [it, fresh] = t.autod->live.try_emplace(p, size);
+  if (!fresh) {
+    t.autod->live_bytes -= it->second;
+    it->second = size;
+  }
+  t.autod->live_bytes += size;
+}
+
+void engine::auto_untrack(thread_state& t, const void* p) {
+  if (t.autod == nullptr || t.auto_iteration || t.marks_own) return;
+  reentry_guard guard;
+  auto it = t.autod->live.find(p);
+  if (it == t.autod->live.end()) return;
+  t.autod->live_bytes -= it->second;
+  t.autod->live.erase(it);
+}
+
 int engine::begin(thread_state& t, const char* key) {
   if (key == nullptr || key[0] == '\0') {
     errno = EINVAL;
     return -1;
   }
+  // The program marks its own iterations here: auto mode steps aside on this thread.
+  if (t.auto_iteration) {
+    end_impl(t);
+    t.auto_iteration = false;
+  }
+  t.marks_own = true;
+  return begin_impl(t, key);
+}
+
+int engine::end(thread_state& t) {
+  if (t.auto_iteration) {  // nothing the program opened
+    errno = EINVAL;
+    return -1;
+  }
+  return end_impl(t);
+}
+
+int engine::begin_impl(thread_state& t, const char* key) {
   if (t.depth > 0) {
     ++t.depth;
     return REPLAYALLOC_NESTED;
@@ -297,7 +421,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
     if (e->version == nullptr) {
       if (e->recording) return;  // another thread records this key: pass through
       e->recording = true;
-    } else if (opts_.mode == run_mode::replay && (slabs_ok_ || e->kind != domain_kind::host)) {
+    } else if (replays() && (slabs_ok_ || e->kind != domain_kind::host)) {
       v = e->version;
     } else {
       return;
@@ -350,7 +474,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
   d.ph = phase::replay;
 }
 
-int engine::end(thread_state& t) {
+int engine::end_impl(thread_state& t) {
   if (t.depth == 0) {
     errno = EINVAL;
     return -1;
@@ -403,8 +527,11 @@ void engine::end_record(domain_state& d) {
     e.same_in_a_row = (e.recordings > 1 && sig == e.last_signature) ? e.same_in_a_row + 1 : 1;
     e.last_signature = sig;
     e.last_trace = shared;
-    plan_now = opts_.mode == run_mode::replay && e.version == nullptr && !e.failed &&
-               (e.same_in_a_row >= opts_.record_iterations || e.recordings >= opts_.record_limit);
+    // Auto mode saw the period repeat three times before its first iteration: one
+    // recording is enough.
+    const std::uint32_t needed = e.automatic ? 1 : opts_.record_iterations;
+    plan_now = replays() && e.version == nullptr && !e.failed &&
+               (e.same_in_a_row >= needed || e.recordings >= opts_.record_limit);
   }
   if (plan_now) make_plan(e, *shared);
 }
@@ -481,6 +608,7 @@ void engine::end_replay(domain_state& d) {
     d.deviating_in_a_row = 0;
   }
   d.deviating_in_a_row = deviated ? d.deviating_in_a_row + 1 : 0;
+  d.last_deviated = deviated;
   if (!deviated || opts_.replan_after == 0 || d.deviating_in_a_row < opts_.replan_after) return;
   d.deviating_in_a_row = 0;
   key_entry& e = *d.entry;
@@ -511,6 +639,8 @@ void* engine::alloc_slow(thread_state& t, std::size_t size, std::size_t align, b
   }
   if (in_engine()) return zero ? backend::fallback_calloc(size) : backend::fallback_alloc(size, align);
   register_thread(t);
+  const bool watched = opts_.mode == run_mode::automatic && size >= t.min_size && size > 0;
+  if (watched) auto_before_alloc(t, size);
   domain_state& d = t.host;
   if (d.ph == phase::replay) {
     void* p = replay_malloc(d.cursor, size, align, [](std::size_t n, std::size_t a, backend_kind) {
@@ -531,12 +661,14 @@ void* engine::alloc_slow(thread_state& t, std::size_t size, std::size_t align, b
   }
   if (zero && align > malloc_align) std::memset(p, 0, size);
   bump(d.backend_bytes, size);
+  if (size < t.min_size || size == 0) bump(d.below_min);
   if (d.no_slab && size >= t.min_size && size > 0) {
     bump(d.no_slab_fallbacks);
   } else {
     bump(d.passthrough);
   }
   if (d.ph == phase::record && size >= t.min_size && size > 0) record_alloc(d, p, size, align);
+  if (watched) auto_track(t, p, size);
   return p;
 }
 
@@ -544,6 +676,7 @@ void engine::free_backend(thread_state& t, void* p) {
   if (!t.registered) [[unlikely]] register_thread(t);
   bump(t.host.frees);
   if (t.host.ph == phase::record && !in_engine()) record_free(t.host, p);
+  if (t.autod != nullptr && !in_engine()) auto_untrack(t, p);
   backend::fallback_free(p);
 }
 
@@ -611,14 +744,15 @@ std::size_t format_stats_json(const Stats& s, char* buf, std::size_t cap) {
       "{\"allocations\":%llu,\"slab_hits\":%llu,\"fallbacks\":%llu,"
       "\"fallbacks_by_reason\":{\"size_mismatch\":%llu,\"beyond_plan\":%llu,"
       "\"overlap_live\":%llu,\"alignment\":%llu,\"no_slab\":%llu},"
-      "\"backend_planned\":%llu,\"passthrough\":%llu,\"frees\":%llu,\"remote_frees\":%llu,"
+      "\"backend_planned\":%llu,\"passthrough\":%llu,\"below_min_size\":%llu,\"frees\":%llu,"
+      "\"remote_frees\":%llu,"
       "\"invalid_frees\":%llu,\"double_frees\":%llu,\"bytes_from_slab\":%llu,"
       "\"bytes_from_backend\":%llu,\"iterations\":%llu,\"recordings\":%llu,\"plans\":%llu,"
       "\"rerecords\":%llu,\"slab_bytes\":%llu,\"lower_bound_bytes\":%llu,"
       "\"mapped_bytes\":%llu,\"keys\":%llu}",
       u(s.allocations), u(s.slab_hits), u(s.fallbacks), u(s.fallback_size_mismatch),
       u(s.fallback_beyond_plan), u(s.fallback_overlap_live), u(s.fallback_alignment),
-      u(s.fallback_no_slab), u(s.backend_planned), u(s.passthrough), u(s.frees),
+      u(s.fallback_no_slab), u(s.backend_planned), u(s.passthrough), u(s.below_min_size), u(s.frees),
       u(s.remote_frees), u(s.invalid_frees), u(s.double_frees), u(s.bytes_from_slab),
       u(s.bytes_from_backend), u(s.iterations), u(s.recordings), u(s.plans), u(s.rerecords),
       u(s.slab_bytes), u(s.lower_bound_bytes), u(s.mapped_bytes), u(s.keys));

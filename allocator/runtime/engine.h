@@ -53,6 +53,7 @@ struct key_entry {
   plan_version* version = nullptr;  // the plan replayed now; null while recording
   bool recording = false;           // a thread is recording this key
   bool failed = false;              // planning failed: pass through from now on
+  bool automatic = false;           // auto mode's key: its period was already seen thrice
   std::uint32_t recordings = 0;     // since the last plan
   std::uint32_t same_in_a_row = 0;  // identical consecutive recordings
   std::uint64_t last_signature = 0;
@@ -102,6 +103,7 @@ class engine {
   void on_thread_exit(thread_state& t);
 
   const options& opts() const { return opts_; }
+  bool replays() const { return opts_.mode == run_mode::replay || opts_.mode == run_mode::automatic; }
   bool slabs_available() const { return slabs_ok_; }
 
   // fork(): every engine lock is taken before, released after in both processes; the
@@ -114,6 +116,11 @@ class engine {
 
  private:
   engine();
+  int begin_impl(thread_state& t, const char* key);
+  int end_impl(thread_state& t);
+  void auto_before_alloc(thread_state& t, std::size_t size);
+  void auto_track(thread_state& t, const void* p, std::size_t size);
+  void auto_untrack(thread_state& t, const void* p);
   void end_record(domain_state& d);
   void end_replay(domain_state& d);
   void make_plan(key_entry& e, const trace& tr);

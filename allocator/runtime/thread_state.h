@@ -42,10 +42,12 @@ struct domain_state {
   std::uint64_t misses_at_begin = 0;
   key_entry* deviation_entry = nullptr;  // the key deviating_in_a_row counts for
   std::uint32_t deviating_in_a_row = 0;
+  bool last_deviated = false;            // the last replayed iteration deviated
 
   std::atomic<std::uint64_t> slab_hits{0};
   std::atomic<std::uint64_t> hit_bytes{0};
   std::atomic<std::uint64_t> passthrough{0};
+  std::atomic<std::uint64_t> below_min{0};  // of which below REPLAYALLOC_MIN_SIZE
   std::atomic<std::uint64_t> backend_bytes{0};
   std::atomic<std::uint64_t> no_slab_fallbacks{0};
   std::atomic<std::uint64_t> frees{0};
@@ -64,6 +66,12 @@ struct thread_state {
   std::uint32_t thread_no = 0;
   std::uint64_t min_size = 0;
   key_entry* entry = nullptr;  // the open iteration's host key
+  // Auto mode (runtime/auto_detect.h): the thread's watcher, whether the open
+  // iteration is one auto mode began, and the allocations its slow path saw.
+  struct auto_state* autod = nullptr;
+  bool auto_iteration = false;
+  bool marks_own = false;  // the program marked an iteration on this thread: no auto
+  std::uint32_t auto_count = 0;
 };
 
 extern constinit thread_local thread_state tls_state REPLAYALLOC_TLS_IE;

@@ -136,6 +136,7 @@ const char* mode_name(run_mode m) {
     case run_mode::off: return "off";
     case run_mode::record: return "record";
     case run_mode::replay: return "replay";
+    case run_mode::automatic: return "auto";
   }
   return "?";
 }
@@ -162,9 +163,10 @@ int parse_options(char* const* envp, options* out) {
         if (!std::strcmp(v, "off")) out->mode = run_mode::off;
         else if (!std::strcmp(v, "record")) out->mode = run_mode::record;
         else if (!std::strcmp(v, "replay")) out->mode = run_mode::replay;
+        else if (!std::strcmp(v, "auto")) out->mode = run_mode::automatic;
         else {
           ++bad;
-          REPLAYALLOC_LOG(error, "%s='%s' is not one of off|record|replay; using '%s'", d.name,
+          REPLAYALLOC_LOG(error, "%s='%s' is not one of off|record|replay|auto; using '%s'", d.name,
                           v, mode_name(out->mode));
         }
         break;

@@ -16,15 +16,26 @@ namespace replayalloc::detail {
 enum class run_mode : int {
   off = 0,     // every call passes straight to the backend; nothing recorded
   record = 1,  // record iterations (stats, traces) but never replay
-  replay = 2,  // record, plan, then replay (the default)
+  replay = 2,  // record, plan, then replay iterations the program marks (the default)
+  automatic = 3,  // also find iterations in threads that mark none (LD_PRELOAD default)
 };
 
+// The LD_PRELOAD build starts in auto mode with a 4 KiB minimum size (README); every
+// other build in replay mode with none.
+#if defined(REPLAYALLOC_PRELOAD_DEFAULTS) && REPLAYALLOC_PRELOAD_DEFAULTS
+inline constexpr run_mode default_mode = run_mode::automatic;
+inline constexpr std::uint64_t default_min_size = 4096;
+#else
+inline constexpr run_mode default_mode = run_mode::replay;
+inline constexpr std::uint64_t default_min_size = 0;
+#endif
+
 struct options {
-  run_mode mode = run_mode::replay;
+  run_mode mode = default_mode;
   int verbose = 1;                    // 0 errors, 1 +warnings, 2 +info, 3 +debug
   long max_warnings = 100;            // warnings printed before going quiet
   char stats_path[256] = "";          // "" none, "stderr", or a file path
-  std::uint64_t min_size = 0;         // requests below this bypass the plan
+  std::uint64_t min_size = default_min_size;  // requests below this bypass the plan
   std::uint64_t slot_align = 64;      // every slot offset is a multiple of this
   std::uint64_t reserve_bytes = std::uint64_t{64} << 30;  // virtual range for slabs
   std::uint32_t max_slabs = 64;       // slabs per plan (concurrent iterations)
@@ -33,6 +44,7 @@ struct options {
   std::uint32_t replan_after = 3;     // deviating iterations in a row -> record again
   std::uint32_t deviation_percent = 10;  // fallbacks (% of slots) making one deviate
   std::uint32_t resync_window = 8;    // slots looked ahead after a mismatch
+  std::uint32_t auto_history = 16384; // allocations auto mode looks back over
   bool prefault = true;               // touch slab pages when a slab is made
   // CUDA (integrations/cuda): the device-memory budget for slabs, in bytes, or as a
   // fraction of the device's memory (exactly one of the two is non-zero, or neither:
