@@ -11,8 +11,8 @@ packages=(
   libjemalloc-dev libabsl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev valgrind
-  # programs the LD_PRELOAD tests run preloaded
-  git sqlite3 perl
+  # programs the LD_PRELOAD tests run preloaded; allocators the benchmarks compare with
+  git sqlite3 perl libtcmalloc-minimal4 libmimalloc2.0
   # PyTorch: libtorch for the C++ integration, Debian's python3 torch for the Python
   # package, the model scripts and their tests
   libtorch-dev python3-torch python3-torchvision
