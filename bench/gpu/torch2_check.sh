@@ -6,7 +6,8 @@
 # checks outputs bit for bit against torch's own allocator.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp}
+# The carried Abseil libraries depend on each other: the loader finds them by path.
+export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
 TORCH=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')
 echo "torch $(python3 -c 'import torch; print(torch.__version__)') at $TORCH"
 b=$(mktemp -d)
