@@ -107,4 +107,6 @@ def _json(fn) -> dict:
 def stats(device: bool = False) -> dict:
     """Process-wide statistics as a dict; device=True: the CUDA domains only."""
     lib = load()
+    if device and not hasattr(lib, "replayalloc_cuda_stats_json"):
+        raise RuntimeError(f"replayalloc: {library_path()} was built without CUDA: no device statistics")
     return _json(lib.replayalloc_cuda_stats_json if device else lib.replayalloc_stats_json)
