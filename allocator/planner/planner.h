@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -51,6 +52,16 @@ std::uint64_t lower_bound(const trace& t, const planner_options& o = {});
 // that intersect a lifetime are found through a time index, so planning is close to
 // O(n log n) on traces whose lifetimes are short, as inference traces' are.
 absl::StatusOr<placement> plan_greedy_by_size(const trace& t, const planner_options& o = {});
+
+// The planners by name, for make_plan(), the CLI's --algo and the reports. "best" is
+// the default: several orderings of greedy by size, keeping the smallest slab, then a
+// bounded improving pass while it is still above the lower bound.
+const std::vector<std::string>& planner_names();
+
+// Runs the planner called `algorithm` (one of planner_names()). An unknown name is an
+// InvalidArgument that lists the known ones.
+absl::StatusOr<placement> make_plan(const trace& t, std::string_view algorithm = "best",
+                                    const planner_options& o = {});
 
 // Checks every invariant above; the message names the first offending allocations.
 absl::Status validate(const trace& t, const placement& p, const planner_options& o = {});

@@ -37,6 +37,12 @@
 #define REPLAYALLOC_EXPORT
 #endif
 
+// The library's version (CMake's project version), written into plan files: a plan
+// made by another version is refused.
+#ifndef REPLAYALLOC_VERSION_STRING
+#define REPLAYALLOC_VERSION_STRING "0.0.0-unknown"
+#endif
+
 namespace replayalloc::detail {
 
 // Every slab starts on a chunk boundary; the owner table has one entry per chunk, so
