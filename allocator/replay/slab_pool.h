@@ -75,6 +75,7 @@ struct plan_version {
   compiled_plan plan;
   std::string key;
   std::uint64_t id = 0;
+  bool from_file = false;  // loaded from REPLAYALLOC_PLAN_DIR (Note [Plan files])
   slab_source* source = nullptr;
 
   // A slab ready for a new iteration (its epoch advanced), or null with *why set when

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/slab_range.h"
+#include "planner/plan_file.h"
 #include "planner/planner.h"
 #include "replay/compiled_plan.h"
 #include "runtime/auto_detect.h"
@@ -257,18 +258,22 @@ void engine::on_thread_exit(thread_state& t) {
 key_entry* engine::entry_for(std::string_view key, domain_kind kind, slab_source* source,
                              placement_adjuster adjust, void* adjust_arg) {
   reentry_guard guard;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = keys_.find(absl::string_view(key.data(), key.size()));
-  if (it != keys_.end()) return it->second;
-  void* mem = backend::fallback_alloc(sizeof(key_entry), alignof(key_entry));
-  if (mem == nullptr) return nullptr;
-  auto* e = new (mem) key_entry;
-  e->key.assign(key.data(), key.size());
-  e->kind = kind;
-  e->source = source;
-  e->adjust = adjust;
-  e->adjust_arg = adjust_arg;
-  keys_.emplace(e->key, e);
+  key_entry* e = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = keys_.find(absl::string_view(key.data(), key.size()));
+    if (it != keys_.end()) return it->second;
+    void* mem = backend::fallback_alloc(sizeof(key_entry), alignof(key_entry));
+    if (mem == nullptr) return nullptr;
+    e = new (mem) key_entry;
+    e->key.assign(key.data(), key.size());
+    e->kind = kind;
+    e->source = source;
+    e->adjust = adjust;
+    e->adjust_arg = adjust_arg;
+    keys_.emplace(e->key, e);
+  }
+  if (opts_.plan_dir[0] != '\0' && replays()) load_saved_plan(*e);
   return e;
 }
 
@@ -536,46 +541,118 @@ void engine::end_record(domain_state& d) {
   if (plan_now) make_plan(e, *shared);
 }
 
+// Note [Plan files]: with REPLAYALLOC_PLAN_DIR set, every plan the engine makes is
+// saved there (its trace and the placement before any device adjustment, under the
+// key, the library version and the slot alignment), and a key's entry, when first
+// made, loads its file: a restarted service replays from its first iteration. A file
+// that cannot be read, is corrupt, or belongs to another key, library version or slot
+// alignment is ignored with a message, and the key records as usual. A loaded plan the
+// program does not follow (its first replayed iteration deviates) is retired at once and
+// the key recorded again; what deviated was served by the backend like any other miss
+// (invariant 1), so a stale file costs an iteration, never data.
+
+std::string engine::plan_path(const key_entry& e) const {
+  const std::string name = e.kind == domain_kind::host ? e.key : "cuda:" + e.key;
+  return std::string(opts_.plan_dir) + "/" + plan_file_name(name);
+}
+
+void engine::load_saved_plan(key_entry& e) {
+  const std::string path = plan_path(e);
+  absl::StatusOr<std::string> bytes = read_file(path);
+  if (!bytes.ok()) {
+    if (!absl::IsNotFound(bytes.status())) {
+      plan_files_ignored_.fetch_add(1, std::memory_order_relaxed);
+      REPLAYALLOC_LOG(warning, "plan file for '%s' not read (%.*s); recording it", e.key.c_str(),
+                      static_cast<int>(bytes.status().message().size()), bytes.status().message().data());
+    }
+    return;
+  }
+  absl::StatusOr<plan_file> f = decode_plan(*bytes);
+  const absl::Status ok = f.ok() ? check_plan_key(*f, e.key, opts_.slot_align) : f.status();
+  if (!ok.ok()) {
+    plan_files_ignored_.fetch_add(1, std::memory_order_relaxed);
+    REPLAYALLOC_LOG(warning, "plan file %s ignored: %.*s; recording '%s' instead", path.c_str(),
+                    static_cast<int>(ok.message().size()), ok.message().data(), e.key.c_str());
+    return;
+  }
+  if (install_plan(e, f->tr, std::move(f->p), true)) {
+    plans_loaded_.fetch_add(1, std::memory_order_relaxed);
+    REPLAYALLOC_LOG(info, "'%s': plan loaded from %s", e.key.c_str(), path.c_str());
+  }
+}
+
 void engine::make_plan(key_entry& e, const trace& tr) {
   planner_options po;
   po.slot_align = opts_.slot_align;
-  absl::StatusOr<placement> p = plan_greedy_by_size(tr, po);
-  absl::Status ok = p.ok() ? validate(tr, *p, po) : p.status();
-  std::vector<bool> managed;
-  if (ok.ok() && e.adjust != nullptr) {
-    const std::vector<std::uint64_t> before = p->offsets;
-    if (const char* note = e.adjust(tr, *p, e.adjust_arg)) {
-      REPLAYALLOC_LOG(warning, "'%s': %s", e.key.c_str(), note);
-    }
-    managed.resize(before.size());
-    for (std::size_t i = 0; i < before.size(); ++i) {
-      managed[i] = before[i] != not_in_slab && p->offsets[i] == not_in_slab;
-    }
-    ok = validate(tr, *p, po);
-  }
-  void* mem = ok.ok() ? backend::fallback_alloc(sizeof(plan_version), alignof(plan_version)) : nullptr;
-  if (!ok.ok() || mem == nullptr) {
+  absl::StatusOr<placement> p = replayalloc::make_plan(tr, "best", po);
+  const absl::Status ok = p.ok() ? validate(tr, *p, po) : p.status();
+  if (!ok.ok()) {
     REPLAYALLOC_LOG(error, "planning '%s' failed (%.*s); its iterations pass through to the backend",
                     e.key.c_str(), static_cast<int>(ok.message().size()), ok.message().data());
     std::lock_guard<std::mutex> lock(e.mu);
     e.failed = true;
     return;
   }
+  if (opts_.plan_dir[0] != '\0') {
+    const std::string path = plan_path(e);
+    const absl::Status st = write_plan_file(make_plan_file(tr, *p, po), path);
+    if (!st.ok()) {
+      REPLAYALLOC_LOG(warning, "plan for '%s' not saved: %.*s", e.key.c_str(),
+                      static_cast<int>(st.message().size()), st.message().data());
+    } else {
+      REPLAYALLOC_LOG(info, "'%s': plan saved to %s", e.key.c_str(), path.c_str());
+    }
+  }
+  if (!install_plan(e, tr, *std::move(p), false)) {
+    std::lock_guard<std::mutex> lock(e.mu);
+    e.failed = true;
+  }
+}
+
+bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_file) {
+  planner_options po;
+  po.slot_align = opts_.slot_align;
+  absl::Status ok = absl::OkStatus();
+  std::vector<bool> managed;
+  if (e.adjust != nullptr) {
+    const std::vector<std::uint64_t> before = p.offsets;
+    if (const char* note = e.adjust(tr, p, e.adjust_arg)) {
+      REPLAYALLOC_LOG(warning, "'%s': %s", e.key.c_str(), note);
+    }
+    managed.resize(before.size());
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      managed[i] = before[i] != not_in_slab && p.offsets[i] == not_in_slab;
+    }
+    ok = validate(tr, p, po);
+  }
+  void* mem = ok.ok() ? backend::fallback_alloc(sizeof(plan_version), alignof(plan_version)) : nullptr;
+  if (!ok.ok() || mem == nullptr) {
+    REPLAYALLOC_LOG(error, "planning '%s' failed (%.*s); its iterations pass through to the backend",
+                    e.key.c_str(), static_cast<int>(ok.message().size()),
+                    ok.ok() ? "out of memory" : ok.message().data());
+    return false;
+  }
   auto* v = new (mem) plan_version;
   v->source = e.source;
-  v->plan = compile_plan(tr, *p, po, managed.empty() ? nullptr : &managed);
+  v->plan = compile_plan(tr, p, po, managed.empty() ? nullptr : &managed);
   v->key = e.key;
+  v->from_file = from_file;
   v->id = plans_.fetch_add(1, std::memory_order_relaxed) + 1;
-  REPLAYALLOC_LOG(info, "planned '%s': %zu allocations, slab %llu bytes, lower bound %llu bytes",
+  REPLAYALLOC_LOG(info, "planned '%s': %zu allocations, slab %llu bytes, lower bound %llu bytes (%s)",
                   e.key.c_str(), tr.allocations.size(),
-                  static_cast<unsigned long long>(p->slab_bytes),
-                  static_cast<unsigned long long>(p->lower_bound_bytes));
+                  static_cast<unsigned long long>(p.slab_bytes),
+                  static_cast<unsigned long long>(p.lower_bound_bytes), p.algorithm.c_str());
   std::lock_guard<std::mutex> lock(e.mu);
+  if (e.version != nullptr) {  // a plan arrived meanwhile (a recording finished first)
+    v->retire();
+    return true;
+  }
   e.version = v;
   e.recordings = 0;
   e.same_in_a_row = 0;
-  e.slab_bytes = p->slab_bytes;
-  e.lower_bound_bytes = p->lower_bound_bytes;
+  e.slab_bytes = p.slab_bytes;
+  e.lower_bound_bytes = p.lower_bound_bytes;
+  return true;
 }
 
 void engine::end_replay(domain_state& d) {
@@ -609,7 +686,9 @@ void engine::end_replay(domain_state& d) {
   }
   d.deviating_in_a_row = deviated ? d.deviating_in_a_row + 1 : 0;
   d.last_deviated = deviated;
-  if (!deviated || opts_.replan_after == 0 || d.deviating_in_a_row < opts_.replan_after) return;
+  // A plan from a file the program does not follow goes at once (Note [Plan files]).
+  const std::uint32_t replan_after = v->from_file ? 1 : opts_.replan_after;
+  if (!deviated || replan_after == 0 || d.deviating_in_a_row < replan_after) return;
   d.deviating_in_a_row = 0;
   key_entry& e = *d.entry;
   bool retire = false;
@@ -626,8 +705,13 @@ void engine::end_replay(domain_state& d) {
   }
   if (retire) {
     rerecords_.fetch_add(1, std::memory_order_relaxed);
-    REPLAYALLOC_LOG(info, "'%s' deviated from its plan %u iterations in a row; recording again",
-                    e.key.c_str(), opts_.replan_after);
+    if (v->from_file) {
+      REPLAYALLOC_LOG(warning, "the plan of '%s' loaded from REPLAYALLOC_PLAN_DIR does not match "
+                      "this program (its replayed iteration deviated); recording again", e.key.c_str());
+    } else {
+      REPLAYALLOC_LOG(info, "'%s' deviated from its plan %u iterations in a row; recording again",
+                      e.key.c_str(), opts_.replan_after);
+    }
     v->retire();
   }
 }
@@ -706,6 +790,9 @@ Stats engine::stats(const domain_kind* only) {
   s.allocations = s.slab_hits + s.fallbacks + s.backend_planned + s.passthrough;
   s.plans = plans_.load(std::memory_order_relaxed);
   s.rerecords = rerecords_.load(std::memory_order_relaxed);
+  s.plans_loaded = plans_loaded_.load(std::memory_order_relaxed);
+  s.plan_files_ignored = plan_files_ignored_.load(std::memory_order_relaxed);
+  s.plans_evicted = plans_evicted_.load(std::memory_order_relaxed);
   s.recordings = recordings_.load(std::memory_order_relaxed);
   s.mapped_bytes = backend::mapped_slab_bytes();
   s.keys = entries.size();
@@ -748,14 +835,15 @@ std::size_t format_stats_json(const Stats& s, char* buf, std::size_t cap) {
       "\"remote_frees\":%llu,"
       "\"invalid_frees\":%llu,\"double_frees\":%llu,\"bytes_from_slab\":%llu,"
       "\"bytes_from_backend\":%llu,\"iterations\":%llu,\"recordings\":%llu,\"plans\":%llu,"
-      "\"rerecords\":%llu,\"slab_bytes\":%llu,\"lower_bound_bytes\":%llu,"
+      "\"rerecords\":%llu,\"plans_loaded\":%llu,\"plan_files_ignored\":%llu,"
+      "\"plans_evicted\":%llu,\"slab_bytes\":%llu,\"lower_bound_bytes\":%llu,"
       "\"mapped_bytes\":%llu,\"keys\":%llu}",
       u(s.allocations), u(s.slab_hits), u(s.fallbacks), u(s.fallback_size_mismatch),
       u(s.fallback_beyond_plan), u(s.fallback_overlap_live), u(s.fallback_alignment),
       u(s.fallback_no_slab), u(s.backend_planned), u(s.passthrough), u(s.below_min_size), u(s.frees),
       u(s.remote_frees), u(s.invalid_frees), u(s.double_frees), u(s.bytes_from_slab),
       u(s.bytes_from_backend), u(s.iterations), u(s.recordings), u(s.plans), u(s.rerecords),
-      u(s.slab_bytes), u(s.lower_bound_bytes), u(s.mapped_bytes), u(s.keys));
+      u(s.plans_loaded), u(s.plan_files_ignored), u(s.plans_evicted), u(s.slab_bytes), u(s.lower_bound_bytes), u(s.mapped_bytes), u(s.keys));
   return n < 0 ? 0 : static_cast<std::size_t>(n);
 }
 

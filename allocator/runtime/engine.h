@@ -124,6 +124,11 @@ class engine {
   void end_record(domain_state& d);
   void end_replay(domain_state& d);
   void make_plan(key_entry& e, const trace& tr);
+  // Compiles `p` for `e` and makes it the key's plan unless one arrived meanwhile.
+  // pre: validate(tr, p) holds. Returns false (and logs) when it could not.
+  bool install_plan(key_entry& e, const trace& tr, placement p, bool from_file);
+  std::string plan_path(const key_entry& e) const;
+  void load_saved_plan(key_entry& e);
 
   const options opts_;
   bool slabs_ok_ = false;
@@ -139,6 +144,9 @@ class engine {
   std::atomic<std::uint64_t> plans_{0};
   std::atomic<std::uint64_t> rerecords_{0};
   std::atomic<std::uint64_t> recordings_{0};
+  std::atomic<std::uint64_t> plans_loaded_{0};
+  std::atomic<std::uint64_t> plan_files_ignored_{0};
+  std::atomic<std::uint64_t> plans_evicted_{0};
 };
 
 // Writes `s` as the stats JSON object. Returns the length needed (snprintf-style).

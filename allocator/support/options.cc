@@ -1,6 +1,9 @@
 #include "support/options.h"
 
+#include <sys/stat.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 #include "support/log.h"
@@ -61,7 +64,7 @@ const char* find_env(char* const* envp, const char* name) {
   return nullptr;
 }
 
-enum class kind { size, count, boolean, mode, path, budget, lms_memory };
+enum class kind { size, count, boolean, mode, path, dir, budget, lms_memory };
 
 struct option_desc {
   const char* name;
@@ -76,10 +79,14 @@ constexpr option_desc table[] = {
     {"REPLAYALLOC_VERBOSE", kind::count, 0, 3, false},
     {"REPLAYALLOC_MAX_WARNINGS", kind::count, 0, 1u << 30, false},
     {"REPLAYALLOC_STATS", kind::path, 0, 0, false},
+    {"REPLAYALLOC_PLAN_DIR", kind::dir, 0, 0, false},
+    {"REPLAYALLOC_CHECK", kind::boolean, 0, 1, false},
     {"REPLAYALLOC_MIN_SIZE", kind::size, 0, std::uint64_t{1} << 40, false},
     {"REPLAYALLOC_SLOT_ALIGN", kind::size, 16, 4096, true},
     {"REPLAYALLOC_RESERVE", kind::size, std::uint64_t{64} << 20, std::uint64_t{1} << 46, false},
     {"REPLAYALLOC_MAX_SLABS", kind::count, 1, 4096, false},
+    {"REPLAYALLOC_MAX_PLANS", kind::count, 1, 1u << 20, false},
+    {"REPLAYALLOC_MAX_SLAB_MEMORY", kind::size, std::uint64_t{1} << 20, std::uint64_t{1} << 46, false},
     {"REPLAYALLOC_RECORD_ITERATIONS", kind::count, 1, 64, false},
     {"REPLAYALLOC_RECORD_LIMIT", kind::count, 1, 1024, false},
     {"REPLAYALLOC_REPLAN_AFTER", kind::count, 0, 1u << 20, false},
@@ -122,6 +129,9 @@ void store(options* o, const char* name, std::uint64_t v) {
   else if (!std::strcmp(name, "REPLAYALLOC_SLOT_ALIGN")) o->slot_align = v;
   else if (!std::strcmp(name, "REPLAYALLOC_RESERVE")) o->reserve_bytes = v;
   else if (!std::strcmp(name, "REPLAYALLOC_MAX_SLABS")) o->max_slabs = static_cast<std::uint32_t>(v);
+  else if (!std::strcmp(name, "REPLAYALLOC_MAX_PLANS")) o->max_plans = static_cast<std::uint32_t>(v);
+  else if (!std::strcmp(name, "REPLAYALLOC_MAX_SLAB_MEMORY")) o->max_slab_memory = v;
+  else if (!std::strcmp(name, "REPLAYALLOC_CHECK")) o->check = v != 0;
   else if (!std::strcmp(name, "REPLAYALLOC_RECORD_ITERATIONS")) o->record_iterations = static_cast<std::uint32_t>(v);
   else if (!std::strcmp(name, "REPLAYALLOC_RECORD_LIMIT")) o->record_limit = static_cast<std::uint32_t>(v);
   else if (!std::strcmp(name, "REPLAYALLOC_REPLAN_AFTER")) o->replan_after = static_cast<std::uint32_t>(v);
@@ -179,6 +189,28 @@ int parse_options(char* const* envp, options* out) {
                           d.name, sizeof out->stats_path - 1);
         } else {
           std::memcpy(out->stats_path, v, n + 1);
+        }
+        break;
+      }
+      case kind::dir: {
+        // Made when missing (one level, like mkdir); stat and mkdir neither allocate nor
+        // re-enter the allocator.
+        const std::size_t n = std::strlen(v);
+        struct stat st;
+        if (n == 0 || n >= sizeof out->plan_dir) {
+          ++bad;
+          REPLAYALLOC_LOG(error, "%s must be a directory path of 1 to %zu characters; plans are "
+                          "neither saved nor loaded", d.name, sizeof out->plan_dir - 1);
+        } else if (::stat(v, &st) != 0 && (errno != ENOENT || ::mkdir(v, 0755) != 0)) {
+          ++bad;
+          REPLAYALLOC_LOG(error, "%s='%s' cannot be used (%s); plans are neither saved nor loaded",
+                          d.name, v, std::strerror(errno));
+        } else if (::stat(v, &st) != 0 || !S_ISDIR(st.st_mode)) {
+          ++bad;
+          REPLAYALLOC_LOG(error, "%s='%s' is not a directory; plans are neither saved nor loaded",
+                          d.name, v);
+        } else {
+          std::memcpy(out->plan_dir, v, n + 1);
         }
         break;
       }

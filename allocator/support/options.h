@@ -35,10 +35,14 @@ struct options {
   int verbose = 1;                    // 0 errors, 1 +warnings, 2 +info, 3 +debug
   long max_warnings = 100;            // warnings printed before going quiet
   char stats_path[256] = "";          // "" none, "stderr", or a file path
+  char plan_dir[256] = "";            // "" none, or a directory plans are saved to and loaded from
+  bool check = false;                 // shadow-check every slab hand-out and free (Note [Check mode])
   std::uint64_t min_size = default_min_size;  // requests below this bypass the plan
   std::uint64_t slot_align = 64;      // every slot offset is a multiple of this
   std::uint64_t reserve_bytes = std::uint64_t{64} << 30;  // virtual range for slabs
   std::uint32_t max_slabs = 64;       // slabs per plan (concurrent iterations)
+  std::uint32_t max_plans = 256;      // plans kept; the least recently used is evicted
+  std::uint64_t max_slab_memory = std::uint64_t{16} << 30;  // host slab bytes mapped at once
   std::uint32_t record_iterations = 2;  // identical recordings needed to plan
   std::uint32_t record_limit = 8;     // recordings after which we plan anyway
   std::uint32_t replan_after = 3;     // deviating iterations in a row -> record again

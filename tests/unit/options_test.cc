@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <climits>
 #include <cstring>
 #include <initializer_list>
@@ -223,6 +226,49 @@ TEST_F(ParseOptions, StatsPath) {
   const std::string longest(255, 'p');
   EXPECT_EQ(parse(env({"REPLAYALLOC_STATS=" + longest}), &o, &err), 0);
   EXPECT_EQ(std::string(o.stats_path), longest);
+}
+
+TEST_F(ParseOptions, PlanDirIsMadeWhenMissingAndRefusedWhenUnusable) {
+  options o;
+  std::string err;
+  const std::string dir = ::testing::TempDir() + "/replayalloc_options_plan_dir";
+  ::rmdir(dir.c_str());
+  EXPECT_EQ(parse(env({"REPLAYALLOC_PLAN_DIR=" + dir}), &o, &err), 0) << err;
+  EXPECT_EQ(std::string(o.plan_dir), dir);
+  struct stat st;
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  ::rmdir(dir.c_str());
+  // A file is not a directory; a path under a missing parent cannot be made.
+  EXPECT_EQ(parse(env({"REPLAYALLOC_PLAN_DIR=/etc/hostname"}), &o, &err), 1);
+  EXPECT_THAT(err, HasSubstr("is not a directory; plans are neither saved nor loaded"));
+  EXPECT_STREQ(o.plan_dir, "");
+  EXPECT_EQ(parse(env({"REPLAYALLOC_PLAN_DIR=/nonexistent/a/b"}), &o, &err), 1);
+  EXPECT_THAT(err, HasSubstr("REPLAYALLOC_PLAN_DIR='/nonexistent/a/b' cannot be used"));
+  EXPECT_EQ(parse(env({"REPLAYALLOC_PLAN_DIR="}), &o, &err), 1);
+  EXPECT_STREQ(o.plan_dir, "");
+}
+
+TEST_F(ParseOptions, CheckAndBounds) {
+  options o;
+  std::string err;
+  EXPECT_EQ(parse(env({}), &o, &err), 0);
+  EXPECT_FALSE(o.check);
+  EXPECT_EQ(o.max_plans, 256u);
+  EXPECT_EQ(o.max_slab_memory, std::uint64_t{16} << 30);
+  EXPECT_EQ(parse(env({"REPLAYALLOC_CHECK=1", "REPLAYALLOC_MAX_PLANS=3",
+                       "REPLAYALLOC_MAX_SLAB_MEMORY=64M"}),
+                  &o, &err), 0) << err;
+  EXPECT_TRUE(o.check);
+  EXPECT_EQ(o.max_plans, 3u);
+  EXPECT_EQ(o.max_slab_memory, std::uint64_t{64} << 20);
+  EXPECT_EQ(parse(env({"REPLAYALLOC_CHECK=maybe", "REPLAYALLOC_MAX_PLANS=0",
+                       "REPLAYALLOC_MAX_SLAB_MEMORY=1K"}),
+                  &o, &err), 3);
+  EXPECT_FALSE(o.check);
+  EXPECT_EQ(o.max_plans, 256u);
+  EXPECT_EQ(o.max_slab_memory, std::uint64_t{16} << 30);
+  EXPECT_THAT(err, HasSubstr("REPLAYALLOC_MAX_SLAB_MEMORY='1K'"));
 }
 
 TEST_F(ParseOptions, EverySettingAtOnce) {

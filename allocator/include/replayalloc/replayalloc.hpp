@@ -70,6 +70,9 @@ struct Stats {
   std::uint64_t recordings = 0;
   std::uint64_t plans = 0;
   std::uint64_t rerecords = 0;
+  std::uint64_t plans_loaded = 0;       ///< plans read from REPLAYALLOC_PLAN_DIR and used
+  std::uint64_t plan_files_ignored = 0; ///< plan files refused (corrupt, stale, other program)
+  std::uint64_t plans_evicted = 0;      ///< plans dropped for REPLAYALLOC_MAX_PLANS
   std::uint64_t slab_bytes = 0;         ///< sum of the current plans' slab sizes
   std::uint64_t lower_bound_bytes = 0;  ///< sum of the current plans' lower bounds
   std::uint64_t mapped_bytes = 0;       ///< slab memory committed now (all slabs)
