@@ -11,25 +11,32 @@ inline int align_flags(std::size_t align) noexcept {
   return align <= malloc_align ? 0 : MALLOCX_ALIGN(align);
 }
 
+// glibc's contract: every block is a multiple of 16 bytes aligned on 64-bit systems,
+// whatever its size (jemalloc gives blocks of 8 bytes or less 8-byte alignment). So
+// requests below malloc_align are served, and freed with sdallocx, as malloc_align
+// bytes; this also serves size 0 (mallocx(0) is undefined in jemalloc's contract).
+inline std::size_t at_least_min(std::size_t size) noexcept {
+  return size < malloc_align ? malloc_align : size;
+}
+
 }  // namespace
 
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
-  // mallocx(0) is undefined behaviour in jemalloc's contract: serve a minimal block.
-  return mallocx(size == 0 ? 1 : size, align_flags(align));
+  return mallocx(at_least_min(size), align_flags(align));
 }
 
 void* fallback_calloc(std::size_t size) noexcept {
-  return mallocx(size == 0 ? 1 : size, MALLOCX_ZERO);
+  return mallocx(at_least_min(size), MALLOCX_ZERO);
 }
 
 void fallback_free(void* p) noexcept { dallocx(p, 0); }
 
 void fallback_free_sized(void* p, std::size_t size, std::size_t align) noexcept {
-  sdallocx(p, size == 0 ? 1 : size, align_flags(align));
+  sdallocx(p, at_least_min(size), align_flags(align));
 }
 
 void* fallback_realloc(void* p, std::size_t size) noexcept {
-  return rallocx(p, size == 0 ? 1 : size, 0);
+  return rallocx(p, at_least_min(size), 0);
 }
 
 std::size_t fallback_usable_size(const void* p) noexcept {
