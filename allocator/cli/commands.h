@@ -1,0 +1,18 @@
+// replayalloc/cli/commands.h: the commands of the `replayalloc` tool, one file each.
+//
+// Layer: cli. Each takes the arguments after its name and returns the exit code
+// (cli.h); each prints its usage on --help and on a wrong command line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace replayalloc::cli {
+
+int run_plan(const std::vector<std::string>& args);     // plan_command.cc
+int run_convert(const std::vector<std::string>& args);  // convert_command.cc
+int run_report(const std::vector<std::string>& args);   // report_command.cc
+int run_viz(const std::vector<std::string>& args);      // viz_command.cc
+int run_predict(const std::vector<std::string>& args);  // predict_command.cc
+
+}  // namespace replayalloc::cli
