@@ -8,6 +8,7 @@
 #include "replay/fast_path.h"
 #include "replayalloc/replayalloc.h"
 #include "replayalloc/replayalloc.hpp"
+#include "runtime/check.h"
 #include "runtime/engine.h"
 #include "support/reentry.h"
 
@@ -50,6 +51,10 @@ REPLAYALLOC_ALWAYS_INLINE void* alloc(std::size_t size, std::size_t align) {
 REPLAYALLOC_NOINLINE void free_slow(void* ptr) {
   if (ptr == nullptr) return;
   thread_state& t = tls_state;
+  if (replayalloc::detail::check::enabled() && !replayalloc::detail::in_engine()) [[unlikely]] {
+    engine::get().free_checked(t, ptr);
+    return;
+  }
   if (backend::in_slab_range(ptr)) {
     if (!t.registered) [[unlikely]] engine::get().register_thread(t);  // a remote free
     replayalloc::detail::replay_free_slow(t.host.cursor, ptr, host_owner(ptr));
@@ -116,6 +121,9 @@ REPLAYALLOC_EXPORT void* replayalloc_aligned_alloc(size_t alignment, size_t size
     // Beyond what a slot can promise: the backend serves it directly.
     void* p = backend::fallback_alloc(size, alignment);
     if (p == nullptr) errno = ENOMEM;
+    if (p != nullptr && replayalloc::detail::check::enabled() && !replayalloc::detail::in_engine()) {
+      replayalloc::detail::check::on_alloc(p, size, tls_state.op, tls_state.thread_no, false);
+    }
     return p;
   }
   return alloc(size, alignment < malloc_align ? malloc_align : alignment);
@@ -145,7 +153,7 @@ REPLAYALLOC_EXPORT void replayalloc_free(void* ptr) {
 REPLAYALLOC_EXPORT void replayalloc_free_sized(void* ptr, size_t size) {
   if (ptr == nullptr) return;
   thread_state& t = tls_state;
-  if (backend::in_slab_range(ptr)) {
+  if (backend::in_slab_range(ptr) || replayalloc::detail::check::enabled()) {
     replayalloc_free(ptr);
     return;
   }
@@ -171,7 +179,7 @@ REPLAYALLOC_EXPORT void* replayalloc_realloc(void* ptr, size_t size) {
   }
   thread_state& t = tls_state;
   const bool in_slab = backend::in_slab_range(ptr);
-  if (!in_slab && t.host.ph == phase::none) {
+  if (!in_slab && t.host.ph == phase::none && !replayalloc::detail::check::enabled()) {
     void* p = backend::fallback_realloc(ptr, size);
     if (p == nullptr) errno = ENOMEM;
     return p;

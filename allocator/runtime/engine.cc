@@ -15,6 +15,7 @@
 #include "planner/planner.h"
 #include "replay/compiled_plan.h"
 #include "runtime/auto_detect.h"
+#include "runtime/check.h"
 #include "support/log.h"
 #include "support/reentry.h"
 #include "trace/recorder.h"
@@ -110,6 +111,27 @@ void add_stats(Stats& into, const Stats& s) {
   into.iterations += s.iterations;
 }
 
+// Check mode: hides a replaying host cursor's counts so the hot path always misses
+// (Note [Check mode]); the slow path unmasks around its own work.
+void mask(domain_state& d) {
+  if (!check::enabled() || d.masked || d.ph != phase::replay || d.kind != domain_kind::host) return;
+  replay_cursor& c = d.cursor;
+  d.masked_count = c.count;
+  d.masked_free_count = c.free_count;
+  c.count = 0;
+  c.free_count = 0;
+  d.masked = true;
+}
+
+void unmask(domain_state& d) {
+  if (!d.masked) return;
+  d.cursor.count = d.masked_count;
+  d.cursor.free_count = d.masked_free_count;
+  d.masked = false;
+}
+
+const char* op_name_for_check(std::uint32_t op);
+
 void free_recorder(domain_state& d) {
   if (d.recorder == nullptr) return;
   d.recorder->~trace_recorder();
@@ -135,6 +157,22 @@ engine::engine() : opts_(process_options()) {
   pthread_atfork([] { engine::get().prefork(); }, [] { engine::get().postfork_parent(); },
                  [] { engine::get().postfork_child(); });
   if (opts_.stats_path[0] != '\0') std::atexit(print_stats_at_exit);
+  if (opts_.check && opts_.mode != run_mode::off) {
+    check::enable(op_name_for_check);
+    REPLAYALLOC_LOG(info, "REPLAYALLOC_CHECK: every host block is checked against a shadow record");
+  }
+}
+
+namespace {
+const char* op_name_for_check(std::uint32_t op) { return engine::get().op_name_locked(op); }
+}  // namespace
+
+const char* engine::op_name_locked(std::uint32_t op) {
+  // Called while reporting, possibly with the engine's mutex held by this thread.
+  if (!mu_.try_lock()) return "?";
+  const char* n = op < op_names_.size() ? op_names_[op].c_str() : "unknown";
+  mu_.unlock();
+  return n;
 }
 
 // Note [Fork]: the child has one thread, the one that forked, and a copy of every
@@ -149,9 +187,11 @@ void engine::prefork() {
     if (e->version != nullptr) e->version->lock_for_fork();
   }
   backend::lock_for_fork();
+  check::lock_for_fork();
 }
 
 void engine::postfork_parent() {
+  check::unlock_after_fork();
   backend::unlock_after_fork();
   for (auto& [k, e] : keys_) {
     if (e->version != nullptr) e->version->unlock_after_fork();
@@ -161,6 +201,7 @@ void engine::postfork_parent() {
 }
 
 void engine::postfork_child() {
+  check::unlock_after_fork();
   backend::unlock_after_fork();
   for (auto& [k, e] : keys_) {
     if (e->version != nullptr) e->version->unlock_after_fork();
@@ -178,6 +219,7 @@ void engine::postfork_child() {
     c.free_count = 0;
     c.current = nullptr;
     c.base = nullptr;
+    t.host.masked = false;
     t.host.ph = phase::none;
     t.host.entry = nullptr;
     t.host.version = nullptr;
@@ -477,6 +519,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
   d.version = v;
   d.misses_at_begin = total_misses(c);
   d.ph = phase::replay;
+  mask(d);
 }
 
 int engine::end_impl(thread_state& t) {
@@ -497,6 +540,7 @@ int engine::end_impl(thread_state& t) {
 
 void engine::domain_end(domain_state& d) {
   reentry_guard guard;
+  unmask(d);
   if (d.ph == phase::record) end_record(d);
   if (d.ph == phase::replay) end_replay(d);
   d.ph = phase::none;
@@ -507,7 +551,11 @@ void engine::domain_end(domain_state& d) {
 
 void engine::record_alloc(domain_state& d, const void* p, std::size_t size, std::size_t align) {
   reentry_guard guard;
-  d.recorder->record_alloc(p, size, static_cast<std::uint32_t>(align), tls_state.op);
+  std::uint32_t op = tls_state.op;
+  if (op == 0) {
+    if (untagged_op_source f = g_untagged_op_source.load(std::memory_order_acquire)) op = f();
+  }
+  d.recorder->record_alloc(p, size, static_cast<std::uint32_t>(align), op);
 }
 
 void engine::record_free(domain_state& d, const void* p) {
@@ -717,6 +765,27 @@ void engine::end_replay(domain_state& d) {
 }
 
 void* engine::alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero) {
+  if (!check::enabled() || in_engine()) return alloc_slow_unchecked(t, size, align, zero);
+  unmask(t.host);
+  void* p = alloc_slow_unchecked(t, size, align, zero);
+  mask(t.host);  // the phase may have changed (auto mode begins and ends iterations)
+  if (p != nullptr) check::on_alloc(p, size, t.op, t.thread_no, backend::in_slab_range(p));
+  return p;
+}
+
+void engine::free_checked(thread_state& t, void* p) {
+  register_thread(t);
+  check::on_free(p, t.thread_no);
+  if (backend::in_slab_range(p)) {
+    unmask(t.host);
+    replay_free(t.host.cursor, p, [](void* q) { return static_cast<slab*>(backend::chunk_owner(q)); });
+    mask(t.host);
+    return;
+  }
+  free_backend(t, p);
+}
+
+void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_t align, bool zero) {
   if (size > max_request_bytes) [[unlikely]] {
     errno = ENOMEM;
     return nullptr;

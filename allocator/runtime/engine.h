@@ -68,6 +68,12 @@ struct domain_hooks {
   void (*on_exit)(thread_state& t) = nullptr;  // the thread exits
 };
 
+// Names the op of a recorded allocation the program left untagged (op 0): the
+// LD_PRELOAD library's call-stack tags (hooks/stack_ops.cc). Called only while
+// recording, under the reentry guard; returns an op_id() or 0. Null: none.
+using untagged_op_source = std::uint32_t (*)();
+inline std::atomic<untagged_op_source> g_untagged_op_source{nullptr};
+
 class engine {
  public:
   static engine& get();
@@ -79,6 +85,8 @@ class engine {
   void* alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero);
   // A host free of a pointer outside the slab range.
   void free_backend(thread_state& t, void* p);
+  // Check mode (runtime/check.h): every host free not made by the engine itself.
+  void free_checked(thread_state& t, void* p);
 
   // Domains. An integration registers its per-thread state, finds or makes the entry
   // of its key (with its slab source), and opens and closes the domain's iteration
@@ -97,6 +105,8 @@ class engine {
   void register_thread(thread_state& t);
 
   std::uint32_t op_id(std::string_view name);
+  // An op's name for a report; "?" when the engine's mutex is busy.
+  const char* op_name_locked(std::uint32_t op);
   // Process-wide statistics; with `only`, those of one kind of domain.
   Stats stats(const domain_kind* only = nullptr);
   int save_trace(std::string_view key, const std::string& path);
@@ -124,6 +134,7 @@ class engine {
   void end_record(domain_state& d);
   void end_replay(domain_state& d);
   void make_plan(key_entry& e, const trace& tr);
+  void* alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_t align, bool zero);
   // Compiles `p` for `e` and makes it the key's plan unless one arrived meanwhile.
   // pre: validate(tr, p) holds. Returns false (and logs) when it could not.
   bool install_plan(key_entry& e, const trace& tr, placement p, bool from_file);

@@ -43,6 +43,11 @@ struct domain_state {
   key_entry* deviation_entry = nullptr;  // the key deviating_in_a_row counts for
   std::uint32_t deviating_in_a_row = 0;
   bool last_deviated = false;            // the last replayed iteration deviated
+  // Check mode (runtime/check.h): the cursor's counts, hidden so that every request
+  // takes the slow path, while `masked`.
+  bool masked = false;
+  std::uint32_t masked_count = 0;
+  std::uint32_t masked_free_count = 0;
 
   std::atomic<std::uint64_t> slab_hits{0};
   std::atomic<std::uint64_t> hit_bytes{0};
