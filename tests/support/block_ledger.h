@@ -22,6 +22,29 @@
 
 namespace replayalloc::testing {
 
+// pattern.h's fill() and intact(), the same bytes, a 64-byte run at a time (the
+// pattern's byte i is its run's first byte XOR (i & 63)), so that the compiler
+// vectorizes them: millions of blocks are checked per test.
+inline void fill_fast(void* p, std::size_t n, std::uint64_t tag) {
+  auto* b = static_cast<std::uint8_t*>(p);
+  for (std::size_t run = 0; run < n; run += 64) {
+    const std::uint8_t x = pattern_byte(tag, run);
+    const std::size_t m = n - run < 64 ? n - run : 64;
+    for (std::size_t i = 0; i < m; ++i) b[run + i] = static_cast<std::uint8_t>(x ^ i);
+  }
+}
+
+inline bool intact_fast(const void* p, std::size_t n, std::uint64_t tag) {
+  const auto* b = static_cast<const std::uint8_t*>(p);
+  std::uint8_t diff = 0;
+  for (std::size_t run = 0; run < n; run += 64) {
+    const std::uint8_t x = pattern_byte(tag, run);
+    const std::size_t m = n - run < 64 ? n - run : 64;
+    for (std::size_t i = 0; i < m; ++i) diff |= static_cast<std::uint8_t>(b[run + i] ^ x ^ i);
+  }
+  return diff == 0;
+}
+
 struct checked_block {
   void* p = nullptr;
   std::size_t size = 0;  // bytes asked for (all of them carry the pattern)
@@ -49,7 +72,7 @@ class block_ledger {
         ok = fail(b, "overlaps the live block before it");
       }
     }
-    fill(b.p, b.size, b.tag);
+    fill_fast(b.p, b.size, b.tag);
     live_[addr] = b;
     return ok;
   }
@@ -62,7 +85,7 @@ class block_ledger {
   }
 
   bool check(const checked_block& b) {
-    if (intact(b.p, b.size, b.tag)) return true;
+    if (intact_fast(b.p, b.size, b.tag)) return true;
     return fail(b, "overwritten while live");
   }
 
