@@ -68,8 +68,16 @@ RA_HOOK int posix_memalign(void** out, size_t align, size_t size) noexcept {
 RA_HOOK void* aligned_alloc(size_t align, size_t size) noexcept {
   return replayalloc_aligned_alloc(align, size);
 }
+// glibc's memalign rounds an alignment that is not a power of two up to one (0 and
+// those below 16 serve as malloc) and refuses one above SIZE_MAX / 2 + 1 (EINVAL).
 RA_HOOK void* memalign(size_t align, size_t size) noexcept {
-  return replayalloc_aligned_alloc(align, size);
+  if (align > SIZE_MAX / 2 + 1) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  size_t a = 16;
+  while (a < align) a *= 2;
+  return replayalloc_aligned_alloc(a, size);
 }
 RA_HOOK void* valloc(size_t size) noexcept { return replayalloc_aligned_alloc(page_size(), size); }
 RA_HOOK void* pvalloc(size_t size) noexcept {
