@@ -93,6 +93,7 @@ constexpr option_desc table[] = {
     {"REPLAYALLOC_DEVIATION_PERCENT", kind::count, 0, 100, false},
     {"REPLAYALLOC_RESYNC_WINDOW", kind::count, 0, 256, false},
     {"REPLAYALLOC_PREFAULT", kind::boolean, 0, 1, false},
+    {"REPLAYALLOC_STACK_DEPTH", kind::count, 0, 16, false},
     {"REPLAYALLOC_CUDA_BUDGET", kind::budget, 0, 0, false},
     {"REPLAYALLOC_CUDA_LMS_THRESHOLD", kind::size, 1, std::uint64_t{1} << 46, false},
     {"REPLAYALLOC_CUDA_LMS_MEMORY", kind::lms_memory, 0, 0, false},
@@ -138,6 +139,7 @@ void store(options* o, const char* name, std::uint64_t v) {
   else if (!std::strcmp(name, "REPLAYALLOC_DEVIATION_PERCENT")) o->deviation_percent = static_cast<std::uint32_t>(v);
   else if (!std::strcmp(name, "REPLAYALLOC_RESYNC_WINDOW")) o->resync_window = static_cast<std::uint32_t>(v);
   else if (!std::strcmp(name, "REPLAYALLOC_PREFAULT")) o->prefault = v != 0;
+  else if (!std::strcmp(name, "REPLAYALLOC_STACK_DEPTH")) o->stack_depth = static_cast<std::uint32_t>(v);
   else if (!std::strcmp(name, "REPLAYALLOC_CUDA_LMS_THRESHOLD")) o->cuda_lms_threshold = v;
 }
 

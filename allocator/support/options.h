@@ -25,9 +25,11 @@ enum class run_mode : int {
 #if defined(REPLAYALLOC_PRELOAD_DEFAULTS) && REPLAYALLOC_PRELOAD_DEFAULTS
 inline constexpr run_mode default_mode = run_mode::automatic;
 inline constexpr std::uint64_t default_min_size = 4096;
+inline constexpr std::uint32_t default_stack_depth = 4;
 #else
 inline constexpr run_mode default_mode = run_mode::replay;
 inline constexpr std::uint64_t default_min_size = 0;
+inline constexpr std::uint32_t default_stack_depth = 0;
 #endif
 
 struct options {
@@ -50,6 +52,9 @@ struct options {
   std::uint32_t resync_window = 8;    // slots looked ahead after a mismatch
   std::uint32_t auto_history = 16384; // allocations auto mode looks back over
   bool prefault = true;               // touch slab pages when a slab is made
+  // Frames of the call stack naming a recorded allocation's op when the program sets
+  // none (LD_PRELOAD library only; 0: no stack tags).
+  std::uint32_t stack_depth = default_stack_depth;
   // CUDA (integrations/cuda): the device-memory budget for slabs, in bytes, or as a
   // fraction of the device's memory (exactly one of the two is non-zero, or neither:
   // no budget); allocations at least this large move out of a slab that would not fit.

@@ -30,11 +30,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "device_domain.h"
 #include "planner/planner.h"
 #include "replay/fast_path.h"
 #include "replayalloc/cuda.h"
 #include "replayalloc/cuda.hpp"
 #include "runtime/engine.h"
+#include "runtime_table.h"
 #include "support/log.h"
 #include "support/reentry.h"
 
@@ -164,11 +166,11 @@ struct acquire_context {
 void describe_device_memory(char* buf, std::size_t cap) {
   std::size_t free_b = 0, total_b = 0;
   int dev = -1;
-  cudaGetDevice(&dev);
-  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+  cuda_rt().get_device(&dev);
+  if (cuda_rt().mem_get_info(&free_b, &total_b) == cudaSuccess) {
     std::snprintf(buf, cap, "device %d has %zu MiB free of %zu MiB", dev, free_b >> 20, total_b >> 20);
   } else {
-    cudaGetLastError();
+    cuda_rt().get_last_error();
     std::snprintf(buf, cap, "device %d did not say how much memory it has", dev);
   }
 }
@@ -180,16 +182,16 @@ class device_slab_source final : public slab_source {
     // owner table can name it by chunk.
     const std::size_t want = (bytes == 0 ? 1 : bytes) + chunk_bytes;
     void* raw = nullptr;
-    const cudaError_t err = cudaMalloc(&raw, want);
+    const cudaError_t err = cuda_rt().malloc(&raw, want);
     if (err != cudaSuccess) {
-      cudaGetLastError();
+      cuda_rt().get_last_error();
       char mem[128];
       describe_device_memory(mem, sizeof mem);
       REPLAYALLOC_LOG(error,
                       "a device slab of %zu MiB does not fit (%s: %s); its iterations pass "
                       "through to cudaMallocAsync. REPLAYALLOC_CUDA_BUDGET enables large-model "
                       "support",
-                      bytes >> 20, mem, cudaGetErrorString(err));
+                      bytes >> 20, mem, cuda_rt().get_error_string(err));
       *why = "device out of memory for the slab";
       return nullptr;
     }
@@ -209,7 +211,7 @@ class device_slab_source final : public slab_source {
       raw = it->second;
       raw_.erase(it);
     }
-    cudaFree(raw);  // synchronises the device: only when a plan is retired
+    cuda_rt().free(raw);  // synchronises the device: only when a plan is retired
   }
 
   void set_owner(void* p, std::size_t bytes, slab* owner) override {
@@ -222,7 +224,7 @@ class device_slab_source final : public slab_source {
     const cudaStream_t stream = static_cast<acquire_context*>(context)->stream;
     if (s->ready_event != nullptr && s->stream != static_cast<void*>(stream)) {
       // Note [Device streams]: the new stream waits for the slab's last one.
-      cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(s->ready_event), 0);
+      cuda_rt().stream_wait_event(stream, static_cast<cudaEvent_t>(s->ready_event), 0);
     }
     s->stream = stream;
   }
@@ -230,13 +232,13 @@ class device_slab_source final : public slab_source {
   void on_release(slab* s) override {
     if (s->ready_event == nullptr) {
       cudaEvent_t ev = nullptr;
-      if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
-        cudaGetLastError();
+      if (cuda_rt().event_create_with_flags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+        cuda_rt().get_last_error();
         return;
       }
       s->ready_event = ev;
     }
-    cudaEventRecord(static_cast<cudaEvent_t>(s->ready_event), static_cast<cudaStream_t>(s->stream));
+    cuda_rt().event_record(static_cast<cudaEvent_t>(s->ready_event), static_cast<cudaStream_t>(s->stream));
   }
 
  private:
@@ -260,8 +262,8 @@ const char* lms_adjust(const trace& t, placement& p, void*) {
   std::uint64_t budget = o.budget_bytes;
   if (budget == 0 && o.budget_fraction > 0) {
     std::size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
-      cudaGetLastError();
+    if (cuda_rt().mem_get_info(&free_b, &total_b) != cudaSuccess) {
+      cuda_rt().get_last_error();
       return nullptr;
     }
     budget = static_cast<std::uint64_t>(o.budget_fraction * static_cast<double>(total_b));
@@ -365,12 +367,15 @@ void open_device_iteration(thread_state& t, device_thread& dt, int device, cudaS
   eng.domain_begin(dt.d, e, &ctx);
 }
 
-void* backend_device_alloc(std::size_t size, cudaStream_t stream, backend_kind kind) {
+constinit thread_local cudaError_t tls_last_error REPLAYALLOC_TLS_IE = cudaSuccess;
+
+void* backend_device_alloc(std::size_t size, cudaStream_t stream, backend_kind kind, device_api api) {
+  const cuda_runtime_table& rt = cuda_rt();
   void* p = nullptr;
   cudaError_t err;
   if (kind == backend_kind::managed) {
-    err = cuda_options().lms_pinned ? cudaHostAlloc(&p, size, cudaHostAllocDefault)
-                                     : cudaMallocManaged(&p, size, cudaMemAttachGlobal);
+    err = cuda_options().lms_pinned ? rt.host_alloc(&p, size, cudaHostAllocDefault)
+                                     : rt.malloc_managed(&p, size, cudaMemAttachGlobal);
     if (err == cudaSuccess) {
       reentry_guard guard;
       std::lock_guard<std::mutex> lock(g_managed_mu);
@@ -378,21 +383,25 @@ void* backend_device_alloc(std::size_t size, cudaStream_t stream, backend_kind k
       g_managed_count.fetch_add(1, std::memory_order_release);
       return p;
     }
+  } else if (api == device_api::synchronous) {
+    err = rt.malloc(&p, size == 0 ? 1 : size);
+    if (err == cudaSuccess) return p;
   } else {
-    err = cudaMallocAsync(&p, size == 0 ? 1 : size, stream);
+    err = rt.malloc_async(&p, size == 0 ? 1 : size, stream);
     if (err == cudaSuccess) return p;
   }
-  cudaGetLastError();
+  tls_last_error = err;
+  rt.get_last_error();
   char mem[128];
   describe_device_memory(mem, sizeof mem);
   REPLAYALLOC_LOG(warning, "out of device memory: %zu bytes asked (%s); %s", size, mem,
-                  cudaGetErrorString(err));
+                  rt.get_error_string(err));
   return nullptr;
 }
 
 }  // namespace
 
-void* device_alloc(std::size_t size, int device, cudaStream_t stream) {
+void* device_alloc(std::size_t size, int device, cudaStream_t stream, device_api api) {
   thread_state& t = tls_state;
   device_thread& dt = tls_device;
   if (t.depth > 0 && !in_engine()) {
@@ -400,15 +409,21 @@ void* device_alloc(std::size_t size, int device, cudaStream_t stream) {
     if (dt.device == device && dt.stream == stream) {
       if (dt.d.ph == phase::replay) {
         return replay_malloc(dt.d.cursor, size, device_align,
-                             [stream](std::size_t n, std::size_t, backend_kind k) {
-                               return backend_device_alloc(n, stream, k);
+                             [stream, api](std::size_t n, std::size_t, backend_kind k) {
+                               return backend_device_alloc(n, stream, k, api);
                              });
       }
       if (dt.d.ph == phase::record) {
-        void* p = backend_device_alloc(size, stream, backend_kind::ordinary);
+        void* p = backend_device_alloc(size, stream, backend_kind::ordinary, api);
         bump(dt.d.backend_bytes, size);
         bump(dt.d.passthrough);
-        if (p != nullptr && size > 0) engine::get().record_alloc(dt.d, p, size, device_align);
+        // As the host records: what replay would bypass (below REPLAYALLOC_MIN_SIZE)
+        // is not planned.
+        if (size < dt.d.cursor.min_size || size == 0) {
+          bump(dt.d.below_min);
+        } else if (p != nullptr) {
+          engine::get().record_alloc(dt.d, p, size, device_align);
+        }
         return p;
       }
     }
@@ -416,23 +431,27 @@ void* device_alloc(std::size_t size, int device, cudaStream_t stream) {
   if (!dt.d.registered && !in_engine()) ensure_registered(t, dt);
   bump(dt.d.passthrough);
   bump(dt.d.backend_bytes, size);
-  return backend_device_alloc(size, stream, backend_kind::ordinary);
+  return backend_device_alloc(size, stream, backend_kind::ordinary, api);
 }
 
-void device_free(void* p, int, cudaStream_t stream) {
+void device_free(void* p, int, cudaStream_t stream, device_api api) {
   if (p == nullptr) return;
+  const cuda_runtime_table& rt = cuda_rt();
   device_thread& dt = tls_device;
   if (slab* s = g_owners.find(p)) {
-    if (s->stream != static_cast<void*>(stream)) {
+    if (api == device_api::synchronous) {
+      // Note [Interposed runtime]: cudaFree returns once the device is idle.
+      if (rt.device_synchronize() != cudaSuccess) rt.get_last_error();
+    } else if (s->stream != static_cast<void*>(stream)) {
       // Note [Device streams]: the block was last used on another stream.
       cudaEvent_t ev = nullptr;
-      if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess) {
-        cudaEventRecord(ev, stream);
-        cudaStreamWaitEvent(static_cast<cudaStream_t>(s->stream), ev, 0);
-        cudaEventDestroy(ev);  // released once the wait is satisfied
+      if (rt.event_create_with_flags(&ev, cudaEventDisableTiming) == cudaSuccess) {
+        rt.event_record(ev, stream);
+        rt.stream_wait_event(static_cast<cudaStream_t>(s->stream), ev, 0);
+        rt.event_destroy(ev);  // released once the wait is satisfied
       } else {
-        cudaGetLastError();
-        cudaStreamSynchronize(stream);  // no event to be had: order by waiting
+        rt.get_last_error();
+        rt.stream_synchronize(stream);  // no event to be had: order by waiting
       }
     }
     if (!dt.d.registered && !in_engine()) ensure_registered(tls_state, dt);
@@ -442,10 +461,70 @@ void device_free(void* p, int, cudaStream_t stream) {
   bump(dt.d.frees);
   if (dt.d.ph == phase::record && !in_engine()) engine::get().record_free(dt.d, p);
   if (take_managed(p)) {
-    if (cuda_options().lms_pinned) cudaFreeHost(p); else cudaFree(p);
+    if (cuda_options().lms_pinned) rt.free_host(p); else rt.free(p);
     return;
   }
-  cudaFreeAsync(p, stream);
+  if (api == device_api::synchronous) {
+    rt.free(p);
+  } else {
+    rt.free_async(p, stream);
+  }
+}
+
+cudaError_t device_last_error() { return tls_last_error; }
+
+// Note [Interposed runtime]: under the LD_PRELOAD library a program's own calls to
+// the shared CUDA runtime's allocation functions come here (hooks/cuda_hooks.cc), and
+// keep the runtime's contract:
+//  * cudaMalloc(p, n): the device domain on the current device's legacy default
+//    stream (stream 0); a miss goes to the runtime's cudaMalloc. cudaMalloc memory is
+//    usable on any stream, and programs free it right after queueing the kernels that
+//    use it, because the runtime's cudaFree returns only once the device is idle. So
+//    does ours for a slab block (cudaDeviceSynchronize), before the slot can be
+//    reused: what replay saves is the runtime's allocation and mapping, not the wait.
+//  * cudaFree(p): a slab block back to its slab, as above; anything else, and NULL
+//    (how programs create their context), to the runtime.
+//  * cudaMallocAsync(p, n, s) / cudaFreeAsync(p, s): the device domain on s, in the
+//    slab's stream order (Note [Device streams]); misses to the runtime on s. Two
+//    streams go straight to the runtime: one capturing a CUDA graph (the graph must
+//    own its allocation nodes), and cudaStreamPerThread, one handle naming another
+//    stream on every thread, which a slab's stream order cannot tell apart.
+//  * A failure returns the runtime's error (cudaErrorInvalidValue for a null `p`,
+//    cudaErrorMemoryAllocation when the device is full).
+// Programs built with --default-stream per-thread call the _ptsz variants, which are
+// not interposed: they reach the runtime unchanged.
+
+cudaError_t interposed_malloc(void** p, std::size_t size) {
+  const cuda_runtime_table& rt = cuda_rt();
+  int device = 0;
+  if (p == nullptr || size == 0 || rt.get_device(&device) != cudaSuccess) return rt.malloc(p, size);
+  *p = device_alloc(size, device, nullptr, device_api::synchronous);
+  return *p != nullptr ? cudaSuccess : device_last_error();
+}
+
+cudaError_t interposed_free(void* p) {
+  if (p == nullptr) return cuda_rt().free(nullptr);
+  device_free(p, 0, nullptr, device_api::synchronous);
+  return cudaSuccess;
+}
+
+cudaError_t interposed_malloc_async(void** p, std::size_t size, cudaStream_t stream) {
+  const cuda_runtime_table& rt = cuda_rt();
+  int device = 0;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (p == nullptr || size == 0 || stream == cudaStreamPerThread ||
+      rt.stream_is_capturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone ||
+      rt.get_device(&device) != cudaSuccess) {
+    return rt.malloc_async(p, size, stream);
+  }
+  *p = device_alloc(size, device, stream, device_api::stream_ordered);
+  return *p != nullptr ? cudaSuccess : device_last_error();
+}
+
+cudaError_t interposed_free_async(void* p, cudaStream_t stream) {
+  if (p == nullptr) return cuda_rt().free_async(p, stream);
+  device_free(p, 0, stream, device_api::stream_ordered);
+  return cudaSuccess;
 }
 
 }  // namespace replayalloc::detail
@@ -469,7 +548,7 @@ Stats stats() {
 
 void* memory_resource::allocate(std::size_t bytes, cudaStream_t stream) {
   int dev = 0;
-  cudaGetDevice(&dev);
+  detail::cuda_rt().get_device(&dev);
   void* p = detail::device_alloc(bytes, dev, stream);
   if (p == nullptr) {
     char mem[128];
@@ -482,7 +561,7 @@ void* memory_resource::allocate(std::size_t bytes, cudaStream_t stream) {
 
 void memory_resource::deallocate(void* p, std::size_t, cudaStream_t stream) noexcept {
   int dev = 0;
-  cudaGetDevice(&dev);
+  detail::cuda_rt().get_device(&dev);
   detail::device_free(p, dev, stream);
 }
 

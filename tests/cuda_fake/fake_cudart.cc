@@ -3,6 +3,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -29,6 +31,17 @@ std::size_t g_used = 0;
 int g_next_stream = 1, g_next_event = 1;
 cudaError_t g_last = cudaSuccess;
 
+thread_local int g_device_of_thread = 0;
+
+// Device memory is mapped memory, never the process's malloc: under the LD_PRELOAD
+// library (tests/preload_cuda) that malloc is replayalloc's own, and simulated device
+// blocks must not mix with the host's iterations.
+void* map_device(std::size_t size) {
+  void* p = ::mmap(nullptr, size == 0 ? 1 : size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+void unmap_device(void* p, std::size_t size) { ::munmap(p, size == 0 ? 1 : size); }
+
 std::string sname(cudaStream_t s) { return "s" + std::to_string(s == nullptr ? 0 : s->id); }
 
 void note(std::string line) { g_log.push_back(std::move(line)); }
@@ -44,7 +57,7 @@ cudaError_t device_alloc(void** p, std::size_t size, const std::string& what) {
     note(what + " " + std::to_string(size) + " FAILED");
     return fail(cudaErrorMemoryAllocation);
   }
-  *p = std::aligned_alloc(256, (size + 255) / 256 * 256);
+  *p = map_device(size);
   if (*p == nullptr) return fail(cudaErrorMemoryAllocation);
   g_device[*p] = size;
   g_used += size;
@@ -61,8 +74,8 @@ cudaError_t device_free(void* p, const std::string& what) {
     return fail(cudaErrorInvalidValue);
   }
   g_used -= it->second;
+  unmap_device(p, it->second);
   g_device.erase(it);
-  std::free(p);
   note(what);
   return cudaSuccess;
 }
@@ -99,8 +112,8 @@ cudaError_t cudaFree(void* p) {
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_managed.find(p);
     if (it != g_managed.end()) {
+      unmap_device(p, it->second);
       g_managed.erase(it);
-      std::free(p);
       note("free_managed");
       return cudaSuccess;
     }
@@ -113,22 +126,25 @@ cudaError_t cudaMallocAsync(void** p, size_t size, cudaStream_t s) {
 cudaError_t cudaFreeAsync(void* p, cudaStream_t s) { return device_free(p, "free_async " + sname(s)); }
 cudaError_t cudaMallocManaged(void** p, size_t size, unsigned int) {
   std::lock_guard<std::mutex> lock(g_mu);
-  *p = std::aligned_alloc(256, (size + 255) / 256 * 256);
+  *p = map_device(size);
   g_managed[*p] = size;
   note("managed " + std::to_string(size));
   return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int) {
   std::lock_guard<std::mutex> lock(g_mu);
-  *p = std::aligned_alloc(256, (size + 255) / 256 * 256);
+  *p = map_device(size);
   g_managed[*p] = size;
   note("host_alloc " + std::to_string(size));
   return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* p) {
   std::lock_guard<std::mutex> lock(g_mu);
-  g_managed.erase(p);
-  std::free(p);
+  auto it = g_managed.find(p);
+  if (it != g_managed.end()) {
+    unmap_device(p, it->second);
+    g_managed.erase(it);
+  }
   note("free_host");
   return cudaSuccess;
 }
@@ -139,7 +155,21 @@ cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
   return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* d) {
-  *d = 0;
+  *d = g_device_of_thread;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) {
+  if (d < 0 || d > 1) return fail(cudaErrorInvalidDevice);  // two simulated devices
+  g_device_of_thread = d;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  note("sync_device");
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
+  *status = cudaStreamCaptureStatusNone;  // no graphs here
   return cudaSuccess;
 }
 cudaError_t cudaGetLastError(void) {
@@ -152,6 +182,7 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaSuccess: return "no error";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
     default: return "unknown error";
   }
 }
