@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # bench/run_micro.sh: measures the malloc+free pair and refreshes bench/RESULTS.md.
 #
-# Builds replay_bench, hotpath_callgrind and demo_inference if needed (configuring the
-# build with -DREPLAYALLOC_BUILD_BENCH=ON when it is off), then
-#   1. runs replay_bench: 5 repetitions, medians, JSON kept in $BUILD_DIR/bench/;
+# Builds pair_bench, hotpath_callgrind, demo_inference and the preload library if
+# needed (configuring the build with -DREPLAYALLOC_BUILD_BENCH=ON when it is off), then
+#   1. runs pair_bench once per allocator and round, each in a process of its own
+#      (glibc; LD_PRELOAD jemalloc, tcmalloc, mimalloc; replayalloc preloaded, replay
+#      hit and replay miss), the order rotated every round; medians over the rounds,
+#      JSON kept in $BUILD_DIR/bench/pair/;
 #   2. counts instructions per pair under callgrind for each allocator and size;
 #   3. runs demo_inference;
 # and rewrites the "Micro: malloc+free pair" and "Demo (inference-shaped pattern)"
 # sections of bench/RESULTS.md (bench/update_results.py), keeping everything else.
-# About 3 minutes on a 2-core machine.
+# About 4 minutes on a 2-core machine (--quick: about 1.5).
 #
 # Usage: bench/run_micro.sh [--quick] [--no-demo]
-#   --quick    0.01 s per benchmark instead of 0.1 s (to try the script; noisier)
+#   --quick    0.01 s per benchmark instead of 0.05 s, 3 rounds instead of 5 (noisier)
 #   --no-demo  leave the demo section alone
 # Environment: BUILD_DIR (default <repo>/build).
 set -euo pipefail
@@ -21,13 +24,14 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 build=${BUILD_DIR:-$root/build}
 results=$here/RESULTS.md
-min_time=0.1
+min_time=0.05
+rounds=5
 run_demo=1
 for arg in "$@"; do
   case $arg in
-    --quick) min_time=0.01 ;;
+    --quick) min_time=0.01; rounds=3 ;;
     --no-demo) run_demo=0 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "run_micro.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -40,7 +44,7 @@ elif ! grep -q '^REPLAYALLOC_BUILD_BENCH:BOOL=ON' "$build/CMakeCache.txt"; then
   cmake -DREPLAYALLOC_BUILD_BENCH=ON "$build"
 fi
 cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" | head -n1; }
-targets=(replay_bench demo_inference)
+targets=(pair_bench demo_inference replayalloc_preload)
 have_cg=0
 if [[ $(cache_value REPLAYALLOC_HAVE_CALLGRIND_H) == 1 ]] && command -v valgrind > /dev/null; then
   have_cg=1
@@ -78,14 +82,45 @@ gbench_version=$(sed -n 's/^set(PACKAGE_VERSION "\(.*\)")/\1/p' "$gbench_dir/ben
   echo "gbench_version=${gbench_version:-?}"
 } > "$meta"
 
-# ---- 1. replay_bench --------------------------------------------------------------------
-json=$build/bench/replay_bench.json
-bench_args=(--benchmark_repetitions=5 --benchmark_report_aggregates_only=true
-            --benchmark_enable_random_interleaving=true
-            --benchmark_min_time=$min_time --benchmark_out_format=json)
-echo "bench_cmd=$(rel "$build")/bench/replay_bench ${bench_args[*]} --benchmark_out=$(rel "$json")" >> "$meta"
-echo "== replay_bench (min_time $min_time s, 5 repetitions)"
-"$build/bench/replay_bench" "${bench_args[@]}" --benchmark_out="$json"
+# ---- 1. pair_bench, one process per allocator ----------------------------------------
+libdir=/usr/lib/x86_64-linux-gnu
+preload=$build/hooks/libreplayalloc_preload.so
+pair_dir=$build/bench/pair
+rm -rf "$pair_dir" && mkdir -p "$pair_dir"
+allocators=(glibc jemalloc tcmalloc mimalloc replay_hit replay_miss)
+alloc_env() {  # allocator -> the environment of its process
+  case $1 in
+    glibc) echo "" ;;
+    jemalloc) echo "LD_PRELOAD=$libdir/libjemalloc.so.2" ;;
+    tcmalloc) echo "LD_PRELOAD=$libdir/libtcmalloc_minimal.so.4" ;;
+    mimalloc) echo "LD_PRELOAD=$libdir/libmimalloc.so.2" ;;
+    replay_hit) echo "LD_PRELOAD=$preload PAIR_BENCH_REPLAY=hit REPLAYALLOC_MIN_SIZE=0 REPLAYALLOC_REPLAN_AFTER=0" ;;
+    replay_miss) echo "LD_PRELOAD=$preload PAIR_BENCH_REPLAY=miss REPLAYALLOC_MIN_SIZE=0 REPLAYALLOC_REPLAN_AFTER=0" ;;
+  esac
+}
+for a in "${allocators[@]}"; do
+  for lib in $(alloc_env "$a" | tr ' ' '\n' | sed -n 's/^LD_PRELOAD=//p'); do
+    [[ -e $lib ]] || { echo "run_micro.sh: $a needs $lib (scripts/setup.sh installs it)" >&2; exit 1; }
+  done
+done
+bench_args=(--benchmark_min_time=$min_time --benchmark_out_format=json)
+echo "rounds=$rounds" >> "$meta"
+echo "bench_cmd=[ENV] $(rel "$build")/bench/pair_bench ${bench_args[*]} --benchmark_out=$(rel "$pair_dir")/ALLOCATOR.ROUND.json" >> "$meta"
+echo "== pair_bench: ${#allocators[@]} allocators x $rounds rounds (min_time $min_time s)"
+for ((r = 0; r < rounds; r++)); do
+  order=("${allocators[@]:r % ${#allocators[@]}}" "${allocators[@]:0:r % ${#allocators[@]}}")
+  for a in "${order[@]}"; do
+    t0=$SECONDS
+    # shellcheck disable=SC2046
+    if ! env $(alloc_env "$a") "$build/bench/pair_bench" "${bench_args[@]}" \
+        --benchmark_out="$pair_dir/$a.$((r + 1)).json" > "$pair_dir/$a.$((r + 1)).log" 2>&1; then
+      echo "run_micro.sh: pair_bench under $a failed:" >&2
+      tail -n 20 "$pair_dir/$a.$((r + 1)).log" >&2
+      exit 1
+    fi
+    echo "  round $((r + 1)) $a ($((SECONDS - t0)) s)"
+  done
+done
 
 # ---- 2. callgrind -----------------------------------------------------------------------
 cg_pairs=256
@@ -93,11 +128,18 @@ cg_iterations=100
 tsv=$tmp/callgrind.tsv
 echo "allocator size scope ir pairs" > "$tsv"
 echo "cg_pairs=$cg_pairs" >> "$meta"
-echo "cg_cmd=valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file=OUT $(rel "$build")/bench/hotpath_callgrind ALLOCATOR SIZE $cg_pairs $cg_iterations pairs|iteration" >> "$meta"
+echo "cg_cmd=valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file=OUT $(rel "$build")/bench/hotpath_callgrind ALLOCATOR SIZE $cg_pairs $cg_iterations pairs|iteration (tcmalloc, mimalloc: ALLOCATOR=jemalloc with the library in LD_PRELOAD)" >> "$meta"
 count_instructions() {  # allocator size scope
   local out=$tmp/cg.$1.$2.$3
-  if ! valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out" \
-      "$build/bench/hotpath_callgrind" "$1" "$2" "$cg_pairs" "$cg_iterations" "$3" > "$out.log" 2>&1; then
+  # tcmalloc and mimalloc: the plain malloc/free loop ("jemalloc" mode) with the
+  # library preloaded, so it serves malloc instead of the jemalloc the binary links.
+  local mode=$1 pre=
+  case $1 in
+    tcmalloc) mode=jemalloc; pre=$libdir/libtcmalloc_minimal.so.4 ;;
+    mimalloc) mode=jemalloc; pre=$libdir/libmimalloc.so.2 ;;
+  esac
+  if ! LD_PRELOAD=$pre valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out" \
+      "$build/bench/hotpath_callgrind" "$mode" "$2" "$cg_pairs" "$cg_iterations" "$3" > "$out.log" 2>&1; then
     echo "run_micro.sh: hotpath_callgrind $1 $2 $3 failed:" >&2
     cat "$out.log" >&2
     exit 1
@@ -111,13 +153,13 @@ count_instructions() {  # allocator size scope
 if (( have_cg )); then
   echo "== callgrind: instructions per malloc+free pair"
   for size in 64 4096 262144 16777216; do
-    for allocator in baseline replay miss jemalloc glibc; do count_instructions "$allocator" "$size" pairs; done
+    for allocator in baseline replay miss jemalloc tcmalloc mimalloc glibc; do count_instructions "$allocator" "$size" pairs; done
     count_instructions replay "$size" iteration
   done
 fi
 
 echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$meta"
-python3 "$here/update_results.py" micro "$results" --meta "$meta" --bench-json "$json" --callgrind-tsv "$tsv"
+python3 "$here/update_results.py" micro "$results" --meta "$meta" --pair-dir "$pair_dir" --callgrind-tsv "$tsv"
 
 # ---- 3. demo ------------------------------------------------------------------------------
 if (( run_demo )); then

@@ -3,8 +3,9 @@
 
 Called by bench/run_micro.sh; not meant to be run by hand, but it can be:
 
-  update_results.py micro RESULTS.md --bench-json J --callgrind-tsv T --meta M
+  update_results.py micro RESULTS.md --pair-dir D --callgrind-tsv T --meta M
   update_results.py demo  RESULTS.md --demo-output D --meta M
+  update_results.py e2e   RESULTS.md --e2e-runs RUNS.jsonl --meta M
 
 A section sits between `<!-- section: NAME -->` and `<!-- end: NAME -->`; it is
 replaced in place, or appended when missing. Every other line of the file is kept.
@@ -24,7 +25,6 @@ from one machine and one run: compare allocators within a section (they ran side
 side in the same process and minute), not numbers across machines or dates.
 """
 
-ALLOCATORS = ["glibc", "jemalloc", "replay_hit", "replay_miss"]
 CG_ALLOCATORS = ["baseline", "replay", "miss", "jemalloc", "glibc"]
 
 
@@ -73,99 +73,115 @@ def machine_lines(meta):
     ]
 
 
-def micro_section(bench_json, cg_tsv, meta):
-    with open(bench_json) as f:
-        data = json.load(f)
-    ctx = data.get("context", {})
-    # (allocator, variant, size, threads) -> {"median": ns, "cv": fraction}
-    rows = {}
-    errors = []
-    for b in data["benchmarks"]:
-        m = re.match(r"pair/(\w+)/(\w+)/(\d+)/threads:(\d+)$", b.get("run_name", ""))
+PAIR_ALLOCATORS = ["glibc", "jemalloc", "tcmalloc", "mimalloc", "replay_hit", "replay_miss"]
+GENERAL = ["glibc", "jemalloc", "tcmalloc", "mimalloc"]
+GENERAL_E2E = GENERAL
+
+
+def read_pair_runs(pair_dir):
+    """{(allocator, variant, size, threads): [ns per pair, one per round]}, errors, context."""
+    runs, errors, ctx = {}, [], {}
+    for name in sorted(os.listdir(pair_dir)):
+        m = re.match(r"(\w+)\.(\d+)\.json$", name)
         if not m:
             continue
-        key = (m.group(1), m.group(2), int(m.group(3)), int(m.group(4)))
-        if b.get("error_occurred"):
-            errors.append(f"{b['run_name']}: {b.get('error_message', 'error')}")
-            rows.setdefault(key, {})["error"] = True
-            continue
-        agg = b.get("aggregate_name")
-        if agg not in ("median", "cv"):
-            continue
-        v = b.get("per_pair")
-        if v is None:
-            continue
-        rows.setdefault(key, {})[agg] = v * 1e9 if agg == "median" else v
+        allocator = m.group(1)
+        with open(os.path.join(pair_dir, name)) as f:
+            data = json.load(f)
+        ctx.setdefault(allocator, data.get("context", {}))
+        for b in data["benchmarks"]:
+            mm = re.match(r"pair/(\w+)/(\d+)/threads:(\d+)$", b.get("run_name", b.get("name", "")))
+            if not mm:
+                continue
+            key = (allocator, mm.group(1), int(mm.group(2)), int(mm.group(3)))
+            if b.get("error_occurred"):
+                errors.append(f"{allocator} round {m.group(2)}: {b['name']}: {b.get('error_message', 'error')}")
+                continue
+            if b.get("per_pair") is not None:
+                runs.setdefault(key, []).append(b["per_pair"] * 1e9)
+    return runs, errors, ctx
 
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return None if n == 0 else (v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2)
+
+
+def micro_section(pair_dir, cg_tsv, meta):
+    runs, errors, ctx = read_pair_runs(pair_dir)
+    rows = {k: median(v) for k, v in runs.items()}
     sizes = sorted({k[2] for k in rows})
     threads = sorted({k[3] for k in rows})
     out = []
     out.append("## Micro: malloc+free pair")
     out.append("")
-    out.append("Written by `bench/run_micro.sh`.")
+    out.append("Written by `bench/run_micro.sh` (`bench/micro/pair_bench.cc`, `bench/micro/hotpath_callgrind.cc`).")
     out.append("")
     out += machine_lines(meta)
-    out.append(
-        f"- Libraries: glibc {ctx.get('glibc_version', '?')}, jemalloc {ctx.get('jemalloc_version', '?')}"
-        f" ({ctx.get('jemalloc_options', '?')}; `malloc` in the bench binary resolves to"
-        f" `{ctx.get('malloc_from', '?')}`), Google Benchmark"
-        f" {meta.get('gbench_version', '?')} (Debian's build, which warns it was built as DEBUG: that is"
-        " the harness, not the code measured)")
-    out.append(f"- Command: `{meta['bench_cmd']}`")
+    served = "; ".join(f"{a}: `{ctx[a].get('malloc_from', '?')}`" for a in PAIR_ALLOCATORS if a in ctx)
+    out.append(f"- `malloc` served by: {served}")
+    out.append(f"- Command: `{meta['bench_cmd']}`, {meta.get('rounds', '?')} rounds, the allocators' order "
+               "rotated by one each round")
     out.append(f"- Callgrind: `{meta['cg_cmd']}`")
     out.append("")
     out.append(
-        "Each benchmark iteration runs "
-        f"{ctx.get('pairs_per_iteration', '?')} pairs `p = malloc(size); use(p); free(p)` of one size. "
-        "The figure is the **median over 5 repetitions of the CPU time per pair of one thread, in ns** "
-        "(with 2 threads, both run the loop at once and the figure is still one thread's cost per pair). "
-        "The repetitions of all benchmarks run in one random order, so a burst of other load on the "
-        "machine falls on every allocator alike rather than on one benchmark's 5 repetitions.")
+        "One binary, `pair_bench`, runs once per allocator and round, each in a process of its own "
+        "(allocators that replace `malloc` cannot share one). Each benchmark iteration runs pairs "
+        "`p = malloc(size); use(p); free(p)` of one size (256 pairs up to 1 MiB, 16 above). The figure is "
+        "the **median over the rounds of one thread's CPU time per pair, in ns**; with T threads all T run "
+        "the loop at once. The machine is shared with other work (see the load average): compare "
+        "allocators within a table, and read single cells with the spread in mind.")
     out.append("")
-    out.append("- **glibc**: `__libc_malloc`/`__libc_free`, called directly.")
-    out.append("- **jemalloc**: plain `malloc`/`free`, which jemalloc serves in this binary.")
+    out.append("- **glibc**: nothing preloaded. **jemalloc**, **tcmalloc** (gperftools, minimal), "
+               "**mimalloc**: `LD_PRELOAD` of the Debian library.")
     out.append(
-        "- **replay hit**: `replayalloc_malloc`/`replayalloc_free` inside `replayalloc_iteration_begin/end`, "
-        "the iteration recorded and planned during the (untimed) warm-up; every request is a slab hit "
-        "(checked by the bench before and after the timed loop). Begin+end are included, amortised over "
-        "the pairs of one iteration.")
+        "- **replay hit**: `libreplayalloc_preload.so` preloaded (so `malloc`/`free` go through the "
+        "preload library and the C API, as in an unmodified program), every benchmark iteration inside "
+        "`replayalloc_iteration_begin/end` (found with `dlsym`; included in the time, amortised over the "
+        "pairs), the key recorded and planned during the untimed warm-up; every pair a slab hit (checked "
+        "before and after the timed loop). `REPLAYALLOC_MIN_SIZE=0` (the preload default of 4 KiB would "
+        "send the small sizes to jemalloc).")
     out.append(
-        "- **replay miss**: the same, but the plan was recorded with 16 bytes more than the timed requests "
-        "ask for, so every request falls back to jemalloc (`mallocx`) after the resync scan, and every "
-        "free goes to the backend. `REPLAYALLOC_REPLAN_AFTER=0` keeps the plan (otherwise the engine "
-        "would record again and the misses would become hits).")
+        "- **replay miss**: the same, but the plan recorded 16 bytes more than the timed requests ask "
+        "for: every request misses (resync scan, then jemalloc) and every free goes to jemalloc; "
+        "`REPLAYALLOC_REPLAN_AFTER=0` keeps the plan. This is the cost of a program that no longer "
+        "matches its plan.")
     out.append(
-        "- **bare**: only `DoNotOptimize(p)` between malloc and free. **touch**: one byte written in every "
-        "4 KiB of the block (one byte below 4 KiB), so a page fault on freshly mapped memory is paid "
-        "where the allocator causes one.")
-    out.append("- Ratios are replayalloc's time divided by the other allocator's: below 1× replayalloc is faster.")
+        "- **bare**: only the pointer escapes. **touch**: one byte written in every 4 KiB of the block, "
+        "so the page faults of freshly mapped memory are paid where an allocator causes them.")
+    out.append("- Ratios: replayalloc's time ÷ glibc's, and ÷ the best (fastest) of glibc, jemalloc, tcmalloc "
+               "and mimalloc for that row (below 1× replayalloc is faster).")
     out.append("")
     for variant in ("bare", "touch"):
         for t in threads:
             out.append(f"**{variant}, {t} thread{'s' if t > 1 else ''}** (ns per pair)")
             out.append("")
-            out.append("| size | glibc | jemalloc | replay hit | replay miss | hit ÷ glibc | hit ÷ jemalloc"
-                       " | miss ÷ glibc | miss ÷ jemalloc |")
-            out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-            for s in sizes:
-                v = {a: rows.get((a, variant, s, t), {}).get("median") for a in ALLOCATORS}
+            out.append("| size | glibc | jemalloc | tcmalloc | mimalloc | replay hit | replay miss | hit ÷ glibc"
+                       " | hit ÷ best | miss ÷ best |")
+            out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            for sz in sizes:
+                v = {a: rows.get((a, variant, sz, t)) for a in PAIR_ALLOCATORS}
+                gp = [v[a] for a in GENERAL if v[a] is not None]
+                best = min(gp) if gp else None
                 out.append(
-                    f"| {size_name(s)} | {fmt_ns(v['glibc'])} | {fmt_ns(v['jemalloc'])} | "
-                    f"{fmt_ns(v['replay_hit'])} | {fmt_ns(v['replay_miss'])} | "
-                    f"{fmt_ratio(v['replay_hit'], v['glibc'])} | {fmt_ratio(v['replay_hit'], v['jemalloc'])} | "
-                    f"{fmt_ratio(v['replay_miss'], v['glibc'])} | {fmt_ratio(v['replay_miss'], v['jemalloc'])} |")
+                    f"| {size_name(sz)} | " + " | ".join(fmt_ns(v[a]) for a in PAIR_ALLOCATORS) + " | "
+                    f"{fmt_ratio(v['replay_hit'], v['glibc'])} | {fmt_ratio(v['replay_hit'], best)} | "
+                    f"{fmt_ratio(v['replay_miss'], best)} |")
             out.append("")
-    cvs = [(r.get("cv", 0), k) for k, r in rows.items() if "cv" in r]
-    if cvs:
-        cvs.sort(reverse=True)
-        worst = ", ".join(f"{k[0]}/{k[1]}/{size_name(k[2])}/{k[3]}t {c * 100:.0f}%" for c, k in cvs[:3])
-        over = sum(1 for c, _ in cvs if c > 0.05)
-        out.append(
-            f"Spread: {over} of {len(cvs)} rows have a coefficient of variation above 5% over the 5 "
-            f"repetitions; the largest: {worst}.")
+    spreads = []
+    for k, v in runs.items():
+        if len(v) >= 2 and median(v):
+            spreads.append(((max(v) - min(v)) / median(v), k))
+    if spreads:
+        spreads.sort(reverse=True)
+        over = sum(1 for sp, _ in spreads if sp > 0.2)
+        worst = ", ".join(f"{k[0]}/{k[1]}/{size_name(k[2])}/{k[3]}t {sp * 100:.0f}%" for sp, k in spreads[:3])
+        out.append(f"Spread (max − min over the rounds, ÷ median): {over} of {len(spreads)} rows above 20%; "
+                   f"the largest: {worst}.")
         out.append("")
     if errors:
-        out.append("Benchmarks that reported an error (no figure shown):")
+        out.append("Benchmarks that reported an error (no figure from that run):")
         out.append("")
         out += [f"- {e}" for e in errors]
         out.append("")
@@ -182,13 +198,16 @@ def micro_section(bench_json, cg_tsv, meta):
         per = lambda a, s, sc="pairs": (cg[(a, s, sc)][0] / cg[(a, s, sc)][1]) if (a, s, sc) in cg else None
         out.append("**Instructions per pair** (callgrind, `Ir` collected only around the pairs, divided by "
                    "the pair count; user-space instructions only: time in the kernel, page faults and "
-                   "cache misses are not in these counts)")
+                   "cache misses are not in these counts). Here replayalloc is called through its C API "
+                   "(`replayalloc_malloc`), jemalloc through `malloc` in the binary that links it, tcmalloc "
+                   "and mimalloc through `malloc` with the library preloaded, glibc through `__libc_malloc`.")
         out.append("")
-        out.append("| size | loop baseline | replay hit | replay hit incl. begin/end | replay miss | jemalloc | glibc |")
-        out.append("|---:|---:|---:|---:|---:|---:|---:|")
+        out.append("| size | loop baseline | replay hit | replay hit incl. begin/end | replay miss | jemalloc"
+                   " | tcmalloc | mimalloc | glibc |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for s in cg_sizes:
             cells = [per("baseline", s), per("replay", s), per("replay", s, "iteration"), per("miss", s),
-                     per("jemalloc", s), per("glibc", s)]
+                     per("jemalloc", s), per("tcmalloc", s), per("mimalloc", s), per("glibc", s)]
             out.append(f"| {size_name(s)} | " + " | ".join("n/a" if c is None else f"{c:.1f}" for c in cells) + " |")
         out.append("")
         base = [per("baseline", s) for s in cg_sizes if per("baseline", s) is not None]
@@ -199,6 +218,139 @@ def micro_section(bench_json, cg_tsv, meta):
                 "it for the allocator's own cost. \"incl. begin/end\" collects whole iterations of "
                 f"{meta.get('cg_pairs', '?')} pairs, so it adds begin+end divided by that count.")
             out.append("")
+    return out
+
+
+E2E_ALLOCATORS = ["glibc", "jemalloc", "tcmalloc", "mimalloc", "replay-auto", "replay-explicit", "replay-torch"]
+E2E_REPLAY = ["replay-auto", "replay-explicit", "replay-torch"]
+
+
+def geomean(v):
+    v = [x for x in v if x and x > 0]
+    if not v:
+        return None
+    p = 1.0
+    for x in v:
+        p *= x
+    return p ** (1.0 / len(v))
+
+
+def e2e_section(runs_path, meta):
+    recs = [json.loads(l) for l in open(runs_path) if l.strip()]
+    cells = []
+    for r in recs:
+        if r["cell"] not in cells:
+            cells.append(r["cell"])
+    ok = {}
+    failed = []
+    for r in recs:
+        if r.get("rc") == 0 and r.get("run"):
+            ok.setdefault((r["cell"], r["allocator"]), []).append(r["run"])
+        else:
+            failed.append(f"{r['cell']} {r['allocator']} round {r['round']}: rc {r.get('rc')}: "
+                          + " / ".join(r.get("error", [])))
+    rounds = max((r["round"] for r in recs), default=0)
+    metrics = ["throughput", "p50_ms", "p99_ms", "cpu_ms_per_inference", "minor_faults_per_inference", "peak_rss_mib"]
+    med = {}
+    for key, runs in ok.items():
+        med[key] = {m: median([x[m] for x in runs]) for m in metrics}
+        med[key]["n"] = len(runs)
+        med[key]["bit"] = all(x["outputs_bit_identical"] == x["outputs_checked"] for x in runs)
+        med[key]["maxdiff"] = max(x["max_abs_diff"] for x in runs)
+    out = ["## End to end: TorchScript models under every allocator", "",
+           "Written by `bench/run_all.sh` (`bench/e2e/run_e2e.py`, `bench/e2e/e2e_driver.cc`).", ""]
+    out += machine_lines(meta)
+    out.append(f"- Libraries: libtorch {meta.get('torch_version', '?')} (Debian; generic BLAS), glibc, jemalloc 5.3, "
+               "tcmalloc (gperftools minimal), mimalloc 2.0 (Debian packages)")
+    out.append(f"- Command: `{meta['e2e_cmd']}` ({rounds} rounds)")
+    out.append("")
+    out.append(
+        "Models: TorchScript traced by `scripts/make_models.py` with random weights: torchvision "
+        "MobileNetV3-Large and ResNet-50 (batch 1, 224×224), a BERT-base-like encoder (BERT-base's "
+        "layer: width 768, 12 heads, FFN 3072; **2 layers instead of 12**, as one full-depth inference "
+        "takes ~9 s of CPU here; sequence 128, batch 1 and 8), and a 2-layer LSTM language-model body "
+        "(width 512, sequence 64). A cell is MODEL/T: T threads share one module and each runs W "
+        "warm-up then N timed inferences (intra-op threads: 1), started together. Every allocator runs "
+        "every cell in a process of its own, one after the other, the order rotated each round. Every "
+        "output of every run is compared with the first glibc run's; a difference fails the run.")
+    out.append("")
+    out.append("Allocators: **glibc** (nothing preloaded), **jemalloc**, **tcmalloc**, **mimalloc** "
+               "(`LD_PRELOAD`), **replay-auto** (`libreplayalloc_preload.so`, its default auto mode, 4 KiB "
+               "minimum), **replay-explicit** (the same library; the driver calls "
+               "`replayalloc_iteration_begin/end`, found with `dlsym(RTLD_DEFAULT)`, around each inference), "
+               "**replay-torch** (`libreplayalloc_torch.so` as libtorch's CPU allocator, an iteration around "
+               "each inference; everything else on glibc).")
+    out.append("")
+    out.append(
+        "Figures are medians over the rounds of each run's figure. **thr** = inferences per second over "
+        "the timed phase (all threads); **p50/p99** = latency percentiles over the run's T×N timed "
+        "inferences (with few inferences p99 is close to the maximum); **CPU ms** = the process's user + "
+        "system CPU time per inference over the timed phase; **faults** = minor page faults per "
+        "inference; **RSS** = the process's peak RSS (VmHWM, weights included). **÷best** compares with "
+        "the best of glibc/jemalloc/tcmalloc/mimalloc in that cell for that metric (highest throughput, "
+        "lowest p99, lowest RSS); above 1 is better for thr, below 1 is better for p99 and RSS.")
+    out.append("")
+    out.append(
+        "**Noise.** The machine (2 cores) was shared with other engineers' builds during the run, so "
+        "wall-clock figures (thr, p50, p99) swing by 2× or more between runs of the same allocator; "
+        "CPU ms per inference, page faults and RSS are far steadier. Read the ratios and the CPU column, "
+        "not single throughput cells.")
+    out.append("")
+    out.append("| cell | allocator | thr /s | p50 ms | p99 ms | CPU ms | faults | RSS MiB | thr ÷ glibc | thr ÷ best | "
+               "p99 ÷ best | RSS ÷ best | CPU ÷ best | runs | outputs |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    goal = {a: {"thr": [], "p99": [], "rss": [], "cpu": []} for a in E2E_REPLAY}
+    for c in cells:
+        gp = {a: med[(c, a)] for a in GENERAL_E2E if (c, a) in med}
+        best_thr = max((v["throughput"] for v in gp.values()), default=None)
+        best_p99 = min((v["p99_ms"] for v in gp.values()), default=None)
+        best_rss = min((v["peak_rss_mib"] for v in gp.values()), default=None)
+        best_cpu = min((v["cpu_ms_per_inference"] for v in gp.values()), default=None)
+        glibc = med.get((c, "glibc"))
+        for a in E2E_ALLOCATORS:
+            v = med.get((c, a))
+            if v is None:
+                continue
+            r_thr = v["throughput"] / best_thr if best_thr else None
+            r_p99 = v["p99_ms"] / best_p99 if best_p99 else None
+            r_rss = v["peak_rss_mib"] / best_rss if best_rss else None
+            r_cpu = v["cpu_ms_per_inference"] / best_cpu if best_cpu else None
+            if a in goal:
+                goal[a]["thr"].append(r_thr)
+                goal[a]["p99"].append(r_p99)
+                goal[a]["rss"].append(r_rss)
+                goal[a]["cpu"].append(r_cpu)
+            f2 = lambda x: "n/a" if x is None else f"{x:.2f}"
+            outputs = "bit-identical" if v["bit"] else f"within 1e-4 (max diff {v['maxdiff']:.2g})"
+            name = f"**{a}**" if a in E2E_REPLAY else a
+            out.append(
+                f"| {c} | {name} | {v['throughput']:.3g} | {v['p50_ms']:.1f} | {v['p99_ms']:.1f} | "
+                f"{v['cpu_ms_per_inference']:.1f} | {v['minor_faults_per_inference']:.0f} | {v['peak_rss_mib']:.0f} | "
+                f"{f2(v['throughput'] / glibc['throughput']) if glibc else 'n/a'} | {f2(r_thr)} | {f2(r_p99)} | "
+                f"{f2(r_rss)} | {f2(r_cpu)} | {v['n']} | {outputs} |")
+    out.append("")
+    out.append("**Against the bar** (goals from issue 7, reported, not asserted): throughput ≥ 1.15× the best "
+               "general-purpose allocator (geometric mean over cells) and ≥ 1.0× in every cell; p99 ≤ 0.8×; "
+               "peak RSS ≤ the best's.")
+    out.append("")
+    out.append("| replayalloc as | thr ÷ best, geomean | cells with thr ≥ 1.0× | p99 ÷ best, geomean | "
+               "cells with p99 ≤ 0.8× | cells with RSS ≤ best | CPU ÷ best, geomean |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    for a in E2E_REPLAY:
+        g = goal[a]
+        n = len([x for x in g["thr"] if x])
+        if n == 0:
+            continue
+        gm = lambda k: geomean(g[k])
+        out.append(f"| {a} | {gm('thr'):.3f} | {sum(1 for x in g['thr'] if x and x >= 1.0)} of {n} | "
+                   f"{gm('p99'):.3f} | {sum(1 for x in g['p99'] if x and x <= 0.8)} of {n} | "
+                   f"{sum(1 for x in g['rss'] if x and x <= 1.0)} of {n} | {gm('cpu'):.3f} |")
+    out.append("")
+    if failed:
+        out.append("Runs that failed (no figures from them):")
+        out.append("")
+        out += [f"- {f}" for f in failed]
+        out.append("")
     return out
 
 
@@ -235,18 +387,23 @@ def replace_section(path, name, lines):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("section", choices=["micro", "demo"])
+    ap.add_argument("section", choices=["micro", "demo", "e2e"])
     ap.add_argument("results")
     ap.add_argument("--meta", required=True)
-    ap.add_argument("--bench-json")
+    ap.add_argument("--pair-dir")
     ap.add_argument("--callgrind-tsv")
     ap.add_argument("--demo-output")
+    ap.add_argument("--e2e-runs")
     a = ap.parse_args()
     meta = read_meta(a.meta)
     if a.section == "micro":
-        if not a.bench_json or not a.callgrind_tsv:
-            sys.exit("update_results.py: micro needs --bench-json and --callgrind-tsv")
-        lines = micro_section(a.bench_json, a.callgrind_tsv, meta)
+        if not a.pair_dir or not a.callgrind_tsv:
+            sys.exit("update_results.py: micro needs --pair-dir and --callgrind-tsv")
+        lines = micro_section(a.pair_dir, a.callgrind_tsv, meta)
+    elif a.section == "e2e":
+        if not a.e2e_runs:
+            sys.exit("update_results.py: e2e needs --e2e-runs")
+        lines = e2e_section(a.e2e_runs, meta)
     else:
         if not a.demo_output:
             sys.exit("update_results.py: demo needs --demo-output")

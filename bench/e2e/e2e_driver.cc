@@ -1,0 +1,299 @@
+// bench/e2e/e2e_driver.cc: one cell of the end-to-end benchmark: T threads x N
+// inferences of one shared TorchScript module, under whatever allocator this process
+// runs with; prints one JSON line.
+//
+//   e2e_driver --model M.pt --input M.input.pt --reference REF [--write-reference]
+//              [--threads T] [--warmup W] [--iterations N] [--label NAME]
+//              [--iterations-api none|explicit|torch] [--torch-lib libreplayalloc_torch.so]
+//
+// The allocator is chosen outside the program (bench/e2e/run_e2e.py): nothing (glibc),
+// LD_PRELOAD of jemalloc, tcmalloc, mimalloc or libreplayalloc_preload.so, or, with
+// --iterations-api torch, replayalloc as libtorch's CPU allocator (the integration's
+// shared library is dlopen'ed and installed; everything else stays on glibc).
+//
+// --iterations-api says how replayalloc learns where an inference starts and ends:
+//   none      it is not told (plain allocators; the preload library's auto mode)
+//   explicit  replayalloc_iteration_begin/end, found with dlsym(RTLD_DEFAULT) (the
+//             preload library exports them), around each inference; the run fails
+//             when they are not there
+//   torch     replayalloc_torch_iteration_begin/end of the dlopen'ed integration
+// The key is "e2e/<model file name>": every thread shares the plan, each replays on a
+// slab of its own.
+//
+// What is measured: the threads start their W warm-up inferences together, wait at a
+// barrier, then run their N timed inferences together. Throughput = T*N / the wall
+// time of the timed phase; latency: p50 and p99 over all T*N timed inferences; CPU
+// time (user + system) and minor page faults of the process over the timed phase,
+// per inference; peak RSS of the whole process (VmHWM, weights included).
+// Correctness: every output (warm-up and timed) is compared with the reference file
+// (--write-reference writes it from the first output instead, and still checks the
+// rest against it); any difference beyond 1e-4 relative fails the run (exit 1).
+// Intra-op threads are set to 1 (torch::set_num_threads), so T is the parallelism.
+#include <dlfcn.h>
+#include <sys/resource.h>
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using begin_fn = int (*)(const char*);
+using end_fn = int (*)();
+
+struct options {
+  std::string model, input, reference, label = "unnamed", api = "none", torch_lib;
+  bool write_reference = false;
+  int threads = 1, warmup = 5, iterations = 10;
+};
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "e2e_driver: %s\n", msg.c_str());
+  std::exit(2);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) die("missing value after " + a);
+      return argv[++i];
+    };
+    auto number = [&]() {
+      const std::string v = value();
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || n < 0 || n > 1000000) die("bad number '" + v + "' for " + a);
+      return static_cast<int>(n);
+    };
+    if (a == "--model") o.model = value();
+    else if (a == "--input") o.input = value();
+    else if (a == "--reference") o.reference = value();
+    else if (a == "--write-reference") o.write_reference = true;
+    else if (a == "--threads") o.threads = number();
+    else if (a == "--warmup") o.warmup = number();
+    else if (a == "--iterations") o.iterations = number();
+    else if (a == "--label") o.label = value();
+    else if (a == "--iterations-api") o.api = value();
+    else if (a == "--torch-lib") o.torch_lib = value();
+    else die("unknown argument '" + a + "' (see the comment at the top of e2e_driver.cc)");
+  }
+  if (o.model.empty() || o.input.empty() || o.reference.empty()) die("--model, --input and --reference are required");
+  if (o.threads < 1 || o.iterations < 1) die("--threads and --iterations must be at least 1");
+  if (o.api != "none" && o.api != "explicit" && o.api != "torch") die("--iterations-api: none, explicit or torch");
+  if (o.api == "torch" && o.torch_lib.empty()) die("--iterations-api torch needs --torch-lib");
+  return o;
+}
+
+long status_kib(const char* field) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const std::size_t n = std::strlen(field);
+  while (std::getline(f, line)) {
+    if (line.compare(0, n, field) == 0) return std::atol(line.c_str() + n + 1);
+  }
+  return -1;
+}
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(pos);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+// The reference: dims, then float32 values, raw.
+void save_reference(const std::string& path, const torch::Tensor& y) {
+  const torch::Tensor c = y.to(torch::kFloat).contiguous();
+  std::ofstream f(path, std::ios::binary);
+  const std::int64_t dims = c.dim();
+  f.write(reinterpret_cast<const char*>(&dims), sizeof dims);
+  for (std::int64_t d : c.sizes()) f.write(reinterpret_cast<const char*>(&d), sizeof d);
+  f.write(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<std::streamsize>(c.numel() * sizeof(float)));
+  if (!f) die("cannot write the reference " + path);
+}
+
+torch::Tensor load_reference(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) die("no reference at " + path + " (the glibc run writes it with --write-reference)");
+  std::int64_t dims = 0;
+  f.read(reinterpret_cast<char*>(&dims), sizeof dims);
+  if (!f || dims < 0 || dims > 8) die("bad reference file " + path);
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(dims));
+  for (auto& d : sizes) f.read(reinterpret_cast<char*>(&d), sizeof d);
+  torch::Tensor t = torch::empty(sizes, torch::kFloat);
+  f.read(reinterpret_cast<char*>(t.data_ptr<float>()), static_cast<std::streamsize>(t.numel() * sizeof(float)));
+  if (!f) die("truncated reference file " + path);
+  return t;
+}
+
+struct check_state {
+  std::mutex mu;
+  torch::Tensor reference;
+  long checked = 0, bit_identical = 0, wrong = 0;
+  double max_abs_diff = 0;
+};
+
+void check(check_state& s, const torch::Tensor& y) {
+  const torch::Tensor c = y.to(torch::kFloat).contiguous();
+  std::lock_guard<std::mutex> lock(s.mu);
+  ++s.checked;
+  if (c.sizes() != s.reference.sizes()) {
+    ++s.wrong;
+    return;
+  }
+  if (torch::equal(c, s.reference)) {
+    ++s.bit_identical;
+    return;
+  }
+  const double diff = (c - s.reference).abs().max().item<double>();
+  s.max_abs_diff = std::max(s.max_abs_diff, diff);
+  if (!torch::allclose(c, s.reference, 1e-4, 1e-5)) ++s.wrong;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse(argc, argv);
+  torch::set_num_threads(1);
+
+  begin_fn begin = nullptr;
+  end_fn end = nullptr;
+  if (o.api == "explicit") {
+    begin = reinterpret_cast<begin_fn>(dlsym(RTLD_DEFAULT, "replayalloc_iteration_begin"));
+    end = reinterpret_cast<end_fn>(dlsym(RTLD_DEFAULT, "replayalloc_iteration_end"));
+    if (begin == nullptr || end == nullptr) die("--iterations-api explicit: replayalloc_iteration_begin/end not found (preload libreplayalloc_preload.so)");
+  } else if (o.api == "torch") {
+    void* h = dlopen(o.torch_lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) die(std::string("cannot dlopen ") + o.torch_lib + ": " + dlerror());
+    auto install = reinterpret_cast<int (*)()>(dlsym(h, "replayalloc_torch_install"));
+    begin = reinterpret_cast<begin_fn>(dlsym(h, "replayalloc_torch_iteration_begin"));
+    end = reinterpret_cast<end_fn>(dlsym(h, "replayalloc_torch_iteration_end"));
+    if (install == nullptr || begin == nullptr || end == nullptr) die(o.torch_lib + " lacks the replayalloc_torch_* functions");
+    if (install() != 0) die("replayalloc_torch_install failed");
+  }
+  using stats_fn = std::size_t (*)(char*, std::size_t);
+  stats_fn stats = nullptr;
+  if (o.api == "torch") {
+    stats = reinterpret_cast<stats_fn>(dlsym(dlopen(o.torch_lib.c_str(), RTLD_NOW | RTLD_NOLOAD), "replayalloc_stats_json"));
+  } else {
+    stats = reinterpret_cast<stats_fn>(dlsym(RTLD_DEFAULT, "replayalloc_stats_json"));
+  }
+
+  torch::jit::script::Module model, input_module;
+  torch::Tensor input;
+  try {
+    model = torch::jit::load(o.model);
+    model.eval();
+    input_module = torch::jit::load(o.input);
+    input = input_module.forward({}).toTensor();
+  } catch (const c10::Error& e) {
+    die(std::string("cannot load the model or its input: ") + e.what_without_backtrace());
+  }
+
+  check_state chk;
+  if (!o.write_reference) chk.reference = load_reference(o.reference);
+  std::string key = o.model.substr(o.model.find_last_of('/') + 1);
+  key = "e2e/" + key;
+
+  std::vector<std::vector<double>> ms(static_cast<std::size_t>(o.threads));
+  std::barrier<> sync(o.threads + 1);
+  std::atomic<bool> failed{false};
+  std::mutex first_mu;
+  bool have_reference = !o.write_reference;
+
+  auto one = [&](std::vector<torch::jit::IValue>& in) {
+    if (begin != nullptr) begin(key.c_str());
+    torch::Tensor y = model.forward(in).toTensor();
+    if (end != nullptr) end();
+    return y;
+  };
+  auto worker = [&](int t) {
+    try {
+      torch::NoGradGuard no_grad;
+      std::vector<torch::jit::IValue> in{input};
+      {
+        // The first output of the --write-reference run becomes the reference.
+        std::lock_guard<std::mutex> lock(first_mu);
+        if (!have_reference) {
+          torch::Tensor y = one(in);
+          chk.reference = y.to(torch::kFloat).contiguous().clone();
+          save_reference(o.reference, chk.reference);
+          have_reference = true;
+        }
+      }
+      for (int i = 0; i < o.warmup; ++i) check(chk, one(in));
+      sync.arrive_and_wait();  // warm-up done
+      sync.arrive_and_wait();  // timed phase starts
+      auto& mine = ms[static_cast<std::size_t>(t)];
+      mine.reserve(static_cast<std::size_t>(o.iterations));
+      for (int i = 0; i < o.iterations; ++i) {
+        const auto t0 = clock_type::now();
+        torch::Tensor y = one(in);
+        mine.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
+        check(chk, y);
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "e2e_driver: thread %d: %s\n", t, e.what());
+      failed = true;
+    }
+  };
+
+  std::vector<std::thread> pool;
+  for (int t = 0; t < o.threads; ++t) pool.emplace_back(worker, t);
+  sync.arrive_and_wait();
+  rusage r0{}, r1{};
+  getrusage(RUSAGE_SELF, &r0);
+  const auto t0 = clock_type::now();
+  sync.arrive_and_wait();
+  for (auto& th : pool) th.join();
+  const double wall_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  getrusage(RUSAGE_SELF, &r1);
+  if (failed) return 2;
+
+  std::vector<double> all;
+  for (const auto& v : ms) all.insert(all.end(), v.begin(), v.end());
+  const double n = static_cast<double>(all.size());
+  auto secs = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6; };
+  const double cpu_s = secs(r1.ru_utime) - secs(r0.ru_utime) + secs(r1.ru_stime) - secs(r0.ru_stime);
+
+  std::string stats_json = "null";
+  if (stats != nullptr) {
+    std::vector<char> buf(1 << 16);
+    const std::size_t len = stats(buf.data(), buf.size());
+    if (len > 0 && len < buf.size()) stats_json.assign(buf.data(), len);
+  }
+  std::printf(
+      "{\"label\": \"%s\", \"model\": \"%s\", \"threads\": %d, \"warmup\": %d, \"iterations\": %d, "
+      "\"throughput\": %.6g, \"p50_ms\": %.6g, \"p99_ms\": %.6g, \"mean_ms\": %.6g, \"wall_s\": %.6g, "
+      "\"cpu_ms_per_inference\": %.6g, \"minor_faults_per_inference\": %.6g, \"peak_rss_mib\": %.6g, "
+      "\"outputs_checked\": %ld, \"outputs_bit_identical\": %ld, \"outputs_wrong\": %ld, \"max_abs_diff\": %.3g, "
+      "\"iterations_api\": \"%s\", \"replayalloc\": %s}\n",
+      o.label.c_str(), key.c_str() + 4, o.threads, o.warmup, o.iterations, n / wall_s, percentile(all, 0.5),
+      percentile(all, 0.99), std::accumulate(all.begin(), all.end(), 0.0) / n, wall_s, 1e3 * cpu_s / n,
+      static_cast<double>(r1.ru_minflt - r0.ru_minflt) / n, static_cast<double>(status_kib("VmHWM:")) / 1024.0,
+      chk.checked, chk.bit_identical, chk.wrong, chk.max_abs_diff, o.api.c_str(), stats_json.c_str());
+  std::fflush(stdout);
+  if (chk.wrong > 0) {
+    std::fprintf(stderr, "e2e_driver: %ld of %ld outputs differ from the reference (max |diff| %.3g)\n", chk.wrong,
+                 chk.checked, chk.max_abs_diff);
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# bench/run_all.sh: the whole benchmark suite in one command: the micro benchmarks
+# (bench/run_micro.sh: the malloc+free pair under glibc, jemalloc, tcmalloc, mimalloc
+# and replayalloc, callgrind counts) and the end-to-end models (bench/e2e/run_e2e.py:
+# TorchScript models under seven allocators), then the "micro" and "e2e" sections of
+# bench/RESULTS.md (the other sections are kept).
+#
+# Usage: bench/run_all.sh            full run (about 25 minutes on a 2-core machine)
+#        QUICK=1 bench/run_all.sh    quick run (about 5 minutes)
+# Environment: BUILD_DIR (default <repo>/build-bench; configured with libtorch on),
+#   E2E_ROUNDS, E2E_CELLS (see bench/e2e/run_e2e.py) to override the e2e matrix.
+# The first run also makes the models (scripts/make_models.py, a few minutes; kept
+# in BUILD_DIR/models). Exits non-zero when a run fails or an output is wrong.
+set -euo pipefail
+export LC_ALL=C
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(dirname "$here")
+build=${BUILD_DIR:-$root/build-bench}
+quick=${QUICK:-0}
+started=$SECONDS
+rel() { echo "${1#"$root"/}"; }
+
+if [[ ! -f $build/CMakeCache.txt ]]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREPLAYALLOC_BUILD_BENCH=ON \
+    -DREPLAYALLOC_WITH_TORCH=ON -DREPLAYALLOC_BUILD_TESTS=OFF -DREPLAYALLOC_SANITIZER_TESTS=OFF
+fi
+cmake --build "$build" --target pair_bench hotpath_callgrind demo_inference replayalloc_preload \
+  replayalloc_torch_shared e2e_driver
+
+# ---- micro ------------------------------------------------------------------------------
+if [[ $quick == 1 ]]; then
+  BUILD_DIR=$build "$here/run_micro.sh" --quick --no-demo
+else
+  BUILD_DIR=$build "$here/run_micro.sh"
+fi
+
+# ---- e2e --------------------------------------------------------------------------------
+meta=$(mktemp)
+trap 'rm -f "$meta"' EXIT
+commit=$(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo unknown)
+if ! git -C "$root" diff --quiet HEAD 2> /dev/null; then commit="$commit + uncommitted changes"; fi
+cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" | head -n1; }
+e2e_args=(--build "$(rel "$build")" --out "$(rel "$build")/e2e-runs.jsonl")
+[[ $quick == 1 ]] && e2e_args+=(--quick)
+[[ -n ${E2E_ROUNDS:-} ]] && e2e_args+=(--rounds "$E2E_ROUNDS")
+[[ -n ${E2E_CELLS:-} ]] && e2e_args+=(--cells "$E2E_CELLS")
+{
+  echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "nproc=$(nproc)"
+  echo "cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n1)"
+  echo "kernel=$(uname -r)"
+  echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "commit=$commit"
+  echo "build_type=$(cache_value CMAKE_BUILD_TYPE)"
+  echo "compiler=$("$(cache_value CMAKE_CXX_COMPILER)" --version | head -n1)"
+  echo "torch_version=$(dpkg-query -W -f='${Version}' libtorch1.13 2> /dev/null || echo 1.13)"
+  echo "e2e_cmd=$([[ $quick == 1 ]] && echo "QUICK=1 ")bench/run_all.sh, i.e. bench/e2e/run_e2e.py ${e2e_args[*]}"
+} > "$meta"
+status=0
+(cd "$root" && /usr/bin/python3 bench/e2e/run_e2e.py "${e2e_args[@]}") || status=$?
+echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$meta"
+python3 "$here/update_results.py" e2e "$here/RESULTS.md" --meta "$meta" --e2e-runs "$build/e2e-runs.jsonl"
+echo "== run_all.sh: done in $((SECONDS - started)) s$([[ $status != 0 ]] && echo ", with FAILED runs (see RESULTS.md)")"
+exit "$status"
