@@ -102,7 +102,11 @@ int print_help(std::string_view usage) {
 }
 
 int fail(std::string_view command, const absl::Status& s) {
-  const std::string m(s.message());
+  // Messages quote the input; control bytes from a binary file must not reach a terminal.
+  std::string m(s.message());
+  for (char& c : m) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
   std::fprintf(stderr, "replayalloc %.*s: error: %.*s\n", static_cast<int>(command.size()),
                command.data(), static_cast<int>(m.size()), m.data());
   return exit_failed;

@@ -228,9 +228,9 @@ int run_viz(const std::vector<std::string>& args) {
       " blocks in the slab &middot; ", html_escape(p.algorithm), "</p>\n<div class=\"legend\">",
       absl::StrJoin(legend, ""), "</div>\n", svg, "<div id=\"tip\"></div>\n<p class=\"foot\">",
       outliving == 0 ? std::string("Every allocation of the trace is in the slab.")
-                     : absl::StrCat(outliving, " allocation", outliving == 1 ? "" : "s",
-                                    " outlive the iteration (", format_bytes(r.persistent_bytes),
-                                    ") and are served outside the slab; not drawn."),
+                     : absl::StrCat(outliving, outliving == 1 ? " allocation outlives" : " allocations outlive",
+                                    " the iteration (", format_bytes(r.persistent_bytes),
+                                    "), served outside the slab: not drawn."),
       " Hover a block for its op, size and lifetime. Made by replayalloc ", REPLAYALLOC_VERSION_STRING,
       ".</p>\n<script>\n\"use strict\";\n"
       "window.addEventListener('error',e=>document.body.setAttribute('data-error',String(e.message)));\n"
