@@ -8,13 +8,27 @@
 // Nothing here takes a lock on the fallback path except jemalloc's own arenas.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <new>
 
 #include "support/config.h"
+#include "support/reentry.h"
 
 namespace replayalloc::detail::backend {
+
+// Fault injection, for the tests of out-of-memory handling: the next n allocations
+// the engine makes for itself (inside the reentry guard: recorders, plans, slabs and
+// their bookkeeping) fail as if the system had no memory. The program's own requests
+// are unaffected. One relaxed load on the fallback path when unused.
+void fail_engine_allocations(std::int64_t n) noexcept;
+extern std::atomic<std::int64_t> g_engine_failures;
+inline bool inject_failure() noexcept {
+  return g_engine_failures.load(std::memory_order_relaxed) > 0 && in_engine() &&
+         g_engine_failures.fetch_sub(1, std::memory_order_relaxed) > 0;
+}
 
 // pre: align is a power of two. Returns null on failure (errno untouched).
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept;

@@ -22,10 +22,12 @@ inline std::size_t at_least_min(std::size_t size) noexcept {
 }  // namespace
 
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
+  if (inject_failure()) [[unlikely]] return nullptr;
   return mallocx(at_least_min(size), align_flags(align));
 }
 
 void* fallback_calloc(std::size_t size) noexcept {
+  if (inject_failure()) [[unlikely]] return nullptr;
   return mallocx(at_least_min(size), MALLOCX_ZERO);
 }
 

@@ -14,13 +14,17 @@
 namespace replayalloc::detail::backend {
 
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
+  if (inject_failure()) [[unlikely]] return nullptr;
   if (size == 0) size = 1;
   if (align <= malloc_align) return std::malloc(size);
   void* p = nullptr;
   return ::posix_memalign(&p, align, size) == 0 ? p : nullptr;
 }
 
-void* fallback_calloc(std::size_t size) noexcept { return std::calloc(1, size == 0 ? 1 : size); }
+void* fallback_calloc(std::size_t size) noexcept {
+  if (inject_failure()) [[unlikely]] return nullptr;
+  return std::calloc(1, size == 0 ? 1 : size);
+}
 
 void fallback_free(void* p) noexcept { std::free(p); }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "backend/backend.h"
 #include "support/log.h"
 
 #ifndef MADV_POPULATE_WRITE
@@ -71,12 +72,24 @@ bool reserve_slab_range(std::size_t bytes) {
   return false;
 }
 
-void* map_slab(std::size_t bytes, std::size_t touch_bytes, bool prefault) noexcept {
+std::atomic<std::int64_t> g_engine_failures{0};
+
+void fail_engine_allocations(std::int64_t n) noexcept {
+  g_engine_failures.store(n, std::memory_order_relaxed);
+}
+
+void* map_slab(std::size_t bytes, std::size_t touch_bytes, bool prefault, std::size_t limit,
+               bool* over_limit) noexcept {
+  if (inject_failure()) return nullptr;
   const std::size_t n = round_chunks(bytes == 0 ? 1 : bytes);
   std::size_t start = g_chunks;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_slab_range.base == 0) return nullptr;
+    if (g_mapped + (n << chunk_shift) > limit) {
+      if (over_limit != nullptr) *over_limit = true;
+      return nullptr;
+    }
     // First fit over the chunk map; slabs are few and made rarely.
     for (std::size_t i = 0, run = 0; i < g_chunks; ++i) {
       run = g_used[i] ? 0 : run + 1;

@@ -45,8 +45,10 @@ REPLAYALLOC_ALWAYS_INLINE void* chunk_owner(const void* p) noexcept {
 
 // Commits `bytes` (rounded up to whole chunks) inside the range, pre-faulting the
 // first `touch_bytes` when prefault is set. Returns the chunk-aligned start, or null
-// when the range is exhausted or the system has no memory (the caller falls back).
-void* map_slab(std::size_t bytes, std::size_t touch_bytes, bool prefault) noexcept;
+// when the range is exhausted, the committed total would pass `limit`
+// (*over_limit set), or the system has no memory (the caller falls back).
+void* map_slab(std::size_t bytes, std::size_t touch_bytes, bool prefault,
+               std::size_t limit = SIZE_MAX, bool* over_limit = nullptr) noexcept;
 
 // Registers `owner` for every chunk of [p, p + bytes) (release order).
 void set_chunk_owner(void* p, std::size_t bytes, void* owner) noexcept;

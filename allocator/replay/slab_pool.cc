@@ -1,5 +1,7 @@
 #include "replay/slab_pool.h"
 
+#include <atomic>
+#include <cstdint>
 #include <new>
 
 #include "backend/slab_range.h"
@@ -9,12 +11,16 @@ namespace replayalloc::detail {
 
 namespace {
 
+std::atomic<std::size_t> g_host_slab_limit{SIZE_MAX};
+
 class host_slab_source final : public slab_source {
  public:
   explicit host_slab_source(bool prefault) : prefault_(prefault) {}
   void* map(std::size_t bytes, const char** why) override {
-    void* p = backend::map_slab(bytes, bytes, prefault_);
-    if (p == nullptr) *why = "the slab range is full or the system has no memory";
+    bool over = false;
+    void* p = backend::map_slab(bytes, bytes, prefault_,
+                                g_host_slab_limit.load(std::memory_order_relaxed), &over);
+    if (p == nullptr) *why = over ? slab_limit_reason : "the slab range is full or the system has no memory";
     return p;
   }
   void unmap(void* p, std::size_t bytes) override { backend::unmap_slab(p, bytes); }
@@ -27,6 +33,10 @@ class host_slab_source final : public slab_source {
 };
 
 }  // namespace
+
+void set_host_slab_limit(std::size_t bytes) {
+  g_host_slab_limit.store(bytes, std::memory_order_relaxed);
+}
 
 slab_source& host_slabs(bool prefault) {
   static host_slab_source with(true), without(false);
@@ -125,6 +135,18 @@ void plan_version::retire() {
     this->~plan_version();
     backend::fallback_free(this);
   }
+}
+
+std::size_t plan_version::trim() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::size_t bytes = 0;
+  while (free_ != nullptr) {
+    slab* s = free_;
+    free_ = s->next_free;
+    bytes += s->mapped;
+    destroy(s);
+  }
+  return bytes;
 }
 
 std::uint32_t plan_version::slab_count() {

@@ -71,6 +71,12 @@ class slab_source {
 // Host slabs in the reserved range; `prefault` touches their pages when made.
 slab_source& host_slabs(bool prefault);
 
+// Host slabs stop being made once this many bytes are committed
+// (REPLAYALLOC_MAX_SLAB_MEMORY); map() then fails with why == slab_limit_reason.
+void set_host_slab_limit(std::size_t bytes);
+inline constexpr const char* slab_limit_reason =
+    "REPLAYALLOC_MAX_SLAB_MEMORY bytes of slabs are committed";
+
 struct plan_version {
   compiled_plan plan;
   std::string key;
@@ -90,6 +96,10 @@ struct plan_version {
   void retire();
 
   std::uint32_t slab_count();
+
+  // Unmaps the slabs waiting in the pool (none in use is touched). Returns the bytes
+  // given back. A later acquire makes slabs again.
+  std::size_t trim();
 
   // fork(): the pool's mutex is held across it (engine's atfork handlers).
   void lock_for_fork() { mu_.lock(); }

@@ -153,6 +153,7 @@ engine& engine::get() {
 engine::engine() : opts_(process_options()) {
   reentry_guard guard;
   if (opts_.mode != run_mode::off) slabs_ok_ = backend::reserve_slab_range(opts_.reserve_bytes);
+  set_host_slab_limit(opts_.max_slab_memory);
   pthread_key_create(&g_exit_key, thread_exit_hook);
   pthread_atfork([] { engine::get().prefork(); }, [] { engine::get().postfork_parent(); },
                  [] { engine::get().postfork_child(); });
@@ -301,10 +302,15 @@ key_entry* engine::entry_for(std::string_view key, domain_kind kind, slab_source
                              placement_adjuster adjust, void* adjust_arg) {
   reentry_guard guard;
   key_entry* e = nullptr;
-  {
+  try {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = keys_.find(absl::string_view(key.data(), key.size()));
-    if (it != keys_.end()) return it->second;
+    if (it != keys_.end()) {
+      e = it->second;
+      e->users.fetch_add(1, std::memory_order_relaxed);
+      e->last_used = ++use_clock_;
+      return e;
+    }
     void* mem = backend::fallback_alloc(sizeof(key_entry), alignof(key_entry));
     if (mem == nullptr) return nullptr;
     e = new (mem) key_entry;
@@ -313,10 +319,96 @@ key_entry* engine::entry_for(std::string_view key, domain_kind kind, slab_source
     e->source = source;
     e->adjust = adjust;
     e->adjust_arg = adjust_arg;
+    e->users.store(1, std::memory_order_relaxed);
+    e->last_used = ++use_clock_;
     keys_.emplace(e->key, e);
+    if (keys_.size() > opts_.max_plans) evict_idle_keys_locked(e);
+  } catch (const std::bad_alloc&) {
+    // The map could not grow: this iteration passes through (domain_begin(null)).
+    if (e != nullptr && keys_.find(e->key) == keys_.end()) {
+      e->~key_entry();
+      backend::fallback_free(e);
+    }
+    REPLAYALLOC_LOG(warning, "out of memory making the entry of key '%.*s'; its iteration passes through",
+                    static_cast<int>(key.size()), key.data());
+    return nullptr;
   }
-  if (opts_.plan_dir[0] != '\0' && replays()) load_saved_plan(*e);
+  if (opts_.plan_dir[0] != '\0' && replays()) {
+    try {
+      load_saved_plan(*e);
+    } catch (const std::bad_alloc&) {
+      REPLAYALLOC_LOG(warning, "out of memory loading the plan of '%s'; recording it instead", e->key.c_str());
+    }
+  }
   return e;
+}
+
+// Note [Bounds]: a service fed ever-new shapes makes ever-new keys. Two settings bound
+// what they cost. REPLAYALLOC_MAX_PLANS bounds the keys remembered: past it, the least
+// recently used key no thread holds is forgotten (its plan retired, so its slabs are
+// unmapped as soon as they drain; its recordings dropped); asked for again, it records
+// again. REPLAYALLOC_MAX_SLAB_MEMORY bounds the host slab bytes committed: a slab that
+// would pass it is not made until idle slabs (waiting in their pools) of the least
+// recently used other keys are unmapped; when that is not enough the iteration passes
+// through to the backend, like any iteration without a slab. Neither ever touches a
+// slab in use.
+void engine::evict_idle_keys_locked(const key_entry* keep) {
+  while (keys_.size() > opts_.max_plans) {
+    key_entry* victim = nullptr;
+    for (const auto& [k, e] : keys_) {
+      if (e == keep || e->users.load(std::memory_order_acquire) != 0) continue;
+      if (victim == nullptr || e->last_used < victim->last_used) victim = e;
+    }
+    if (victim == nullptr) return;  // every key is in use: over the bound until one ends
+    plan_version* v = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(victim->mu);
+      v = victim->version;
+      victim->version = nullptr;
+    }
+    keys_.erase(victim->key);
+    REPLAYALLOC_LOG(info, "forgetting the least recently used key '%s' (REPLAYALLOC_MAX_PLANS=%u)",
+                    victim->key.c_str(), opts_.max_plans);
+    victim->~key_entry();
+    backend::fallback_free(victim);
+    if (v != nullptr) {
+      plans_evicted_.fetch_add(1, std::memory_order_relaxed);
+      v->retire();
+    }
+  }
+}
+
+std::size_t engine::trim_idle_slabs(const key_entry* except, std::size_t want) {
+  reentry_guard guard;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<key_entry*, backend::internal_allocator<key_entry*>> order;
+  try {
+    order.reserve(keys_.size());
+    for (const auto& [k, e] : keys_) {
+      if (e != except && e->kind == domain_kind::host) order.push_back(e);
+    }
+  } catch (const std::bad_alloc&) {
+    return 0;
+  }
+  std::sort(order.begin(), order.end(),
+            [](const key_entry* a, const key_entry* b) { return a->last_used < b->last_used; });
+  std::size_t freed = 0;
+  for (key_entry* e : order) {
+    std::lock_guard<std::mutex> elock(e->mu);
+    if (e->version != nullptr) freed += e->version->trim();
+    if (freed >= want) break;
+  }
+  return freed;
+}
+
+void engine::abandon_recording(domain_state& d, const char* what) {
+  REPLAYALLOC_LOG(warning, "out of memory while %s '%s'; this iteration passes through",
+                  what, d.entry != nullptr ? d.entry->key.c_str() : "?");
+  d.ph = phase::none;
+  if (d.entry != nullptr) {
+    std::lock_guard<std::mutex> lock(d.entry->mu);
+    d.entry->recording = false;
+  }
 }
 
 std::uint32_t engine::op_id(std::string_view name) {
@@ -492,6 +584,10 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
   // without slabs, and acquire() refuses a retired version.
   const char* why = "";
   slab* s = v->acquire(opts_.max_slabs, context, &why);
+  if (s == nullptr && why == slab_limit_reason &&
+      trim_idle_slabs(e, v->plan.slab_bytes) >= v->plan.slab_bytes) {
+    s = v->acquire(opts_.max_slabs, context, &why);
+  }
   if (s == nullptr) {
     d.no_slab = true;
     REPLAYALLOC_LOG(info, "iteration of '%s' passes through: %s", e->key.c_str(), why);
@@ -544,6 +640,7 @@ void engine::domain_end(domain_state& d) {
   if (d.ph == phase::record) end_record(d);
   if (d.ph == phase::replay) end_replay(d);
   d.ph = phase::none;
+  if (d.entry != nullptr) d.entry->users.fetch_sub(1, std::memory_order_release);
   d.entry = nullptr;
   d.version = nullptr;
   d.no_slab = false;
@@ -560,10 +657,20 @@ void engine::record_alloc(domain_state& d, const void* p, std::size_t size, std:
 
 void engine::record_free(domain_state& d, const void* p) {
   reentry_guard guard;
-  d.recorder->record_free(p);
+  d.recorder->record_free(p);  // erases only: never allocates
 }
 
 void engine::end_record(domain_state& d) {
+  try {
+    end_record_impl(d);
+  } catch (const std::bad_alloc&) {
+    // Planning needs memory the system does not have: keep serving from the backend
+    // and try again with a later recording.
+    abandon_recording(d, "planning");
+  }
+}
+
+void engine::end_record_impl(domain_state& d) {
   key_entry& e = *d.entry;
   trace tr = d.recorder->finish(e.key, [this](std::uint32_t id) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -836,8 +943,10 @@ void engine::free_backend(thread_state& t, void* p) {
 Stats engine::stats(const domain_kind* only) {
   reentry_guard guard;
   Stats s;
-  std::vector<key_entry*> entries;
+  std::uint64_t keys = 0;
   {
+    // Entries are read under the engine's mutex: an idle one may be evicted once it
+    // is released (Note [Bounds]).
     std::lock_guard<std::mutex> lock(mu_);
     for (int k = 0; k < 2; ++k) {
       if (only == nullptr || static_cast<int>(*only) == k) add_stats(s, retired_[k]);
@@ -846,13 +955,12 @@ Stats engine::stats(const domain_kind* only) {
       if (only == nullptr || *only == d->kind) add_domain(s, *d);
     }
     for (const auto& [k, e] : keys_) {
-      if (only == nullptr || *only == e->kind) entries.push_back(e);
+      if (only != nullptr && *only != e->kind) continue;
+      std::lock_guard<std::mutex> elock(e->mu);
+      s.slab_bytes += e->slab_bytes;
+      s.lower_bound_bytes += e->lower_bound_bytes;
+      ++keys;
     }
-  }
-  for (key_entry* e : entries) {
-    std::lock_guard<std::mutex> lock(e->mu);
-    s.slab_bytes += e->slab_bytes;
-    s.lower_bound_bytes += e->lower_bound_bytes;
   }
   s.fallbacks = s.fallback_size_mismatch + s.fallback_beyond_plan + s.fallback_overlap_live +
                 s.fallback_alignment + s.fallback_no_slab;
@@ -864,7 +972,7 @@ Stats engine::stats(const domain_kind* only) {
   s.plans_evicted = plans_evicted_.load(std::memory_order_relaxed);
   s.recordings = recordings_.load(std::memory_order_relaxed);
   s.mapped_bytes = backend::mapped_slab_bytes();
-  s.keys = entries.size();
+  s.keys = keys;
   return s;
 }
 

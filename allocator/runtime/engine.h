@@ -60,6 +60,11 @@ struct key_entry {
   std::shared_ptr<const trace> last_trace;
   std::uint64_t slab_bytes = 0;
   std::uint64_t lower_bound_bytes = 0;
+  // Under the engine's mutex: when a thread last asked for this key, and how many
+  // threads hold it now (from entry_for to domain_end; atomic so domain_end can drop
+  // its hold without the mutex). Only an entry nobody holds is evicted.
+  std::uint64_t last_used = 0;
+  std::atomic<std::uint32_t> users{0};
 };
 
 // What an integration's domain needs to hear of a thread's iterations.
@@ -132,6 +137,7 @@ class engine {
   void auto_track(thread_state& t, const void* p, std::size_t size);
   void auto_untrack(thread_state& t, const void* p);
   void end_record(domain_state& d);
+  void end_record_impl(domain_state& d);
   void end_replay(domain_state& d);
   void make_plan(key_entry& e, const trace& tr);
   void* alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_t align, bool zero);
@@ -140,6 +146,10 @@ class engine {
   bool install_plan(key_entry& e, const trace& tr, placement p, bool from_file);
   std::string plan_path(const key_entry& e) const;
   void load_saved_plan(key_entry& e);
+  // Note [Bounds]. REQUIRES: mu_ held.
+  void evict_idle_keys_locked(const key_entry* keep);
+  std::size_t trim_idle_slabs(const key_entry* except, std::size_t want);
+  void abandon_recording(domain_state& d, const char* what);
 
   const options opts_;
   bool slabs_ok_ = false;
@@ -149,6 +159,7 @@ class engine {
   absl::flat_hash_map<std::string, std::uint32_t> op_ids_{{"unknown", 0}};
   domain_state* domains_ = nullptr;
   std::uint32_t next_thread_no_ = 0;
+  std::uint64_t use_clock_ = 0;  // under mu_: key_entry::last_used
   Stats retired_[2];  // counters of exited domains, by kind
   domain_hooks hooks_[4];
   std::atomic<int> n_hooks_{0};

@@ -1,0 +1,184 @@
+// Tests for Note [Bounds] (REPLAYALLOC_MAX_PLANS, REPLAYALLOC_MAX_SLAB_MEMORY) and for
+// out-of-memory while recording, planning and making slabs. Each runs in a fresh
+// process (the engine reads its options once) and exits 0 only when every check held;
+// every block carries a pattern checked before its free.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/slab_range.h"
+#include "replayalloc/replayalloc.h"
+#include "replayalloc/replayalloc.hpp"
+#include "support/options.h"
+#include "support/pattern.h"
+
+namespace replayalloc::detail {
+namespace {
+
+using replayalloc::testing::fill;
+using replayalloc::testing::intact;
+
+void start(std::uint32_t max_plans, std::uint64_t max_slab_memory) {
+  options o;
+  o.mode = run_mode::replay;
+  o.min_size = 0;
+  o.verbose = 0;
+  o.max_plans = max_plans;
+  o.max_slab_memory = max_slab_memory;
+  if (!set_process_options(o)) std::abort();
+}
+
+#define REQUIRE(cond)                                                   \
+  do {                                                                  \
+    if (!(cond)) {                                                      \
+      std::fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #cond); \
+      std::exit(10);                                                    \
+    }                                                                   \
+  } while (0)
+
+// One iteration of `key`: a few layers of `bytes`-sized activations and workspaces.
+// Returns false when a block lost its pattern.
+bool iteration(const std::string& key, std::size_t bytes, std::uint64_t tag) {
+  replayalloc_iteration_begin(key.c_str());
+  bool ok = true;
+  void* act = replayalloc_malloc(bytes);
+  fill(act, bytes, tag);
+  for (int layer = 0; layer < 6; ++layer) {
+    void* work = replayalloc_malloc(bytes / 4 + 64 * layer);
+    fill(work, bytes / 4 + 64 * layer, tag + 100 + layer);
+    void* next = replayalloc_malloc(bytes);
+    fill(next, bytes, tag + 200 + layer);
+    ok &= intact(work, bytes / 4 + 64 * layer, tag + 100 + layer);
+    replayalloc_free(work);
+    ok &= intact(act, bytes, layer == 0 ? tag : tag + 200 + layer - 1);
+    replayalloc_free(act);
+    act = next;
+  }
+  ok &= intact(act, bytes, tag + 205);
+  replayalloc_free(act);
+  replayalloc_iteration_end();
+  return ok;
+}
+
+class Bounds : public ::testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(Bounds, MaxPlansForgetsTheLeastRecentlyUsedIdleKeys) {
+  EXPECT_EXIT(
+      {
+        start(4, std::uint64_t{1} << 40);
+        // A block from key 0's slab, held while 40 other keys come and go.
+        REQUIRE(iteration("k0", 8192, 1) && iteration("k0", 8192, 2));
+        replayalloc_iteration_begin("k0");
+        void* held = replayalloc_malloc(8192);
+        REQUIRE(backend::in_slab_range(held));
+        fill(held, 8192, 77);
+        replayalloc_iteration_end();
+        for (int k = 1; k <= 40; ++k) {
+          const std::string key = "k" + std::to_string(k);
+          for (int i = 0; i < 3; ++i) REQUIRE(iteration(key, 4096 + 64 * k, 1000 * k + i));
+          REQUIRE(stats().keys <= 4);
+        }
+        const Stats s = stats();
+        REQUIRE(s.plans_evicted >= 36);
+        REQUIRE(s.slab_hits > 0);
+        REQUIRE(intact(held, 8192, 77));  // its plan is retired, its slab still there
+        replayalloc_free(held);
+        // A forgotten key records again and replays again.
+        for (int i = 0; i < 3; ++i) REQUIRE(iteration("k1", 4096 + 64, 5000 + i));
+        REQUIRE(stats().slab_hits > s.slab_hits);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(Bounds, MaxSlabMemoryUnmapsIdleSlabsOfOtherKeysFirst) {
+  EXPECT_EXIT(
+      {
+        // Each key's slab takes one 2 MiB chunk; at most two may be committed.
+        start(1000, std::uint64_t{4} << 20);
+        for (int round = 0; round < 3; ++round) {
+          for (int k = 0; k < 6; ++k) {
+            const std::string key = "s" + std::to_string(k);
+            for (int i = 0; i < 3; ++i) REQUIRE(iteration(key, 256 * 1024, 10 * k + i));
+            REQUIRE(stats().mapped_bytes <= (std::uint64_t{4} << 20));
+          }
+        }
+        const Stats s = stats();
+        REQUIRE(s.fallback_no_slab == 0);  // idle slabs made room every time
+        REQUIRE(s.slab_hits >= 6 * 3 * 13);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(Bounds, MaxSlabMemoryPassesThroughWhenEverySlabIsBusy) {
+  EXPECT_EXIT(
+      {
+        start(1000, std::uint64_t{4} << 20);
+        for (int k = 0; k < 3; ++k) {
+          for (int i = 0; i < 3; ++i) REQUIRE(iteration("b" + std::to_string(k), 256 * 1024, i));
+        }
+        // Three threads hold an iteration open at once: two slabs fit, the third
+        // iteration passes through to the backend.
+        std::vector<std::thread> threads;
+        std::vector<void*> blocks(3);
+        std::atomic<int> opened{0};
+        std::atomic<int> done{0};
+        for (int k = 0; k < 3; ++k) {
+          threads.emplace_back([&, k] {
+            replayalloc_iteration_begin(("b" + std::to_string(k)).c_str());
+            blocks[k] = replayalloc_malloc(256 * 1024);
+            fill(blocks[k], 256 * 1024, 900 + k);
+            opened.fetch_add(1);
+            while (opened.load() < 3) std::this_thread::yield();
+            REQUIRE(intact(blocks[k], 256 * 1024, 900 + k));
+            replayalloc_free(blocks[k]);
+            replayalloc_iteration_end();
+            done.fetch_add(1);
+          });
+        }
+        for (auto& t : threads) t.join();
+        int in_slab = 0;
+        for (void* b : blocks) in_slab += backend::in_slab_range(b) ? 1 : 0;
+        REQUIRE(in_slab <= 2);
+        REQUIRE(stats().mapped_bytes <= (std::uint64_t{4} << 20));
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// Out of memory inside the engine, at every point a recording, a plan or a slab can
+// need memory: the program's blocks stay intact, nothing crashes, and once memory is
+// back the key is recorded, planned and replayed.
+TEST_F(Bounds, OutOfMemoryInsideTheEngineFallsBackAndKeepsServing) {
+  EXPECT_EXIT(
+      {
+        start(1000, std::uint64_t{1} << 40);
+        std::uint64_t tag = 1;
+        for (int failures = 1; failures <= 60; ++failures) {
+          const std::string key = "oom" + std::to_string(failures);
+          backend::fail_engine_allocations(failures);
+          for (int i = 0; i < 4; ++i) REQUIRE(iteration(key, 16384, tag++));
+          backend::fail_engine_allocations(0);
+          for (int i = 0; i < 4; ++i) REQUIRE(iteration(key, 16384, tag++));
+        }
+        const Stats s = stats();
+        REQUIRE(s.plans >= 30);  // most keys were planned once memory came back
+        REQUIRE(s.slab_hits > 0);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+}  // namespace
+}  // namespace replayalloc::detail
