@@ -1,21 +1,40 @@
 // make_plan(): the planners by name.
+#include <array>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "planner/planner.h"
 
 namespace replayalloc {
+namespace {
+
+using planner_fn = absl::StatusOr<placement> (*)(const trace&, const planner_options&);
+
+constexpr std::array<std::pair<std::string_view, planner_fn>, 6> planners = {{
+    {"best", plan_best},
+    {"greedy_by_size", plan_greedy_by_size},
+    {"greedy_by_breadth", plan_greedy_by_breadth},
+    {"greedy_by_lifetime", plan_greedy_by_lifetime},
+    {"greedy_by_arrival", plan_greedy_by_arrival},
+    {"first_fit", plan_first_fit},
+}};
+
+}  // namespace
 
 const std::vector<std::string>& planner_names() {
-  static const auto* names = new std::vector<std::string>{"best", "greedy_by_size"};
+  static const auto* names = [] {
+    auto* v = new std::vector<std::string>;
+    for (const auto& [name, fn] : planners) v->emplace_back(name);
+    return v;
+  }();
   return *names;
 }
 
 absl::StatusOr<placement> make_plan(const trace& t, std::string_view algorithm,
                                     const planner_options& o) {
-  if (algorithm == "best" || algorithm == "greedy_by_size") {
-    absl::StatusOr<placement> p = plan_greedy_by_size(t, o);
-    if (p.ok() && algorithm == "best") p->algorithm = "best(greedy_by_size)";
-    return p;
+  for (const auto& [name, fn] : planners) {
+    if (name == algorithm) return fn(t, o);
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown planner '", std::string(algorithm),
                                                  "'; known: ", absl::StrJoin(planner_names(), ", ")));

@@ -53,9 +53,32 @@ std::uint64_t lower_bound(const trace& t, const planner_options& o = {});
 // O(n log n) on traces whose lifetimes are short, as inference traces' are.
 absl::StatusOr<placement> plan_greedy_by_size(const trace& t, const planner_options& o = {});
 
-// The planners by name, for make_plan(), the CLI's --algo and the reports. "best" is
-// the default: several orderings of greedy by size, keeping the smallest slab, then a
-// bounded improving pass while it is still above the lower bound.
+// The same placement rule (smallest gap among intersecting slots) under other
+// orderings (planner/greedy.h):
+//   breadth   allocations meeting the busiest moment first (the largest live bytes
+//             over the lifetime; TFLite's greedy by breadth, XLA's temporal order);
+//   lifetime  the longest lifetimes first;
+//   arrival   the order the program asked for them.
+absl::StatusOr<placement> plan_greedy_by_breadth(const trace& t, const planner_options& o = {});
+absl::StatusOr<placement> plan_greedy_by_lifetime(const trace& t, const planner_options& o = {});
+absl::StatusOr<placement> plan_greedy_by_arrival(const trace& t, const planner_options& o = {});
+
+// The default: the greedy orderings above (size, breadth, lifetime, arrival), keeping
+// the smallest slab and stopping at the lower bound; then, while still above it, a
+// bounded local search over the winning ordering (a fixed budget of placements, not
+// time: deterministic). Note [Best of orderings, then improve] in best.cc. The
+// algorithm field says which ordering won: "best(size)", "best(breadth+search)", ...
+absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o = {});
+
+// Online first fit in arrival order, what caching allocators do: each allocation at
+// the lowest gap among the slots live when it arrives, bytes given back at each free.
+// A baseline for reports; the engine never uses it.
+absl::StatusOr<placement> plan_first_fit(const trace& t, const planner_options& o = {});
+
+// The planners by name, for make_plan(), the CLI's --algo and the reports: "best" (the
+// default), "greedy_by_size", "greedy_by_breadth", "greedy_by_lifetime",
+// "greedy_by_arrival", "first_fit". (The exact planner, planner/exact.h, drives an
+// external solver and lives outside the core library.)
 const std::vector<std::string>& planner_names();
 
 // Runs the planner called `algorithm` (one of planner_names()). An unknown name is an

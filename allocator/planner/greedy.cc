@@ -1,0 +1,145 @@
+// The greedy placement step (greedy.h). Note [Why best fit among intersecting slots]:
+// an allocation only has to avoid the slots whose lifetimes intersect its own; of the
+// gaps between them, the smallest that holds it leaves the larger gaps for
+// allocations still to come. With the largest allocations first this is TFLite's
+// ArenaPlanner strategy; other orderings reuse the same rule.
+#include "planner/greedy.h"
+
+#include <algorithm>
+
+#include "support/config.h"
+#include "support/status.h"
+
+namespace replayalloc::detail {
+namespace {
+
+inline std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+}  // namespace
+
+absl::StatusOr<greedy_input> prepare_greedy(const trace& t, const planner_options& o) {
+  REPLAYALLOC_RETURN_IF_ERROR(check_trace(t));
+  REPLAYALLOC_EXPECTS(o.slot_align != 0 && (o.slot_align & (o.slot_align - 1)) == 0 &&
+                          o.slot_align <= max_slot_align,
+                      "slot alignment ", o.slot_align, " is not a power of two up to 2 MiB");
+  greedy_input in;
+  in.tr = &t;
+  const std::size_t n = t.allocations.size();
+  in.footprint.assign(n, 0);
+  in.alignment.assign(n, 0);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const trace_allocation& a = t.allocations[i];
+    if (a.outlives()) continue;
+    in.plannable.push_back(i);
+    in.footprint[i] = slot_footprint(a, o);
+    in.alignment[i] = slot_alignment(a, o);
+    in.horizon = std::max(in.horizon, a.free_at + 1);
+  }
+  in.lower_bound = lower_bound(t, o);
+  return in;
+}
+
+greedy_placer::greedy_placer(const greedy_input& in) : in_(in) {
+  const auto& all = in.tr->allocations;
+  std::vector<std::uint64_t> pos;  // distinct allocation positions, in order
+  for (const std::uint32_t i : in.plannable) {
+    if (pos.empty() || pos.back() != all[i].alloc_at) pos.push_back(all[i].alloc_at);
+  }
+  while (leaves_ < pos.size()) leaves_ <<= 1;
+  first_.assign(all.size(), 0);
+  last_.assign(all.size(), 0);
+  for (const std::uint32_t i : in.plannable) {
+    first_[i] = static_cast<std::uint32_t>(std::lower_bound(pos.begin(), pos.end(), all[i].alloc_at) - pos.begin());
+    last_[i] = static_cast<std::uint32_t>(std::lower_bound(pos.begin(), pos.end(), all[i].free_at) - pos.begin());
+  }
+  stab_head_.assign(2 * leaves_, -1);
+  start_head_.assign(leaves_, -1);
+  start_count_.assign(2 * leaves_, 0);
+  offsets_.assign(all.size(), not_in_slab);
+}
+
+void greedy_placer::push(std::int32_t& head, std::uint32_t slot) {
+  next_.push_back(head);
+  slot_.push_back(slot);
+  head = static_cast<std::int32_t>(slot_.size() - 1);
+}
+
+// Appends to cand_ the slots starting in [l, r), visiting only subtrees that hold one.
+void greedy_placer::collect_starts(std::size_t node, std::size_t lo, std::size_t hi, std::size_t l,
+                                   std::size_t r) {
+  ++work_;
+  if (start_count_[node] == 0 || hi <= l || r <= lo) return;
+  if (node >= leaves_) {
+    for (std::int32_t e = start_head_[node - leaves_]; e >= 0; e = next_[e]) {
+      cand_.push_back(slot_[e]);
+      ++work_;
+    }
+    return;
+  }
+  const std::size_t mid = (lo + hi) / 2;
+  collect_starts(2 * node, lo, mid, l, r);
+  collect_starts(2 * node + 1, mid, hi, l, r);
+}
+
+std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
+                                   std::uint64_t give_up_above) {
+  std::fill(stab_head_.begin(), stab_head_.end(), -1);
+  std::fill(start_head_.begin(), start_head_.end(), -1);
+  std::fill(start_count_.begin(), start_count_.end(), 0);
+  std::fill(offsets_.begin(), offsets_.end(), not_in_slab);
+  next_.clear();
+  slot_.clear();
+  std::uint64_t slab = 0;
+  for (const std::uint32_t i : order) {
+    const std::size_t l = first_[i], r = last_[i];
+    // The slots that meet [l, r): those live at l that started before it, then
+    // those that start inside it (Note [Time index]).
+    cand_.clear();
+    for (std::size_t node = leaves_ + l; node >= 1; node >>= 1) {
+      for (std::int32_t e = stab_head_[node]; e >= 0; e = next_[e]) {
+        if (first_[slot_[e]] < l) cand_.push_back(slot_[e]);
+        ++work_;
+      }
+    }
+    collect_starts(1, 0, leaves_, l, r);
+    work_ += cand_.size();
+    std::sort(cand_.begin(), cand_.end(), [&](std::uint32_t x, std::uint32_t y) {
+      return offsets_[x] != offsets_[y] ? offsets_[x] < offsets_[y] : x < y;
+    });
+    const std::uint64_t fp = in_.footprint[i], al = in_.alignment[i];
+    std::uint64_t best = not_in_slab, best_gap = UINT64_MAX, end = 0;
+    for (const std::uint32_t j : cand_) {
+      const std::uint64_t off = align_up(end, al);
+      if (off + fp <= offsets_[j] && offsets_[j] - end < best_gap) {
+        best_gap = offsets_[j] - end;
+        best = off;
+      }
+      end = std::max(end, offsets_[j] + in_.footprint[j]);
+    }
+    if (best == not_in_slab) best = align_up(end, al);
+    offsets_[i] = best;
+    slab = std::max(slab, best + fp);
+    if (slab > give_up_above) return slab;
+    // Index the new slot: at the canonical nodes of [l, r), and at its start.
+    for (std::size_t a = l + leaves_, b = r + leaves_; a < b; a >>= 1, b >>= 1) {
+      if (a & 1) push(stab_head_[a++], i);
+      if (b & 1) push(stab_head_[--b], i);
+    }
+    push(start_head_[l], i);
+    for (std::size_t node = leaves_ + l; node >= 1; node >>= 1) ++start_count_[node];
+  }
+  return slab;
+}
+
+placement greedy_placement(const greedy_input& in, std::span<const std::uint32_t> order,
+                           std::string algorithm) {
+  greedy_placer placer(in);
+  placement p;
+  p.slab_bytes = placer.place(order);
+  p.offsets = placer.offsets();
+  p.lower_bound_bytes = in.lower_bound;
+  p.algorithm = std::move(algorithm);
+  return p;
+}
+
+}  // namespace replayalloc::detail

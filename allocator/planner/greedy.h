@@ -1,0 +1,91 @@
+// replayalloc/planner/greedy.h: the placement step every greedy planner shares.
+//
+// Layer: planner (internal; included by the planners' .cc files only). A greedy
+// planner is an ordering of the allocations plus one rule: take them in that order,
+// and put each in the smallest gap, among slots already placed whose lifetimes
+// intersect its own, that holds it (ties: the lowest offset); above the highest such
+// slot when none does. The orderings differ (greedy_by_size.cc, greedy_by_breadth.cc,
+// greedy_by_lifetime.cc, greedy_by_arrival.cc); best.cc tries them all and then
+// improves the best ordering. Never allocates per placed slot once warmed up: a
+// greedy_placer keeps its buffers between runs, which is what makes the improving
+// pass in best.cc affordable.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner/planner.h"
+#include "trace/trace.h"
+
+namespace replayalloc::detail {
+
+// What every greedy run over one trace needs, computed once.
+struct greedy_input {
+  const trace* tr = nullptr;
+  std::vector<std::uint32_t> plannable;  // indices of allocations that do not outlive
+  std::vector<std::uint64_t> footprint;  // slot_footprint(), per allocation index
+  std::vector<std::uint64_t> alignment;  // slot_alignment(), per allocation index
+  std::uint64_t horizon = 1;             // 1 + the largest free_at among plannable
+  std::uint64_t lower_bound = 0;
+};
+
+// Checks the trace and the options and fills a greedy_input.
+absl::StatusOr<greedy_input> prepare_greedy(const trace& t, const planner_options& o);
+
+// Places allocations in a given order; reusable across orders of the same input.
+// Note [Time index]: lifetimes are mapped onto the distinct allocation positions
+// (two lifetimes intersect exactly when their mapped ranges do, since every alloc_at
+// is one of those positions). The slots that meet a lifetime [l, r) are those that
+// start inside it, found in a count-pruned segment tree over start positions, and
+// those live at l that started before it, found by a stabbing query on a segment tree
+// holding each slot at O(log n) nodes. Each is found once: a query costs O(log n)
+// plus O(log n) per slot found, whatever the lifetimes' lengths.
+class greedy_placer {
+ public:
+  explicit greedy_placer(const greedy_input& in);
+
+  // Places `order` (a permutation of in.plannable) one by one. Returns the slab (the
+  // end of the highest slot); offsets() then holds an offset per allocation index
+  // (not_in_slab for those that outlive). When the slab would exceed `give_up_above`,
+  // stops at once and returns a value above it (offsets() is then incomplete).
+  std::uint64_t place(std::span<const std::uint32_t> order,
+                      std::uint64_t give_up_above = UINT64_MAX);
+
+  const std::vector<std::uint64_t>& offsets() const { return offsets_; }
+
+  // Work done by every place() so far (index entries visited and slots compared): a
+  // machine-independent measure of time, for budgets that must be deterministic.
+  std::uint64_t work() const { return work_; }
+
+ private:
+  void push(std::int32_t& head, std::uint32_t slot);
+  void collect_starts(std::size_t node, std::size_t lo, std::size_t hi, std::size_t l, std::size_t r);
+
+  const greedy_input& in_;
+  std::size_t leaves_ = 1;                      // a power of two >= the positions
+  std::vector<std::uint32_t> first_, last_;     // mapped lifetime [first_, last_) per allocation
+  std::vector<std::int32_t> stab_head_;         // per tree node: slots covering it
+  std::vector<std::int32_t> start_head_;        // per leaf: slots starting there
+  std::vector<std::uint32_t> start_count_;      // per tree node: slots starting below it
+  std::vector<std::int32_t> next_;              // the lists' pool
+  std::vector<std::uint32_t> slot_;
+  std::vector<std::uint32_t> cand_;
+  std::vector<std::uint64_t> offsets_;
+  std::uint64_t work_ = 0;
+};
+
+// One greedy run: a placement named `algorithm` from `order`.
+placement greedy_placement(const greedy_input& in, std::span<const std::uint32_t> order,
+                           std::string algorithm);
+
+// The orderings (permutations of in.plannable), each deterministic; ties are broken
+// down to the allocation's id.
+std::vector<std::uint32_t> order_by_size(const greedy_input& in);
+std::vector<std::uint32_t> order_by_breadth(const greedy_input& in);
+std::vector<std::uint32_t> order_by_lifetime(const greedy_input& in);
+std::vector<std::uint32_t> order_by_arrival(const greedy_input& in);
+
+}  // namespace replayalloc::detail

@@ -1,0 +1,34 @@
+// Greedy by arrival: allocations in the order the program asked for them (ties at one
+// position: the larger footprint, then the id), each in the smallest gap among the
+// slots live when it arrives. Unlike an online allocator it knows every lifetime, but
+// it places like one: the ordering a planner gets without looking ahead, kept as a
+// candidate because on chain-like traces (each activation freed soon after the next
+// is made) it is already optimal.
+#include <algorithm>
+
+#include "planner/greedy.h"
+#include "support/status.h"
+
+namespace replayalloc {
+namespace detail {
+
+std::vector<std::uint32_t> order_by_arrival(const greedy_input& in) {
+  const auto& all = in.tr->allocations;
+  std::vector<std::uint32_t> order = in.plannable;
+  std::stable_sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
+    if (all[x].alloc_at != all[y].alloc_at) return all[x].alloc_at < all[y].alloc_at;
+    if (in.footprint[x] != in.footprint[y]) return in.footprint[x] > in.footprint[y];
+    return all[x].id < all[y].id;
+  });
+  return order;
+}
+
+}  // namespace detail
+
+absl::StatusOr<placement> plan_greedy_by_arrival(const trace& t, const planner_options& o) {
+  absl::StatusOr<detail::greedy_input> in = detail::prepare_greedy(t, o);
+  REPLAYALLOC_RETURN_IF_ERROR(in.status());
+  return detail::greedy_placement(*in, detail::order_by_arrival(*in), "greedy_by_arrival");
+}
+
+}  // namespace replayalloc

@@ -1,0 +1,83 @@
+// Greedy by breadth (after TFLite's GreedyByBreadth and XLA's temporal ordering): the
+// allocations that meet the busiest moment of the iteration first. The breadth of a
+// moment is the bytes live then; an allocation's key is the largest breadth over its
+// lifetime (ties: the earlier such moment, then the larger footprint). Those moments
+// set the lower bound, so packing their allocations first, tightly, is what can reach
+// it; the rest fill in around them. Note [Breadth by range maximum]: live bytes only
+// grow at allocations, so the busiest moment of a lifetime is at one of the
+// allocation positions inside it; a segment tree over those positions answers each
+// lifetime's maximum in O(log n).
+#include <algorithm>
+#include <utility>
+
+#include "planner/greedy.h"
+#include "support/status.h"
+
+namespace replayalloc {
+namespace detail {
+
+std::vector<std::uint32_t> order_by_breadth(const greedy_input& in) {
+  const auto& all = in.tr->allocations;
+  // Distinct allocation positions, in order (the trace is sorted by alloc_at).
+  std::vector<std::uint64_t> pos;
+  for (const std::uint32_t i : in.plannable) {
+    if (pos.empty() || pos.back() != all[i].alloc_at) pos.push_back(all[i].alloc_at);
+  }
+  const std::size_t m = pos.size();
+  // Live bytes at each position: +footprint from alloc_at, -footprint from the first
+  // position at or after free_at (a free at p comes before an allocation at p).
+  std::vector<std::int64_t> delta(m + 1, 0);
+  for (const std::uint32_t i : in.plannable) {
+    const auto fp = static_cast<std::int64_t>(in.footprint[i]);
+    delta[std::lower_bound(pos.begin(), pos.end(), all[i].alloc_at) - pos.begin()] += fp;
+    delta[std::lower_bound(pos.begin(), pos.end(), all[i].free_at) - pos.begin()] -= fp;
+  }
+  // Segment tree of (live bytes, -position index): the maximum is the busiest moment,
+  // the earliest on a tie.
+  using node = std::pair<std::int64_t, std::int64_t>;
+  std::size_t size = 1;
+  while (size < m) size <<= 1;
+  std::vector<node> tree(2 * size, node{-1, 0});
+  std::int64_t live = 0;
+  for (std::size_t k = 0; k < m; ++k) {
+    live += delta[k];
+    tree[size + k] = {live, -static_cast<std::int64_t>(k)};
+  }
+  for (std::size_t k = size - 1; k >= 1; --k) tree[k] = std::max(tree[2 * k], tree[2 * k + 1]);
+  auto range_max = [&](std::size_t l, std::size_t r) {  // over [l, r), r > l
+    node best{-1, 0};
+    for (l += size, r += size; l < r; l >>= 1, r >>= 1) {
+      if (l & 1) best = std::max(best, tree[l++]);
+      if (r & 1) best = std::max(best, tree[--r]);
+    }
+    return best;
+  };
+  std::vector<node> key(all.size(), node{0, 0});
+  for (const std::uint32_t i : in.plannable) {
+    const std::size_t l = std::lower_bound(pos.begin(), pos.end(), all[i].alloc_at) - pos.begin();
+    const std::size_t r = std::lower_bound(pos.begin(), pos.end(), all[i].free_at) - pos.begin();
+    key[i] = range_max(l, r);
+  }
+  std::vector<std::uint32_t> order = in.plannable;
+  std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
+    if (key[x] != key[y]) return key[x] > key[y];
+    if (in.footprint[x] != in.footprint[y]) return in.footprint[x] > in.footprint[y];
+    const trace_allocation& a = all[x];
+    const trace_allocation& b = all[y];
+    const std::uint64_t la = a.free_at - a.alloc_at, lb = b.free_at - b.alloc_at;
+    if (la != lb) return la > lb;
+    if (a.alloc_at != b.alloc_at) return a.alloc_at < b.alloc_at;
+    return a.id < b.id;
+  });
+  return order;
+}
+
+}  // namespace detail
+
+absl::StatusOr<placement> plan_greedy_by_breadth(const trace& t, const planner_options& o) {
+  absl::StatusOr<detail::greedy_input> in = detail::prepare_greedy(t, o);
+  REPLAYALLOC_RETURN_IF_ERROR(in.status());
+  return detail::greedy_placement(*in, detail::order_by_breadth(*in), "greedy_by_breadth");
+}
+
+}  // namespace replayalloc
