@@ -93,7 +93,9 @@ std::string csv_quote(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     if (c == '"') out.push_back('"');
-    out.push_back(c == '\n' || c == '\r' ? ' ' : c);
+    // A quoted carriage return reads back as written; a newline cannot (the reader
+    // splits lines first), so it becomes a space.
+    out.push_back(c == '\n' ? ' ' : c);
   }
   out.push_back('"');
   return out;
