@@ -43,6 +43,39 @@ slab_source& host_slabs(bool prefault) {
   return prefault ? static_cast<slab_source&>(with) : without;
 }
 
+namespace {
+
+// The registry of live versions. Lock order: engine mutex, key mutexes, this, pool
+// mutexes, the slab range's. A version registers when made (no lock held) and
+// unregisters when it deletes itself (after its pool mutex is released).
+std::mutex g_registry_mu;
+plan_version* g_registry = nullptr;
+
+}  // namespace
+
+plan_version::plan_version() {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  registry_next = g_registry;
+  if (g_registry != nullptr) g_registry->registry_prev = this;
+  g_registry = this;
+}
+
+plan_version::~plan_version() {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  if (registry_prev != nullptr) registry_prev->registry_next = registry_next; else g_registry = registry_next;
+  if (registry_next != nullptr) registry_next->registry_prev = registry_prev;
+}
+
+void lock_versions_for_fork() {
+  g_registry_mu.lock();
+  for (plan_version* v = g_registry; v != nullptr; v = v->registry_next) v->lock_for_fork();
+}
+
+void unlock_versions_after_fork() {
+  for (plan_version* v = g_registry; v != nullptr; v = v->registry_next) v->unlock_after_fork();
+  g_registry_mu.unlock();
+}
+
 slab* plan_version::acquire(std::uint32_t max_slabs, void* context, const char** why) {
   slab* s = nullptr;
   {

@@ -77,7 +77,18 @@ void set_host_slab_limit(std::size_t bytes);
 inline constexpr const char* slab_limit_reason =
     "REPLAYALLOC_MAX_SLAB_MEMORY bytes of slabs are committed";
 
+// Every plan version alive, current or retired and draining, is listed so that fork()
+// can hold all their pool mutexes (Note [Fork]): a retired version's mutex is still
+// taken by a thread freeing the last blocks of its slabs.
+void lock_versions_for_fork();
+void unlock_versions_after_fork();
+
 struct plan_version {
+  plan_version();
+  ~plan_version();
+  plan_version(const plan_version&) = delete;
+  plan_version& operator=(const plan_version&) = delete;
+
   compiled_plan plan;
   std::string key;
   std::uint64_t id = 0;
@@ -101,9 +112,12 @@ struct plan_version {
   // given back. A later acquire makes slabs again.
   std::size_t trim();
 
-  // fork(): the pool's mutex is held across it (engine's atfork handlers).
+  // fork(): the pool's mutex is held across it (lock_versions_for_fork).
   void lock_for_fork() { mu_.lock(); }
   void unlock_after_fork() { mu_.unlock(); }
+
+  plan_version* registry_next = nullptr;  // under the registry's mutex
+  plan_version* registry_prev = nullptr;
 
  private:
   void destroy(slab* s);  // REQUIRES: mu_ held

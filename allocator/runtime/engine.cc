@@ -178,15 +178,15 @@ const char* engine::op_name_locked(std::uint32_t op) {
 
 // Note [Fork]: the child has one thread, the one that forked, and a copy of every
 // lock as it was at fork(). Holding all of them across fork() makes the copies
-// consistent: prefork takes the engine's mutex, then each key's and each plan's pool
-// mutex (in the keys' order, always the same), then the slab range's; the handlers
-// after fork release them in reverse. Nothing here allocates.
+// consistent: prefork takes the engine's mutex, then each key's (in the keys' order,
+// always the same), then the version registry's and the pool mutex of every plan
+// version alive, current or retired and still draining (slab_pool.h), then the slab
+// range's and check mode's; the handlers after fork release them in reverse. Nothing
+// here allocates.
 void engine::prefork() {
   mu_.lock();
-  for (auto& [k, e] : keys_) {
-    e->mu.lock();
-    if (e->version != nullptr) e->version->lock_for_fork();
-  }
+  for (auto& [k, e] : keys_) e->mu.lock();
+  lock_versions_for_fork();  // current and retired ones alike
   backend::lock_for_fork();
   check::lock_for_fork();
 }
@@ -194,18 +194,16 @@ void engine::prefork() {
 void engine::postfork_parent() {
   check::unlock_after_fork();
   backend::unlock_after_fork();
-  for (auto& [k, e] : keys_) {
-    if (e->version != nullptr) e->version->unlock_after_fork();
-    e->mu.unlock();
-  }
+  unlock_versions_after_fork();
+  for (auto& [k, e] : keys_) e->mu.unlock();
   mu_.unlock();
 }
 
 void engine::postfork_child() {
   check::unlock_after_fork();
   backend::unlock_after_fork();
+  unlock_versions_after_fork();
   for (auto& [k, e] : keys_) {
-    if (e->version != nullptr) e->version->unlock_after_fork();
     e->recording = false;  // whoever was recording is not in the child
     e->mu.unlock();
   }
