@@ -1,5 +1,6 @@
 // `replayalloc predict --trace B=TRACE --trace B=TRACE --at B`: the peak and the slab
 // at a batch size never recorded (predict.h, Note [Footprint prediction]).
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -160,6 +161,16 @@ int run_predict(const std::vector<std::string>& args) {
   row("slab", &footprint::slab_bytes);
   row("persistent", &footprint::persistent_bytes);
   absl::StrAppend(&out, "  (* predicted; slab + persistent is what the iteration needs)\n");
+  double largest = 0;
+  for (const batch_trace& r : recordings) largest = std::max(largest, r.batch);
+  for (const prediction& p : results) {
+    if (p.at > largest) {
+      absl::StrAppend(&out, "  Beyond the largest recorded batch size the framework may choose other kernels\n"
+                            "  (libtorch's CPU convolutions do, between batch 8 and 16), which no fit can\n"
+                            "  foresee: record as close to the target as you can (bench/RESULTS.md, predict).\n");
+      break;
+    }
+  }
   std::fwrite(out.data(), 1, out.size(), stdout);
   return exit_ok;
 }

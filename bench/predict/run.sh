@@ -2,11 +2,11 @@
 # bench/predict/run.sh: how well `replayalloc predict` estimates the footprint at a
 # batch size never recorded.
 #
-# For each model, records one inference iteration at batch 1 and 8 (the inputs) and
-# at 16 and 32 (the truth) with scripts/record_trace.py (libtorch's CPU allocator,
-# ops tagged), predicts 16 and 32 from 1 and 8 with both methods (per-allocation fit,
-# linear peak), and prints a Markdown table of the predicted and recorded lower bound
-# and slab, with the relative errors.
+# For each model, records one inference iteration at batch 1, 8, 16 and 32 with
+# scripts/record_trace.py (libtorch's CPU allocator, ops tagged), predicts 16 and 32
+# from 1 and 8, and 32 from 8 and 16, with both methods (per-allocation fit, linear
+# peak), and prints a Markdown table of the predicted and recorded lower bound and
+# slab, with the relative errors.
 #
 #   bench/predict/run.sh BUILD_DIR TORCH_BUILD_DIR [OUT_DIR] [MODEL...]
 #
@@ -28,22 +28,25 @@ models=("$@")
 [[ -f "$lib" ]] || { echo "no $lib: build replayalloc_torch_shared with -DREPLAYALLOC_WITH_TORCH=ON" >&2; exit 1; }
 mkdir -p "$out"
 
-inputs=(1 8)
-targets=(16 32)
+# Experiments: "INPUT,INPUT:TARGET,TARGET".
+experiments=("1,8:16,32" "8,16:32")
 for m in "${models[@]}"; do
-  for b in "${inputs[@]}" "${targets[@]}"; do
+  for b in 1 8 16 32; do
     f="$out/${m}_b$b.csv"
     [[ -s "$f" ]] || /usr/bin/python3 "$root/scripts/record_trace.py" --model "$m" --batch "$b" \
       --library "$lib" -o "$f" >&2
+    "$cli" report "$f" --json > "$out/${m}_b$b.report.json"
   done
-  at_args=()
-  for b in "${targets[@]}"; do at_args+=(--at "$b"); done
-  for method in per_allocation linear_peak; do
-    "$cli" predict --trace 1="$out/${m}_b1.csv" --trace 8="$out/${m}_b8.csv" "${at_args[@]}" \
-      --method "$method" --json > "$out/${m}.predict.$method.jsonl"
-  done
-  for b in "${targets[@]}"; do
-    "$cli" report "$out/${m}_b$b.csv" --json > "$out/${m}_b$b.report.json"
+  for e in "${experiments[@]}"; do
+    IFS=, read -r -a ins <<< "${e%%:*}"
+    IFS=, read -r -a targets <<< "${e##*:}"
+    args=()
+    for b in "${ins[@]}"; do args+=(--trace "$b=$out/${m}_b$b.csv"); done
+    for b in "${targets[@]}"; do args+=(--at "$b"); done
+    for method in per_allocation linear_peak; do
+      "$cli" predict "${args[@]}" --method "$method" --json \
+        > "$out/${m}.from$(IFS=_; echo "${ins[*]}").$method.jsonl" || true
+    done
   done
 done
 /usr/bin/python3 "$here/summarize.py" "$out" "${models[@]}"

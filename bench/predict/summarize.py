@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """bench/predict/summarize.py OUT_DIR MODEL...: the table bench/predict/run.sh prints.
 
-Reads OUT_DIR/MODEL.predict.{per_allocation,linear_peak}.jsonl (replayalloc predict
---json, one line per target batch) and OUT_DIR/MODEL_bB.report.json (replayalloc
-report --json of the recording at batch B), and prints one Markdown row per model and
-target batch: recorded lower bound and slab, each method's predictions and errors.
+Reads OUT_DIR/MODEL.fromB1_B2.{per_allocation,linear_peak}.jsonl (replayalloc predict
+--json from the recordings at batch B1 and B2, one line per target batch) and
+OUT_DIR/MODEL_bB.report.json (replayalloc report --json of the recording at batch B),
+and prints one Markdown row per model, inputs and target batch: the recorded lower
+bound and slab, each method's predicted slab and errors. A method that does not apply
+(per-allocation on recordings that differ) shows n/a.
 """
 import json
 import os
@@ -21,38 +23,42 @@ def err(pred, true):
 
 def main():
     out, models = sys.argv[1], sys.argv[2:]
-    print("| model | batch | recorded lower bound (MiB) | recorded slab (MiB) "
+    print("| model | from batches | batch | recorded lower bound (MiB) | recorded slab (MiB) "
           "| per-allocation: slab (MiB) | error lower bound | error slab "
           "| linear peak: slab (MiB) | error lower bound | error slab |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    errors = {"per_allocation": [], "linear_peak": []}
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    errors = {}
     for m in models:
         preds = {}
-        for method in errors:
-            with open(os.path.join(out, f"{m}.predict.{method}.jsonl")) as f:
+        for name in sorted(os.listdir(out)):
+            parts = name.split(".")
+            if len(parts) != 4 or parts[0] != m or not parts[1].startswith("from") or parts[3] != "jsonl":
+                continue
+            with open(os.path.join(out, name)) as f:
                 for line in f:
                     p = json.loads(line)
-                    preds[(method, int(p["at"]))] = p
-        for (method, at) in sorted({k for k in preds if k[0] == "per_allocation"}, key=lambda k: k[1]):
+                    preds[(parts[1][4:], int(p["at"]), parts[2])] = p
+        keys = sorted({(k[0], k[1]) for k in preds}, key=lambda k: ([int(b) for b in k[0].split("_")], k[1]))
+        for ins, at in keys:
             with open(os.path.join(out, f"{m}_b{at}.report.json")) as f:
                 r = json.load(f)
-            cells = [m, str(at), mib(r["lower_bound_bytes"]), mib(r["slab_bytes"])]
+            cells = [m, ins.replace("_", ", "), str(at), mib(r["lower_bound_bytes"]), mib(r["slab_bytes"])]
             for method in ("per_allocation", "linear_peak"):
-                p = preds[(method, at)]
-                if p["method"] != method:
+                p = preds.get((ins, at, method))
+                if p is None or p["method"] != method:
                     cells += ["n/a", "-", "-"]
                     continue
                 q = p["predicted"]
                 cells += [mib(q["slab_bytes"]), err(q["lower_bound_bytes"], r["lower_bound_bytes"]),
                           err(q["slab_bytes"], r["slab_bytes"])]
-                errors[method].append(abs(q["slab_bytes"] - r["slab_bytes"]) / r["slab_bytes"])
+                errors.setdefault((ins, method), []).append(
+                    abs(q["slab_bytes"] - r["slab_bytes"]) / r["slab_bytes"])
             print("| " + " | ".join(cells) + " |")
     print()
-    for method, e in errors.items():
-        if e:
-            e.sort()
-            print(f"- {method.replace('_', ' ')}: slab error |median| {100 * e[len(e) // 2]:.1f}%, "
-                  f"|worst| {100 * e[-1]:.1f}% over {len(e)} predictions")
+    for (ins, method), e in sorted(errors.items()):
+        e.sort()
+        print(f"- from batches {ins.replace('_', ' and ')}, {method.replace('_', ' ')}: slab error "
+              f"|median| {100 * e[len(e) // 2]:.1f}%, |worst| {100 * e[-1]:.1f}% over {len(e)} predictions")
 
 
 if __name__ == "__main__":
