@@ -246,7 +246,12 @@ class HappyPaths(Base):
         text = chain_trace(3, layers=40)
         allocs = parse_trace(text)
         t = self.write("t.csv", text)
-        for algo in ("best", "greedy_by_size"):
+        helptext = run("plan", "--help", check=0).stdout
+        algos = helptext.split("planner: ", 1)[1].split(" (default", 1)[0].split(", ")
+        self.assertIn("best", algos)
+        for algo in algos:
+            if algo == "exact":
+                continue  # a MIP: test_exact_on_a_tiny_trace
             with self.subTest(algo):
                 p = run("plan", t, "-o", self.path("p.csv"), "--algo", algo, check=0)
                 summary = json.loads(p.stdout)
@@ -277,6 +282,15 @@ class HappyPaths(Base):
                             self.assertTrue(oa + footprint(a) <= ob or ob + footprint(b) <= oa,
                                             f"{a['id']} and {b['id']} overlap while both live")
                 self.assertGreaterEqual(summary["slab_bytes"], summary["lower_bound_bytes"])
+
+    def test_exact_on_a_tiny_trace(self):
+        if "exact" not in run("plan", "--help", check=0).stdout:
+            self.skipTest("this build has no exact planner (no MIP solver found)")
+        text = chain_trace(1, layers=4)
+        t = self.write("t.csv", text)
+        summary = json.loads(run("plan", t, "-o", self.path("p.csv"), "--algo", "exact", check=0).stdout)
+        self.assertEqual(summary["lower_bound_bytes"], lower_bound(parse_trace(text)))
+        self.assertGreaterEqual(summary["slab_bytes"], summary["lower_bound_bytes"])
 
     def test_raplan_report_and_convert(self):
         text = chain_trace(2)
