@@ -1,0 +1,129 @@
+// Tests of the exact planner (planner/exact.h) through GLPK's glpsol: it matches the
+// brute-force optimum on tiny traces, its plans pass validate(), and every way it can
+// fail is a clear status. Tests that need glpsol skip, saying why, when it is missing.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "planner/exact.h"
+#include "random_traces.h"
+
+namespace replayalloc {
+namespace {
+
+using namespace testing_random;
+using ::testing::HasSubstr;
+
+bool have_glpsol() {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  for (std::size_t at = 0; at <= dirs.size();) {
+    const std::size_t colon = std::min(dirs.find(':', at), dirs.size());
+    if (std::filesystem::exists(dirs.substr(at, colon - at) + "/glpsol")) return true;
+    at = colon + 1;
+  }
+  return false;
+}
+
+#define SKIP_WITHOUT_GLPSOL() \
+  if (!have_glpsol()) GTEST_SKIP() << "glpsol is not installed (apt install glpk-utils)"
+
+TEST(ExactPlanner, MatchesTheBruteForceOptimumOnTinyTraces) {
+  SKIP_WITHOUT_GLPSOL();
+  std::mt19937_64 rng(0xe4ac7001);
+  const planner_options o;
+  exact_options x;
+  x.always_solve = true;  // run the solver even where "best" is at the bound
+  int above_bound = 0;
+  for (int iter = 0; iter < 40; ++iter) {
+    SCOPED_TRACE(iter);
+    const trace t = tiny_trace(rng, 7);
+    placement opt;
+    const std::uint64_t best = optimal_slab(t, o, &opt);
+    const absl::StatusOr<placement> p = plan_exact(t, o, x);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->algorithm, "exact");
+    ASSERT_TRUE(validate(t, *p, o).ok()) << validate(t, *p, o);
+    EXPECT_EQ(p->slab_bytes, best);
+    above_bound += best > lower_bound(t, o);
+  }
+  std::printf("%d of 40 tiny traces have an optimum above the lower bound\n", above_bound);
+}
+
+TEST(ExactPlanner, AtTheLowerBoundNoSolverRuns) {
+  std::mt19937_64 rng(0xe4ac7002);
+  const trace t = chain_trace(rng, 20);
+  exact_options x;
+  x.solver = "/nonexistent/glpsol";  // would fail if it ran
+  const absl::StatusOr<placement> best = plan_best(t);
+  ASSERT_TRUE(best.ok());
+  ASSERT_EQ(best->slab_bytes, best->lower_bound_bytes) << "pick a trace \"best\" solves";
+  const absl::StatusOr<placement> p = plan_exact(t, {}, x);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->algorithm, "exact(lower bound)");
+  EXPECT_EQ(p->offsets, best->offsets);
+}
+
+TEST(ExactPlanner, AMissingSolverIsNotFound) {
+  std::mt19937_64 rng(0xe4ac7003);
+  exact_options x;
+  x.solver = "replayalloc-no-such-solver";
+  x.always_solve = true;
+  const absl::StatusOr<placement> p = plan_exact(tiny_trace(rng, 5), {}, x);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(p.status().message(), HasSubstr("glpk-utils"));
+}
+
+TEST(ExactPlanner, RefusesLargeTraces) {
+  std::mt19937_64 rng(0xe4ac7004);
+  exact_options x;
+  x.max_allocations = 10;
+  x.always_solve = true;
+  const absl::StatusOr<placement> p = plan_exact(chain_trace(rng, 40), {}, x);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(p.status().message(), HasSubstr("more than the 10"));
+}
+
+TEST(ExactPlanner, RejectsBadInputLikeEveryPlanner) {
+  trace t;
+  t.key = "bad";
+  t.ops = {"unknown"};
+  trace_allocation a;
+  a.size = 0;  // sizes must be positive
+  a.alloc_at = 0;
+  a.free_at = 1;
+  t.allocations.push_back(a);
+  EXPECT_EQ(plan_exact(t).status().code(), absl::StatusCode::kInvalidArgument);
+  exact_options x;
+  x.time_limit_s = 0;
+  EXPECT_EQ(plan_exact(trace{}, {}, x).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A trace too hard to prove within one second: the result is still a valid plan, no
+// worse than "best", and says it was cut short.
+TEST(ExactPlanner, ATimeLimitGivesAValidPlanNoWorseThanBest) {
+  SKIP_WITHOUT_GLPSOL();
+  std::mt19937_64 rng(0xe4ac7005);
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    const trace t = event_trace(rng, 60);
+    const absl::StatusOr<placement> best = plan_best(t);
+    ASSERT_TRUE(best.ok());
+    if (best->slab_bytes == best->lower_bound_bytes) continue;  // solved without the solver
+    exact_options x;
+    x.time_limit_s = 1;
+    const absl::StatusOr<placement> p = plan_exact(t, {}, x);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_TRUE(validate(t, *p).ok()) << validate(t, *p);
+    EXPECT_LE(p->slab_bytes, best->slab_bytes);
+    EXPECT_THAT(p->algorithm, ::testing::AnyOf("exact", "exact(time limit)"));
+    return;
+  }
+  GTEST_SKIP() << "every random trace was solved by \"best\" at the bound";
+}
+
+}  // namespace
+}  // namespace replayalloc

@@ -1,0 +1,178 @@
+// tests/property/random_traces.h: random traces and a brute-force optimum, shared by
+// the property tests. Everything is seeded: a failure names its iteration and replays.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "planner/planner.h"
+#include "trace/trace.h"
+
+namespace replayalloc::testing_random {
+
+inline std::uint64_t random_size(std::mt19937_64& rng, unsigned max_log2 = 20) {
+  const unsigned e = static_cast<unsigned>(rng() % (max_log2 + 1));  // log-uniform
+  return 1 + rng() % (std::uint64_t{1} << e);
+}
+
+inline std::uint32_t random_align(std::mt19937_64& rng) {
+  if (rng() % 10 < 6) return 16;
+  return std::uint32_t{16} << (rng() % 9);  // 16 .. 4096
+}
+
+// As a recorder sees it: one event counter advanced by every allocation and free;
+// about one allocation in ten outlives the iteration.
+inline trace event_trace(std::mt19937_64& rng, std::size_t n) {
+  trace t;
+  t.key = "random/event";
+  t.ops = {"unknown"};
+  std::vector<std::size_t> live;
+  std::uint64_t clock = 0;
+  while (t.allocations.size() < n || !live.empty()) {
+    const bool can_alloc = t.allocations.size() < n;
+    if (!live.empty() && (!can_alloc || rng() % 2 == 0)) {
+      const std::size_t k = rng() % live.size();
+      t.allocations[live[k]].free_at = clock++;
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+      continue;
+    }
+    trace_allocation a;
+    a.id = 1000 + 7 * t.allocations.size();
+    a.size = random_size(rng);
+    a.align = random_align(rng);
+    a.alloc_at = clock++;
+    if (rng() % 10 != 0) live.push_back(t.allocations.size());
+    t.allocations.push_back(a);
+  }
+  t.events = clock;
+  return t;
+}
+
+// Lifetimes from a short range: many start and end at the same positions.
+inline trace coarse_trace(std::mt19937_64& rng, std::size_t n) {
+  trace t;
+  t.key = "random/coarse";
+  t.ops = {"unknown"};
+  const std::uint64_t range = 1 + n / 2;
+  for (std::size_t i = 0; i < n; ++i) {
+    trace_allocation a;
+    a.id = 3 * i + 1;
+    a.size = random_size(rng);
+    a.align = random_align(rng);
+    a.alloc_at = rng() % range;
+    a.free_at = rng() % 10 == 0 ? never_freed : a.alloc_at + 1 + rng() % range;
+    t.allocations.push_back(a);
+  }
+  std::stable_sort(t.allocations.begin(), t.allocations.end(),
+                   [](const trace_allocation& a, const trace_allocation& b) { return a.alloc_at < b.alloc_at; });
+  for (const trace_allocation& a : t.allocations) {
+    t.events = std::max(t.events, (a.outlives() ? a.alloc_at : a.free_at) + 1);
+  }
+  return t;
+}
+
+// A layer chain like a network's forward pass: outputs freed a layer or a few later,
+// workspaces freed at once, sizes from a few per "stage".
+inline trace chain_trace(std::mt19937_64& rng, std::size_t n) {
+  trace t;
+  t.key = "random/chain";
+  t.ops = {"unknown"};
+  std::uint64_t clock = 0;
+  std::vector<std::pair<std::size_t, int>> held;  // allocation, layers left
+  std::uint64_t sizes[3] = {random_size(rng, 16), random_size(rng, 16), random_size(rng, 16)};
+  while (t.allocations.size() < n) {
+    if (rng() % 8 == 0) sizes[rng() % 3] = random_size(rng, 16);
+    trace_allocation a;
+    a.id = t.allocations.size();
+    a.size = sizes[rng() % 3];
+    a.align = 64;
+    a.alloc_at = clock++;
+    t.allocations.push_back(a);
+    const std::size_t out = t.allocations.size() - 1;
+    if (rng() % 3 == 0 && t.allocations.size() < n) {
+      trace_allocation w = a;
+      w.id = t.allocations.size();
+      w.size = random_size(rng, 14);
+      w.alloc_at = clock++;
+      w.free_at = clock++;
+      t.allocations.push_back(w);
+    }
+    for (auto& h : held) --h.second;
+    for (const auto& h : held) {
+      if (h.second <= 0) t.allocations[h.first].free_at = clock++;
+    }
+    std::erase_if(held, [](const auto& h) { return h.second <= 0; });
+    held.push_back({out, 1 + static_cast<int>(rng() % 4)});
+  }
+  for (const auto& h : held) t.allocations[h.first].free_at = clock++;
+  t.events = clock;
+  return t;
+}
+
+inline bool lifetimes_intersect(const trace_allocation& a, const trace_allocation& b) {
+  return a.alloc_at < b.free_at && b.alloc_at < a.free_at;
+}
+
+// The smallest slab over every placement of t: each slot tries every aligned offset
+// below the best slab found so far (exhaustive; for tiny traces). Fills *best.
+inline std::uint64_t optimal_slab(const trace& t, const planner_options& o, placement* best) {
+  const auto& all = t.allocations;
+  const std::size_t n = all.size();
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!all[i].outlives()) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return slot_footprint(all[a], o) > slot_footprint(all[b], o);
+  });
+  std::vector<std::uint64_t> cur(n, not_in_slab);
+  std::uint64_t limit = 0;
+  for (const std::size_t i : order) {  // start from stacking every slot
+    const std::uint64_t al = slot_alignment(all[i], o);
+    cur[i] = (limit + al - 1) / al * al;
+    limit = cur[i] + slot_footprint(all[i], o);
+  }
+  best->offsets = cur;
+  best->slab_bytes = limit;
+  std::fill(cur.begin(), cur.end(), not_in_slab);
+  std::function<void(std::size_t, std::uint64_t)> place = [&](std::size_t k, std::uint64_t top) {
+    if (k == order.size()) {
+      best->offsets = cur;
+      best->slab_bytes = limit = top;
+      return;
+    }
+    const std::size_t i = order[k];
+    const std::uint64_t al = slot_alignment(all[i], o), fp = slot_footprint(all[i], o);
+    for (std::uint64_t off = 0; std::max(top, off + fp) < limit; off += al) {
+      bool clash = false;
+      for (std::size_t m = 0; m < k && !clash; ++m) {
+        const std::size_t j = order[m];
+        clash = lifetimes_intersect(all[i], all[j]) && off < cur[j] + slot_footprint(all[j], o) &&
+                cur[j] < off + fp;
+      }
+      if (clash) continue;
+      cur[i] = off;
+      place(k + 1, std::max(top, off + fp));
+      cur[i] = not_in_slab;
+    }
+  };
+  place(0, 0);
+  return limit;
+}
+
+// A tiny trace for the brute force: 2..max_n allocations, footprints of 1-4 units of
+// 64 bytes and alignments up to 256, so the search stays small.
+inline trace tiny_trace(std::mt19937_64& rng, std::size_t max_n) {
+  const std::size_t n = 2 + rng() % (max_n - 1);
+  trace t = rng() % 2 == 0 ? event_trace(rng, n) : coarse_trace(rng, n);
+  for (trace_allocation& a : t.allocations) {
+    a.size = 1 + rng() % 256;
+    a.align = std::uint32_t{16} << (rng() % 5);
+  }
+  return t;
+}
+
+}  // namespace replayalloc::testing_random
