@@ -129,9 +129,14 @@ bool starts_with(std::string_view bytes, std::string_view prefix) {
   return bytes.size() >= prefix.size() && bytes.substr(0, prefix.size()) == prefix;
 }
 
-// Slot footprints of the slab-eligible allocations must sum far below 2^64, so that
-// no planner, lower bound or report can overflow (each size is at most 2^47, but a
-// trace may hold millions of them).
+absl::Status with_path(const std::string& path, const absl::Status& s) {
+  if (s.ok() || absl::StrContains(s.message(), path)) return s;
+  return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+}
+
+}  // namespace
+
+// Each size is at most 2^47, but a trace may hold millions of them.
 absl::Status check_plannable(const trace& t) {
   const planner_options o;
   std::uint64_t sum = 0;
@@ -142,13 +147,6 @@ absl::Status check_plannable(const trace& t) {
   }
   return absl::OkStatus();
 }
-
-absl::Status with_path(const std::string& path, const absl::Status& s) {
-  if (s.ok() || absl::StrContains(s.message(), path)) return s;
-  return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
-}
-
-}  // namespace
 
 absl::StatusOr<trace> load_trace(const std::string& path, bool* was_plan) {
   absl::StatusOr<std::string> bytes = read_file(path);
@@ -223,6 +221,7 @@ absl::StatusOr<planned_input> load_planned(const std::string& path, std::string_
     in.p = std::move(f->p);
     in.o.slot_align = f->slot_align;
     in.from_plan_file = true;
+    REPLAYALLOC_RETURN_IF_ERROR(with_path(path, check_plannable(in.tr)));
     return in;
   }
   absl::StatusOr<trace> t = load_trace(path);

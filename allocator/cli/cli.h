@@ -79,6 +79,10 @@ struct planned_input {
 // plannable without overflow (its slab-eligible footprints sum below 2^62).
 absl::StatusOr<trace> load_trace(const std::string& path, bool* was_plan = nullptr);
 
+// OK when the footprints of `t`'s allocations sum below 2^62, so that no planner,
+// lower bound or report can overflow.
+absl::Status check_plannable(const trace& t);
+
 // Reads a plan file as it is, or a trace and plans it with `algorithm`; the placement
 // is checked with validate() either way.
 absl::StatusOr<planned_input> load_planned(const std::string& path, std::string_view algorithm);

@@ -74,6 +74,7 @@ absl::StatusOr<trace> predict_trace(const std::vector<batch_trace>& recordings, 
     // A size that shrinks towards batch 0 may cross zero there; one byte stands for it.
     out.allocations[i].size = s < 1 ? 1 : static_cast<std::uint64_t>(s);
   }
+  REPLAYALLOC_RETURN_IF_ERROR(check_plannable(out));
   return out;
 }
 

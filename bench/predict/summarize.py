@@ -1,5 +1,10 @@
 #!/usr/bin/python3
-"""bench/predict/summarize.py OUT_DIR MODEL...: the table bench/predict/run.sh prints.
+"""bench/predict/summarize.py OUT_DIR MODEL... [--results RESULTS.md --command CMD]
+
+The table bench/predict/run.sh prints; with --results, also written to the predict
+section of bench/RESULTS.md (between `<!-- section: predict -->` and
+`<!-- end: predict -->`, replaced in place or appended; the rest of the file is kept)
+with the date, the machine and CMD.
 
 Reads OUT_DIR/MODEL.fromB1_B2.{per_allocation,linear_peak}.jsonl (replayalloc predict
 --json from the recordings at batch B1 and B2, one line per target batch) and
@@ -8,9 +13,14 @@ and prints one Markdown row per model, inputs and target batch: the recorded low
 bound and slab, each method's predicted slab and errors. A method that does not apply
 (per-allocation on recordings that differ) shows n/a.
 """
+import datetime
+import io
 import json
 import os
+import platform
+import re
 import sys
+from contextlib import redirect_stdout
 
 
 def mib(b):
@@ -21,8 +31,7 @@ def err(pred, true):
     return f"{100.0 * (pred - true) / true:+.1f}%" if true else "-"
 
 
-def main():
-    out, models = sys.argv[1], sys.argv[2:]
+def table(out, models):
     print("| model | from batches | batch | recorded lower bound (MiB) | recorded slab (MiB) "
           "| per-allocation: slab (MiB) | error lower bound | error slab "
           "| linear peak: slab (MiB) | error lower bound | error slab |")
@@ -59,6 +68,60 @@ def main():
         e.sort()
         print(f"- from batches {ins.replace('_', ' and ')}, {method.replace('_', ' ')}: slab error "
               f"|median| {100 * e[len(e) // 2]:.1f}%, |worst| {100 * e[-1]:.1f}% over {len(e)} predictions")
+
+
+def machine():
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [l.split(":", 1)[1].strip() for l in f if l.startswith("model name")]
+        if names:
+            cpu = f"{names[0]} ({len(names)} logical CPUs)"
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.release()}, {cpu}"
+
+
+def write_section(path, body):
+    begin, end = "<!-- section: predict -->", "<!-- end: predict -->"
+    with open(path) as f:
+        text = f.read()
+    section = f"{begin}\n{body.rstrip()}\n{end}"
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main():
+    args = sys.argv[1:]
+    results = command = None
+    if "--results" in args:
+        i = args.index("--results")
+        results = args[i + 1]
+        del args[i:i + 2]
+    if "--command" in args:
+        i = args.index("--command")
+        command = args[i + 1]
+        del args[i:i + 2]
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        table(args[0], args[1:])
+    print(buf.getvalue(), end="")
+    if results:
+        body = (
+            "## Footprint prediction (`replayalloc predict`)\n\n"
+            f"{datetime.date.today().isoformat()}, {machine()}; libtorch 1.13 CPU (Debian), one intra-op "
+            "thread, random weights. Command: `" + (command or "bench/predict/run.sh") + "`.\n\n"
+            "Each model's inference iteration recorded at batch 1, 8, 16 and 32 "
+            "(scripts/record_trace.py); the footprint at 16 and 32 predicted from the recordings at 1 and 8, "
+            "and at 32 from 8 and 16, then compared with the recording at that batch size (planned with "
+            "`best`). Error = (predicted - recorded) / recorded. n/a: the recordings differ in their "
+            "allocations (libtorch chose other kernels), so the per-allocation fit does not apply and "
+            "`predict` uses the linear peak.\n\n" + buf.getvalue())
+        write_section(results, body)
 
 
 if __name__ == "__main__":
