@@ -202,6 +202,8 @@ int run_viz(const std::vector<std::string>& args) {
   for (const std::string& op : t.ops) op_names.push_back(js_string(op));
   const std::size_t outliving = t.allocations.size() - drawn;
 
+  // White edges separate neighbouring blocks; with thousands they would wash the picture out.
+  const char* block_stroke = drawn > 3000 ? "0" : drawn > 400 ? ".25" : ".4";
   std::string css = absl::StrCat(
       "body{font:13px/1.4 -apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;margin:18px 24px;color:#222;background:#fff}"
       "h1{font-size:17px;margin:0 0 2px;font-weight:600}"
@@ -210,7 +212,7 @@ int run_viz(const std::vector<std::string>& args) {
       ".legend i{display:inline-block;width:11px;height:11px;margin-right:5px;vertical-align:-1px;border-radius:2px}"
       "#plan{width:100%;max-width:1200px;height:auto;display:block}"
       "#plan text{font-size:11px;fill:#444}.grid{stroke:#eee}.tick{stroke:#999}.frame{fill:none;stroke:#bbb}"
-      "#blocks rect{stroke:#fff;stroke-width:.4}#blocks rect:hover{stroke:#000;stroke-width:1.5}"
+      "#blocks rect{stroke:#fff;stroke-width:", block_stroke, "}#blocks rect:hover{stroke:#000;stroke-width:1.5}"
       "#lower-bound{stroke:#d62728;stroke-width:1.6;stroke-dasharray:7 4}#plan .lb-label{fill:#d62728;font-weight:600}"
       "#slab-top{stroke:#555;stroke-width:1}#plan .slab-label{fill:#333}"
       "#tip{position:fixed;pointer-events:none;background:rgba(25,25,25,.93);color:#fff;padding:6px 9px;"

@@ -13,7 +13,10 @@
 # BUILD_DIR holds allocator/cli/replayalloc, TORCH_BUILD_DIR the libtorch integration
 # (integrations/pytorch/libreplayalloc_torch.so; configure with
 # -DREPLAYALLOC_WITH_TORCH=ON, build replayalloc_torch_shared). Recordings already in
-# OUT_DIR (default /tmp/replayalloc-predict) are reused.
+# OUT_DIR (default /tmp/replayalloc-predict) are reused. BATCHES and EXPERIMENTS (each
+# "IN,IN:TARGET,TARGET") change what is recorded and predicted, e.g. for models too slow
+# to record at batch 32 on a small machine:
+#   BATCHES="1 2 4 8" EXPERIMENTS="1,2:4,8 2,4:8" bench/predict/run.sh ...
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -29,9 +32,10 @@ models=("$@")
 mkdir -p "$out"
 
 # Experiments: "INPUT,INPUT:TARGET,TARGET".
-experiments=("1,8:16,32" "8,16:32")
+read -r -a batches <<< "${BATCHES:-1 8 16 32}"
+read -r -a experiments <<< "${EXPERIMENTS:-1,8:16,32 8,16:32}"
 for m in "${models[@]}"; do
-  for b in 1 8 16 32; do
+  for b in "${batches[@]}"; do
     f="$out/${m}_b$b.csv"
     [[ -s "$f" ]] || /usr/bin/python3 "$root/scripts/record_trace.py" --model "$m" --batch "$b" \
       --library "$lib" -o "$f" >&2

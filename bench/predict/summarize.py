@@ -115,11 +115,11 @@ def main():
             "## Footprint prediction (`replayalloc predict`)\n\n"
             f"{datetime.date.today().isoformat()}, {machine()}; libtorch 1.13 CPU (Debian), one intra-op "
             "thread, random weights. Command: `" + (command or "bench/predict/run.sh") + "`.\n\n"
-            "Each model's inference iteration recorded at batch 1, 8, 16 and 32 "
-            "(scripts/record_trace.py); the footprint at 16 and 32 predicted from the recordings at 1 and 8, "
-            "and at 32 from 8 and 16, then compared with the recording at that batch size (planned with "
-            "`best`). Error = (predicted - recorded) / recorded. n/a: the recordings differ in their "
-            "allocations (libtorch chose other kernels), so the per-allocation fit does not apply and "
+            "Each model's inference iteration recorded at several batch sizes "
+            "(scripts/record_trace.py); the footprint at a larger batch size predicted from the recordings "
+            "at two smaller ones (\"from batches\"), then compared with the recording at that batch size "
+            "(planned with `best`). Error = (predicted - recorded) / recorded. n/a: the two recordings differ "
+            "in their allocations (libtorch chose other kernels), so the per-allocation fit does not apply and "
             "`predict` uses the linear peak.\n\n" + buf.getvalue())
         write_section(results, body)
 
