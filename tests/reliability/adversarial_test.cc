@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -309,7 +310,15 @@ class driver {
   void iteration(int odds, bool fork_here) {
     const int n = static_cast<int>(s_.steps.size());
     const bool never_end = chance(odds * 4) && depth_ < 3;
-    begin(s_.key.c_str());
+    // Half the iterations that end open and close through the C++ API's scope.
+    std::optional<replayalloc::Iteration> scope;
+    if (!never_end && pick(2) == 0) {
+      scope.emplace(s_.key);
+      if (!scope->ok() || scope->nested() != (depth_ > 0)) api_error("replayalloc::Iteration", scope->nested(), depth_ > 0);
+      ++depth_;
+    } else {
+      begin(s_.key.c_str());
+    }
     std::vector<live_block> live;  // this iteration's blocks, in no order
     live.reserve(2 * static_cast<std::size_t>(n) + 4);
     const int fork_at = fork_here ? static_cast<int>(pick(static_cast<std::uint64_t>(n))) : -1;
@@ -381,7 +390,12 @@ class driver {
     if (never_end) {
       count(deviation::never_ended);
     } else {
-      end();
+      if (scope) {
+        scope.reset();
+        --depth_;
+      } else {
+        end();
+      }
       // Close iterations left open earlier, now and then.
       while (depth_ > 0 && pick(3) == 0) end();
     }
