@@ -1,9 +1,8 @@
 // Greedy by arrival: allocations in the order the program asked for them (ties at one
 // position: the larger footprint, then the id), each in the smallest gap among the
 // slots live when it arrives. Unlike an online allocator it knows every lifetime, but
-// it places like one: the ordering a planner gets without looking ahead, kept as a
-// candidate because on chain-like traces (each activation freed soon after the next
-// is made) it is already optimal.
+// it places like one: the ordering a planner gets without looking ahead. "best" tries
+// it last; on the recorded models it never wins, but it costs one run.
 #include <algorithm>
 
 #include "planner/greedy.h"

@@ -1,4 +1,5 @@
-// Tests for planner/planner.h: greedy by size, lower_bound and validate.
+// Tests for planner/planner.h: greedy by size and the other orderings, best, first fit,
+// lower_bound and validate (tests/property/ has every planner on random traces).
 //
 // The hand-made traces pin exact offsets; each comes with its lifetime diagram (time
 // across, one row per allocation, '#' where the allocation is live; a lifetime is
@@ -20,6 +21,7 @@
 #include <initializer_list>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "planner/planner.h"
@@ -779,6 +781,80 @@ TEST(GreedyBySizeProperty, NeverBeatsTheOptimumOnTinyTraces) {
   // Greedy by size is optimal on most tiny traces; if it almost never were, the
   // planner (or this search) would be broken.
   EXPECT_GT(optimal, runs * 3 / 4);
+}
+
+// ---- the other orderings, best, first fit: exact offsets --------------------------
+
+placement plan_named(const trace& t, std::string_view name) {
+  absl::StatusOr<placement> p = make_plan(t, name);
+  EXPECT_TRUE(p.ok()) << name << ": " << p.status();
+  if (!p.ok()) return {};
+  const absl::Status v = validate(t, *p);
+  EXPECT_TRUE(v.ok()) << name << ": " << v;
+  return *p;
+}
+
+// Time:      0 1 2 3 4
+// A (1024)   ####
+// B (1024)     ######
+// C (2048)         ####
+// Lower bound 3072 (B + C at 3). An allocator that cannot look ahead puts A at 0 and
+// B above it; when C comes, the 1024 bytes A gave back are too few, so C goes on top:
+// 4096 bytes. Planners that know C is coming do better.
+trace fragmenting_trace() {
+  return make_trace({alloc(1, 1024, 0, 2), alloc(2, 1024, 1, 4), alloc(3, 2048, 3, 5)});
+}
+
+TEST(FirstFit, CannotLookAheadAndFragments) {
+  const placement p = plan_named(fragmenting_trace(), "first_fit");
+  EXPECT_THAT(p.offsets, ElementsAre(0, 1024, 2048));
+  EXPECT_EQ(p.slab_bytes, 4096u);
+  EXPECT_EQ(p.algorithm, "first_fit");
+}
+
+TEST(GreedyByArrival, PlacesLikeAnOnlineAllocatorHere) {
+  // Arrival order with best fit: A at 0, B above it, C in no gap: on top.
+  const placement p = plan_named(fragmenting_trace(), "greedy_by_arrival");
+  EXPECT_THAT(p.offsets, ElementsAre(0, 1024, 2048));
+  EXPECT_EQ(p.slab_bytes, 4096u);
+}
+
+TEST(GreedyBySize, LooksAheadOnTheFragmentingTrace) {
+  // C first at 0; B (longer lifetime than A) above C; A meets only B: the gap below.
+  const placement p = plan_named(fragmenting_trace(), "greedy_by_size");
+  EXPECT_THAT(p.offsets, ElementsAre(0, 2048, 0));
+  EXPECT_EQ(p.slab_bytes, 3072u);
+}
+
+TEST(GreedyByLifetime, LongestLifetimeFirst) {
+  // B (3 events) at 0; C and A (2 each): the larger, C, next, above B; A meets only
+  // B: above it at 1024.
+  const placement p = plan_named(fragmenting_trace(), "greedy_by_lifetime");
+  EXPECT_THAT(p.offsets, ElementsAre(1024, 0, 1024));
+  EXPECT_EQ(p.slab_bytes, 3072u);
+}
+
+TEST(GreedyByBreadth, BusiestMomentFirst) {
+  // Live bytes at the allocation positions 0, 1, 3: 1024, 2048, 3072. B and C meet
+  // the busiest (3072 at 3): C (larger) at 0, B above it; A (busiest 2048) below B.
+  const placement p = plan_named(fragmenting_trace(), "greedy_by_breadth");
+  EXPECT_THAT(p.offsets, ElementsAre(0, 2048, 0));
+  EXPECT_EQ(p.slab_bytes, 3072u);
+}
+
+TEST(Best, StopsAtTheLowerBoundWithTheFirstOrderingThatReachesIt) {
+  const placement p = plan_named(fragmenting_trace(), "best");
+  EXPECT_EQ(p.algorithm, "best(size)");
+  EXPECT_THAT(p.offsets, ElementsAre(0, 2048, 0));
+  EXPECT_EQ(p.slab_bytes, p.lower_bound_bytes);
+}
+
+TEST(MakePlan, KnowsEveryPlannerAndRefusesOthersByName) {
+  EXPECT_THAT(planner_names(), ::testing::ElementsAre("best", "greedy_by_size", "greedy_by_breadth",
+                                                      "greedy_by_lifetime", "greedy_by_arrival", "first_fit"));
+  const absl::StatusOr<placement> p = make_plan(fragmenting_trace(), "simulated_annealing");
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), HasSubstr("known: best, greedy_by_size"));
 }
 
 }  // namespace
