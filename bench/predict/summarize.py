@@ -3,7 +3,8 @@
 
 The table bench/predict/run.sh prints; with --results, also written to the predict
 section of bench/RESULTS.md (between `<!-- section: predict -->` and
-`<!-- end: predict -->`, replaced in place or appended; the rest of the file is kept)
+`<!-- end: predict -->`, or `<!-- predict:begin -->` and `<!-- predict:end -->`,
+replaced in place or appended; the rest of the file is kept)
 with the date, the machine and CMD.
 
 Reads OUT_DIR/MODEL.fromB1_B2.{per_allocation,linear_peak}.jsonl (replayalloc predict
@@ -83,9 +84,11 @@ def machine():
 
 
 def write_section(path, body):
-    begin, end = "<!-- section: predict -->", "<!-- end: predict -->"
     with open(path) as f:
         text = f.read()
+    begin, end = "<!-- section: predict -->", "<!-- end: predict -->"
+    if "<!-- predict:begin -->" in text:  # the lead's markers, where they exist
+        begin, end = "<!-- predict:begin -->", "<!-- predict:end -->"
     section = f"{begin}\n{body.rstrip()}\n{end}"
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
