@@ -28,10 +28,11 @@ cmake --build "$build" --target pair_bench hotpath_callgrind demo_inference repl
   replayalloc_torch_shared e2e_driver
 
 # ---- micro ------------------------------------------------------------------------------
+micro_status=0
 if [[ $quick == 1 ]]; then
-  BUILD_DIR=$build "$here/run_micro.sh" --quick --no-demo
+  BUILD_DIR=$build "$here/run_micro.sh" --quick --no-demo || micro_status=$?
 else
-  BUILD_DIR=$build "$here/run_micro.sh"
+  BUILD_DIR=$build "$here/run_micro.sh" || micro_status=$?
 fi
 
 # ---- e2e --------------------------------------------------------------------------------
@@ -61,4 +62,5 @@ status=0
 echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$meta"
 python3 "$here/update_results.py" e2e "$here/RESULTS.md" --meta "$meta" --e2e-runs "$build/e2e-runs.jsonl"
 echo "== run_all.sh: done in $((SECONDS - started)) s$([[ $status != 0 ]] && echo ", with FAILED runs (see RESULTS.md)")"
+[[ $micro_status != 0 ]] && echo "== run_all.sh: a micro run failed (see the micro section)" && status=1
 exit "$status"

@@ -82,6 +82,13 @@ def read_pair_runs(pair_dir):
     """{(allocator, variant, size, threads): [ns per pair, one per round]}, errors, context."""
     runs, errors, ctx = {}, [], {}
     for name in sorted(os.listdir(pair_dir)):
+        f = re.match(r"(\w+)\.(\d+)\.failed$", name)
+        if f:
+            with open(os.path.join(pair_dir, name)) as fh:
+                last = fh.read().strip().splitlines()
+            errors.append(f"{f.group(1)} round {f.group(2)}: the process died (a crash; no figures from it); "
+                          f"its last benchmark line: `{last[-1].split()[0] if last else '?'}`")
+            continue
         m = re.match(r"(\w+)\.(\d+)\.json$", name)
         if not m:
             continue
@@ -181,7 +188,7 @@ def micro_section(pair_dir, cg_tsv, meta):
                    f"the largest: {worst}.")
         out.append("")
     if errors:
-        out.append("Benchmarks that reported an error (no figure from that run):")
+        out.append("Runs and benchmarks that failed:")
         out.append("")
         out += [f"- {e}" for e in errors]
         out.append("")
