@@ -3,8 +3,13 @@
 //      breadth, lifetime, arrival. The smallest slab wins (ties: the earlier
 //      ordering); as soon as one reaches the lower bound nothing can beat it and
 //      the rest are skipped. A run that goes above the best slab so far stops there.
-//   2. While the winner is above the lower bound, a bounded iterated local search over
-//      its ordering. The slab's top is set by a critical slot: the last one, in the
+//   2. While the winner is above the lower bound, on traces of up to
+//      fit_search_max_allocations: the two-sided search of fit_search.cc (Note
+//      [Two-sided placement in arrival order]) for a placement under the lower bound,
+//      then under it plus 1%, 2% and 5%, within one budget of work. A placement
+//      found there is kept ("best(fit)"): it is below the greedy one.
+//   3. When step 2 found nothing, a bounded iterated local search over the winning
+//      ordering. The slab's top is set by a critical slot: the last one, in the
 //      ordering, of those that end at the top. It went up because slots placed
 //      before it, and alive with it, took the space below; so the moves tried are
 //      "place the critical allocation just before one of them" (the earliest first,
@@ -13,12 +18,12 @@
 //      next critical slot be attacked). When no move is kept, the search restarts
 //      from the best ordering found so far, perturbed by a few pseudo-random moves of
 //      slots towards the front (a fixed seed: the search is deterministic).
-//   3. The budget is a fixed amount of the placer's work (greedy_placer::work()),
-//      not time, so the result never depends on the machine; it is sized to a few
-//      milliseconds. A run that starts within budget completes, so on traces of
+//   4. The budgets are fixed amounts of work (greedy_placer::work(), fit_under()'s
+//      count), not time, so the result never depends on the machine; each is sized
+//      to a millisecond or a few. A run that starts within budget completes, so on traces of
 //      100k allocations the pass makes one run at most.
 // The lower bound is not always reachable (the bytes live at the peak may not tile
-// the slab without gaps), so the budget is what usually ends step 2.
+// the slab without gaps), so the budget is what usually ends steps 2 and 3.
 #include <algorithm>
 #include <array>
 
@@ -34,6 +39,8 @@ using detail::greedy_placer;
 // The improving pass's budget, in the placer's work units (index entries visited and
 // slots compared; about 2-3 ns each on a 2020s x86 core): a few milliseconds.
 constexpr std::uint64_t search_work = 1'000'000;
+// The fit search's budget (fit_search.cc; its work units cost about the same).
+constexpr std::uint64_t fit_work = 150'000;
 constexpr std::size_t max_moves = 8;
 constexpr int perturb_moves = 3;
 
@@ -180,7 +187,21 @@ absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o) {
     if (best.slab <= in->lower_bound) break;
   }
   std::string algorithm = std::string("best(") + winner + ")";
-  if (best.slab > in->lower_bound) {
+  // Step 2: the two-sided search under the lower bound, then a little above it.
+  std::uint64_t fit_spent = 0;
+  for (const std::uint64_t per_mille : {0, 10, 20, 50}) {
+    const std::uint64_t target = in->lower_bound + in->lower_bound * per_mille / 1000;
+    if (best.slab <= target || fit_spent >= fit_work) break;
+    std::vector<std::uint64_t> offsets;
+    if (detail::fit_under(*in, target, fit_work - fit_spent, offsets, &fit_spent)) {
+      best.slab = 0;
+      for (const std::uint32_t i : in->plannable) best.slab = std::max(best.slab, offsets[i] + in->footprint[i]);
+      best.offsets = std::move(offsets);
+      algorithm = "best(fit)";
+      break;
+    }
+  }
+  if (best.slab > in->lower_bound && algorithm != "best(fit)") {
     best.at_top = count_at_top(*in, best.offsets, best.slab);
     const std::uint64_t before = best.slab;
     best = improver(*in, std::move(best)).run();

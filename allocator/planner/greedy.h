@@ -77,6 +77,15 @@ class greedy_placer {
   std::uint64_t work_ = 0;
 };
 
+// Note [Canonical placements] in fit_search.cc: a depth-first search for a placement
+// of every plannable allocation inside [0, capacity), stopping after `budget` units of
+// work (added to *work when given). True, with `offsets` (per allocation index), when
+// one was found; false when none exists or the budget ran out first. Traces of more
+// than fit_search_max_allocations plannable allocations are not searched.
+inline constexpr std::size_t fit_search_max_allocations = 4096;
+bool fit_under(const greedy_input& in, std::uint64_t capacity, std::uint64_t budget,
+               std::vector<std::uint64_t>& offsets, std::uint64_t* work = nullptr);
+
 // One greedy run: a placement named `algorithm` from `order`.
 placement greedy_placement(const greedy_input& in, std::span<const std::uint32_t> order,
                            std::string algorithm);

@@ -65,9 +65,11 @@ absl::StatusOr<placement> plan_greedy_by_arrival(const trace& t, const planner_o
 
 // The default: the greedy orderings above (size, breadth, lifetime, arrival), keeping
 // the smallest slab and stopping at the lower bound; then, while still above it, a
-// bounded local search over the winning ordering (a fixed budget of placements, not
-// time: deterministic). Note [Best of orderings, then improve] in best.cc. The
-// algorithm field says which ordering won: "best(size)", "best(breadth+search)", ...
+// bounded backtracking search that may put slots at the top of a gap as well as the
+// bottom, under the lower bound (then 1%, 2%, 5% above it); then a bounded local
+// search over the winning ordering. Budgets are counted in work, not time:
+// deterministic. Note [Best of orderings, then improve] in best.cc. The algorithm
+// field says what won: "best(size)", "best(fit)", "best(breadth+search)", ...
 absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o = {});
 
 // Online first fit in arrival order, what caching allocators do: each allocation at

@@ -52,6 +52,25 @@ TEST(ExactPlanner, MatchesTheBruteForceOptimumOnTinyTraces) {
   std::printf("%d of 40 tiny traces have an optimum above the lower bound\n", above_bound);
 }
 
+// Where the optimum is above the lower bound, the solver has to prove it (no early
+// stop at the bound): the exact planner must match the brute force there too.
+TEST(ExactPlanner, MatchesTheBruteForceAboveTheLowerBound) {
+  SKIP_WITHOUT_GLPSOL();
+  const planner_options o;
+  const auto cases = tiny_traces_above_bound(0xe4ac7008, 12000, o);
+  ASSERT_GE(cases.size(), 5u);
+  exact_options x;
+  x.always_solve = true;
+  for (std::size_t k = 0; k < cases.size() && k < 10; ++k) {
+    SCOPED_TRACE(k);
+    const auto& [t, optimum] = cases[k];
+    const absl::StatusOr<placement> p = plan_exact(t, o, x);
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_TRUE(validate(t, *p, o).ok()) << validate(t, *p, o);
+    EXPECT_EQ(p->slab_bytes, optimum);
+  }
+}
+
 TEST(ExactPlanner, AtTheLowerBoundNoSolverRuns) {
   std::mt19937_64 rng(0xe4ac7002);
   const trace t = chain_trace(rng, 20);

@@ -130,5 +130,29 @@ TEST(PlannerProperty, NoPlannerBeatsTheBruteForceOptimum) {
   EXPECT_GE(optimal["best"], optimal["greedy_by_size"]);
 }
 
+// The traces above where every planner could still be at the lower bound; these are
+// not: the bound cannot be reached, so a planner that "reached" it would be wrong, and
+// "best" must still find the optimum the brute force finds.
+TEST(PlannerProperty, AboveTheLowerBoundNoPlannerBeatsTheBruteForceAndBestFindsIt) {
+  const planner_options o;
+  const auto cases = tiny_traces_above_bound(0x9a11e406, 30000, o);
+  ASSERT_GE(cases.size(), 15u) << "the scan should find traces above the bound";
+  int best_optimal = 0;
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    SCOPED_TRACE(k);
+    const auto& [t, optimum] = cases[k];
+    ASSERT_GT(optimum, lower_bound(t, o));
+    for (const std::string& name : planner_names()) {
+      const absl::StatusOr<placement> p = make_plan(t, name, o);
+      ASSERT_TRUE(p.ok()) << name << ": " << p.status();
+      ASSERT_TRUE(validate(t, *p, o).ok()) << name << ": " << validate(t, *p, o);
+      ASSERT_GE(p->slab_bytes, optimum) << name << " beat the optimum";
+    }
+    best_optimal += make_plan(t, "best", o)->slab_bytes == optimum;
+  }
+  std::printf("best optimal on %d/%zu tiny traces above the lower bound\n", best_optimal, cases.size());
+  EXPECT_GE(best_optimal * 10, static_cast<int>(cases.size()) * 9);
+}
+
 }  // namespace
 }  // namespace replayalloc

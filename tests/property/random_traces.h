@@ -175,4 +175,20 @@ inline trace tiny_trace(std::mt19937_64& rng, std::size_t max_n) {
   return t;
 }
 
+// Tiny traces whose optimum is above the lower bound (about 1 in 1000 tiny traces:
+// mostly large alignments that leave gaps no order can close), found by scanning
+// `scan` of them with the brute force; each with its optimum. Deterministic for a seed.
+inline std::vector<std::pair<trace, std::uint64_t>> tiny_traces_above_bound(std::uint64_t seed, int scan,
+                                                                            const planner_options& o = {}) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::pair<trace, std::uint64_t>> out;
+  for (int k = 0; k < scan; ++k) {
+    trace t = tiny_trace(rng, 8);
+    placement opt;
+    const std::uint64_t best = optimal_slab(t, o, &opt);
+    if (best > lower_bound(t, o)) out.emplace_back(std::move(t), best);
+  }
+  return out;
+}
+
 }  // namespace replayalloc::testing_random
