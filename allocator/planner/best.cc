@@ -8,8 +8,9 @@
 //      [Two-sided placement in arrival order]) for a placement under the lower bound,
 //      then under it plus 1%, 2% and 5%, within one budget of work. A placement
 //      found there is kept ("best(fit)"): it is below the greedy one.
-//   3. When step 2 found nothing, a bounded iterated local search over the winning
-//      ordering. The slab's top is set by a critical slot: the last one, in the
+//   3. When step 2 found nothing, and the budget pays for at least min_search_runs
+//      greedy runs of the trace (a few thousand allocations), a bounded iterated
+//      local search over the winning ordering. The slab's top is set by a critical slot: the last one, in the
 //      ordering, of those that end at the top. It went up because slots placed
 //      before it, and alive with it, took the space below; so the moves tried are
 //      "place the critical allocation just before one of them" (the earliest first,
@@ -20,8 +21,7 @@
 //      slots towards the front (a fixed seed: the search is deterministic).
 //   4. The budgets are fixed amounts of work (greedy_placer::work(), fit_under()'s
 //      count), not time, so the result never depends on the machine; each is sized
-//      to a millisecond or a few. A run that starts within budget completes, so on traces of
-//      100k allocations the pass makes one run at most.
+//      to a millisecond or a few.
 // The lower bound is not always reachable (the bytes live at the peak may not tile
 // the slab without gaps), so the budget is what usually ends steps 2 and 3.
 #include <algorithm>
@@ -42,6 +42,7 @@ constexpr std::uint64_t search_work = 1'000'000;
 // The fit search's budget (fit_search.cc; its work units cost about the same).
 constexpr std::uint64_t fit_work = 150'000;
 constexpr std::size_t max_moves = 8;
+constexpr std::uint64_t min_search_runs = 8;
 constexpr int perturb_moves = 3;
 
 struct candidate {
@@ -172,12 +173,14 @@ absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o) {
       {detail::order_by_arrival, "arrival"},
   }};
   greedy_placer placer(*in);
+  std::uint64_t runs = 0;
   candidate best;
   const char* winner = orderings[0].second;
   for (const auto& [make_order, name] : orderings) {
     std::vector<std::uint32_t> order = make_order(*in);
     // Only a strictly smaller slab replaces the best: give up at best.slab - 1.
     const std::uint64_t slab = placer.place(order, best.slab == UINT64_MAX ? UINT64_MAX : best.slab - 1);
+    ++runs;
     if (slab < best.slab) {
       best.slab = slab;
       best.order = std::move(order);
@@ -201,7 +204,10 @@ absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o) {
       break;
     }
   }
-  if (best.slab > in->lower_bound && algorithm != "best(fit)") {
+  // Step 3 only where the budget buys several runs: one run of a large trace costs
+  // about the budget and moves one slot, which almost never helps.
+  const std::uint64_t run_work = placer.work() / runs;
+  if (best.slab > in->lower_bound && algorithm != "best(fit)" && run_work * min_search_runs <= search_work) {
     best.at_top = count_at_top(*in, best.offsets, best.slab);
     const std::uint64_t before = best.slab;
     best = improver(*in, std::move(best)).run();

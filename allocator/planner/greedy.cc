@@ -36,22 +36,36 @@ absl::StatusOr<greedy_input> prepare_greedy(const trace& t, const planner_option
     in.horizon = std::max(in.horizon, a.free_at + 1);
   }
   in.lower_bound = lower_bound(t, o);
+  // Positions: allocations are in alloc_at order, so first is a running count; last
+  // is the number of positions before free_at, found by a table over the events
+  // when they are few (every recorded trace) and by binary search otherwise.
+  std::vector<std::uint64_t> pos;
+  in.first.assign(n, 0);
+  in.last.assign(n, 0);
+  for (const std::uint32_t i : in.plannable) {
+    if (pos.empty() || pos.back() != t.allocations[i].alloc_at) pos.push_back(t.allocations[i].alloc_at);
+    in.first[i] = static_cast<std::uint32_t>(pos.size() - 1);
+  }
+  in.positions = pos.size();
+  if (in.horizon <= 4 * n + 1024) {
+    std::vector<std::uint32_t> before(in.horizon + 1, 0);  // positions < e, for each event e
+    std::size_t k = 0;
+    for (std::uint64_t e = 0; e <= in.horizon; ++e) {
+      while (k < pos.size() && pos[k] < e) ++k;
+      before[e] = static_cast<std::uint32_t>(k);
+    }
+    for (const std::uint32_t i : in.plannable) in.last[i] = before[t.allocations[i].free_at];
+  } else {
+    for (const std::uint32_t i : in.plannable) {
+      in.last[i] = static_cast<std::uint32_t>(std::lower_bound(pos.begin(), pos.end(), t.allocations[i].free_at) - pos.begin());
+    }
+  }
   return in;
 }
 
-greedy_placer::greedy_placer(const greedy_input& in) : in_(in) {
+greedy_placer::greedy_placer(const greedy_input& in) : in_(in), first_(in.first), last_(in.last) {
   const auto& all = in.tr->allocations;
-  std::vector<std::uint64_t> pos;  // distinct allocation positions, in order
-  for (const std::uint32_t i : in.plannable) {
-    if (pos.empty() || pos.back() != all[i].alloc_at) pos.push_back(all[i].alloc_at);
-  }
-  while (leaves_ < pos.size()) leaves_ <<= 1;
-  first_.assign(all.size(), 0);
-  last_.assign(all.size(), 0);
-  for (const std::uint32_t i : in.plannable) {
-    first_[i] = static_cast<std::uint32_t>(std::lower_bound(pos.begin(), pos.end(), all[i].alloc_at) - pos.begin());
-    last_[i] = static_cast<std::uint32_t>(std::lower_bound(pos.begin(), pos.end(), all[i].free_at) - pos.begin());
-  }
+  while (leaves_ < in.positions) leaves_ <<= 1;
   stab_head_.assign(2 * leaves_, -1);
   start_head_.assign(leaves_, -1);
   start_count_.assign(2 * leaves_, 0);
@@ -103,18 +117,18 @@ std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
     }
     collect_starts(1, 0, leaves_, l, r);
     work_ += cand_.size();
-    std::sort(cand_.begin(), cand_.end(), [&](std::uint32_t x, std::uint32_t y) {
-      return offsets_[x] != offsets_[y] ? offsets_[x] < offsets_[y] : x < y;
-    });
+    by_offset_.clear();
+    for (const std::uint32_t j : cand_) by_offset_.emplace_back(offsets_[j], j);
+    std::sort(by_offset_.begin(), by_offset_.end());
     const std::uint64_t fp = in_.footprint[i], al = in_.alignment[i];
     std::uint64_t best = not_in_slab, best_gap = UINT64_MAX, end = 0;
-    for (const std::uint32_t j : cand_) {
+    for (const auto& [oj, j] : by_offset_) {
       const std::uint64_t off = align_up(end, al);
-      if (off + fp <= offsets_[j] && offsets_[j] - end < best_gap) {
-        best_gap = offsets_[j] - end;
+      if (off + fp <= oj && oj - end < best_gap) {
+        best_gap = oj - end;
         best = off;
       }
-      end = std::max(end, offsets_[j] + in_.footprint[j]);
+      end = std::max(end, oj + in_.footprint[j]);
     }
     if (best == not_in_slab) best = align_up(end, al);
     offsets_[i] = best;

@@ -30,6 +30,10 @@ struct greedy_input {
   std::vector<std::uint64_t> alignment;  // slot_alignment(), per allocation index
   std::uint64_t horizon = 1;             // 1 + the largest free_at among plannable
   std::uint64_t lower_bound = 0;
+  // Note [Time index]: each plannable lifetime mapped onto the distinct allocation
+  // positions, [first, last) per allocation index; `positions` of them.
+  std::vector<std::uint32_t> first, last;
+  std::size_t positions = 0;
 };
 
 // Checks the trace and the options and fills a greedy_input.
@@ -66,13 +70,15 @@ class greedy_placer {
 
   const greedy_input& in_;
   std::size_t leaves_ = 1;                      // a power of two >= the positions
-  std::vector<std::uint32_t> first_, last_;     // mapped lifetime [first_, last_) per allocation
+  const std::vector<std::uint32_t>& first_;     // in.first, in.last
+  const std::vector<std::uint32_t>& last_;
   std::vector<std::int32_t> stab_head_;         // per tree node: slots covering it
   std::vector<std::int32_t> start_head_;        // per leaf: slots starting there
   std::vector<std::uint32_t> start_count_;      // per tree node: slots starting below it
   std::vector<std::int32_t> next_;              // the lists' pool
   std::vector<std::uint32_t> slot_;
   std::vector<std::uint32_t> cand_;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> by_offset_;  // cand_ with offsets, sorted
   std::vector<std::uint64_t> offsets_;
   std::uint64_t work_ = 0;
 };

@@ -18,19 +18,15 @@ namespace detail {
 
 std::vector<std::uint32_t> order_by_breadth(const greedy_input& in) {
   const auto& all = in.tr->allocations;
-  // Distinct allocation positions, in order (the trace is sorted by alloc_at).
-  std::vector<std::uint64_t> pos;
-  for (const std::uint32_t i : in.plannable) {
-    if (pos.empty() || pos.back() != all[i].alloc_at) pos.push_back(all[i].alloc_at);
-  }
-  const std::size_t m = pos.size();
-  // Live bytes at each position: +footprint from alloc_at, -footprint from the first
-  // position at or after free_at (a free at p comes before an allocation at p).
+  const std::size_t m = in.positions;
+  // Live bytes at each position: +footprint from the allocation's position, -footprint
+  // from the first position at or after free_at (a free at p comes before an
+  // allocation at p): the lifetimes as mapped for the time index (greedy.h).
   std::vector<std::int64_t> delta(m + 1, 0);
   for (const std::uint32_t i : in.plannable) {
     const auto fp = static_cast<std::int64_t>(in.footprint[i]);
-    delta[std::lower_bound(pos.begin(), pos.end(), all[i].alloc_at) - pos.begin()] += fp;
-    delta[std::lower_bound(pos.begin(), pos.end(), all[i].free_at) - pos.begin()] -= fp;
+    delta[in.first[i]] += fp;
+    delta[in.last[i]] -= fp;
   }
   // Segment tree of (live bytes, -position index): the maximum is the busiest moment,
   // the earliest on a tie.
@@ -53,11 +49,7 @@ std::vector<std::uint32_t> order_by_breadth(const greedy_input& in) {
     return best;
   };
   std::vector<node> key(all.size(), node{0, 0});
-  for (const std::uint32_t i : in.plannable) {
-    const std::size_t l = std::lower_bound(pos.begin(), pos.end(), all[i].alloc_at) - pos.begin();
-    const std::size_t r = std::lower_bound(pos.begin(), pos.end(), all[i].free_at) - pos.begin();
-    key[i] = range_max(l, r);
-  }
+  for (const std::uint32_t i : in.plannable) key[i] = range_max(in.first[i], in.last[i]);
   std::vector<std::uint32_t> order = in.plannable;
   std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
     if (key[x] != key[y]) return key[x] > key[y];
