@@ -35,7 +35,6 @@ absl::StatusOr<greedy_input> prepare_greedy(const trace& t, const planner_option
     in.alignment[i] = slot_alignment(a, o);
     in.horizon = std::max(in.horizon, a.free_at + 1);
   }
-  in.lower_bound = lower_bound(t, o);
   // Positions: allocations are in alloc_at order, so first is a running count; last
   // is the number of positions before free_at, found by a table over the events
   // when they are few (every recorded trace) and by binary search otherwise.
@@ -60,6 +59,18 @@ absl::StatusOr<greedy_input> prepare_greedy(const trace& t, const planner_option
       in.last[i] = static_cast<std::uint32_t>(std::lower_bound(pos.begin(), pos.end(), t.allocations[i].free_at) - pos.begin());
     }
   }
+  // The lower bound (lower_bound()'s value: frees at a position come before the
+  // allocations there, as in the mapping): the peak of live bytes over positions.
+  std::vector<std::int64_t> delta(in.positions + 1, 0);
+  for (const std::uint32_t i : in.plannable) {
+    delta[in.first[i]] += static_cast<std::int64_t>(in.footprint[i]);
+    delta[in.last[i]] -= static_cast<std::int64_t>(in.footprint[i]);
+  }
+  std::int64_t live = 0;
+  for (const std::int64_t d : delta) {
+    live += d;
+    in.lower_bound = std::max(in.lower_bound, static_cast<std::uint64_t>(live));
+  }
   return in;
 }
 
@@ -73,9 +84,8 @@ greedy_placer::greedy_placer(const greedy_input& in) : in_(in), first_(in.first)
 }
 
 void greedy_placer::push(std::int32_t& head, std::uint32_t slot) {
-  next_.push_back(head);
-  slot_.push_back(slot);
-  head = static_cast<std::int32_t>(slot_.size() - 1);
+  pool_.push_back({head, first_[slot], offsets_[slot], offsets_[slot] + in_.footprint[slot]});
+  head = static_cast<std::int32_t>(pool_.size() - 1);
 }
 
 // Appends to cand_ the slots starting in [l, r), visiting only subtrees that hold one.
@@ -84,8 +94,8 @@ void greedy_placer::collect_starts(std::size_t node, std::size_t lo, std::size_t
   ++work_;
   if (start_count_[node] == 0 || hi <= l || r <= lo) return;
   if (node >= leaves_) {
-    for (std::int32_t e = start_head_[node - leaves_]; e >= 0; e = next_[e]) {
-      cand_.push_back(slot_[e]);
+    for (std::int32_t e = start_head_[node - leaves_]; e >= 0; e = pool_[e].next) {
+      cand_.push_back({pool_[e].offset, pool_[e].end});
       ++work_;
     }
     return;
@@ -101,8 +111,7 @@ std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
   std::fill(start_head_.begin(), start_head_.end(), -1);
   std::fill(start_count_.begin(), start_count_.end(), 0);
   std::fill(offsets_.begin(), offsets_.end(), not_in_slab);
-  next_.clear();
-  slot_.clear();
+  pool_.clear();
   std::uint64_t slab = 0;
   for (const std::uint32_t i : order) {
     const std::size_t l = first_[i], r = last_[i];
@@ -110,25 +119,26 @@ std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
     // those that start inside it (Note [Time index]).
     cand_.clear();
     for (std::size_t node = leaves_ + l; node >= 1; node >>= 1) {
-      for (std::int32_t e = stab_head_[node]; e >= 0; e = next_[e]) {
-        if (first_[slot_[e]] < l) cand_.push_back(slot_[e]);
+      for (std::int32_t e = stab_head_[node]; e >= 0; e = pool_[e].next) {
+        const index_entry& x = pool_[e];
+        if (x.first < l) cand_.push_back({x.offset, x.end});
         ++work_;
       }
     }
     collect_starts(1, 0, leaves_, l, r);
     work_ += cand_.size();
-    by_offset_.clear();
-    for (const std::uint32_t j : cand_) by_offset_.emplace_back(offsets_[j], j);
-    std::sort(by_offset_.begin(), by_offset_.end());
+    // By offset; slots at the same offset in any order (after the first of them no
+    // gap can end at that offset).
+    std::sort(cand_.begin(), cand_.end());
     const std::uint64_t fp = in_.footprint[i], al = in_.alignment[i];
     std::uint64_t best = not_in_slab, best_gap = UINT64_MAX, end = 0;
-    for (const auto& [oj, j] : by_offset_) {
+    for (const auto& [oj, ej] : cand_) {
       const std::uint64_t off = align_up(end, al);
       if (off + fp <= oj && oj - end < best_gap) {
         best_gap = oj - end;
         best = off;
       }
-      end = std::max(end, oj + in_.footprint[j]);
+      end = std::max(end, ej);
     }
     if (best == not_in_slab) best = align_up(end, al);
     offsets_[i] = best;

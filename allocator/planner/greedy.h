@@ -75,10 +75,15 @@ class greedy_placer {
   std::vector<std::int32_t> stab_head_;         // per tree node: slots covering it
   std::vector<std::int32_t> start_head_;        // per leaf: slots starting there
   std::vector<std::uint32_t> start_count_;      // per tree node: slots starting below it
-  std::vector<std::int32_t> next_;              // the lists' pool
-  std::vector<std::uint32_t> slot_;
-  std::vector<std::uint32_t> cand_;
-  std::vector<std::pair<std::uint64_t, std::uint32_t>> by_offset_;  // cand_ with offsets, sorted
+  // The lists' pool: a placed slot's entry carries what a query needs (its first
+  // position, offset and end), so walking a list touches nothing else.
+  struct index_entry {
+    std::int32_t next;
+    std::uint32_t first;
+    std::uint64_t offset, end;
+  };
+  std::vector<index_entry> pool_;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> cand_;  // (offset, end) of the slots met
   std::vector<std::uint64_t> offsets_;
   std::uint64_t work_ = 0;
 };
