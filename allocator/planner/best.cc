@@ -8,9 +8,9 @@
 //      [Two-sided placement in arrival order]) for a placement under the lower bound,
 //      then under it plus 1%, 2% and 5%, within one budget of work. A placement
 //      found there is kept ("best(fit)"): it is below the greedy one.
-//   3. When step 2 found nothing, and the budget pays for at least min_search_runs
-//      greedy runs of the trace (a few thousand allocations), a bounded iterated
-//      local search over the winning ordering. The slab's top is set by a critical slot: the last one, in the
+//   3. When step 2 found nothing, on traces of up to max_search_allocations (where
+//      the budget pays for many greedy runs), a bounded iterated local search over
+//      the winning ordering. The slab's top is set by a critical slot: the last one, in the
 //      ordering, of those that end at the top. It went up because slots placed
 //      before it, and alive with it, took the space below; so the moves tried are
 //      "place the critical allocation just before one of them" (the earliest first,
@@ -42,7 +42,7 @@ constexpr std::uint64_t search_work = 1'000'000;
 // The fit search's budget (fit_search.cc; its work units cost about the same).
 constexpr std::uint64_t fit_work = 150'000;
 constexpr std::size_t max_moves = 8;
-constexpr std::uint64_t min_search_runs = 8;
+constexpr std::size_t max_search_allocations = 4096;
 constexpr int perturb_moves = 3;
 
 struct candidate {
@@ -173,14 +173,12 @@ absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o) {
       {detail::order_by_arrival, "arrival"},
   }};
   greedy_placer placer(*in);
-  std::uint64_t runs = 0;
   candidate best;
   const char* winner = orderings[0].second;
   for (const auto& [make_order, name] : orderings) {
     std::vector<std::uint32_t> order = make_order(*in);
     // Only a strictly smaller slab replaces the best: give up at best.slab - 1.
     const std::uint64_t slab = placer.place(order, best.slab == UINT64_MAX ? UINT64_MAX : best.slab - 1);
-    ++runs;
     if (slab < best.slab) {
       best.slab = slab;
       best.order = std::move(order);
@@ -204,10 +202,9 @@ absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o) {
       break;
     }
   }
-  // Step 3 only where the budget buys several runs: one run of a large trace costs
-  // about the budget and moves one slot, which almost never helps.
-  const std::uint64_t run_work = placer.work() / runs;
-  if (best.slab > in->lower_bound && algorithm != "best(fit)" && run_work * min_search_runs <= search_work) {
+  // Step 3 only on traces small enough that the budget buys many runs: on larger
+  // ones a run costs about the budget and moves one slot, which almost never helps.
+  if (best.slab > in->lower_bound && algorithm != "best(fit)" && in->plannable.size() <= max_search_allocations) {
     best.at_top = count_at_top(*in, best.offsets, best.slab);
     const std::uint64_t before = best.slab;
     best = improver(*in, std::move(best)).run();

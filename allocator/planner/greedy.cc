@@ -93,10 +93,13 @@ void greedy_placer::collect_starts(std::size_t node, std::size_t lo, std::size_t
                                    std::size_t r) {
   ++work_;
   if (start_count_[node] == 0 || hi <= l || r <= lo) return;
-  if (node >= leaves_) {
-    for (std::int32_t e = start_head_[node - leaves_]; e >= 0; e = pool_[e].next) {
-      cand_.push_back({pool_[e].offset, pool_[e].end});
+  if (hi - lo <= 32) {  // a short range: its leaves directly (cheaper than the tree)
+    for (std::size_t p = std::max(lo, l); p < std::min(hi, r); ++p) {
       ++work_;
+      for (std::int32_t e = start_head_[p]; e >= 0; e = pool_[e].next) {
+        cand_.push_back({pool_[e].offset, pool_[e].end});
+        ++work_;
+      }
     }
     return;
   }
@@ -128,17 +131,30 @@ std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
     collect_starts(1, 0, leaves_, l, r);
     work_ += cand_.size();
     // By offset; slots at the same offset in any order (after the first of them no
-    // gap can end at that offset).
-    std::sort(cand_.begin(), cand_.end());
+    // gap can end at that offset). Note [One-word sort keys]: when offsets fit in 40
+    // bits and candidates are fewer than 2^24, (offset, candidate) packed in one
+    // word sorts several times faster than pairs.
     const std::uint64_t fp = in_.footprint[i], al = in_.alignment[i];
     std::uint64_t best = not_in_slab, best_gap = UINT64_MAX, end = 0;
-    for (const auto& [oj, ej] : cand_) {
+    auto consider = [&](std::uint64_t oj, std::uint64_t ej) {
       const std::uint64_t off = align_up(end, al);
       if (off + fp <= oj && oj - end < best_gap) {
         best_gap = oj - end;
         best = off;
       }
       end = std::max(end, ej);
+    };
+    if (slab < (std::uint64_t{1} << 40) && cand_.size() < (std::size_t{1} << 24)) {
+      packed_.clear();
+      for (std::size_t c = 0; c < cand_.size(); ++c) packed_.push_back(cand_[c].first << 24 | c);
+      std::sort(packed_.begin(), packed_.end());
+      for (const std::uint64_t key : packed_) {
+        const auto& [oj, ej] = cand_[key & ((std::uint64_t{1} << 24) - 1)];
+        consider(oj, ej);
+      }
+    } else {
+      std::sort(cand_.begin(), cand_.end());
+      for (const auto& [oj, ej] : cand_) consider(oj, ej);
     }
     if (best == not_in_slab) best = align_up(end, al);
     offsets_[i] = best;
@@ -153,6 +169,19 @@ std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
     for (std::size_t node = leaves_ + l; node >= 1; node >>= 1) ++start_count_[node];
   }
   return slab;
+}
+
+std::vector<std::uint32_t> sort_by_keys(const greedy_input& in, std::vector<order_key>& keys) {
+  const auto& all = in.tr->allocations;
+  std::sort(keys.begin(), keys.end(), [&](const order_key& x, const order_key& y) {
+    if (x.a != y.a) return x.a < y.a;
+    if (x.b != y.b) return x.b < y.b;
+    if (x.c != y.c) return x.c < y.c;
+    return all[x.i].id < all[y.i].id;
+  });
+  std::vector<std::uint32_t> order(keys.size());
+  for (std::size_t r = 0; r < keys.size(); ++r) order[r] = keys[r].i;
+  return order;
 }
 
 placement greedy_placement(const greedy_input& in, std::span<const std::uint32_t> order,

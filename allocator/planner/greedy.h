@@ -84,6 +84,7 @@ class greedy_placer {
   };
   std::vector<index_entry> pool_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> cand_;  // (offset, end) of the slots met
+  std::vector<std::uint64_t> packed_;                          // offset << 24 | index in cand_
   std::vector<std::uint64_t> offsets_;
   std::uint64_t work_ = 0;
 };
@@ -100,6 +101,15 @@ bool fit_under(const greedy_input& in, std::uint64_t capacity, std::uint64_t bud
 // One greedy run: a placement named `algorithm` from `order`.
 placement greedy_placement(const greedy_input& in, std::span<const std::uint32_t> order,
                            std::string algorithm);
+
+// An ordering's sort: by (a, b, c), then by the allocation's id, the tie-break every
+// ordering ends with. The keys sit in the array being sorted, so comparisons touch no
+// other memory (the trace's allocations are 48 bytes each, scattered).
+struct order_key {
+  std::uint64_t a, b, c;
+  std::uint32_t i;
+};
+std::vector<std::uint32_t> sort_by_keys(const greedy_input& in, std::vector<order_key>& keys);
 
 // The orderings (permutations of in.plannable), each deterministic; ties are broken
 // down to the allocation's id.

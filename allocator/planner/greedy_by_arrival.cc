@@ -13,13 +13,10 @@ namespace detail {
 
 std::vector<std::uint32_t> order_by_arrival(const greedy_input& in) {
   const auto& all = in.tr->allocations;
-  std::vector<std::uint32_t> order = in.plannable;
-  std::stable_sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
-    if (all[x].alloc_at != all[y].alloc_at) return all[x].alloc_at < all[y].alloc_at;
-    if (in.footprint[x] != in.footprint[y]) return in.footprint[x] > in.footprint[y];
-    return all[x].id < all[y].id;
-  });
-  return order;
+  std::vector<order_key> keys;
+  keys.reserve(in.plannable.size());
+  for (const std::uint32_t i : in.plannable) keys.push_back({all[i].alloc_at, ~in.footprint[i], 0, i});
+  return sort_by_keys(in, keys);
 }
 
 }  // namespace detail

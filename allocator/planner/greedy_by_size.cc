@@ -13,17 +13,12 @@ namespace detail {
 
 std::vector<std::uint32_t> order_by_size(const greedy_input& in) {
   const auto& all = in.tr->allocations;
-  std::vector<std::uint32_t> order = in.plannable;
-  std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
-    const trace_allocation& a = all[x];
-    const trace_allocation& b = all[y];
-    if (in.footprint[x] != in.footprint[y]) return in.footprint[x] > in.footprint[y];
-    const std::uint64_t la = a.free_at - a.alloc_at, lb = b.free_at - b.alloc_at;
-    if (la != lb) return la > lb;
-    if (a.alloc_at != b.alloc_at) return a.alloc_at < b.alloc_at;
-    return a.id < b.id;
-  });
-  return order;
+  std::vector<order_key> keys;
+  keys.reserve(in.plannable.size());
+  for (const std::uint32_t i : in.plannable) {
+    keys.push_back({~in.footprint[i], ~(all[i].free_at - all[i].alloc_at), all[i].alloc_at, i});
+  }
+  return sort_by_keys(in, keys);
 }
 
 }  // namespace detail
