@@ -34,7 +34,44 @@ class arrival_searcher {
   arrival_searcher(const greedy_input& in, std::uint64_t capacity, std::uint64_t budget)
       : in_(in), capacity_(capacity), budget_(budget), off_(in.tr->allocations.size(), not_in_slab) {}
 
-  bool run() { return place(0); }
+  // A depth-first search with its own stack (one frame per slot placed: the depth is
+  // the trace's length, too deep for the thread's stack).
+  bool run() {
+    const std::size_t n = in_.plannable.size();
+    std::size_t r = 0;  // the next slot to place, in arrival order
+    while (true) {
+      if (r == n) return true;
+      if (++work_ > budget_) return false;
+      enter(r);
+      // Take the next candidate of the deepest frame that has one; unwind the others.
+      while (true) {
+        if (frames_.empty()) return false;
+        frame& f = frames_.back();
+        const std::uint32_t i = in_.plannable[f.r];
+        if (f.placed) {  // its subtree failed (and put back what it expired)
+          if (in_.footprint[i] != 0) {
+            *std::find(active_.begin(), active_.end(), i) = active_.back();
+            active_.pop_back();
+          }
+          off_[i] = not_in_slab;
+          f.placed = false;
+        }
+        if (f.next < f.n_cand && work_ <= budget_) {
+          off_[i] = f.cand[f.next++];
+          if (in_.footprint[i] != 0) active_.push_back(i);
+          f.placed = true;
+          r = f.r + 1;
+          break;
+        }
+        while (expired_.size() > f.expired_mark) {
+          active_.push_back(expired_.back());
+          expired_.pop_back();
+        }
+        frames_.pop_back();
+      }
+    }
+  }
+
   const std::vector<std::uint64_t>& offsets() const { return off_; }
   std::uint64_t work() const { return work_; }
 
@@ -42,21 +79,25 @@ class arrival_searcher {
   struct span {
     std::uint64_t begin, end;
   };
+  struct frame {
+    std::size_t r;             // the slot's rank in arrival order
+    std::size_t expired_mark;  // expired_'s size before this slot's frees
+    std::uint64_t cand[3];     // the offsets to try, in order
+    std::uint32_t n_cand = 0, next = 0;
+    bool placed = false;
+  };
 
-  bool place(std::size_t r) {
-    if (r == in_.plannable.size()) return true;
-    if (++work_ > budget_) return false;
+  // Pushes slot r's frame: drops the slots freed by its allocation, finds its places.
+  void enter(std::size_t r) {
     const auto& all = in_.tr->allocations;
     const std::uint32_t i = in_.plannable[r];
     const std::uint64_t fp = in_.footprint[i], al = in_.alignment[i];
+    frame f{r, expired_.size(), {}, 0, 0, false};
     if (fp == 0) {  // shares no byte with anything
-      off_[i] = 0;
-      if (place(r + 1)) return true;
-      off_[i] = not_in_slab;
-      return false;
+      f.cand[f.n_cand++] = 0;
+      frames_.push_back(f);
+      return;
     }
-    // Drop the slots freed by now (kept on expired_ to put back).
-    const std::size_t expired_mark = expired_.size();
     for (std::size_t a = 0; a < active_.size();) {
       if (all[active_[a]].free_at <= all[i].alloc_at) {
         expired_.push_back(active_[a]);
@@ -66,18 +107,15 @@ class arrival_searcher {
         ++a;
       }
     }
-    std::vector<span>& live = live_;  // only needed until the candidates are known
-    live.clear();
-    for (const std::uint32_t j : active_) live.push_back({off_[j], off_[j] + in_.footprint[j]});
+    live_.clear();
+    for (const std::uint32_t j : active_) live_.push_back({off_[j], off_[j] + in_.footprint[j]});
     work_ += active_.size();
-    std::sort(live.begin(), live.end(), [](const span& x, const span& y) { return x.begin < y.begin; });
-    live.push_back({capacity_, capacity_});
+    std::sort(live_.begin(), live_.end(), [](const span& x, const span& y) { return x.begin < y.begin; });
+    live_.push_back({capacity_, capacity_});
     // The candidates: lowest fit, highest fit, best fit.
-    std::uint64_t cand[3];
-    std::size_t n_cand = 0;
     std::uint64_t lowest = not_in_slab, highest = not_in_slab, best = not_in_slab, best_gap = UINT64_MAX;
     std::uint64_t end = 0;
-    for (const span& s : live) {
+    for (const span& s : live_) {
       const std::uint64_t lo = align_up(end, al);
       if (s.begin >= lo && s.begin - lo >= fp) {
         if (lowest == not_in_slab) lowest = lo;
@@ -90,26 +128,9 @@ class arrival_searcher {
       end = std::max(end, s.end);
     }
     for (const std::uint64_t c : {lowest, highest, best}) {
-      if (c != not_in_slab && std::find(cand, cand + n_cand, c) == cand + n_cand) cand[n_cand++] = c;
+      if (c != not_in_slab && std::find(f.cand, f.cand + f.n_cand, c) == f.cand + f.n_cand) f.cand[f.n_cand++] = c;
     }
-    bool done = false;
-    for (std::size_t c = 0; c < n_cand && !done && work_ <= budget_; ++c) {
-      off_[i] = cand[c];
-      active_.push_back(i);
-      done = place(r + 1);
-      if (!done) {  // the failed subtree put back what it expired: find i again
-        *std::find(active_.begin(), active_.end(), i) = active_.back();
-        active_.pop_back();
-        off_[i] = not_in_slab;
-      }
-    }
-    if (!done) {
-      while (expired_.size() > expired_mark) {
-        active_.push_back(expired_.back());
-        expired_.pop_back();
-      }
-    }
-    return done;
+    frames_.push_back(f);
   }
 
   const greedy_input& in_;
@@ -118,6 +139,7 @@ class arrival_searcher {
   std::vector<std::uint64_t> off_;
   std::vector<std::uint32_t> active_, expired_;
   std::vector<span> live_;
+  std::vector<frame> frames_;
 };
 
 }  // namespace
