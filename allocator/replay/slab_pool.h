@@ -74,8 +74,9 @@ slab_source& host_slabs(bool prefault);
 // Host slabs stop being made once this many bytes are committed
 // (REPLAYALLOC_MAX_SLAB_MEMORY); map() then fails with why == slab_limit_reason.
 void set_host_slab_limit(std::size_t bytes);
-inline constexpr const char* slab_limit_reason =
-    "REPLAYALLOC_MAX_SLAB_MEMORY bytes of slabs are committed";
+// An array, not a pointer to a literal: one object, so one address in every unit
+// (identical literals need not share an address, and under ASan they do not).
+inline constexpr char slab_limit_reason[] = "REPLAYALLOC_MAX_SLAB_MEMORY bytes of slabs are committed";
 
 // Every plan version alive, current or retired and draining, is listed so that fork()
 // can hold all their pool mutexes (Note [Fork]): a retired version's mutex is still
