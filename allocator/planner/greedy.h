@@ -89,11 +89,12 @@ class greedy_placer {
   std::uint64_t work_ = 0;
 };
 
-// Note [Canonical placements] in fit_search.cc: a depth-first search for a placement
-// of every plannable allocation inside [0, capacity), stopping after `budget` units of
-// work (added to *work when given). True, with `offsets` (per allocation index), when
-// one was found; false when none exists or the budget ran out first. Traces of more
-// than fit_search_max_allocations plannable allocations are not searched.
+// Note [Two-sided placement in arrival order] in fit_search.cc: a depth-first search
+// for a placement of every plannable allocation inside [0, capacity), stopping after
+// `budget` units of work (added to *work when given). True, with `offsets` (per
+// allocation index), when one was found; false otherwise (the search tries three
+// places per slot, so false does not prove that none exists). Traces of more than
+// fit_search_max_allocations plannable allocations are not searched.
 inline constexpr std::size_t fit_search_max_allocations = 4096;
 bool fit_under(const greedy_input& in, std::uint64_t capacity, std::uint64_t budget,
                std::vector<std::uint64_t>& offsets, std::uint64_t* work = nullptr);
