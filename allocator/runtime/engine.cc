@@ -813,6 +813,9 @@ void engine::end_replay(domain_state& d) {
   slab* s = c.current;
   plan_version* v = d.version;
   const std::uint32_t planned = v->plan.planned_slots;
+  // Read now: once the slab goes back below, a retired version may be deleted; after
+  // that `v` is only compared, never read.
+  const bool from_file = v->from_file;
   const std::uint64_t misses = total_misses(c) - d.misses_at_begin;
   const std::uint32_t handed = c.handed;
   bump(d.slab_hits, handed);
@@ -840,7 +843,7 @@ void engine::end_replay(domain_state& d) {
   d.deviating_in_a_row = deviated ? d.deviating_in_a_row + 1 : 0;
   d.last_deviated = deviated;
   // A plan from a file the program does not follow goes at once (Note [Plan files]).
-  const std::uint32_t replan_after = v->from_file ? 1 : opts_.replan_after;
+  const std::uint32_t replan_after = from_file ? 1 : opts_.replan_after;
   if (!deviated || replan_after == 0 || d.deviating_in_a_row < replan_after) return;
   d.deviating_in_a_row = 0;
   key_entry& e = *d.entry;
@@ -858,7 +861,7 @@ void engine::end_replay(domain_state& d) {
   }
   if (retire) {
     rerecords_.fetch_add(1, std::memory_order_relaxed);
-    if (v->from_file) {
+    if (from_file) {
       REPLAYALLOC_LOG(warning, "the plan of '%s' loaded from REPLAYALLOC_PLAN_DIR does not match "
                       "this program (its replayed iteration deviated); recording again", e.key.c_str());
     } else {
