@@ -849,6 +849,28 @@ TEST(Best, StopsAtTheLowerBoundWithTheFirstOrderingThatReachesIt) {
   EXPECT_EQ(p.slab_bytes, p.lower_bound_bytes);
 }
 
+// Note [Two orderings on large traces] (best.cc): above 4096 plannable allocations
+// best is the smaller of size and breadth (size on a tie), whatever the others give.
+TEST(Best, OnLargeTracesIsTheSmallerOfSizeAndBreadth) {
+  std::mt19937_64 rng(0x5eed0100);
+  const trace t = random_event_trace(rng, 6000);
+  const std::size_t plannable = std::count_if(t.allocations.begin(), t.allocations.end(),
+                                              [](const trace_allocation& a) { return !a.outlives(); });
+  ASSERT_GT(plannable, 4096u);
+  const placement best = plan_named(t, "best");
+  const placement size = plan_named(t, "greedy_by_size");
+  const placement breadth = plan_named(t, "greedy_by_breadth");
+  EXPECT_EQ(best.slab_bytes, std::min(size.slab_bytes, breadth.slab_bytes));
+  if (size.slab_bytes <= breadth.slab_bytes) {
+    EXPECT_EQ(best.algorithm, "best(size)");
+    EXPECT_EQ(best.offsets, size.offsets);
+  } else {
+    EXPECT_EQ(best.algorithm, "best(breadth)");
+    EXPECT_EQ(best.offsets, breadth.offsets);
+  }
+  EXPECT_TRUE(validate(t, best).ok());
+}
+
 // A transformer encoder's layer, as recorded from PyTorch (u = 1024 bytes here; the
 // layer's input X lives through the layer, its output Y is made before X is freed):
 //   time  0  1  3  5  6  9  15 16 18 ... 25
