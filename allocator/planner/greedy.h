@@ -103,14 +103,21 @@ bool fit_under(const greedy_input& in, std::uint64_t capacity, std::uint64_t bud
 placement greedy_placement(const greedy_input& in, std::span<const std::uint32_t> order,
                            std::string algorithm);
 
-// An ordering's sort: by (a, b, c), then by the allocation's id, the tie-break every
-// ordering ends with. The keys sit in the array being sorted, so comparisons touch no
-// other memory (the trace's allocations are 48 bytes each, scattered).
+// An ordering's sort: by (a, b, c), then by `tie_less` (allocation indices) on full
+// ties, by default the allocation's id, the tie-break every ordering ends with
+// (tie_less must end with it too). The keys sit in the array being sorted, so
+// comparisons touch no other memory (the trace's allocations are 48 bytes each,
+// scattered). Note [Radix sort of orderings]: when (a, b, c), each less its minimum
+// and divided by the largest power of two dividing every such difference, fit in 64
+// bits together, they are packed into one word and radix sorted (stable, 11 bits a
+// pass); only runs of equal words then go to tie_less. Otherwise std::sort.
 struct order_key {
   std::uint64_t a, b, c;
   std::uint32_t i;
 };
-std::vector<std::uint32_t> sort_by_keys(const greedy_input& in, std::vector<order_key>& keys);
+using tie_less_fn = bool (*)(const greedy_input& in, std::uint32_t x, std::uint32_t y);
+std::vector<std::uint32_t> sort_by_keys(const greedy_input& in, std::vector<order_key>& keys,
+                                        tie_less_fn tie_less = nullptr);
 
 // The orderings (permutations of in.plannable), each deterministic; ties are broken
 // down to the allocation's id.

@@ -17,7 +17,6 @@ namespace replayalloc {
 namespace detail {
 
 std::vector<std::uint32_t> order_by_breadth(const greedy_input& in) {
-  const auto& all = in.tr->allocations;
   const std::size_t m = in.positions;
   // Live bytes at each position: +footprint from the allocation's position, -footprint
   // from the first position at or after free_at (a free at p comes before an
@@ -48,20 +47,23 @@ std::vector<std::uint32_t> order_by_breadth(const greedy_input& in) {
     }
     return best;
   };
-  std::vector<node> key(all.size(), node{0, 0});
-  for (const std::uint32_t i : in.plannable) key[i] = range_max(in.first[i], in.last[i]);
-  std::vector<std::uint32_t> order = in.plannable;
-  std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
-    if (key[x] != key[y]) return key[x] > key[y];
-    if (in.footprint[x] != in.footprint[y]) return in.footprint[x] > in.footprint[y];
-    const trace_allocation& a = all[x];
-    const trace_allocation& b = all[y];
+  // The sort's keys sit in the array being sorted (order_key, greedy.h): the busiest
+  // moment's live bytes (descending) and position, the footprint (descending); the
+  // rarer full ties look at the allocations themselves.
+  std::vector<order_key> keys;
+  keys.reserve(in.plannable.size());
+  for (const std::uint32_t i : in.plannable) {
+    const node k = range_max(in.first[i], in.last[i]);
+    keys.push_back({~static_cast<std::uint64_t>(k.first), static_cast<std::uint64_t>(-k.second), ~in.footprint[i], i});
+  }
+  return sort_by_keys(in, keys, [](const greedy_input& g, std::uint32_t x, std::uint32_t y) {
+    const trace_allocation& a = g.tr->allocations[x];
+    const trace_allocation& b = g.tr->allocations[y];
     const std::uint64_t la = a.free_at - a.alloc_at, lb = b.free_at - b.alloc_at;
     if (la != lb) return la > lb;
     if (a.alloc_at != b.alloc_at) return a.alloc_at < b.alloc_at;
     return a.id < b.id;
   });
-  return order;
 }
 
 }  // namespace detail

@@ -22,8 +22,10 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
+#include "planner/greedy.h"
 #include "planner/planner.h"
 #include "trace/trace.h"
 
@@ -847,6 +849,57 @@ TEST(Best, StopsAtTheLowerBoundWithTheFirstOrderingThatReachesIt) {
   EXPECT_EQ(p.algorithm, "best(size)");
   EXPECT_THAT(p.offsets, ElementsAre(0, 2048, 0));
   EXPECT_EQ(p.slab_bytes, p.lower_bound_bytes);
+}
+
+// Note [Radix sort of orderings] (greedy.h): every ordering equals a plain sort by its
+// documented keys, on traces with many ties (coarse) and few, small (std::sort) and
+// large (radix sort).
+TEST(Orderings, EqualAPlainSortByTheirKeys) {
+  std::mt19937_64 rng(0x5eed0101);
+  for (const std::size_t n : {std::size_t{50}, std::size_t{700}, std::size_t{5000}}) {
+    for (int kind = 0; kind < 2; ++kind) {
+      const trace t = kind == 0 ? random_event_trace(rng, n) : random_coarse_trace(rng, n);
+      const absl::StatusOr<detail::greedy_input> in = detail::prepare_greedy(t, planner_options{});
+      ASSERT_TRUE(in.ok()) << in.status();
+      const auto& all = t.allocations;
+      auto life = [&](std::uint32_t i) { return all[i].free_at - all[i].alloc_at; };
+      auto fp = [&](std::uint32_t i) { return in->footprint[i]; };
+      auto sorted = [&](auto less) {
+        std::vector<std::uint32_t> v = in->plannable;
+        std::sort(v.begin(), v.end(), less);
+        return v;
+      };
+      EXPECT_EQ(detail::order_by_size(*in), sorted([&](std::uint32_t x, std::uint32_t y) {
+        return std::tuple(~fp(x), ~life(x), all[x].alloc_at, all[x].id) <
+               std::tuple(~fp(y), ~life(y), all[y].alloc_at, all[y].id);
+      })) << "size, n " << n << " kind " << kind;
+      EXPECT_EQ(detail::order_by_lifetime(*in), sorted([&](std::uint32_t x, std::uint32_t y) {
+        return std::tuple(~life(x), ~fp(x), all[x].alloc_at, all[x].id) <
+               std::tuple(~life(y), ~fp(y), all[y].alloc_at, all[y].id);
+      })) << "lifetime, n " << n << " kind " << kind;
+      EXPECT_EQ(detail::order_by_arrival(*in), sorted([&](std::uint32_t x, std::uint32_t y) {
+        return std::tuple(all[x].alloc_at, ~fp(x), all[x].id) < std::tuple(all[y].alloc_at, ~fp(y), all[y].id);
+      })) << "arrival, n " << n << " kind " << kind;
+      // Breadth: the most live bytes at a position inside the lifetime (the earliest
+      // such position), found by a scan.
+      std::vector<std::int64_t> live(in->positions + 1, 0);
+      for (const std::uint32_t i : in->plannable) {
+        live[in->first[i]] += static_cast<std::int64_t>(fp(i));
+        live[in->last[i]] -= static_cast<std::int64_t>(fp(i));
+      }
+      for (std::size_t k = 1; k < live.size(); ++k) live[k] += live[k - 1];
+      std::vector<std::int64_t> busiest(all.size(), 0), at(all.size(), 0);
+      for (const std::uint32_t i : in->plannable) {
+        for (std::size_t k = in->first[i]; k < in->last[i]; ++k) {
+          if (live[k] > busiest[i]) busiest[i] = live[k], at[i] = static_cast<std::int64_t>(k);
+        }
+      }
+      EXPECT_EQ(detail::order_by_breadth(*in), sorted([&](std::uint32_t x, std::uint32_t y) {
+        return std::tuple(-busiest[x], at[x], ~fp(x), ~life(x), all[x].alloc_at, all[x].id) <
+               std::tuple(-busiest[y], at[y], ~fp(y), ~life(y), all[y].alloc_at, all[y].id);
+      })) << "breadth, n " << n << " kind " << kind;
+    }
+  }
 }
 
 // Note [Two orderings on large traces] (best.cc): above 4096 plannable allocations
