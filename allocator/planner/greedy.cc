@@ -79,27 +79,27 @@ absl::StatusOr<greedy_input> prepare_greedy(const trace& t, const planner_option
 greedy_placer::greedy_placer(const greedy_input& in) : in_(in), first_(in.first), last_(in.last) {
   const auto& all = in.tr->allocations;
   while (leaves_ < in.positions) leaves_ <<= 1;
-  stab_head_.assign(2 * leaves_, -1);
-  start_head_.assign(leaves_, -1);
   start_count_.assign(2 * leaves_, 0);
   offsets_.assign(all.size(), not_in_slab);
-  // The lists' entries a full place() makes (each slot at the canonical nodes of its
-  // range and at its start), reserved at once: growing the pool by doubling copied
-  // it several times during the first run.
-  std::size_t entries = 0;
+  // Note [Lists in place]: each list's length (a slot at the canonical nodes of its
+  // range and at its start), then the runs.
+  const std::size_t lists = 3 * leaves_;
+  list_begin_.assign(lists + 1, 0);
   for (const std::uint32_t i : in.plannable) {
-    ++entries;
+    ++list_begin_[2 * leaves_ + first_[i]];
     for (std::size_t a = first_[i] + leaves_, b = last_[i] + leaves_; a < b; a >>= 1, b >>= 1) {
-      entries += (a & 1) + (b & 1);
-      a += a & 1;
+      if (a & 1) ++list_begin_[a++];
+      if (b & 1) ++list_begin_[--b];
     }
   }
-  pool_.reserve(entries);
+  std::uint32_t sum = 0;
+  for (std::uint32_t& c : list_begin_) sum += std::exchange(c, sum);
+  entries_.resize(sum);
+  list_fill_.assign(lists, 0);
 }
 
-void greedy_placer::push(std::int32_t& head, std::uint32_t slot) {
-  pool_.push_back({head, first_[slot], offsets_[slot], offsets_[slot] + in_.footprint[slot]});
-  head = static_cast<std::int32_t>(pool_.size() - 1);
+void greedy_placer::push(std::size_t list, std::uint32_t slot) {
+  entries_[list_begin_[list] + list_fill_[list]++] = {offsets_[slot], offsets_[slot] + in_.footprint[slot], first_[slot]};
 }
 
 // Appends to cand_ the slots starting in [l, r), visiting only subtrees that hold one.
@@ -109,11 +109,11 @@ void greedy_placer::collect_starts(std::size_t node, std::size_t lo, std::size_t
   if (start_count_[node] == 0 || hi <= l || r <= lo) return;
   if (hi - lo <= 32) {  // a short range: its leaves directly (cheaper than the tree)
     for (std::size_t p = std::max(lo, l); p < std::min(hi, r); ++p) {
-      ++work_;
-      for (std::int32_t e = start_head_[p]; e >= 0; e = pool_[e].next) {
-        cand_.push_back({pool_[e].offset, pool_[e].end});
-        ++work_;
-      }
+      const std::size_t list = 2 * leaves_ + p;
+      const index_entry* e = entries_.data() + list_begin_[list];
+      const std::uint32_t n = list_fill_[list];
+      for (std::uint32_t k = 0; k < n; ++k) cand_.push_back({e[k].offset, e[k].end});
+      work_ += 1 + n;
     }
     return;
   }
@@ -124,11 +124,9 @@ void greedy_placer::collect_starts(std::size_t node, std::size_t lo, std::size_t
 
 std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
                                    std::uint64_t give_up_above) {
-  std::fill(stab_head_.begin(), stab_head_.end(), -1);
-  std::fill(start_head_.begin(), start_head_.end(), -1);
+  std::fill(list_fill_.begin(), list_fill_.end(), 0);
   std::fill(start_count_.begin(), start_count_.end(), 0);
   std::fill(offsets_.begin(), offsets_.end(), not_in_slab);
-  pool_.clear();
   std::uint64_t slab = 0;
   for (const std::uint32_t i : order) {
     const std::size_t l = first_[i], r = last_[i];
@@ -136,11 +134,12 @@ std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
     // those that start inside it (Note [Time index]).
     cand_.clear();
     for (std::size_t node = leaves_ + l; node >= 1; node >>= 1) {
-      for (std::int32_t e = stab_head_[node]; e >= 0; e = pool_[e].next) {
-        const index_entry& x = pool_[e];
-        if (x.first < l) cand_.push_back({x.offset, x.end});
-        ++work_;
+      const index_entry* e = entries_.data() + list_begin_[node];
+      const std::uint32_t n = list_fill_[node];
+      for (std::uint32_t k = 0; k < n; ++k) {
+        if (e[k].first < l) cand_.push_back({e[k].offset, e[k].end});
       }
+      work_ += n;
     }
     collect_starts(1, 0, leaves_, l, r);
     work_ += cand_.size();
@@ -176,10 +175,10 @@ std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
     if (slab > give_up_above) return slab;
     // Index the new slot: at the canonical nodes of [l, r), and at its start.
     for (std::size_t a = l + leaves_, b = r + leaves_; a < b; a >>= 1, b >>= 1) {
-      if (a & 1) push(stab_head_[a++], i);
-      if (b & 1) push(stab_head_[--b], i);
+      if (a & 1) push(a++, i);
+      if (b & 1) push(--b, i);
     }
-    push(start_head_[l], i);
+    push(2 * leaves_ + l, i);
     for (std::size_t node = leaves_ + l; node >= 1; node >>= 1) ++start_count_[node];
   }
   return slab;

@@ -65,24 +65,28 @@ class greedy_placer {
   std::uint64_t work() const { return work_; }
 
  private:
-  void push(std::int32_t& head, std::uint32_t slot);
+  void push(std::size_t list, std::uint32_t slot);
   void collect_starts(std::size_t node, std::size_t lo, std::size_t hi, std::size_t l, std::size_t r);
 
   const greedy_input& in_;
   std::size_t leaves_ = 1;                      // a power of two >= the positions
   const std::vector<std::uint32_t>& first_;     // in.first, in.last
   const std::vector<std::uint32_t>& last_;
-  std::vector<std::int32_t> stab_head_;         // per tree node: slots covering it
-  std::vector<std::int32_t> start_head_;        // per leaf: slots starting there
   std::vector<std::uint32_t> start_count_;      // per tree node: slots starting below it
-  // The lists' pool: a placed slot's entry carries what a query needs (its first
-  // position, offset and end), so walking a list touches nothing else.
+  // Note [Lists in place]: the lists are lists 0 .. 2 * leaves_ - 1 (per tree node: the
+  // slots held there for stabbing queries) and 2 * leaves_ + p (the slots starting at
+  // leaf p). Which slots a list will hold depends only on the lifetimes, not on the
+  // order, so each list has its own run of entries_, sized once (list_begin_); a
+  // place() fills each run from its start (list_fill_), and a query scans the filled
+  // part: contiguous memory, where linked lists missed the cache once per slot. Each
+  // entry carries what a query needs (its first position, offset and end).
   struct index_entry {
-    std::int32_t next;
-    std::uint32_t first;
     std::uint64_t offset, end;
+    std::uint32_t first;
   };
-  std::vector<index_entry> pool_;
+  std::vector<std::uint32_t> list_begin_;   // per list, and one past the last
+  std::vector<std::uint32_t> list_fill_;    // per list: entries filled in this place()
+  std::vector<index_entry> entries_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> cand_;  // (offset, end) of the slots met
   std::vector<std::uint64_t> packed_;                          // offset << 24 | index in cand_
   std::vector<std::uint64_t> offsets_;
