@@ -84,22 +84,22 @@ greedy_placer::greedy_placer(const greedy_input& in) : in_(in), first_(in.first)
   // Note [Lists in place]: each list's length (a slot at the canonical nodes of its
   // range and at its start), then the runs.
   const std::size_t lists = 3 * leaves_;
-  list_begin_.assign(lists + 1, 0);
+  lists_.assign(lists, list_ref{0, 0});
   for (const std::uint32_t i : in.plannable) {
-    ++list_begin_[2 * leaves_ + first_[i]];
+    ++lists_[2 * leaves_ + first_[i]].begin;
     for (std::size_t a = first_[i] + leaves_, b = last_[i] + leaves_; a < b; a >>= 1, b >>= 1) {
-      if (a & 1) ++list_begin_[a++];
-      if (b & 1) ++list_begin_[--b];
+      if (a & 1) ++lists_[a++].begin;
+      if (b & 1) ++lists_[--b].begin;
     }
   }
   std::uint32_t sum = 0;
-  for (std::uint32_t& c : list_begin_) sum += std::exchange(c, sum);
+  for (list_ref& x : lists_) sum += std::exchange(x.begin, sum);
   entries_.resize(sum);
-  list_fill_.assign(lists, 0);
 }
 
 void greedy_placer::push(std::size_t list, std::uint32_t slot) {
-  entries_[list_begin_[list] + list_fill_[list]++] = {offsets_[slot], offsets_[slot] + in_.footprint[slot], first_[slot]};
+  list_ref& x = lists_[list];
+  entries_[x.begin + x.fill++] = {offsets_[slot], offsets_[slot] + in_.footprint[slot]};
 }
 
 // Appends to cand_ the slots starting in [l, r), visiting only subtrees that hold one.
@@ -110,9 +110,9 @@ void greedy_placer::collect_starts(std::size_t node, std::size_t lo, std::size_t
   if (hi - lo <= 32) {  // a short range: its leaves directly (cheaper than the tree)
     for (std::size_t p = std::max(lo, l); p < std::min(hi, r); ++p) {
       const std::size_t list = 2 * leaves_ + p;
-      const index_entry* e = entries_.data() + list_begin_[list];
-      const std::uint32_t n = list_fill_[list];
-      for (std::uint32_t k = 0; k < n; ++k) cand_.push_back({e[k].offset, e[k].end});
+      const index_entry* e = entries_.data() + lists_[list].begin;
+      const std::uint32_t n = lists_[list].fill;
+      for (std::uint32_t k = 0; k < n; ++k) cand_.push_back(e[k]);
       work_ += 1 + n;
     }
     return;
@@ -124,24 +124,22 @@ void greedy_placer::collect_starts(std::size_t node, std::size_t lo, std::size_t
 
 std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
                                    std::uint64_t give_up_above) {
-  std::fill(list_fill_.begin(), list_fill_.end(), 0);
+  for (list_ref& x : lists_) x.fill = 0;
   std::fill(start_count_.begin(), start_count_.end(), 0);
   std::fill(offsets_.begin(), offsets_.end(), not_in_slab);
   std::uint64_t slab = 0;
   for (const std::uint32_t i : order) {
     const std::size_t l = first_[i], r = last_[i];
-    // The slots that meet [l, r): those live at l that started before it, then
-    // those that start inside it (Note [Time index]).
+    // The slots that meet [l, r): those live at l, then those that start inside
+    // (l, r) (Note [Time index]).
     cand_.clear();
     for (std::size_t node = leaves_ + l; node >= 1; node >>= 1) {
-      const index_entry* e = entries_.data() + list_begin_[node];
-      const std::uint32_t n = list_fill_[node];
-      for (std::uint32_t k = 0; k < n; ++k) {
-        if (e[k].first < l) cand_.push_back({e[k].offset, e[k].end});
-      }
+      const index_entry* e = entries_.data() + lists_[node].begin;
+      const std::uint32_t n = lists_[node].fill;
+      for (std::uint32_t k = 0; k < n; ++k) cand_.push_back(e[k]);
       work_ += n;
     }
-    collect_starts(1, 0, leaves_, l, r);
+    collect_starts(1, 0, leaves_, l + 1, r);
     work_ += cand_.size();
     // By offset; slots at the same offset in any order (after the first of them no
     // gap can end at that offset). Note [One-word sort keys]: when offsets fit in 40
@@ -159,14 +157,16 @@ std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
     };
     if (slab < (std::uint64_t{1} << 40) && cand_.size() < (std::size_t{1} << 24)) {
       packed_.clear();
-      for (std::size_t c = 0; c < cand_.size(); ++c) packed_.push_back(cand_[c].first << 24 | c);
+      for (std::size_t c = 0; c < cand_.size(); ++c) packed_.push_back(cand_[c].offset << 24 | c);
       std::sort(packed_.begin(), packed_.end());
       for (const std::uint64_t key : packed_) {
         const auto& [oj, ej] = cand_[key & ((std::uint64_t{1} << 24) - 1)];
         consider(oj, ej);
       }
     } else {
-      std::sort(cand_.begin(), cand_.end());
+      std::sort(cand_.begin(), cand_.end(), [](const index_entry& x, const index_entry& y) {
+        return x.offset != y.offset ? x.offset < y.offset : x.end < y.end;
+      });
       for (const auto& [oj, ej] : cand_) consider(oj, ej);
     }
     if (best == not_in_slab) best = align_up(end, al);

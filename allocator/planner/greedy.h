@@ -42,11 +42,12 @@ absl::StatusOr<greedy_input> prepare_greedy(const trace& t, const planner_option
 // Places allocations in a given order; reusable across orders of the same input.
 // Note [Time index]: lifetimes are mapped onto the distinct allocation positions
 // (two lifetimes intersect exactly when their mapped ranges do, since every alloc_at
-// is one of those positions). The slots that meet a lifetime [l, r) are those that
-// start inside it, found in a count-pruned segment tree over start positions, and
-// those live at l that started before it, found by a stabbing query on a segment tree
-// holding each slot at O(log n) nodes. Each is found once: a query costs O(log n)
-// plus O(log n) per slot found, whatever the lifetimes' lengths.
+// is one of those positions). The slots that meet a lifetime [l, r) are those live at
+// l, found by a stabbing query on a segment tree holding each slot at the O(log n)
+// canonical nodes of its range (a slot live at l sits at exactly one node on l's path
+// to the root, so no filter is needed), and those that start inside (l, r), found in
+// a count-pruned segment tree over start positions. Each is found once: a query costs
+// O(log n) plus O(log n) per slot found, whatever the lifetimes' lengths.
 class greedy_placer {
  public:
   explicit greedy_placer(const greedy_input& in);
@@ -76,18 +77,20 @@ class greedy_placer {
   // Note [Lists in place]: the lists are lists 0 .. 2 * leaves_ - 1 (per tree node: the
   // slots held there for stabbing queries) and 2 * leaves_ + p (the slots starting at
   // leaf p). Which slots a list will hold depends only on the lifetimes, not on the
-  // order, so each list has its own run of entries_, sized once (list_begin_); a
-  // place() fills each run from its start (list_fill_), and a query scans the filled
+  // order, so each list has its own run of entries_, sized once (list_ref::begin); a
+  // place() fills each run from its start (list_ref::fill), and a query scans the filled
   // part: contiguous memory, where linked lists missed the cache once per slot. Each
-  // entry carries what a query needs (its first position, offset and end).
+  // entry carries what a query needs (the slot's offset and end).
   struct index_entry {
     std::uint64_t offset, end;
-    std::uint32_t first;
   };
-  std::vector<std::uint32_t> list_begin_;   // per list, and one past the last
-  std::vector<std::uint32_t> list_fill_;    // per list: entries filled in this place()
+  struct list_ref {
+    std::uint32_t begin;  // the run's first entry
+    std::uint32_t fill;   // entries filled in this place()
+  };
+  std::vector<list_ref> lists_;
   std::vector<index_entry> entries_;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> cand_;  // (offset, end) of the slots met
+  std::vector<index_entry> cand_;                              // the slots met
   std::vector<std::uint64_t> packed_;                          // offset << 24 | index in cand_
   std::vector<std::uint64_t> offsets_;
   std::uint64_t work_ = 0;
