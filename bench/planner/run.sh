@@ -42,7 +42,8 @@ section = f"""<!-- planner:begin -->
 ## Planner: slab / lower bound and plan time
 
 {datetime.date.today()}, commit {commit}, {cpu} ({ncpu} CPUs, load average {load} when run:
-the machine is shared, so times are this thread's CPU time, median of {runs} runs).
+the machine is shared, so times are this thread's CPU time, median of {runs} runs;
+the large traces also give the fastest run).
 Command: `bash bench/planner/run.sh {dirs}` (traces recorded by
 `scripts/record_trace.py`: random weights, eval, no_grad, one steady-state iteration).
 Traces already in the build folder's planner_traces/ are reused (delete them to
