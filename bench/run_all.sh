@@ -6,7 +6,8 @@
 # bench/RESULTS.md (the other sections are kept).
 #
 # Usage: bench/run_all.sh            full run (about 25 minutes on a 2-core machine)
-#        QUICK=1 bench/run_all.sh    quick run (about 5 minutes)
+#        QUICK=1 bench/run_all.sh    quick run (about 5 minutes on 2 idle cores; 9 measured
+#                                    with other builds running)
 # Environment: BUILD_DIR (default <repo>/build-bench; configured with libtorch on),
 #   E2E_ROUNDS, E2E_CELLS (see bench/e2e/run_e2e.py) to override the e2e matrix.
 # The first run also makes the models (scripts/make_models.py, a few minutes; kept

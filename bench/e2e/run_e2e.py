@@ -40,10 +40,13 @@ ALLOCATORS = ["glibc", "jemalloc", "tcmalloc", "mimalloc", "replay-auto", "repla
 # 2-core shared machine whose libtorch uses the generic (reference) BLAS: there a
 # ResNet-50 inference takes ~0.9 s of CPU and the BERT-like b8 one ~12 s.
 QUICK_CELLS = "mobilenet_v3_large:1:6:8,mobilenet_v3_large:2:6:6,lstm:1:6:8"
+# Three rounds of the full matrix take about 25 minutes on 2 idle cores (measured: one
+# round of the earlier matrix with bert_b8 took ~50 min under load). bert_b8 (~12 s of CPU
+# per inference) only through --cells / E2E_CELLS, e.g. "bert_b8:1:2:3".
 FULL_CELLS = ("mobilenet_v3_large:1:6:12,mobilenet_v3_large:2:6:10,mobilenet_v3_large:4:6:6,"
               "lstm:1:6:12,lstm:2:6:8,lstm:4:6:5,"
-              "resnet50:1:6:6,resnet50:2:6:4,resnet50:4:6:3,"
-              "bert_b1:1:6:6,bert_b1:2:6:4,bert_b8:1:5:3")
+              "resnet50:1:4:5,resnet50:2:4:3,resnet50:4:4:2,"
+              "bert_b1:1:4:4,bert_b1:2:4:3")
 
 
 def parse_cells(spec):
