@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "support/byte_io.h"
 #include "support/config.h"
 #include "support/hash.h"
 #include "support/status.h"
@@ -17,48 +18,6 @@ namespace {
 constexpr char magic[8] = {'R', 'P', 'L', 'Y', 'P', 'L', 'A', 'N'};
 // A plan file's strings (version, algorithm) are short; anything longer is corrupt.
 constexpr std::uint32_t max_string = 4096;
-
-template <class T>
-void put(std::string& out, T v) {
-  char b[sizeof(T)];
-  std::memcpy(b, &v, sizeof(T));
-  out.append(b, sizeof(T));
-}
-
-void put_string(std::string& out, std::string_view s) {
-  put<std::uint32_t>(out, static_cast<std::uint32_t>(s.size()));
-  out.append(s);
-}
-
-class reader {
- public:
-  explicit reader(std::string_view s) : s_(s) {}
-  template <class T>
-  bool get(T* v) {
-    if (s_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(v, s_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  bool get_view(std::uint64_t n, std::string_view* out) {
-    if (s_.size() - pos_ < n) return false;
-    *out = s_.substr(pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool get_string(std::string* out, std::uint32_t max) {
-    std::uint32_t n = 0;
-    std::string_view v;
-    if (!get(&n) || n > max || !get_view(n, &v)) return false;
-    out->assign(v);
-    return true;
-  }
-  std::size_t left() const { return s_.size() - pos_; }
-
- private:
-  std::string_view s_;
-  std::size_t pos_ = 0;
-};
 
 }  // namespace
 
@@ -77,19 +36,19 @@ std::string encode_plan(const plan_file& f) {
   std::string out;
   out.reserve(128 + tr.size() + 8 * f.p.offsets.size());
   out.append(magic, sizeof magic);
-  put<std::uint32_t>(out, plan_format_version);
-  put<std::uint32_t>(out, 0);  // flags, reserved
-  put_string(out, f.library_version);
-  put_string(out, f.p.algorithm);
-  put<std::uint64_t>(out, f.slot_align);
-  put<std::uint64_t>(out, f.p.slab_bytes);
-  put<std::uint64_t>(out, f.p.lower_bound_bytes);
-  put<std::uint64_t>(out, f.signature);
-  put<std::uint64_t>(out, tr.size());
+  detail::put<std::uint32_t>(out, plan_format_version);
+  detail::put<std::uint32_t>(out, 0);  // flags, reserved
+  detail::put_string(out, f.library_version);
+  detail::put_string(out, f.p.algorithm);
+  detail::put<std::uint64_t>(out, f.slot_align);
+  detail::put<std::uint64_t>(out, f.p.slab_bytes);
+  detail::put<std::uint64_t>(out, f.p.lower_bound_bytes);
+  detail::put<std::uint64_t>(out, f.signature);
+  detail::put<std::uint64_t>(out, tr.size());
   out.append(tr);
-  put<std::uint64_t>(out, f.p.offsets.size());
-  for (const std::uint64_t off : f.p.offsets) put(out, off);
-  put<std::uint32_t>(out, detail::crc32c(0, out.data(), out.size()));
+  detail::put<std::uint64_t>(out, f.p.offsets.size());
+  for (const std::uint64_t off : f.p.offsets) detail::put(out, off);
+  detail::put<std::uint32_t>(out, detail::crc32c(0, out.data(), out.size()));
   return out;
 }
 
@@ -97,7 +56,7 @@ absl::StatusOr<plan_file> decode_plan(std::string_view bytes) {
   REPLAYALLOC_EXPECTS(bytes.size() >= sizeof magic + 12 &&
                           std::memcmp(bytes.data(), magic, sizeof magic) == 0,
                       "not a replayalloc plan file (bad magic)");
-  reader r(bytes.substr(sizeof magic));
+  detail::byte_reader r(bytes.substr(sizeof magic));
   std::uint32_t version = 0, flags = 0;
   r.get(&version);
   REPLAYALLOC_EXPECTS(version == plan_format_version, "plan file has format version ", version,
@@ -107,7 +66,7 @@ absl::StatusOr<plan_file> decode_plan(std::string_view bytes) {
   const std::string_view body = bytes.substr(0, bytes.size() - 4);
   REPLAYALLOC_EXPECTS(detail::crc32c(0, body.data(), body.size()) == stored_crc,
                       "plan file checksum mismatch (corrupt or truncated file)");
-  r = reader(body.substr(sizeof magic + 4));
+  r = detail::byte_reader(body.substr(sizeof magic + 4));
   plan_file f;
   std::uint64_t trace_len = 0, n_offsets = 0;
   std::string_view trace_bytes;

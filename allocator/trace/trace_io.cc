@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "support/byte_io.h"
 #include "support/config.h"
 #include "support/hash.h"
 #include "support/status.h"
@@ -21,37 +22,6 @@ namespace {
 
 constexpr char magic[8] = {'R', 'P', 'L', 'Y', 'T', 'R', 'C', 'E'};
 constexpr std::size_t record_bytes = 48;
-
-template <class T>
-void put(std::string& out, T v) {
-  char b[sizeof(T)];
-  std::memcpy(b, &v, sizeof(T));
-  out.append(b, sizeof(T));
-}
-
-class reader {
- public:
-  explicit reader(std::string_view s) : s_(s) {}
-  template <class T>
-  bool get(T* v) {
-    if (s_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(v, s_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  bool get_bytes(std::size_t n, std::string* out) {
-    if (s_.size() - pos_ < n) return false;
-    out->assign(s_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-  std::size_t pos() const { return pos_; }
-  std::size_t left() const { return s_.size() - pos_; }
-
- private:
-  std::string_view s_;
-  std::size_t pos_ = 0;
-};
 
 // Splits one CSV line into fields, honouring RFC 4180 quotes. False on a bad quote.
 bool split_csv(std::string_view line, std::vector<std::string>* fields) {
@@ -114,34 +84,34 @@ std::string encode_trace_binary(const trace& t) {
   std::string out;
   out.reserve(64 + t.key.size() + t.allocations.size() * record_bytes);
   out.append(magic, sizeof magic);
-  put<std::uint32_t>(out, trace_format_version);
-  put<std::uint32_t>(out, 0);  // flags, reserved
-  put<std::uint64_t>(out, t.allocations.size());
-  put<std::uint64_t>(out, t.ops.size());
+  detail::put<std::uint32_t>(out, trace_format_version);
+  detail::put<std::uint32_t>(out, 0);  // flags, reserved
+  detail::put<std::uint64_t>(out, t.allocations.size());
+  detail::put<std::uint64_t>(out, t.ops.size());
   // The event counter must cover every position; a trace built by hand may leave it 0.
   std::uint64_t events = t.events;
   for (const trace_allocation& a : t.allocations) {
     events = std::max(events, a.outlives() ? a.alloc_at + 1 : a.free_at);
   }
-  put<std::uint64_t>(out, events);
-  put<std::uint64_t>(out, t.signature());
-  put<std::uint32_t>(out, static_cast<std::uint32_t>(t.key.size()));
+  detail::put<std::uint64_t>(out, events);
+  detail::put<std::uint64_t>(out, t.signature());
+  detail::put<std::uint32_t>(out, static_cast<std::uint32_t>(t.key.size()));
   out.append(t.key);
   for (const trace_allocation& a : t.allocations) {
-    put(out, a.id);
-    put(out, a.size);
-    put(out, a.alloc_at);
-    put(out, a.free_at);
-    put(out, a.align);
-    put(out, a.op);
-    put(out, a.thread);
-    put<std::uint32_t>(out, 0);
+    detail::put(out, a.id);
+    detail::put(out, a.size);
+    detail::put(out, a.alloc_at);
+    detail::put(out, a.free_at);
+    detail::put(out, a.align);
+    detail::put(out, a.op);
+    detail::put(out, a.thread);
+    detail::put<std::uint32_t>(out, 0);
   }
   for (const std::string& op : t.ops) {
-    put<std::uint32_t>(out, static_cast<std::uint32_t>(op.size()));
+    detail::put<std::uint32_t>(out, static_cast<std::uint32_t>(op.size()));
     out.append(op);
   }
-  put<std::uint32_t>(out, detail::crc32c(0, out.data(), out.size()));
+  detail::put<std::uint32_t>(out, detail::crc32c(0, out.data(), out.size()));
   return out;
 }
 
@@ -152,7 +122,7 @@ absl::StatusOr<trace> decode_trace_binary(std::string_view bytes) {
   std::uint32_t stored_crc;
   std::memcpy(&stored_crc, bytes.data() + bytes.size() - 4, 4);
   const std::string_view body = bytes.substr(0, bytes.size() - 4);
-  reader r(body);
+  detail::byte_reader r(body);
   std::string skipped;
   r.get_bytes(sizeof magic, &skipped);  // the magic, checked above
   std::uint32_t version = 0, flags = 0;
