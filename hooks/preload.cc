@@ -3,7 +3,9 @@
 //   LD_PRELOAD=libreplayalloc_preload.so ./my_inference_service
 //
 // Layer: hooks, over the C API (allocator/include/replayalloc/replayalloc.h). Every
-// function of the allocation interface forwards in one line. What makes this safe:
+// function of the allocation interface forwards in one line; malloc, free, operator
+// new and delete inline the C API's fast paths (runtime/entry.h), so the replay hit
+// and jemalloc's small blocks cost no extra call here. What makes this safe:
 //  * start-up: nothing here runs before the first call; the engine is made on first
 //    use under the re-entry guard, reads the environment from `environ` itself, and any
 //    allocation made while it is being made (by libc, jemalloc, Abseil) goes straight
@@ -23,6 +25,7 @@
 #include <new>
 
 #include "replayalloc/replayalloc.h"
+#include "runtime/entry.h"
 
 #define RA_HOOK extern "C" __attribute__((visibility("default")))
 
@@ -38,8 +41,9 @@ std::size_t page_size() {
 // operator new's contract: retry through the new_handler, else throw.
 void* new_impl(std::size_t size, std::size_t align) {
   for (;;) {
-    void* p = align <= alignof(std::max_align_t) ? replayalloc_malloc(size == 0 ? 1 : size)
-                                                 : replayalloc_aligned_alloc(align, size == 0 ? 1 : size);
+    void* p = align <= alignof(std::max_align_t)
+                  ? replayalloc::detail::entry_alloc(size == 0 ? 1 : size, replayalloc::detail::malloc_align)
+                  : replayalloc_aligned_alloc(align, size == 0 ? 1 : size);
     if (p != nullptr) return p;
     std::new_handler h = std::get_new_handler();
     if (h == nullptr) throw std::bad_alloc();
@@ -57,8 +61,10 @@ void* new_nothrow(std::size_t size, std::size_t align) noexcept {
 
 }  // namespace
 
-RA_HOOK void* malloc(size_t size) noexcept { return replayalloc_malloc(size); }
-RA_HOOK void free(void* p) noexcept { replayalloc_free(p); }
+RA_HOOK void* malloc(size_t size) noexcept {
+  return replayalloc::detail::entry_alloc(size, replayalloc::detail::malloc_align);
+}
+RA_HOOK void free(void* p) noexcept { replayalloc::detail::entry_free(p); }
 RA_HOOK void* calloc(size_t n, size_t size) noexcept { return replayalloc_calloc(n, size); }
 RA_HOOK void* realloc(void* p, size_t size) noexcept { return replayalloc_realloc(p, size); }
 RA_HOOK size_t malloc_usable_size(void* p) noexcept { return replayalloc_usable_size(p); }
@@ -120,27 +126,27 @@ __attribute__((visibility("default"))) void* operator new[](std::size_t n, std::
                                                             const std::nothrow_t&) noexcept {
   return new_nothrow(n, static_cast<std::size_t>(a));
 }
-__attribute__((visibility("default"))) void operator delete(void* p) noexcept { replayalloc_free(p); }
-__attribute__((visibility("default"))) void operator delete[](void* p) noexcept { replayalloc_free(p); }
-__attribute__((visibility("default"))) void operator delete(void* p, std::size_t) noexcept { replayalloc_free(p); }
-__attribute__((visibility("default"))) void operator delete[](void* p, std::size_t) noexcept { replayalloc_free(p); }
-__attribute__((visibility("default"))) void operator delete(void* p, std::align_val_t) noexcept { replayalloc_free(p); }
-__attribute__((visibility("default"))) void operator delete[](void* p, std::align_val_t) noexcept { replayalloc_free(p); }
+__attribute__((visibility("default"))) void operator delete(void* p) noexcept { replayalloc::detail::entry_free(p); }
+__attribute__((visibility("default"))) void operator delete[](void* p) noexcept { replayalloc::detail::entry_free(p); }
+__attribute__((visibility("default"))) void operator delete(void* p, std::size_t) noexcept { replayalloc::detail::entry_free(p); }
+__attribute__((visibility("default"))) void operator delete[](void* p, std::size_t) noexcept { replayalloc::detail::entry_free(p); }
+__attribute__((visibility("default"))) void operator delete(void* p, std::align_val_t) noexcept { replayalloc::detail::entry_free(p); }
+__attribute__((visibility("default"))) void operator delete[](void* p, std::align_val_t) noexcept { replayalloc::detail::entry_free(p); }
 __attribute__((visibility("default"))) void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
-  replayalloc_free(p);
+  replayalloc::detail::entry_free(p);
 }
 __attribute__((visibility("default"))) void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
-  replayalloc_free(p);
+  replayalloc::detail::entry_free(p);
 }
 __attribute__((visibility("default"))) void operator delete(void* p, const std::nothrow_t&) noexcept {
-  replayalloc_free(p);
+  replayalloc::detail::entry_free(p);
 }
 __attribute__((visibility("default"))) void operator delete[](void* p, const std::nothrow_t&) noexcept {
-  replayalloc_free(p);
+  replayalloc::detail::entry_free(p);
 }
 __attribute__((visibility("default"))) void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  replayalloc_free(p);
+  replayalloc::detail::entry_free(p);
 }
 __attribute__((visibility("default"))) void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  replayalloc_free(p);
+  replayalloc::detail::entry_free(p);
 }

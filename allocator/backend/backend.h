@@ -30,6 +30,27 @@ inline bool inject_failure() noexcept {
          g_engine_failures.fetch_sub(1, std::memory_order_relaxed) > 0;
 }
 
+// Serves ordinary requests through jemalloc's own malloc/calloc/free (its fast path)
+// instead of mallocx/dallocx, once found; false when they could not be found (then
+// nothing changes). Call once, under the reentry guard; the engine does, when made.
+bool use_fast_entry_points() noexcept;
+
+// Gives the backend's free pages back to the system (jemalloc: flushes this thread's
+// cache and purges every arena; glibc: malloc_trim). Slow (madvise): called once per
+// host slab made (replay/slab_pool.cc), so that the pages the slab's iterations used
+// from the backend until then (recording, passing through) and the slab's own are not
+// resident at the same time.
+void release_free_memory() noexcept;
+
+// The backend's own malloc and free for ordinary requests (alignment <= malloc_align,
+// size >= malloc_align), to call inline: jemalloc's, once use_fast_entry_points() found
+// them; null otherwise (the libc backend; AddressSanitizer builds, whose blocks
+// fallback_alloc must unpoison), and then fallback_alloc/fallback_free serve.
+using plain_malloc_fn = void* (*)(std::size_t);
+using plain_free_fn = void (*)(void*);
+extern std::atomic<plain_malloc_fn> g_plain_malloc;
+extern std::atomic<plain_free_fn> g_plain_free;
+
 // pre: align is a power of two. Returns null on failure (errno untouched).
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept;
 void* fallback_calloc(std::size_t size) noexcept;

@@ -13,6 +13,13 @@
 
 namespace replayalloc::detail::backend {
 
+std::atomic<plain_malloc_fn> g_plain_malloc{nullptr};  // fallback_alloc is malloc already
+std::atomic<plain_free_fn> g_plain_free{nullptr};
+
+bool use_fast_entry_points() noexcept { return true; }  // malloc and free already
+
+void release_free_memory() noexcept { ::malloc_trim(0); }
+
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
   if (inject_failure()) [[unlikely]] return nullptr;
   if (size == 0) size = 1;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <new>
 
+#include "backend/backend.h"
 #include "backend/slab_range.h"
 #include "support/log.h"
 
@@ -17,6 +18,11 @@ class host_slab_source final : public slab_source {
  public:
   explicit host_slab_source(bool prefault) : prefault_(prefault) {}
   void* map(std::size_t bytes, const char** why) override {
+    // The iterations this slab will serve were served by the backend until now
+    // (recorded, or passed through while other threads held the slabs): their blocks
+    // are free there but their pages resident. Give them back before the slab's pages
+    // are faulted in, so peak RSS is not both (one purge per slab made).
+    backend::release_free_memory();
     bool over = false;
     void* p = backend::map_slab(bytes, bytes, prefault_,
                                 g_host_slab_limit.load(std::memory_order_relaxed), &over);

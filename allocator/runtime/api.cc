@@ -1,5 +1,5 @@
 // The C API (replayalloc.h) and the C++ helpers over it. Each entry point is the fast
-// path inline, then one call into the engine.
+// path inline (runtime/entry.h), then one call into the engine.
 #include <cerrno>
 #include <cstring>
 
@@ -10,6 +10,7 @@
 #include "replayalloc/replayalloc.hpp"
 #include "runtime/check.h"
 #include "runtime/engine.h"
+#include "runtime/entry.h"
 #include "support/reentry.h"
 
 using replayalloc::detail::engine;
@@ -25,47 +26,48 @@ inline replayalloc::detail::slab* host_owner(const void* p) {
   return static_cast<replayalloc::detail::slab*>(backend::chunk_owner(p));
 }
 
-// Everything the hit does not serve: outside a replaying iteration, re-entrant calls,
-// misses. Out of line so that the entry points need no stack frame.
-REPLAYALLOC_NOINLINE void* alloc_slow(std::size_t size, std::size_t align) {
+}  // namespace
+
+namespace replayalloc::detail {
+
+// Everything the hit does not serve: requests below the minimum size, outside a
+// replaying iteration, re-entrant calls, misses.
+void* entry_alloc_slow(std::size_t size, std::size_t align) {
+  thread_state& t = tls_state;
   // Re-entrant calls (the engine allocating, also while it is being made) go straight
   // to the backend without touching the engine (invariant 5).
-  if (replayalloc::detail::in_engine()) [[unlikely]] {
+  if (in_engine()) [[unlikely]] {
     void* p = backend::fallback_alloc(size, align);
     if (p == nullptr) errno = ENOMEM;
     return p;
   }
-  return engine::get().alloc_slow(tls_state, size, align, false);
+  // Below the minimum size (t.min_size is 0 until the thread is registered).
+  if (size < t.min_size && !check::enabled()) [[likely]] return alloc_below_min(t, size, align, false);
+  return engine::get().alloc_slow(t, size, align, false);
 }
 
-REPLAYALLOC_ALWAYS_INLINE void* alloc(std::size_t size, std::size_t align) {
-  thread_state& t = tls_state;
-  if (t.host.ph == phase::replay && !replayalloc::detail::in_engine()) [[likely]] {
-    if (void* p = replayalloc::detail::replay_try_hit(t.host.cursor, size, align)) [[likely]] {
-      return p;
-    }
-  }
-  return alloc_slow(size, align);
-}
-
-REPLAYALLOC_NOINLINE void free_slow(void* ptr) {
+void entry_free_slow(void* ptr) {
   if (ptr == nullptr) return;
   thread_state& t = tls_state;
-  if (replayalloc::detail::check::enabled() && !replayalloc::detail::in_engine()) [[unlikely]] {
+  if (check::enabled() && !in_engine()) [[unlikely]] {
     engine::get().free_checked(t, ptr);
     return;
   }
   if (backend::in_slab_range(ptr)) {
     if (!t.registered) [[unlikely]] engine::get().register_thread(t);  // a remote free
-    replayalloc::detail::replay_free_slow(t.host.cursor, ptr, host_owner(ptr));
+    replay_free_slow(t.host.cursor, ptr, host_owner(ptr));
     return;
   }
-  if (replayalloc::detail::in_engine()) [[unlikely]] {
+  if (in_engine()) [[unlikely]] {
     backend::fallback_free(ptr);
     return;
   }
   engine::get().free_backend(t, ptr);
 }
+
+}  // namespace replayalloc::detail
+
+namespace {
 
 bool valid_alignment(std::size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
@@ -96,7 +98,7 @@ REPLAYALLOC_EXPORT int replayalloc_iteration_recording(void) {
   return t.depth > 0 && t.host.ph == phase::record ? 1 : 0;
 }
 
-REPLAYALLOC_EXPORT void* replayalloc_malloc(size_t size) { return alloc(size, malloc_align); }
+REPLAYALLOC_EXPORT void* replayalloc_malloc(size_t size) { return replayalloc::detail::entry_alloc(size, malloc_align); }
 
 REPLAYALLOC_EXPORT void* replayalloc_calloc(size_t count, size_t size) {
   size_t bytes;
@@ -109,7 +111,11 @@ REPLAYALLOC_EXPORT void* replayalloc_calloc(size_t count, size_t size) {
     if (p == nullptr) errno = ENOMEM;
     return p;
   }
-  return engine::get().alloc_slow(tls_state, bytes, malloc_align, true);
+  thread_state& t = tls_state;
+  if (bytes < t.min_size && !replayalloc::detail::check::enabled()) [[likely]] {
+    return replayalloc::detail::alloc_below_min(t, bytes, malloc_align, true);
+  }
+  return engine::get().alloc_slow(t, bytes, malloc_align, true);
 }
 
 REPLAYALLOC_EXPORT void* replayalloc_aligned_alloc(size_t alignment, size_t size) {
@@ -126,7 +132,7 @@ REPLAYALLOC_EXPORT void* replayalloc_aligned_alloc(size_t alignment, size_t size
     }
     return p;
   }
-  return alloc(size, alignment < malloc_align ? malloc_align : alignment);
+  return replayalloc::detail::entry_alloc(size, alignment < malloc_align ? malloc_align : alignment);
 }
 
 REPLAYALLOC_EXPORT int replayalloc_posix_memalign(void** out, size_t alignment, size_t size) {
@@ -141,14 +147,7 @@ REPLAYALLOC_EXPORT int replayalloc_posix_memalign(void** out, size_t alignment, 
   return 0;
 }
 
-REPLAYALLOC_EXPORT void replayalloc_free(void* ptr) {
-  // NULL is not in the slab range: it takes the slow path, which ignores it.
-  if (backend::in_slab_range(ptr) && replayalloc::detail::replay_try_free(tls_state.host.cursor, ptr))
-      [[likely]] {
-    return;
-  }
-  free_slow(ptr);
-}
+REPLAYALLOC_EXPORT void replayalloc_free(void* ptr) { replayalloc::detail::entry_free(ptr); }
 
 REPLAYALLOC_EXPORT void replayalloc_free_sized(void* ptr, size_t size) {
   if (ptr == nullptr) return;

@@ -13,6 +13,9 @@
 #include "support/reentry.h"
 
 namespace replayalloc::detail::check {
+
+std::atomic<bool> g_enabled{false};
+
 namespace {
 
 struct block {
@@ -38,7 +41,6 @@ struct shadow {
   ihash<std::uintptr_t, block> freed;
 };
 
-std::atomic<bool> g_enabled{false};
 const char* (*g_op_name)(std::uint32_t) = nullptr;
 
 shadow& map() {
@@ -69,7 +71,6 @@ void enable(const char* (*op_name)(std::uint32_t)) {
   g_enabled.store(true, std::memory_order_release);
 }
 
-bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
 
 void on_alloc(const void* p, std::size_t size, std::uint32_t op, std::uint32_t thread,
               bool in_slab) {

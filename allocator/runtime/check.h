@@ -16,6 +16,7 @@
 // Never allocates through the interposed allocator (invariant 5: internal allocator).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -23,7 +24,9 @@ namespace replayalloc::detail::check {
 
 // Set once, before any block is handed out (the engine's constructor).
 void enable(const char* (*op_name)(std::uint32_t op));
-bool enabled();
+// Inline: read on every slow-path request (one relaxed load).
+extern std::atomic<bool> g_enabled;
+inline bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
 
 // A block of `size` bytes at p was handed out for `op` on thread `thread`. Aborts when
 // it overlaps a live block.

@@ -25,17 +25,6 @@ namespace replayalloc::detail {
 
 constinit thread_local thread_state tls_state REPLAYALLOC_TLS_IE;
 
-struct auto_state {
-  explicit auto_state(std::uint32_t history) : det(history) {}
-  period_detector det;
-  absl::flat_hash_map<const void*, std::uint64_t, absl::Hash<const void*>, std::equal_to<const void*>,
-                      backend::internal_allocator<std::pair<const void* const, std::uint64_t>>>
-      live;
-  std::uint64_t live_bytes = 0;
-  char key[48] = "";
-  std::uint32_t deviated_in_a_row = 0;
-};
-
 namespace {
 
 pthread_key_t g_exit_key;
@@ -76,7 +65,7 @@ void add_domain(Stats& s, const domain_state& d) {
   auto ld = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   s.slab_hits += ld(d.slab_hits);
   s.bytes_from_slab += ld(d.hit_bytes);
-  s.passthrough += ld(d.passthrough) + ld(c.bypassed);
+  s.passthrough += ld(d.passthrough) + ld(d.below_min) + ld(c.bypassed);
   s.below_min_size += ld(d.below_min) + ld(c.bypassed);
   s.bytes_from_backend += ld(d.backend_bytes) + ld(c.miss_bytes) + ld(c.bypassed_bytes);
   s.fallback_no_slab += ld(d.no_slab_fallbacks);
@@ -152,6 +141,7 @@ engine& engine::get() {
 
 engine::engine() : opts_(process_options()) {
   reentry_guard guard;
+  backend::use_fast_entry_points();
   if (opts_.mode != run_mode::off) slabs_ok_ = backend::reserve_slab_range(opts_.reserve_bytes);
   set_host_slab_limit(opts_.max_slab_memory);
   pthread_key_create(&g_exit_key, thread_exit_hook);
@@ -468,6 +458,7 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
   if (a.det.found() && a.det.count() == a.det.next_boundary()) {
     a.live.clear();
     a.live_bytes = 0;
+    a.filter_clear();
     std::snprintf(a.key, sizeof a.key, "auto/%016llx/p%u",
                   static_cast<unsigned long long>(a.det.signature()), a.det.period());
     REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations; iterations of '%s' begin",
@@ -488,6 +479,7 @@ void engine::auto_track(thread_state& t, const void* p, std::size_t size) {
   if (t.autod == nullptr || t.auto_iteration || t.marks_own) return;
   reentry_guard guard;
   auto [it, fresh] = t.autod->live.try_emplace(p, size);
+  if (fresh) t.autod->filter_add(p);
   if (!fresh) {
     t.autod->live_bytes -= it->second;
     it->second = size;
@@ -502,6 +494,7 @@ void engine::auto_untrack(thread_state& t, const void* p) {
   if (it == t.autod->live.end()) return;
   t.autod->live_bytes -= it->second;
   t.autod->live.erase(it);
+  t.autod->filter_remove(p);
 }
 
 int engine::begin(thread_state& t, const char* key) {
@@ -900,7 +893,10 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
   }
   if (in_engine()) return zero ? backend::fallback_calloc(size) : backend::fallback_alloc(size, align);
   register_thread(t);
-  const bool watched = opts_.mode == run_mode::automatic && size >= t.min_size && size > 0;
+  // Below the minimum: never recorded, planned or watched (api.cc takes this path
+  // before calling here when it can).
+  if (size < t.min_size || size == 0) return alloc_below_min(t, size, align, zero);
+  const bool watched = opts_.mode == run_mode::automatic;
   if (watched) auto_before_alloc(t, size);
   domain_state& d = t.host;
   if (d.ph == phase::replay) {
@@ -922,13 +918,12 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
   }
   if (zero && align > malloc_align) std::memset(p, 0, size);
   bump(d.backend_bytes, size);
-  if (size < t.min_size || size == 0) bump(d.below_min);
-  if (d.no_slab && size >= t.min_size && size > 0) {
+  if (d.no_slab) {
     bump(d.no_slab_fallbacks);
   } else {
     bump(d.passthrough);
   }
-  if (d.ph == phase::record && size >= t.min_size && size > 0) record_alloc(d, p, size, align);
+  if (d.ph == phase::record) record_alloc(d, p, size, align);
   if (watched) auto_track(t, p, size);
   return p;
 }

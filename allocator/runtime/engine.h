@@ -22,7 +22,9 @@
 // slow path runs under the reentry guard (invariant 5).
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,8 +32,10 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "backend/backend.h"
 #include "planner/planner.h"
 #include "replayalloc/replayalloc.hpp"
+#include "runtime/auto_detect.h"
 #include "runtime/thread_state.h"
 #include "support/options.h"
 #include "trace/trace.h"
@@ -170,6 +174,48 @@ class engine {
   std::atomic<std::uint64_t> plan_files_ignored_{0};
   std::atomic<std::uint64_t> plans_evicted_{0};
 };
+
+// The two requests the preload library sees most (95% of the calls of a Python
+// inference loop), inline so that they cost little more than jemalloc's own fast path:
+//
+// A host request below REPLAYALLOC_MIN_SIZE (or of 0 bytes) from a registered thread:
+// never recorded, planned or watched by auto mode, so it goes straight to the backend,
+// counted as engine::alloc_slow would count it. pre: t registered, check mode off.
+inline void* alloc_below_min(thread_state& t, std::size_t size, std::size_t align, bool zero) {
+  void* p;
+  backend::plain_malloc_fn plain = backend::g_plain_malloc.load(std::memory_order_relaxed);
+  if (plain != nullptr && !zero && align <= malloc_align) [[likely]] {
+    p = plain(size < malloc_align ? malloc_align : size);
+  } else {
+    p = zero && align <= malloc_align ? backend::fallback_calloc(size) : backend::fallback_alloc(size, align);
+  }
+  if (p == nullptr) [[unlikely]] {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (zero && align > malloc_align) std::memset(p, 0, size);
+  // Counted as pass-through below the minimum (stats(): below_min is in both).
+  domain_state& d = t.host;
+  bump(d.below_min);
+  bump(d.backend_bytes, size);
+  return p;
+}
+
+// A free of a backend block (outside the slab range) that neither a recording nor
+// auto mode's watcher needs to see; false (nothing done) otherwise, and the caller
+// goes to engine::free_backend. pre: check mode off, not in the engine.
+inline bool free_backend_plain(thread_state& t, void* p) {
+  if (!t.registered || t.host.ph == phase::record) [[unlikely]] return false;
+  // Auto mode watching this thread: only frees of blocks it may be watching.
+  if (t.autod != nullptr && !t.auto_iteration && !t.marks_own && t.autod->maybe_live(p)) return false;
+  bump(t.host.frees);
+  if (backend::plain_free_fn plain = backend::g_plain_free.load(std::memory_order_relaxed)) [[likely]] {
+    plain(p);
+  } else {
+    backend::fallback_free(p);
+  }
+  return true;
+}
 
 // Writes `s` as the stats JSON object. Returns the length needed (snprintf-style).
 std::size_t format_stats_json(const Stats& s, char* buf, std::size_t cap);

@@ -52,7 +52,7 @@ struct domain_state {
   std::atomic<std::uint64_t> slab_hits{0};
   std::atomic<std::uint64_t> hit_bytes{0};
   std::atomic<std::uint64_t> passthrough{0};
-  std::atomic<std::uint64_t> below_min{0};  // of which below REPLAYALLOC_MIN_SIZE
+  std::atomic<std::uint64_t> below_min{0};  // passed through below REPLAYALLOC_MIN_SIZE (not in passthrough)
   std::atomic<std::uint64_t> backend_bytes{0};
   std::atomic<std::uint64_t> no_slab_fallbacks{0};
   std::atomic<std::uint64_t> frees{0};

@@ -416,13 +416,13 @@ void* device_alloc(std::size_t size, int device, cudaStream_t stream, device_api
       if (dt.d.ph == phase::record) {
         void* p = backend_device_alloc(size, stream, backend_kind::ordinary, api);
         bump(dt.d.backend_bytes, size);
-        bump(dt.d.passthrough);
         // As the host records: what replay would bypass (below REPLAYALLOC_MIN_SIZE)
-        // is not planned.
+        // is not planned. (below_min counts as pass-through too: engine.cc add_domain.)
         if (size < dt.d.cursor.min_size || size == 0) {
           bump(dt.d.below_min);
-        } else if (p != nullptr) {
-          engine::get().record_alloc(dt.d, p, size, device_align);
+        } else {
+          bump(dt.d.passthrough);
+          if (p != nullptr) engine::get().record_alloc(dt.d, p, size, device_align);
         }
         return p;
       }

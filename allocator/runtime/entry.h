@@ -1,0 +1,48 @@
+// replayalloc/runtime/entry.h: the entry points' fast paths, inline.
+//
+// Layer: runtime. runtime/api.cc builds the C API from these; the LD_PRELOAD library
+// (hooks/preload.cc) inlines them into its malloc and free, so an interposed call
+// costs no extra call, PLT or TLS lookup over the C API's. Three cases are served
+// here, everything else by one call into api.cc:
+//   * the replay hit (replay/fast_path.h): a slot of the plan;
+//   * a slab block freed as the recording freed it;
+//   * a backend block freed that neither a recording nor auto mode's watcher needs
+//     to see (engine.h: free_backend_plain): straight to jemalloc's free.
+// A request below REPLAYALLOC_MIN_SIZE (95% of the calls of a Python inference loop)
+// goes to entry_alloc_slow, whose first test sends it to jemalloc's malloc.
+#pragma once
+
+#include <cstddef>
+
+#include "backend/slab_range.h"
+#include "replay/fast_path.h"
+#include "runtime/check.h"
+#include "runtime/engine.h"
+#include "support/config.h"
+#include "support/reentry.h"
+
+namespace replayalloc::detail {
+
+// Out of line (api.cc), hidden: everything the inline paths below do not serve.
+REPLAYALLOC_NOINLINE void* entry_alloc_slow(std::size_t size, std::size_t align);
+REPLAYALLOC_NOINLINE void entry_free_slow(void* ptr);
+
+// pre: align is a power of two >= malloc_align and <= max_slot_align.
+REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align) {
+  thread_state& t = tls_state;
+  if (t.host.ph == phase::replay && !in_engine()) [[likely]] {
+    if (void* p = replay_try_hit(t.host.cursor, size, align)) [[likely]] return p;
+  }
+  return entry_alloc_slow(size, align);
+}
+
+REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
+  if (backend::in_slab_range(ptr)) {
+    if (replay_try_free(tls_state.host.cursor, ptr)) [[likely]] return;
+  } else if (ptr != nullptr && !check::enabled() && !in_engine() && free_backend_plain(tls_state, ptr)) {
+    return;
+  }
+  entry_free_slow(ptr);
+}
+
+}  // namespace replayalloc::detail

@@ -1,0 +1,190 @@
+// The entry points' shortcuts (runtime/entry.h, engine.h: alloc_below_min and
+// free_backend_plain; backend: jemalloc's own malloc/free, release_free_memory; auto
+// mode's free filter). Run with REPLAYALLOC_MIN_SIZE=1K (tests/CMakeLists.txt): the
+// shortcuts must serve exactly what the engine's slow path served, count it the same
+// way, and never disturb a replay.
+#include <gtest/gtest.h>
+#include <jemalloc/jemalloc.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/slab_range.h"
+#include "replayalloc/replayalloc.hpp"
+#include "runtime/auto_detect.h"
+#include "support/pattern.h"
+
+namespace {
+
+using replayalloc::detail::backend::in_slab_range;
+using replayalloc::testing::fill;
+using replayalloc::testing::intact;
+
+constexpr std::size_t kMin = 1024;  // REPLAYALLOC_MIN_SIZE of this suite
+
+struct held {
+  void* p;
+  std::size_t size;
+  std::uint64_t tag;
+};
+
+// One iteration of `key`: planned-size blocks interleaved with small ones (below the
+// minimum), all filled and checked; returns how many planned-size blocks were in a slab.
+int mixed_iteration(const char* key, std::uint64_t salt, int* small_in_slab) {
+  replayalloc::Iteration it(key);
+  const std::size_t sizes[] = {64, 8192, 100, 16384, 512, 0, 24576, 1000};
+  std::vector<held> live;
+  int big_in_slab = 0;
+  for (std::size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+    const std::size_t n = sizes[i];
+    void* p = replayalloc_malloc(n);
+    EXPECT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 16, 0u) << n << " B";
+    if (n >= kMin) {
+      big_in_slab += in_slab_range(p) ? 1 : 0;
+    } else if (in_slab_range(p)) {
+      ++*small_in_slab;
+    }
+    if (n > 0) fill(p, n, salt * 100 + i);
+    live.push_back({p, n, salt * 100 + i});
+  }
+  for (const held& h : live) {
+    if (h.size > 0) EXPECT_TRUE(intact(h.p, h.size, h.tag)) << h.size << " B block overwritten";
+    replayalloc_free(h.p);
+  }
+  return big_in_slab;
+}
+
+// Requests below the minimum never touch the plan: the planned blocks around them
+// replay, they come from the backend, 16-byte aligned, and are counted as
+// below-minimum pass-through, as the engine's slow path counts them.
+TEST(Entry, BelowMinimumBypassesThePlanWithoutDisturbingIt) {
+  int small_in_slab = 0;
+  int replayed = 0;
+  for (int i = 0; i < 8; ++i) replayed = mixed_iteration("entry/mixed", i, &small_in_slab);
+  ASSERT_EQ(replayed, 3) << "the planned blocks between small ones did not replay";
+  const replayalloc::Stats before = replayalloc::stats();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(mixed_iteration("entry/mixed", 100 + i, &small_in_slab), 3);
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_EQ(small_in_slab, 0) << "a request below the minimum was served from a slab";
+  EXPECT_EQ(after.slab_hits - before.slab_hits, 4u * 3);
+  EXPECT_EQ(after.below_min_size - before.below_min_size, 4u * 5);
+  EXPECT_EQ(after.passthrough - before.passthrough, 4u * 5);
+  EXPECT_EQ(after.fallbacks - before.fallbacks, 0u);
+  EXPECT_EQ(after.frees - before.frees, 4u * 8);
+}
+
+// Outside any iteration: the same shortcut, counted as pass-through; calloc zeroes.
+TEST(Entry, BelowMinimumOutsideIterationsAndCalloc) {
+  const replayalloc::Stats before = replayalloc::stats();
+  std::vector<void*> blocks;
+  for (std::size_t n : {std::size_t{1}, std::size_t{8}, std::size_t{16}, std::size_t{200}, kMin - 1}) {
+    void* p = replayalloc_malloc(n);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 16, 0u) << n << " B";
+    std::memset(p, 0xab, n);
+    blocks.push_back(p);
+    auto* z = static_cast<unsigned char*>(replayalloc_calloc(n, 1));
+    ASSERT_NE(z, nullptr);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(z[i], 0) << "calloc(" << n << ") byte " << i;
+    blocks.push_back(z);
+  }
+  for (void* p : blocks) replayalloc_free(p);
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_EQ(after.below_min_size - before.below_min_size, 10u);
+  EXPECT_EQ(after.passthrough - before.passthrough, 10u);
+  EXPECT_EQ(after.frees - before.frees, 10u);
+}
+
+// The backend's fast entry points are in use (this build links jemalloc) and keep
+// glibc's contract: 16-byte alignment at every size, sized frees accepted.
+TEST(Entry, JemallocFastEntryPointsKeepTheContract) {
+  ASSERT_TRUE(replayalloc::detail::backend::use_fast_entry_points());
+  namespace be = replayalloc::detail::backend;
+  for (std::size_t n = 0; n <= 64; ++n) {
+    void* p = be::fallback_alloc(n, 16);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 16, 0u) << n << " B";
+    EXPECT_GE(be::fallback_usable_size(p), n);
+    if (n % 2 == 0) {
+      be::fallback_free(p);
+    } else {
+      be::fallback_free_sized(p, n, 16);
+    }
+  }
+  void* a = be::fallback_alloc(100, 4096);  // aligned requests keep mallocx
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % 4096, 0u);
+  be::fallback_free_sized(a, 100, 4096);
+}
+
+std::uint64_t jemalloc_dirty_bytes() {
+  std::uint64_t epoch = 1;
+  std::size_t len = sizeof epoch;
+  mallctl("epoch", &epoch, &len, &epoch, len);
+  std::size_t pdirty = 0;
+  len = sizeof pdirty;
+  char name[64];
+  std::snprintf(name, sizeof name, "stats.arenas.%u.pdirty", static_cast<unsigned>(MALLCTL_ARENAS_ALL));
+  if (mallctl(name, &pdirty, &len, nullptr, 0) != 0) return 0;
+  return std::uint64_t{pdirty} * 4096;
+}
+
+// When a slab is made, the blocks its iterations had from jemalloc until then (the
+// recordings', back in jemalloc and unused from then on) are returned to the system
+// before the slab is faulted in.
+TEST(Entry, RecordedPagesAreReturnedWhenTheSlabIsMade) {
+  constexpr int kBlocks = 48;
+  constexpr std::size_t kSize = std::size_t{1} << 20;  // 48 MiB live at the peak
+  auto iteration = [] {
+    replayalloc::Iteration it("entry/release");
+    std::vector<void*> blocks;
+    for (int i = 0; i < kBlocks; ++i) {
+      void* p = replayalloc_malloc(kSize);
+      std::memset(p, i, kSize);
+      blocks.push_back(p);
+    }
+    for (void* p : blocks) replayalloc_free(p);
+  };
+  const std::uint64_t plans = replayalloc::stats().plans;
+  iteration();  // recorded (REPLAYALLOC_RECORD_ITERATIONS=2: not planned yet)
+  ASSERT_EQ(replayalloc::stats().plans, plans);
+  const std::uint64_t dirty_recorded = jemalloc_dirty_bytes();
+  ASSERT_GE(dirty_recorded, std::uint64_t{32} << 20) << "jemalloc did not keep the recording's pages";
+  iteration();  // recorded again: planned at its end
+  ASSERT_EQ(replayalloc::stats().plans, plans + 1);
+  const std::uint64_t hits = replayalloc::stats().slab_hits;
+  iteration();  // replayed: its slab made at its begin
+  ASSERT_EQ(replayalloc::stats().slab_hits, hits + kBlocks);
+  EXPECT_LT(jemalloc_dirty_bytes(), std::uint64_t{4} << 20) << "the recordings' pages were kept";
+}
+
+// Auto mode's free filter: a bucket is non-zero exactly while a watched block whose
+// first page hashes to it is live.
+TEST(Entry, AutoModeFreeFilterCountsLiveWatchedBlocks) {
+  using replayalloc::detail::auto_state;
+  auto* a = new auto_state(64);
+  auto* p = reinterpret_cast<const void*>(std::uintptr_t{0x7f0000100000});
+  auto* q = reinterpret_cast<const void*>(std::uintptr_t{0x7f0000100800});  // same page
+  auto* r = reinterpret_cast<const void*>(std::uintptr_t{0x7f0000200000});
+  ASSERT_NE(auto_state::bucket(p), auto_state::bucket(r));
+  EXPECT_FALSE(a->maybe_live(p));
+  a->filter_add(p);
+  a->filter_add(q);
+  EXPECT_TRUE(a->maybe_live(p));
+  EXPECT_TRUE(a->maybe_live(q));
+  EXPECT_FALSE(a->maybe_live(r));
+  a->filter_remove(p);
+  EXPECT_TRUE(a->maybe_live(q)) << "one block of the bucket is still live";
+  a->filter_remove(q);
+  EXPECT_FALSE(a->maybe_live(q));
+  a->filter_add(r);
+  a->filter_clear();
+  EXPECT_FALSE(a->maybe_live(r));
+  delete a;
+}
+
+}  // namespace
