@@ -56,6 +56,15 @@ e2e_args=(--build "$(rel "$build")" --out "$(rel "$build")/e2e-runs.jsonl")
   echo "build_type=$(cache_value CMAKE_BUILD_TYPE)"
   echo "compiler=$("$(cache_value CMAKE_CXX_COMPILER)" --version | head -n1)"
   echo "torch_version=$(dpkg-query -W -f='${Version}' libtorch1.13 2> /dev/null || echo 1.13)"
+  # libtorch's BLAS: whichever Debian's alternatives point libblas.so.3 at
+  blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2> /dev/null || true)
+  case $blas in
+    *openblas-pthread*) blas="OpenBLAS $(dpkg-query -W -f='${Version}' libopenblas0-pthread 2> /dev/null), 1 thread" ;;
+    *openblas*) blas="OpenBLAS, 1 thread" ;;
+    */blas/*) blas="reference BLAS (Debian's generic libblas3)" ;;
+    *) blas="BLAS ${blas:-unknown}" ;;
+  esac
+  echo "blas=$blas"
   echo "e2e_cmd=$([[ $quick == 1 ]] && echo "QUICK=1 ")bench/run_all.sh, i.e. bench/e2e/run_e2e.py ${e2e_args[*]}"
 } > "$meta"
 status=0

@@ -48,7 +48,7 @@ targets=(pair_bench demo_inference replayalloc_preload)
 have_cg=0
 if [[ $(cache_value REPLAYALLOC_HAVE_CALLGRIND_H) == 1 ]] && command -v valgrind > /dev/null; then
   have_cg=1
-  targets+=(hotpath_callgrind)
+  targets+=(hotpath_callgrind preload_callgrind)
 else
   echo "run_micro.sh: valgrind or valgrind/callgrind.h missing: no instruction counts" >&2
 fi
@@ -156,11 +156,43 @@ count_instructions() {  # allocator size scope
   echo "$1 $2 $3 $ir $pairs" >> "$tsv"
   printf '  %-9s %9s %-9s %6.1f instructions per pair\n' "$1" "$2" "$3" "$(awk -v i="$ir" -v p="$pairs" 'BEGIN { print i / p }')"
 }
+# The pair as an unmodified program sees it: plain malloc/free with each allocator's
+# library preloaded (replayalloc: iterations marked through the symbols it exports).
+count_preloaded() {  # allocator size
+  local out=$tmp/cgp.$1.$2 pre=
+  case $1 in
+    jemalloc) pre=$libdir/libjemalloc.so.2 ;;
+    tcmalloc) pre=$libdir/libtcmalloc_minimal.so.4 ;;
+    mimalloc) pre=$libdir/libmimalloc.so.2 ;;
+    replayalloc) pre=$build/hooks/libreplayalloc_preload.so ;;
+  esac
+  if ! LD_PRELOAD=$pre valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out" \
+      "$build/bench/preload_callgrind" "$2" "$cg_pairs" "$cg_iterations" > "$out.log" 2>&1; then
+    echo "run_micro.sh: preload_callgrind $1 $2 failed:" >&2
+    cat "$out.log" >&2
+    exit 1
+  fi
+  local pairs ir in_slab
+  pairs=$(sed -n 's/^pairs=//p' "$out.log")
+  in_slab=$(sed -n 's/^in_slab=//p' "$out.log")
+  # replayalloc at or above its 4 KiB minimum: every measured pair must be a slab hit
+  if [[ $1 == replayalloc ]] && (( $2 >= 4096 )) && [[ $in_slab != "$pairs" ]]; then
+    echo "run_micro.sh: preload_callgrind replayalloc $2: $in_slab of $pairs pairs from the slab" >&2
+    exit 1
+  fi
+  ir=$(awk '/^totals:/ { print $2; exit }' "$out")
+  echo "$1 $2 preload $ir $pairs" >> "$tsv"
+  printf '  %-11s %9s preload   %6.1f instructions per pair\n' "$1" "$2" "$(awk -v i="$ir" -v p="$pairs" 'BEGIN { print i / p }')"
+}
 if (( have_cg )); then
   echo "== callgrind: instructions per malloc+free pair"
   for size in 64 4096 262144 16777216; do
     for allocator in baseline replay miss jemalloc tcmalloc mimalloc glibc; do count_instructions "$allocator" "$size" pairs; done
     count_instructions replay "$size" iteration
+  done
+  echo "== callgrind: the same pair through LD_PRELOAD"
+  for size in 64 1024 4096 262144; do
+    for allocator in glibc jemalloc tcmalloc mimalloc replayalloc; do count_preloaded "$allocator" "$size"; done
   done
 fi
 

@@ -201,7 +201,7 @@ def micro_section(pair_dir, cg_tsv, meta):
             if len(parts) == 5 and parts[0] != "allocator":
                 cg[(parts[0], int(parts[1]), parts[2])] = (int(parts[3]), int(parts[4]))
     if cg:
-        cg_sizes = sorted({k[1] for k in cg})
+        cg_sizes = sorted({k[1] for k in cg if k[2] != "preload"})
         per = lambda a, s, sc="pairs": (cg[(a, s, sc)][0] / cg[(a, s, sc)][1]) if (a, s, sc) in cg else None
         out.append("**Instructions per pair** (callgrind, `Ir` collected only around the pairs, divided by "
                    "the pair count; user-space instructions only: time in the kernel, page faults and "
@@ -217,6 +217,25 @@ def micro_section(pair_dir, cg_tsv, meta):
                      per("jemalloc", s), per("tcmalloc", s), per("mimalloc", s), per("glibc", s)]
             out.append(f"| {size_name(s)} | " + " | ".join("n/a" if c is None else f"{c:.1f}" for c in cells) + " |")
         out.append("")
+        pre_sizes = sorted({k[1] for k in cg if k[2] == "preload"})
+        if pre_sizes:
+            out.append("**Through `LD_PRELOAD`** (`bench/micro/preload_callgrind.cc`: a program that links no "
+                       "allocator calls plain `malloc`/`free`, with each allocator's library preloaded; "
+                       "replayalloc's library in its default auto mode, 4 KiB minimum, with the iterations "
+                       "marked through the `replayalloc_iteration_begin/end` it exports, outside the collected "
+                       "part). Below 4 KiB replayalloc hands the request to jemalloc's thread cache; from "
+                       "4 KiB every measured pair is a slab hit (checked). Instructions per pair, loop included:")
+            out.append("")
+            pre_allocs = ["glibc", "jemalloc", "tcmalloc", "mimalloc", "replayalloc"]
+            out.append("| size | " + " | ".join(pre_allocs) + " | replayalloc ÷ best other |")
+            out.append("|---:|" + "---:|" * (len(pre_allocs) + 1))
+            for s in pre_sizes:
+                vals = [per(a, s, "preload") for a in pre_allocs]
+                others = [v for v in vals[:-1] if v is not None]
+                ratio = f"{vals[-1] / min(others):.2f}" if vals[-1] is not None and others else "n/a"
+                out.append(f"| {size_name(s)} | " + " | ".join("n/a" if c is None else f"{c:.1f}" for c in vals)
+                           + f" | {ratio} |")
+            out.append("")
         base = [per("baseline", s) for s in cg_sizes if per("baseline", s) is not None]
         if base:
             out.append(
@@ -267,17 +286,17 @@ def e2e_section(runs_path, meta):
     out = ["## End to end: TorchScript models under every allocator", "",
            "Written by `bench/run_all.sh` (`bench/e2e/run_e2e.py`, `bench/e2e/e2e_driver.cc`).", ""]
     out += machine_lines(meta)
-    out.append(f"- Libraries: libtorch {meta.get('torch_version', '?')} (Debian; generic BLAS), glibc, jemalloc 5.3, "
+    out.append(f"- Libraries: libtorch {meta.get('torch_version', '?')} (Debian; {meta.get('blas', 'generic BLAS')}), glibc, jemalloc 5.3, "
                "tcmalloc (gperftools minimal), mimalloc 2.0 (Debian packages)")
     out.append(f"- Command: `{meta['e2e_cmd']}` ({rounds} rounds)")
     out.append("")
     out.append(
         "Models: TorchScript traced by `scripts/make_models.py` with random weights: torchvision "
         "MobileNetV3-Large and ResNet-50 (batch 1, 224×224), a BERT-base-like encoder (BERT-base's "
-        "layer: width 768, 12 heads, FFN 3072; **2 layers instead of 12**, as one full-depth inference "
-        "takes ~9 s of CPU here; sequence 128, batch 1 and 8), and a 2-layer LSTM language-model body "
+        "layer: width 768, 12 heads, FFN 3072; **2 layers instead of 12**: the layers repeat the same "
+        "allocations, and 2 keep the full matrix within 30 minutes here; sequence 128, batch 1 and 8), and a 2-layer LSTM language-model body "
         "(width 512, sequence 64). A cell is MODEL/T: T threads share one module and each runs W "
-        "warm-up then N timed inferences (intra-op threads: 1), started together. Every allocator runs "
+        "warm-up then N timed inferences (intra-op threads: 1, OpenBLAS threads: 1), started together. Every allocator runs "
         "every cell in a process of its own, one after the other, the order rotated each round. Every "
         "output of every run is compared with the first glibc run's; a difference fails the run.")
     out.append("")

@@ -8,9 +8,10 @@ Models (default: resnet50):
   mobilenet_v3_large  torchvision MobileNetV3-Large, input 1x3x224x224
   bert_b1, bert_b8    a BERT-base-like encoder: BERT-base's layer (width 768, 12
                       heads, FFN 3072, GELU, post-norm) and embeddings (token, position,
-                      segment), but 2 layers instead of 12 (one inference of the full
-                      depth takes ~9 s of CPU on the 2-core bench machine); sequence 128,
-                      batch 1 or 8; output: the pooled [CLS] vector
+                      segment), but 2 layers instead of 12 (the layers repeat the same
+                      allocations; 2 keep the benchmark matrix within its 30 minutes on
+                      the 2-core bench machine); sequence 128, batch 1 or 8; output: the
+                      pooled [CLS] vector
   lstm                a 2-layer LSTM language-model body (vocabulary 10,000, width 512),
                       sequence 64, batch 1; output: the logits of the last step
 

@@ -16,6 +16,9 @@ packages=(
   # PyTorch: libtorch for the C++ integration, Debian's python3 torch for the Python
   # package, the model scripts and their tests
   libtorch-dev python3-torch python3-torchvision
+  # an optimised BLAS for libtorch (Debian's alternatives switch libblas.so.3 to it):
+  # with the reference BLAS the benchmark models spend >70% of their time in it
+  libopenblas0-pthread
   # the planner's exact mode (an integer program solved by GLPK), the viz render test
   # (headless Chromium), fuzzing (clang's libFuzzer runtime) and profiling
   glpk-utils chromium clang libclang-rt-14-dev linux-perf

@@ -36,17 +36,20 @@ import time
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 ALLOCATORS = ["glibc", "jemalloc", "tcmalloc", "mimalloc", "replay-auto", "replay-explicit", "replay-torch"]
 
-# Chosen so that QUICK fits in about 3 minutes and the full run in about 25 on a
-# 2-core shared machine whose libtorch uses the generic (reference) BLAS: there a
-# ResNet-50 inference takes ~0.9 s of CPU and the BERT-like b8 one ~12 s.
-QUICK_CELLS = "mobilenet_v3_large:1:6:8,mobilenet_v3_large:2:6:6,lstm:1:6:8"
-# Three rounds of the full matrix take about 25 minutes on 2 idle cores (measured: one
-# round of the earlier matrix with bert_b8 took ~50 min under load). bert_b8 (~12 s of CPU
-# per inference) only through --cells / E2E_CELLS, e.g. "bert_b8:1:2:3".
-FULL_CELLS = ("mobilenet_v3_large:1:6:12,mobilenet_v3_large:2:6:10,mobilenet_v3_large:4:6:6,"
-              "lstm:1:6:12,lstm:2:6:8,lstm:4:6:5,"
-              "resnet50:1:4:5,resnet50:2:4:3,resnet50:4:4:2,"
-              "bert_b1:1:4:4,bert_b1:2:4:3")
+# Cells are sized for a 2-core machine whose libtorch computes with OpenBLAS (one
+# thread; scripts/setup.sh installs it). CPU per inference measured there: MobileNetV3
+# ~27 ms, LSTM ~75 ms, BERT-like b1 ~47 ms, b8 ~320 ms, ResNet-50 ~110 ms; starting a
+# process (libtorch, the model) ~2-3 s. Every timed phase is 1-3 s, and every cell has
+# at least 8 warm-up inferences per thread, so that auto mode (3 periods to find the
+# iteration, 2 identical recordings) replays before the timed phase begins.
+# QUICK: 3 cells x 7 allocators x 2 rounds, about 3 minutes.
+QUICK_CELLS = "mobilenet_v3_large:1:8:16,resnet50:2:8:4,bert_b1:1:8:12"
+# Full: 13 cells x 7 allocators x 3 rounds, about 20 minutes.
+FULL_CELLS = ("mobilenet_v3_large:1:10:40,mobilenet_v3_large:2:10:30,mobilenet_v3_large:4:8:16,"
+              "lstm:1:8:16,lstm:2:8:12,lstm:4:8:8,"
+              "resnet50:1:8:12,resnet50:2:8:10,resnet50:4:8:6,"
+              "bert_b1:1:8:24,bert_b1:2:8:16,bert_b1:4:8:10,"
+              "bert_b8:1:8:6")
 
 
 def parse_cells(spec):
@@ -126,9 +129,12 @@ def main():
     failures = 0
     started = time.time()
     base_env = dict(os.environ)
-    for var in ("LD_PRELOAD", "OMP_NUM_THREADS"):
+    for var in ("LD_PRELOAD", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         base_env.pop(var, None)
+    # One thread of arithmetic per inference thread: T is the parallelism (the driver
+    # sets libtorch's intra-op threads to 1; OpenBLAS keeps a pool of its own).
     base_env["OMP_NUM_THREADS"] = "1"
+    base_env["OPENBLAS_NUM_THREADS"] = "1"
     total = rounds * len(cells) * len(allocators)
     done = 0
     with open(a.out, "w") as out:
