@@ -77,30 +77,41 @@ void lock_versions_for_fork() {
   for (plan_version* v = g_registry; v != nullptr; v = v->registry_next) v->lock_for_fork();
 }
 
+std::size_t plan_versions_alive() {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  std::size_t n = 0;
+  for (plan_version* v = g_registry; v != nullptr; v = v->registry_next) ++n;
+  return n;
+}
+
 void unlock_versions_after_fork() {
   for (plan_version* v = g_registry; v != nullptr; v = v->registry_next) v->unlock_after_fork();
   g_registry_mu.unlock();
 }
 
-slab* plan_version::acquire(std::uint32_t max_slabs, void* context, const char** why) {
-  slab* s = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (retired_) {
-      *why = "plan retired";
-      return nullptr;
-    }
-    if (free_ != nullptr) {
-      s = free_;
-      free_ = s->next_free;
-      s->next_free = nullptr;
-    } else if (slabs_ >= max_slabs) {
-      *why = "REPLAYALLOC_MAX_SLABS slabs of this plan are busy";
-      return nullptr;
-    } else {
-      ++slabs_;  // reserve the place; made below, outside the lock
-    }
+bool plan_version::claim(std::uint32_t max_slabs, slab_claim* c, const char** why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (retired_) {
+    *why = "plan retired";
+    return false;
   }
+  if (free_ != nullptr) {
+    c->s = free_;
+    free_ = c->s->next_free;
+    c->s->next_free = nullptr;
+    return true;
+  }
+  if (slabs_ >= max_slabs) {
+    *why = "REPLAYALLOC_MAX_SLABS slabs of this plan are busy";
+    return false;
+  }
+  ++slabs_;  // reserve the place; made by finish(), outside the lock
+  c->s = nullptr;
+  return true;
+}
+
+slab* plan_version::finish(slab_claim c, void* context, const char** why) {
+  slab* s = c.s;
   if (s == nullptr) {
     const std::size_t n_slots = plan.slots.size();
     const std::size_t n_rows = plan.offset_rows.size();
@@ -113,9 +124,17 @@ slab* plan_version::acquire(std::uint32_t max_slabs, void* context, const char**
       if (state != nullptr) backend::fallback_free(state);
       if (rows != nullptr) backend::fallback_free(rows);
       if (obj != nullptr) backend::fallback_free(obj);
-      std::lock_guard<std::mutex> lock(mu_);
-      --slabs_;
       if (mem != nullptr) *why = "no memory for a slab's bookkeeping";
+      bool last = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --slabs_;
+        last = retired_ && slabs_ == 0;
+      }
+      if (last) {
+        this->~plan_version();
+        backend::fallback_free(this);
+      }
       return nullptr;
     }
     s = new (obj) slab;

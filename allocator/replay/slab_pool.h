@@ -16,7 +16,7 @@
 // A slab whose blocks outlive the iteration therefore stays out of the pool until
 // they are freed (invariant 4); the next iteration takes another slab.
 //
-// Thread-safety: acquire/release/retire take the pool's mutex (iteration boundaries
+// Thread-safety: claim/release/retire take the pool's mutex (iteration boundaries
 // and the last free of a drained slab only). Slot states are atomics: the owning
 // thread stores, any thread may free with a compare-and-swap.
 #pragma once
@@ -62,7 +62,7 @@ class slab_source {
   virtual void unmap(void* p, std::size_t bytes) = 0;
   // Registers `owner` (null: clears) as the owner of [p, p + bytes) for frees.
   virtual void set_owner(void* p, std::size_t bytes, slab* owner) = 0;
-  // A new iteration takes the slab; `context` is what the caller passed to acquire.
+  // A new iteration takes the slab; `context` is what the caller passed to finish.
   virtual void on_acquire(slab* s, void* context) {}
   // The slab drained and goes back to the pool (or is about to be destroyed).
   virtual void on_release(slab* s) {}
@@ -83,6 +83,8 @@ inline constexpr char slab_limit_reason[] = "REPLAYALLOC_MAX_SLAB_MEMORY bytes o
 // taken by a thread freeing the last blocks of its slabs.
 void lock_versions_for_fork();
 void unlock_versions_after_fork();
+// How many versions are alive (current, or retired with slabs still draining).
+std::size_t plan_versions_alive();
 
 struct plan_version {
   plan_version();
@@ -96,9 +98,20 @@ struct plan_version {
   bool from_file = false;  // loaded from REPLAYALLOC_PLAN_DIR (Note [Plan files])
   slab_source* source = nullptr;
 
-  // A slab ready for a new iteration (its epoch advanced), or null with *why set when
-  // the pool is at its limit, the version is retired or memory ran out.
-  slab* acquire(std::uint32_t max_slabs, void* context, const char** why);
+  // A slab for a new iteration, in two halves. claim() runs with the mutex of the key
+  // the version was read from held: between that read and the claim another thread
+  // may retire the version, and a retired version without slabs deletes itself. A
+  // claim (a free slab, or the reserved place of a new one) counts as a slab, so the
+  // version outlives it. claim() fails (false, *why set) when the version is retired
+  // or the pool is at its limit.
+  struct slab_claim {
+    slab* s = nullptr;  // a free slab; null: make a new one
+  };
+  bool claim(std::uint32_t max_slabs, slab_claim* c, const char** why);
+  // No lock held: makes the slab of a claim if it is new, and readies it (its epoch
+  // advanced). Null with *why set when memory ran out; the claim is then dropped (the
+  // version deleted if it was retired meanwhile and this was its last).
+  slab* finish(slab_claim c, void* context, const char** why);
 
   // Returns a drained slab (refs reached zero).
   void release(slab* s);
@@ -110,7 +123,7 @@ struct plan_version {
   std::uint32_t slab_count();
 
   // Unmaps the slabs waiting in the pool (none in use is touched). Returns the bytes
-  // given back. A later acquire makes slabs again.
+  // given back. A later claim makes slabs again.
   std::size_t trim();
 
   // fork(): the pool's mutex is held across it (lock_versions_for_fork).

@@ -544,7 +544,14 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
   d.entry = e;
   bump(d.iterations);
   if (e == nullptr || opts_.mode == run_mode::off) return;
+  // The version is claimed from under the key's mutex: once that is released another
+  // thread may retire it, and a retired version deletes itself with its last slab.
+  // The claim counts as a slab (slab_pool.h), so `v` outlives it.
   plan_version* v = nullptr;
+  plan_version::slab_claim claim;
+  const char* why = "";
+  bool claimed = false;
+  std::size_t slab_bytes = 0;
   {
     std::lock_guard<std::mutex> lock(e->mu);
     if (e->failed) return;
@@ -553,6 +560,8 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
       e->recording = true;
     } else if (replays() && (slabs_ok_ || e->kind != domain_kind::host)) {
       v = e->version;
+      slab_bytes = v->plan.slab_bytes;
+      claimed = v->claim(opts_.max_slabs, &claim, &why);
     } else {
       return;
     }
@@ -571,13 +580,19 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
     d.ph = phase::record;
     return;
   }
-  // The version cannot be deleted under us: it is deleted only once retired and
-  // without slabs, and acquire() refuses a retired version.
-  const char* why = "";
-  slab* s = v->acquire(opts_.max_slabs, context, &why);
-  if (s == nullptr && why == slab_limit_reason &&
-      trim_idle_slabs(e, v->plan.slab_bytes) >= v->plan.slab_bytes) {
-    s = v->acquire(opts_.max_slabs, context, &why);
+  slab* s = claimed ? v->finish(claim, context, &why) : nullptr;
+  // Over REPLAYALLOC_MAX_SLAB_MEMORY: unmap idle slabs of other keys and try once
+  // more, with the key's version read again (the failed claim was dropped, and `v`
+  // may be gone).
+  if (s == nullptr && why == slab_limit_reason && trim_idle_slabs(e, slab_bytes) >= slab_bytes) {
+    claimed = false;
+    {
+      std::lock_guard<std::mutex> lock(e->mu);
+      v = e->version;
+      if (v != nullptr) claimed = v->claim(opts_.max_slabs, &claim, &why);
+    }
+    if (v == nullptr) why = "plan retired";
+    if (claimed) s = v->finish(claim, context, &why);
   }
   if (s == nullptr) {
     d.no_slab = true;

@@ -1,0 +1,140 @@
+// The pool of one plan version: a retired version lives exactly as long as its last
+// slab, and a claim (the first half of taking a slab, made under the key's mutex)
+// counts as one. Without that, a thread that read the key's version and then claimed
+// a slab from it could touch a version another thread had just retired and deleted
+// (the engine's domain_begin against end_replay's retire).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "backend/backend.h"
+#include "replay/slab_pool.h"
+
+namespace {
+
+using replayalloc::detail::plan_version;
+using replayalloc::detail::plan_versions_alive;
+using replayalloc::detail::slab;
+using replayalloc::detail::slab_source;
+namespace backend = replayalloc::detail::backend;
+
+// Slabs from the heap, counted; map() can be made to fail.
+class counting_source final : public slab_source {
+ public:
+  void* map(std::size_t bytes, const char** why) override {
+    if (fail) {
+      *why = "test: no memory";
+      return nullptr;
+    }
+    ++mapped;
+    return std::calloc(1, bytes);
+  }
+  void unmap(void* p, std::size_t) override {
+    ++unmapped;
+    std::free(p);
+  }
+  void set_owner(void*, std::size_t, slab*) override {}
+  bool fail = false;
+  int mapped = 0;
+  int unmapped = 0;
+};
+
+// Made as the engine makes versions (it deletes itself with fallback_free).
+plan_version* make_version(slab_source& src) {
+  void* mem = backend::fallback_alloc(sizeof(plan_version), alignof(plan_version));
+  auto* v = new (mem) plan_version;
+  v->source = &src;
+  v->plan.slab_bytes = 4096;
+  return v;
+}
+
+// Takes a slab and gives it back as an iteration whose blocks all died would.
+slab* take(plan_version* v) {
+  plan_version::slab_claim c;
+  const char* why = "";
+  if (!v->claim(4, &c, &why)) return nullptr;
+  return v->finish(c, nullptr, &why);
+}
+
+TEST(SlabPool, AReservedClaimKeepsARetiredVersionAliveUntilItsSlabDrains) {
+  counting_source src;
+  const std::size_t before = plan_versions_alive();
+  plan_version* v = make_version(src);
+  EXPECT_EQ(plan_versions_alive(), before + 1);
+  plan_version::slab_claim c;
+  const char* why = "";
+  ASSERT_TRUE(v->claim(4, &c, &why));
+  EXPECT_EQ(c.s, nullptr);  // no free slab: a place reserved
+  v->retire();              // another thread retires the key's plan meanwhile
+  EXPECT_EQ(plan_versions_alive(), before + 1) << "a version was deleted under its claim";
+  slab* s = v->finish(c, nullptr, &why);
+  ASSERT_NE(s, nullptr);
+  std::memset(s->base, 0xab, 4096);  // the slab is usable
+  EXPECT_EQ(src.mapped, 1);
+  v->release(s);  // its last slab: the version goes with it
+  EXPECT_EQ(src.unmapped, 1);
+  EXPECT_EQ(plan_versions_alive(), before);
+}
+
+TEST(SlabPool, AClaimedFreeSlabKeepsARetiredVersionAlive) {
+  counting_source src;
+  const std::size_t before = plan_versions_alive();
+  plan_version* v = make_version(src);
+  slab* first = take(v);
+  ASSERT_NE(first, nullptr);
+  v->release(first);  // back in the pool
+  plan_version::slab_claim c;
+  const char* why = "";
+  ASSERT_TRUE(v->claim(4, &c, &why));
+  EXPECT_EQ(c.s, first);  // the free slab, taken out of the pool
+  v->retire();            // unmaps free slabs only: the claimed one is not free
+  EXPECT_EQ(src.unmapped, 0);
+  EXPECT_EQ(plan_versions_alive(), before + 1);
+  slab* s = v->finish(c, nullptr, &why);
+  ASSERT_EQ(s, first);
+  v->release(s);
+  EXPECT_EQ(src.unmapped, 1);
+  EXPECT_EQ(plan_versions_alive(), before);
+}
+
+TEST(SlabPool, AFailedFinishOfARetiredVersionDeletesIt) {
+  counting_source src;
+  const std::size_t before = plan_versions_alive();
+  plan_version* v = make_version(src);
+  plan_version::slab_claim c;
+  const char* why = "";
+  ASSERT_TRUE(v->claim(4, &c, &why));
+  v->retire();
+  src.fail = true;
+  EXPECT_EQ(v->finish(c, nullptr, &why), nullptr);
+  EXPECT_STREQ(why, "test: no memory");
+  EXPECT_EQ(plan_versions_alive(), before) << "the dropped claim was the version's last";
+}
+
+TEST(SlabPool, ARetiredVersionRefusesClaimsAndTheSlabLimitHolds) {
+  counting_source src;
+  const std::size_t before = plan_versions_alive();
+  plan_version* v = make_version(src);
+  plan_version::slab_claim c[3];
+  const char* why = "";
+  ASSERT_TRUE(v->claim(2, &c[0], &why));
+  ASSERT_TRUE(v->claim(2, &c[1], &why));
+  EXPECT_FALSE(v->claim(2, &c[2], &why));
+  EXPECT_STREQ(why, "REPLAYALLOC_MAX_SLABS slabs of this plan are busy");
+  slab* a = v->finish(c[0], nullptr, &why);
+  slab* b = v->finish(c[1], nullptr, &why);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a->base, b->base);
+  v->retire();
+  EXPECT_FALSE(v->claim(2, &c[2], &why));
+  EXPECT_STREQ(why, "plan retired");
+  v->release(a);
+  EXPECT_EQ(plan_versions_alive(), before + 1);
+  v->release(b);
+  EXPECT_EQ(plan_versions_alive(), before);
+}
+
+}  // namespace
