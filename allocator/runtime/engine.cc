@@ -223,6 +223,9 @@ void engine::register_thread(thread_state& t) {
   reentry_guard guard;
   t.registered = true;
   t.min_size = opts_.min_size;
+  t.small_below = backend::g_plain_malloc.load(std::memory_order_relaxed) != nullptr && !check::enabled()
+                      ? opts_.min_size
+                      : 0;
   t.host.kind = domain_kind::host;
   pthread_setspecific(g_exit_key, &t);
   {

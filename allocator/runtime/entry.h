@@ -9,7 +9,8 @@
 //   * a backend block freed that neither a recording nor auto mode's watcher needs
 //     to see (engine.h: free_backend_plain): straight to jemalloc's free.
 // A request below REPLAYALLOC_MIN_SIZE (95% of the calls of a Python inference loop)
-// goes to entry_alloc_slow, whose first test sends it to jemalloc's malloc.
+// goes to jemalloc's malloc from here (thread_state::small_below), before anything
+// else is looked at.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +31,14 @@ REPLAYALLOC_NOINLINE void entry_free_slow(void* ptr);
 // pre: align is a power of two >= malloc_align and <= max_slot_align.
 REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align) {
   thread_state& t = tls_state;
+  // Below the minimum: never recorded, planned or watched, in any phase, so straight
+  // to the backend's malloc (it never calls back into replayalloc, so this is safe
+  // inside the engine too). Counted first so the call is a tail call.
+  if (size < t.small_below && align <= malloc_align) [[likely]] {
+    bump(t.host.below_min);
+    bump(t.host.backend_bytes, size);
+    return backend::g_plain_malloc.load(std::memory_order_relaxed)(size < malloc_align ? malloc_align : size);
+  }
   if (t.host.ph == phase::replay && !in_engine()) [[likely]] {
     if (void* p = replay_try_hit(t.host.cursor, size, align)) [[likely]] return p;
   }

@@ -70,6 +70,10 @@ struct thread_state {
   std::uint32_t op = 0;
   std::uint32_t thread_no = 0;
   std::uint64_t min_size = 0;
+  // Requests below this (and aligned as malloc aligns) go straight to the backend's
+  // own malloc from the entry point (runtime/entry.h): min_size once the thread is
+  // registered, when the backend has a plain malloc and check mode is off; else 0.
+  std::uint64_t small_below = 0;
   key_entry* entry = nullptr;  // the open iteration's host key
   // Auto mode (runtime/auto_detect.h): the thread's watcher, whether the open
   // iteration is one auto mode began, and the allocations its slow path saw.

@@ -105,6 +105,26 @@ TEST_F(CheckMode, DoubleFreeOfABackendBlockIsReportedBeforeTheBackendSeesIt) {
       "double free of 0x[0-9a-f]+ .* the backend block of 100 bytes");
 }
 
+// Below REPLAYALLOC_MIN_SIZE the entry points hand requests straight to jemalloc's
+// malloc (runtime/entry.h), but not in check mode: there every block has its shadow.
+TEST_F(CheckMode, BlocksBelowTheMinimumSizeAreCheckedToo) {
+  EXPECT_DEATH(
+      {
+        options o;
+        o.mode = run_mode::replay;
+        o.check = true;
+        o.min_size = 4096;
+        o.verbose = 0;
+        if (!set_process_options(o)) std::abort();
+        void* a = replayalloc_malloc(100);
+        void* b = replayalloc_malloc(200);
+        replayalloc_free(b);
+        replayalloc_free(a);
+        replayalloc_free(a);
+      },
+      "double free of 0x[0-9a-f]+ .* the backend block of 100 bytes");
+}
+
 TEST_F(CheckMode, FreeOfAPointerNeverHandedOutIsReported) {
   EXPECT_DEATH(
       {
