@@ -175,6 +175,13 @@ class engine {
   std::atomic<std::uint64_t> plans_evicted_{0};
 };
 
+// A host request served below REPLAYALLOC_MIN_SIZE, counted as pass-through below the
+// minimum (stats(): below_min is in both).
+inline void count_below_min(thread_state& t, std::size_t size) {
+  bump(t.host.below_min);
+  bump(t.host.backend_bytes, size);
+}
+
 // The two requests the preload library sees most (95% of the calls of a Python
 // inference loop), inline so that they cost little more than jemalloc's own fast path:
 //
@@ -194,10 +201,7 @@ inline void* alloc_below_min(thread_state& t, std::size_t size, std::size_t alig
     return nullptr;
   }
   if (zero && align > malloc_align) std::memset(p, 0, size);
-  // Counted as pass-through below the minimum (stats(): below_min is in both).
-  domain_state& d = t.host;
-  bump(d.below_min);
-  bump(d.backend_bytes, size);
+  count_below_min(t, size);
   return p;
 }
 

@@ -35,8 +35,7 @@ REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align)
   // to the backend's malloc (it never calls back into replayalloc, so this is safe
   // inside the engine too). Counted first so the call is a tail call.
   if (size < t.small_below && align <= malloc_align) [[likely]] {
-    bump(t.host.below_min);
-    bump(t.host.backend_bytes, size);
+    count_below_min(t, size);
     return backend::g_plain_malloc.load(std::memory_order_relaxed)(size < malloc_align ? malloc_align : size);
   }
   if (t.host.ph == phase::replay && !in_engine()) [[likely]] {

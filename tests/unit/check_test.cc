@@ -20,11 +20,11 @@
 namespace replayalloc::detail {
 namespace {
 
-void start_in_check_mode() {
+void start_in_check_mode(std::uint64_t min_size = 0) {
   options o;
   o.mode = run_mode::replay;
   o.check = true;
-  o.min_size = 0;
+  o.min_size = min_size;
   o.verbose = 0;
   if (!set_process_options(o)) std::abort();
 }
@@ -110,12 +110,7 @@ TEST_F(CheckMode, DoubleFreeOfABackendBlockIsReportedBeforeTheBackendSeesIt) {
 TEST_F(CheckMode, BlocksBelowTheMinimumSizeAreCheckedToo) {
   EXPECT_DEATH(
       {
-        options o;
-        o.mode = run_mode::replay;
-        o.check = true;
-        o.min_size = 4096;
-        o.verbose = 0;
-        if (!set_process_options(o)) std::abort();
+        start_in_check_mode(4096);
         void* a = replayalloc_malloc(100);
         void* b = replayalloc_malloc(200);
         replayalloc_free(b);
