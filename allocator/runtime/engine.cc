@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,6 +17,7 @@
 #include "replay/compiled_plan.h"
 #include "runtime/auto_detect.h"
 #include "runtime/check.h"
+#include "support/file_io.h"
 #include "support/log.h"
 #include "support/reentry.h"
 #include "trace/recorder.h"
@@ -720,9 +722,37 @@ std::string engine::plan_path(const key_entry& e) const {
   return std::string(opts_.plan_dir) + "/" + plan_file_name(name);
 }
 
+// Note [Safe plan directories] (support/file_io.h): plans are read only from a
+// directory no other user can write, and only from regular files only their owner
+// can write; a refused directory is named once, with its mode, and the process runs
+// on as without REPLAYALLOC_PLAN_DIR (recording; nothing saved there either).
+bool engine::plan_dir_trusted() {
+  const absl::Status st = check_private_dir(opts_.plan_dir);
+  if (st.ok()) return true;
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    REPLAYALLOC_LOG(error, "REPLAYALLOC_PLAN_DIR refused: %.*s; plans are neither loaded nor saved",
+                    static_cast<int>(st.message().size()), st.message().data());
+  }
+  return false;
+}
+
+// A plan directory this process cannot write (baked into an image, mounted
+// read-only) is only read: new plans stay in memory, said once.
+bool engine::plan_dir_writable() {
+  if (::access(opts_.plan_dir, W_OK) == 0) return true;
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    REPLAYALLOC_LOG(info, "REPLAYALLOC_PLAN_DIR %s is read-only here (%s): plans are loaded from it, "
+                    "new plans stay in memory", opts_.plan_dir, std::strerror(errno));
+  }
+  return false;
+}
+
 void engine::load_saved_plan(key_entry& e) {
+  if (!plan_dir_trusted()) return;
   const std::string path = plan_path(e);
-  absl::StatusOr<std::string> bytes = read_file(path);
+  absl::StatusOr<std::string> bytes = read_private_file(path);
   if (!bytes.ok()) {
     if (!absl::IsNotFound(bytes.status())) {
       plan_files_ignored_.fetch_add(1, std::memory_order_relaxed);
@@ -757,7 +787,7 @@ void engine::make_plan(key_entry& e, const trace& tr) {
     e.failed = true;
     return;
   }
-  if (opts_.plan_dir[0] != '\0') {
+  if (opts_.plan_dir[0] != '\0' && plan_dir_trusted() && plan_dir_writable()) {
     const std::string path = plan_path(e);
     const absl::Status st = write_plan_file(make_plan_file(tr, *p, po), path);
     if (!st.ok()) {

@@ -150,6 +150,8 @@ class engine {
   bool install_plan(key_entry& e, const trace& tr, placement p, bool from_file);
   std::string plan_path(const key_entry& e) const;
   void load_saved_plan(key_entry& e);
+  bool plan_dir_trusted();
+  bool plan_dir_writable();
   // Note [Bounds]. REQUIRES: mu_ held.
   void evict_idle_keys_locked(const key_entry* keep);
   std::size_t trim_idle_slabs(const key_entry* except, std::size_t want);

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "support/file_io.h"  // read_file, write_file_atomic
 #include "trace/trace.h"
 
 namespace replayalloc {
@@ -32,9 +33,5 @@ absl::StatusOr<trace> decode_trace_csv(std::string_view text);
 absl::StatusOr<trace> read_trace_file(const std::string& path);
 absl::Status write_trace_file(const trace& t, const std::string& path);
 
-// Whole-file helpers shared with the plan files.
-absl::StatusOr<std::string> read_file(const std::string& path);
-// Writes through a temporary file and a rename, so a reader never sees half a file.
-absl::Status write_file_atomic(const std::string& path, std::string_view bytes);
 
 }  // namespace replayalloc
