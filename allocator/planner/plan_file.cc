@@ -18,6 +18,7 @@ namespace {
 constexpr char magic[8] = {'R', 'P', 'L', 'Y', 'P', 'L', 'A', 'N'};
 // A plan file's strings (version, algorithm) are short; anything longer is corrupt.
 constexpr std::uint32_t max_string = 4096;
+constexpr std::uint32_t flag_least = 1;  // least request per slot follows the offsets
 
 }  // namespace
 
@@ -37,7 +38,8 @@ std::string encode_plan(const plan_file& f) {
   out.reserve(128 + tr.size() + 8 * f.p.offsets.size());
   out.append(magic, sizeof magic);
   detail::put<std::uint32_t>(out, plan_format_version);
-  detail::put<std::uint32_t>(out, 0);  // flags, reserved
+  const bool has_least = !f.least.empty();
+  detail::put<std::uint32_t>(out, has_least ? flag_least : 0);
   detail::put_string(out, f.library_version);
   detail::put_string(out, f.p.algorithm);
   detail::put<std::uint64_t>(out, f.slot_align);
@@ -48,6 +50,9 @@ std::string encode_plan(const plan_file& f) {
   out.append(tr);
   detail::put<std::uint64_t>(out, f.p.offsets.size());
   for (const std::uint64_t off : f.p.offsets) detail::put(out, off);
+  if (has_least) {
+    for (const std::uint64_t l : f.least) detail::put(out, l);
+  }
   detail::put<std::uint32_t>(out, detail::crc32c(0, out.data(), out.size()));
   return out;
 }
@@ -76,7 +81,7 @@ absl::StatusOr<plan_file> decode_plan(std::string_view bytes) {
                           r.get(&f.signature) && r.get(&trace_len) &&
                           r.get_view(trace_len, &trace_bytes),
                       "plan file truncated in its header");
-  REPLAYALLOC_EXPECTS(flags == 0, "plan file has unknown flags ", flags);
+  REPLAYALLOC_EXPECTS((flags & ~flag_least) == 0, "plan file has unknown flags ", flags);
   REPLAYALLOC_EXPECTS(f.slot_align != 0 && (f.slot_align & (f.slot_align - 1)) == 0 &&
                           f.slot_align <= detail::max_slot_align,
                       "plan file's slot alignment ", f.slot_align,
@@ -86,12 +91,22 @@ absl::StatusOr<plan_file> decode_plan(std::string_view bytes) {
     return absl::DataLossError(absl::StrCat("plan file's trace: ", t.status().message()));
   }
   f.tr = *std::move(t);
+  const std::uint64_t per_allocation = (flags & flag_least) != 0 ? 16 : 8;
   REPLAYALLOC_EXPECTS(r.get(&n_offsets) && n_offsets == f.tr.allocations.size() &&
-                          r.left() == 8 * n_offsets,
+                          r.left() == per_allocation * n_offsets,
                       "plan file has ", n_offsets, " offsets for ", f.tr.allocations.size(),
                       " allocations, or a wrong size");
   f.p.offsets.resize(n_offsets);
   for (std::uint64_t& off : f.p.offsets) r.get(&off);
+  if ((flags & flag_least) != 0) {
+    f.least.resize(n_offsets);
+    for (std::size_t i = 0; i < n_offsets; ++i) {
+      r.get(&f.least[i]);
+      REPLAYALLOC_EXPECTS(f.least[i] >= 1 && f.least[i] <= f.tr.allocations[i].size,
+                          "plan file says allocation ", f.tr.allocations[i].id, " serves requests from ",
+                          f.least[i], " bytes, outside [1, ", f.tr.allocations[i].size, "]");
+    }
+  }
   REPLAYALLOC_EXPECTS(f.signature == f.tr.signature(),
                       "plan file's signature does not match its trace");
   planner_options o;

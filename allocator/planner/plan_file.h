@@ -9,7 +9,9 @@
 // Layout (little-endian): magic "RPLYPLAN", u32 format version, u32 flags (0), then
 // length-prefixed strings (library version, algorithm), u64 slot_align, slab_bytes,
 // lower_bound_bytes, signature, the binary trace (trace_io.h, length-prefixed), one
-// u64 offset per allocation, and a CRC-32C of every byte before it.
+// u64 offset per allocation, with flag bit 0 one u64 per allocation: the least request
+// its slot serves (an envelope plan, Note [Envelope] in trace/trace.h; without the flag
+// every slot serves exactly its size), and a CRC-32C of every byte before it.
 //
 // decode_plan() trusts nothing: bad magic, another format version, a wrong checksum,
 // truncation, an invalid trace or a placement that fails validate() are errors that say
@@ -35,6 +37,8 @@ struct plan_file {
   std::uint64_t slot_align = 64;
   std::uint64_t signature = 0;  // tr.signature() when written
   std::string library_version;  // REPLAYALLOC_VERSION_STRING of the writer
+  // Empty, or per allocation the least request its slot serves, in [1, size].
+  std::vector<std::uint64_t> least;
 };
 
 // A plan file for `t` and `p`, stamped with this library's version.

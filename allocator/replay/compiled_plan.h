@@ -42,7 +42,9 @@ enum class backend_kind : std::uint32_t {
 };
 
 struct slot {
-  std::uint64_t size;           // bytes requested when recorded; a hit needs the same
+  std::uint64_t size;           // capacity: the most bytes the allocation was recorded
+                                // at (Note [Envelope]); a hit asks for at most this
+  std::uint64_t least;          // and at least this (the capacity, or 1 when it varied)
   std::uint64_t offset;         // in the slab, or not_in_slab (served by the backend)
   std::uint32_t overlap_begin;  // [overlap_begin, +overlap_count) in overlaps
   std::uint32_t overlap_count;
@@ -70,7 +72,10 @@ struct compiled_plan {
 
 // Builds the compiled form. pre: validate(t, p, o) is OK. `managed`, when given,
 // marks (one flag per allocation) the slots out of the slab that managed memory serves.
+// `least`, when given, is least_served() of the envelope `t` is (Note [Envelope]);
+// without it every slot serves exactly its size.
 compiled_plan compile_plan(const trace& t, const placement& p, const planner_options& o,
-                           const std::vector<bool>* managed = nullptr);
+                           const std::vector<bool>* managed = nullptr,
+                           const std::vector<std::uint64_t>* least = nullptr);
 
 }  // namespace replayalloc::detail

@@ -7,8 +7,10 @@
 // whose bytes are still in use, a free from another thread) takes one [[unlikely]]
 // branch into slow_path.cc.
 //
-// Cost: a replayed malloc+free pair through the C API is 90 instructions (callgrind,
-// one overlap-list entry per slot; jemalloc's pair is 77 at 64 B and 112 at 4 KiB):
+// Cost: a replayed malloc+free pair through the C API is 94 instructions (callgrind,
+// 4 KiB, one overlap-list entry per slot; 99 through the preload library; the
+// capacity range of Note [Envelope] added 2 to each; jemalloc's pair is 77 at 64 B
+// and 112 at 4 KiB):
 // the entry points in runtime/api.cc are these functions inline, with no stack frame,
 // then one tail call to the slow path. bench/RESULTS.md has the table and the command.
 //
@@ -36,10 +38,11 @@ namespace replayalloc::detail {
 
 // Why a request in a replaying iteration was not served from the slab.
 enum class miss_reason : unsigned {
-  size_mismatch,  // no slot at or near the cursor asks for this size (extra or changed)
+  size_mismatch,  // no slot at or near the cursor fits this request (extra or changed)
   beyond_plan,    // the iteration asked for more than the recording did
   overlap_live,   // the slot's bytes are still held by an earlier block
   alignment,      // the slot's offset does not meet the requested alignment
+  too_large,      // larger than its slot's capacity: a shape beyond the plan's envelope
   count
 };
 
@@ -68,6 +71,8 @@ struct replay_cursor {
   backend_kind last_kind = backend_kind::ordinary;  // of the last request the slab declined
   std::uint32_t pending = 0;  // look-ahead match to confirm (slot after it), 0 none
   bool mismatched = false;    // the previous slow-path request matched no slot
+  std::uint32_t too_large_at = 0;  // cursor + 1 at the last too_large miss, 0 none
+  std::uint32_t grown = 0;   // this iteration: slots whose allocation outgrew them
   std::atomic<std::uint64_t> misses[static_cast<unsigned>(miss_reason::count)] = {};
   std::atomic<std::uint64_t> miss_bytes{0};
   std::atomic<std::uint64_t> backend_planned{0};  // outliving slots, served as planned
@@ -94,8 +99,10 @@ REPLAYALLOC_ALWAYS_INLINE bool slot_occupied(const replay_cursor& c, std::uint32
   return (c.state[i].load(std::memory_order_acquire) | 2u) == (c.live_tag | 2u);
 }
 
-// The hit: the slot at the cursor, when it asks for `size`, meets `align`, and no
-// earlier slot on its bytes is occupied. Returns null otherwise, having changed
+// The hit: the slot at the cursor, when `size` fits its capacity (Note [Envelope]:
+// a slot serves any request up to the largest its allocation was recorded at, never a
+// larger one: DESIGN invariant 7), meets `align`, and no earlier slot on its bytes is
+// occupied. Returns null otherwise, having changed
 // nothing; the caller then takes its slow path (replay_malloc_slow and its backend).
 // No calls, so callers that tail-call their slow path need no stack frame.
 // pre: align is a power of two >= malloc_align. c.count is 0 when not replaying.
@@ -105,7 +112,7 @@ REPLAYALLOC_ALWAYS_INLINE void* replay_try_hit(replay_cursor& c, std::size_t siz
   if (i >= c.count) [[unlikely]] return nullptr;
   const slot& s = c.slots[i];
   // not_in_slab has every low bit set, so an unplanned slot fails this test too.
-  if (s.size != size || (s.offset & (align - 1)) != 0) [[unlikely]] return nullptr;
+  if (size > s.size || size < s.least || (s.offset & (align - 1)) != 0) [[unlikely]] return nullptr;
   // Locals: the acquire loads below would otherwise make the compiler reload the
   // cursor's fields from TLS after each one.
   std::atomic<std::uint32_t>* const state = c.state;

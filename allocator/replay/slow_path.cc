@@ -12,6 +12,16 @@
 // hits; when equal sizes make the cases look alike, the first reading wins, which
 // may cost one more fallback, never correctness. Slots passed over are marked dead
 // or blocked (Note [Overlap lists] in compiled_plan.h), never handed out later.
+//
+// With shapes that change, a slot is a capacity (Note [Envelope], trace.h): a request
+// "matches" a slot it fits. A request larger than the cursor's slot is most often
+// that slot's allocation at a shape larger than any planned (counted as too_large:
+// the key then records once more and grows its envelope), so when the next request
+// fits both, the slot after the cursor wins over the cursor's (the larger request
+// replaced it), unless the next request has exactly the cursor slot's size (the
+// fixed-shape reading: the larger one was extra). Either reading only decides which
+// slot is handed out; what keeps memory safe is the same in both: capacity and the
+// overlap lists.
 
 #include "replay/fast_path.h"
 #include "support/log.h"
@@ -87,33 +97,57 @@ void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align) 
   if (c.next >= c.count) return miss(c, miss_reason::beyond_plan, size);
   const std::uint32_t lookahead = c.pending;
   c.pending = 0;
-  // The slot at the cursor: the previous mismatch was an extra allocation, or the fast
-  // path refused this slot (bytes busy, alignment, outliving).
-  if (c.slots[c.next].size == size) return take(c, c.next, size, align);
+  const auto fits = [&](std::uint32_t i) { return size <= c.slots[i].size && size >= c.slots[i].least; };
+  // A too_large miss at this very cursor position came just before: with this one, or
+  // with the slot after the cursor taken below, the cursor's allocation grew (an
+  // extra allocation is followed by the one the cursor expects instead).
+  const bool after_too_large = c.too_large_at == c.next + 1;
+  c.too_large_at = 0;
   if (c.mismatched) {
     c.mismatched = false;
+    const bool cursor_fits = fits(c.next);
     // The slot after the cursor: the previous request replaced the cursor's slot (its
-    // size changed).
-    if (c.next + 1 < c.count && c.slots[c.next + 1].size == size) {
+    // size changed), unless this request is exactly what the cursor's slot was made for.
+    if (c.next + 1 < c.count && fits(c.next + 1) &&
+        !(cursor_fits && c.slots[c.next].size == size)) {
+      if (after_too_large) ++c.grown;
       pass_over(c, c.next);
       return take(c, c.next + 1, size, align);
     }
+    // The slot at the cursor: the previous mismatch was an extra allocation.
+    if (cursor_fits) return take(c, c.next, size, align);
     // The slot after the previous request's look-ahead match: allocations are missing.
     // Only while that slot is still ahead: hits on the fast path may have moved the
     // cursor since, and the cursor must never move back (a slot behind it may be live).
-    if (lookahead > c.next && lookahead < c.count && c.slots[lookahead].size == size) {
+    if (lookahead > c.next && lookahead < c.count && fits(lookahead)) {
       for (std::uint32_t j = c.next; j < lookahead; ++j) pass_over(c, j);
       return take(c, lookahead, size, align);
     }
+  } else if (fits(c.next)) {
+    // The fast path refused the cursor's slot (bytes busy, alignment, outliving).
+    return take(c, c.next, size, align);
   }
   c.mismatched = true;
+  // Look ahead for an exact size first (the fixed-shape reading), else a slot it fits.
   const std::uint32_t window = c.resync_window;
   const std::uint32_t limit = c.count - c.next > window ? c.next + window + 1 : c.count;
+  std::uint32_t fit_at = 0;
+  bool exact = false;
   for (std::uint32_t i = c.next + 1; i < limit; ++i) {
     if (c.slots[i].size == size) {
-      c.pending = i + 1;
+      fit_at = i + 1;
+      exact = true;
       break;
     }
+    if (fit_at == 0 && fits(i)) fit_at = i + 1;
+  }
+  c.pending = fit_at;
+  // Larger than the cursor's slot and made for no slot ahead: most likely that slot's
+  // allocation at a shape beyond the envelope (the key grows its plan).
+  if (size > c.slots[c.next].size && !exact) {
+    if (after_too_large) ++c.grown;
+    c.too_large_at = c.next + 1;
+    return miss(c, miss_reason::too_large, size);
   }
   return miss(c, miss_reason::size_mismatch, size);
 }

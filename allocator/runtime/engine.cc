@@ -75,12 +75,14 @@ void add_domain(Stats& s, const domain_state& d) {
   s.fallback_beyond_plan += ld(c.misses[static_cast<unsigned>(miss_reason::beyond_plan)]);
   s.fallback_overlap_live += ld(c.misses[static_cast<unsigned>(miss_reason::overlap_live)]);
   s.fallback_alignment += ld(c.misses[static_cast<unsigned>(miss_reason::alignment)]);
+  s.fallback_too_large += ld(c.misses[static_cast<unsigned>(miss_reason::too_large)]);
   s.backend_planned += ld(c.backend_planned);
   s.frees += ld(d.frees) + ld(c.remote_frees);
   s.remote_frees += ld(c.remote_frees);
   s.invalid_frees += ld(c.invalid_frees);
   s.double_frees += ld(c.double_frees);
   s.iterations += ld(d.iterations);
+  s.iterations_set_aside += ld(d.set_aside);
 }
 
 void add_stats(Stats& into, const Stats& s) {
@@ -94,12 +96,14 @@ void add_stats(Stats& into, const Stats& s) {
   into.fallback_beyond_plan += s.fallback_beyond_plan;
   into.fallback_overlap_live += s.fallback_overlap_live;
   into.fallback_alignment += s.fallback_alignment;
+  into.fallback_too_large += s.fallback_too_large;
   into.backend_planned += s.backend_planned;
   into.frees += s.frees;
   into.remote_frees += s.remote_frees;
   into.invalid_frees += s.invalid_frees;
   into.double_frees += s.double_frees;
   into.iterations += s.iterations;
+  into.iterations_set_aside += s.iterations_set_aside;
 }
 
 // Check mode: hides a replaying host cursor's counts so the hot path always misses
@@ -560,8 +564,16 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
   {
     std::lock_guard<std::mutex> lock(e->mu);
     if (e->failed) return;
+    if (++e->uses < e->resume_at) {  // set aside (Note [Setting aside])
+      bump(d.set_aside);
+      return;
+    }
     if (e->version == nullptr) {
       if (e->recording) return;  // another thread records this key: pass through
+      e->recording = true;
+    } else if (e->grow_wanted && !e->recording && replays()) {
+      // A request outgrew the plan: this iteration records (its requests go to the
+      // backend), and its recording grows the envelope (Note [Envelope]).
       e->recording = true;
     } else if (replays() && (slabs_ok_ || e->kind != domain_kind::host)) {
       v = e->version;
@@ -625,6 +637,8 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
   c.current = s;
   d.version = v;
   d.misses_at_begin = total_misses(c);
+  c.grown = 0;
+  c.too_large_at = 0;
   d.ph = phase::replay;
   mask(d);
 }
@@ -689,22 +703,107 @@ void engine::end_record_impl(domain_state& d) {
   });
   recordings_.fetch_add(1, std::memory_order_relaxed);
   const std::uint64_t sig = tr.signature();
+  const std::uint64_t shape = tr.shape_signature();
   auto shared = std::make_shared<const trace>(std::move(tr));
-  bool plan_now = false;
+  std::shared_ptr<const envelope> to_plan;
+  plan_version* replace = nullptr;
+  plan_version* retired = nullptr;
   {
     std::lock_guard<std::mutex> lock(e.mu);
     e.recording = false;
     ++e.recordings;
-    e.same_in_a_row = (e.recordings > 1 && sig == e.last_signature) ? e.same_in_a_row + 1 : 1;
+    // Note [Envelope]: a recording with the structure of the key's envelope (the same
+    // allocations, made and freed in the same order, at other sizes) joins it.
+    const bool same_shape = e.env != nullptr && e.envelope_shape == shape;
+    bool grew = false;
+    if (same_shape) {
+      auto merged = std::make_shared<envelope>(*e.env);
+      grew = merge_envelope(*merged, *shared);
+      e.env = std::move(merged);
+    } else {
+      e.env = std::make_shared<const envelope>(make_envelope(*shared));
+      e.envelope_shape = shape;
+    }
+    e.same_in_a_row = (e.recordings > 1 && same_shape) ? e.same_in_a_row + 1 : 1;
     e.last_signature = sig;
     e.last_trace = shared;
-    // Auto mode saw the period repeat three times before its first iteration: one
-    // recording is enough.
-    const std::uint32_t needed = e.automatic ? 1 : opts_.record_iterations;
-    plan_now = replays() && e.version == nullptr && !e.failed &&
-               (e.same_in_a_row >= needed || e.recordings >= opts_.record_limit);
+    if (e.version != nullptr && e.grow_wanted) {
+      // Recorded because a request outgrew the plan: a grown envelope replaces it. A
+      // recording of another structure means the program changed, not its shape: the
+      // plan is retired as a deviating one would be, and this recording is the first
+      // of the new structure.
+      e.grow_wanted = false;
+      if (same_shape && grew && replays() && !e.failed) {
+        to_plan = e.env;
+        replace = e.version;
+      } else if (!same_shape) {
+        retired = e.version;
+        e.version = nullptr;
+        e.recordings = 1;
+        e.same_in_a_row = 1;
+        e.slab_bytes = 0;
+        e.lower_bound_bytes = 0;
+        set_aside_locked(e, "its allocation sequence changed");
+      }
+    } else if (replays() && e.version == nullptr && !e.failed) {
+      // Auto mode saw the period repeat three times before its first iteration: one
+      // recording is enough.
+      const std::uint32_t needed = e.automatic ? 1 : opts_.record_iterations;
+      if (e.same_in_a_row >= needed) {
+        to_plan = e.env;
+      } else if (e.recordings >= opts_.record_limit) {
+        to_plan = e.env;
+        set_aside_locked(e, "its recordings never agreed");
+      }
+    }
   }
-  if (plan_now) make_plan(e, *shared);
+  if (retired != nullptr) {
+    rerecords_.fetch_add(1, std::memory_order_relaxed);
+    if (retired->from_file) {
+      REPLAYALLOC_LOG(warning, "the plan of '%s' loaded from REPLAYALLOC_PLAN_DIR does not match "
+                      "this program (its allocation sequence differs); recording again", e.key.c_str());
+    } else {
+      REPLAYALLOC_LOG(info, "'%s' changed its allocation sequence; recording again", e.key.c_str());
+    }
+    retired->retire();
+  }
+  if (to_plan != nullptr) make_plan(e, *to_plan, replace);
+}
+
+// Note [Setting aside]: a key whose iterations do not repeat (ever-new shapes, a
+// different sequence each time) would otherwise cost a recording, a plan and a new
+// slab (mapped and pre-faulted) every few iterations, and serve nothing from them:
+// worse than the backend alone (DESIGN invariant 8). Each failure in a row (a plan
+// retired for deviating, a plan made only because REPLAYALLOC_RECORD_LIMIT
+// recordings never agreed, a larger request whose recording has another structure)
+// sets the key aside for longer: after the 1st nothing, then 8, 32 and 128 of its
+// iterations pass straight through to the backend (no recording, no slab; one
+// counter per iteration), and from the 5th failure on the key is given up for
+// 4,096 iterations before it is tried again. An iteration replayed without
+// deviating clears the count. A plan loaded from a file that does not fit counts too.
+void engine::set_aside_locked(key_entry& e, const char* why) {
+  const std::uint32_t failures = e.failures.load(std::memory_order_relaxed) + 1;
+  e.failures.store(failures, std::memory_order_relaxed);
+  std::uint64_t wait = 0;
+  switch (failures) {
+    case 1: wait = 0; break;
+    case 2: wait = 8; break;
+    case 3: wait = 32; break;
+    case 4: wait = 128; break;
+    default: wait = 4096; break;
+  }
+  if (wait == 0 || !opts_.set_aside) return;
+  e.resume_at = e.uses + wait;
+  if (failures >= 5) {
+    keys_given_up_.fetch_add(1, std::memory_order_relaxed);
+    REPLAYALLOC_LOG(info, "'%s' does not repeat (%s; %u failures in a row): given up for %llu "
+                    "iterations, which pass through to the backend", e.key.c_str(), why, failures,
+                    static_cast<unsigned long long>(wait));
+  } else {
+    set_asides_.fetch_add(1, std::memory_order_relaxed);
+    REPLAYALLOC_LOG(info, "'%s' set aside for %llu iterations (%s)", e.key.c_str(),
+                    static_cast<unsigned long long>(wait), why);
+  }
 }
 
 // Note [Plan files]: with REPLAYALLOC_PLAN_DIR set, every plan the engine makes is
@@ -769,13 +868,15 @@ void engine::load_saved_plan(key_entry& e) {
                     static_cast<int>(ok.message().size()), ok.message().data(), e.key.c_str());
     return;
   }
-  if (install_plan(e, f->tr, std::move(f->p), true)) {
+  if (install_plan(e, f->tr, std::move(f->p), true, nullptr, f->least.empty() ? nullptr : &f->least)) {
     plans_loaded_.fetch_add(1, std::memory_order_relaxed);
     REPLAYALLOC_LOG(info, "'%s': plan loaded from %s", e.key.c_str(), path.c_str());
   }
 }
 
-void engine::make_plan(key_entry& e, const trace& tr) {
+void engine::make_plan(key_entry& e, const envelope& env, plan_version* replace) {
+  const trace& tr = env.tr;
+  const std::vector<std::uint64_t> least = least_served(env);
   planner_options po;
   po.slot_align = opts_.slot_align;
   absl::StatusOr<placement> p = replayalloc::make_plan(tr, "best", po);
@@ -789,7 +890,9 @@ void engine::make_plan(key_entry& e, const trace& tr) {
   }
   if (opts_.plan_dir[0] != '\0' && plan_dir_trusted() && plan_dir_writable()) {
     const std::string path = plan_path(e);
-    const absl::Status st = write_plan_file(make_plan_file(tr, *p, po), path);
+    plan_file f = make_plan_file(tr, *p, po);
+    if (std::any_of(least.begin(), least.end(), [](std::uint64_t l) { return l == 1; })) f.least = least;
+    const absl::Status st = write_plan_file(f, path);
     if (!st.ok()) {
       REPLAYALLOC_LOG(warning, "plan for '%s' not saved: %.*s", e.key.c_str(),
                       static_cast<int>(st.message().size()), st.message().data());
@@ -797,13 +900,14 @@ void engine::make_plan(key_entry& e, const trace& tr) {
       REPLAYALLOC_LOG(info, "'%s': plan saved to %s", e.key.c_str(), path.c_str());
     }
   }
-  if (!install_plan(e, tr, *std::move(p), false)) {
+  if (!install_plan(e, tr, *std::move(p), false, replace, &least)) {
     std::lock_guard<std::mutex> lock(e.mu);
     e.failed = true;
   }
 }
 
-bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_file) {
+bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_file,
+                          plan_version* replace, const std::vector<std::uint64_t>* least) {
   planner_options po;
   po.slot_align = opts_.slot_align;
   absl::Status ok = absl::OkStatus();
@@ -828,7 +932,7 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
   }
   auto* v = new (mem) plan_version;
   v->source = e.source;
-  v->plan = compile_plan(tr, p, po, managed.empty() ? nullptr : &managed);
+  v->plan = compile_plan(tr, p, po, managed.empty() ? nullptr : &managed, least);
   v->key = e.key;
   v->from_file = from_file;
   v->id = plans_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -836,16 +940,35 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
                   e.key.c_str(), tr.allocations.size(),
                   static_cast<unsigned long long>(p.slab_bytes),
                   static_cast<unsigned long long>(p.lower_bound_bytes), p.algorithm.c_str());
-  std::lock_guard<std::mutex> lock(e.mu);
-  if (e.version != nullptr) {  // a plan arrived meanwhile (a recording finished first)
-    v->retire();
-    return true;
+  plan_version* old = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    // Another plan arrived meanwhile (a recording finished first; the version to
+    // replace was retired or replaced already): keep it.
+    if (e.version != replace) {
+      v->retire();
+      return true;
+    }
+    old = e.version;
+    e.version = v;
+    e.recordings = 0;
+    e.same_in_a_row = 0;
+    e.slab_bytes = p.slab_bytes;
+    e.lower_bound_bytes = p.lower_bound_bytes;
+    if (from_file) {
+      envelope env = make_envelope(tr);
+      if (least != nullptr) env.least = *least;  // 1 where the sizes varied
+      e.env = std::make_shared<const envelope>(std::move(env));
+      e.envelope_shape = tr.shape_signature();
+    }
   }
-  e.version = v;
-  e.recordings = 0;
-  e.same_in_a_row = 0;
-  e.slab_bytes = p.slab_bytes;
-  e.lower_bound_bytes = p.lower_bound_bytes;
+  if (old != nullptr) {
+    // Threads replaying the old version finish their iterations on it; its slabs are
+    // unmapped as they drain (slab_pool.h).
+    plans_grown_.fetch_add(1, std::memory_order_relaxed);
+    REPLAYALLOC_LOG(info, "'%s': plan grown to the envelope of its shapes", e.key.c_str());
+    old->retire();
+  }
   return true;
 }
 
@@ -858,6 +981,9 @@ void engine::end_replay(domain_state& d) {
   // that `v` is only compared, never read.
   const bool from_file = v->from_file;
   const std::uint64_t misses = total_misses(c) - d.misses_at_begin;
+  // Slots whose allocation outgrew them (slow_path.cc): a larger shape. A single
+  // request too large for its slot and followed by the expected one was extra.
+  const std::uint32_t too_large = c.grown;
   const std::uint32_t handed = c.handed;
   bump(d.slab_hits, handed);
   bump(d.hit_bytes, c.hit_bytes);
@@ -873,8 +999,12 @@ void engine::end_replay(domain_state& d) {
   if (s->refs.fetch_add(pending, std::memory_order_acq_rel) + pending == 0) v->release(s);
 
   const std::uint64_t pct = opts_.deviation_percent;
-  const bool deviated = planned > 0 && (misses * 100 > pct * planned ||
-                                        std::uint64_t{planned - std::min(handed, planned)} * 100 > pct * planned);
+  // An iteration whose requests outgrew their slots is a larger shape, not a deviation:
+  // it grows the envelope (below); the recording that does so says whether the
+  // program's structure changed too.
+  const bool deviated = too_large == 0 && planned > 0 &&
+                        (misses * 100 > pct * planned ||
+                         std::uint64_t{planned - std::min(handed, planned)} * 100 > pct * planned);
   // Deviation is counted per thread: a thread whose every iteration deviates has a
   // program that changed; threads that deviate now and then, interleaved, do not.
   if (d.deviation_entry != d.entry) {
@@ -883,11 +1013,22 @@ void engine::end_replay(domain_state& d) {
   }
   d.deviating_in_a_row = deviated ? d.deviating_in_a_row + 1 : 0;
   d.last_deviated = deviated;
+  key_entry& e = *d.entry;
+  if (too_large > 0) {
+    // A request outgrew its slot: the next iteration of the key records, and the
+    // envelope grows (Note [Envelope]). The plan serves on meanwhile.
+    std::lock_guard<std::mutex> lock(e.mu);
+    if (e.version == v) e.grow_wanted = true;
+    return;
+  }
+  if (!deviated && e.failures.load(std::memory_order_relaxed) != 0) {
+    std::lock_guard<std::mutex> lock(e.mu);
+    e.failures.store(0, std::memory_order_relaxed);
+  }
   // A plan from a file the program does not follow goes at once (Note [Plan files]).
   const std::uint32_t replan_after = from_file ? 1 : opts_.replan_after;
   if (!deviated || replan_after == 0 || d.deviating_in_a_row < replan_after) return;
   d.deviating_in_a_row = 0;
-  key_entry& e = *d.entry;
   bool retire = false;
   {
     std::lock_guard<std::mutex> lock(e.mu);
@@ -897,7 +1038,9 @@ void engine::end_replay(domain_state& d) {
       e.same_in_a_row = 0;
       e.slab_bytes = 0;
       e.lower_bound_bytes = 0;
+      e.grow_wanted = false;
       retire = true;
+      set_aside_locked(e, "its plan kept deviating");
     }
   }
   if (retire) {
@@ -1007,13 +1150,16 @@ Stats engine::stats(const domain_kind* only) {
     }
   }
   s.fallbacks = s.fallback_size_mismatch + s.fallback_beyond_plan + s.fallback_overlap_live +
-                s.fallback_alignment + s.fallback_no_slab;
+                s.fallback_alignment + s.fallback_no_slab + s.fallback_too_large;
   s.allocations = s.slab_hits + s.fallbacks + s.backend_planned + s.passthrough;
   s.plans = plans_.load(std::memory_order_relaxed);
   s.rerecords = rerecords_.load(std::memory_order_relaxed);
   s.plans_loaded = plans_loaded_.load(std::memory_order_relaxed);
   s.plan_files_ignored = plan_files_ignored_.load(std::memory_order_relaxed);
   s.plans_evicted = plans_evicted_.load(std::memory_order_relaxed);
+  s.plans_grown = plans_grown_.load(std::memory_order_relaxed);
+  s.set_asides = set_asides_.load(std::memory_order_relaxed);
+  s.keys_given_up = keys_given_up_.load(std::memory_order_relaxed);
   s.recordings = recordings_.load(std::memory_order_relaxed);
   s.mapped_bytes = backend::mapped_slab_bytes();
   s.keys = keys;
@@ -1051,20 +1197,22 @@ std::size_t format_stats_json(const Stats& s, char* buf, std::size_t cap) {
       buf, cap,
       "{\"allocations\":%llu,\"slab_hits\":%llu,\"fallbacks\":%llu,"
       "\"fallbacks_by_reason\":{\"size_mismatch\":%llu,\"beyond_plan\":%llu,"
-      "\"overlap_live\":%llu,\"alignment\":%llu,\"no_slab\":%llu},"
+      "\"overlap_live\":%llu,\"alignment\":%llu,\"no_slab\":%llu,\"too_large\":%llu},"
       "\"backend_planned\":%llu,\"passthrough\":%llu,\"below_min_size\":%llu,\"frees\":%llu,"
       "\"remote_frees\":%llu,"
       "\"invalid_frees\":%llu,\"double_frees\":%llu,\"bytes_from_slab\":%llu,"
       "\"bytes_from_backend\":%llu,\"iterations\":%llu,\"recordings\":%llu,\"plans\":%llu,"
       "\"rerecords\":%llu,\"plans_loaded\":%llu,\"plan_files_ignored\":%llu,"
-      "\"plans_evicted\":%llu,\"slab_bytes\":%llu,\"lower_bound_bytes\":%llu,"
+      "\"plans_evicted\":%llu,\"plans_grown\":%llu,\"set_asides\":%llu,\"keys_given_up\":%llu,"
+      "\"iterations_set_aside\":%llu,\"slab_bytes\":%llu,\"lower_bound_bytes\":%llu,"
       "\"mapped_bytes\":%llu,\"keys\":%llu}",
       u(s.allocations), u(s.slab_hits), u(s.fallbacks), u(s.fallback_size_mismatch),
       u(s.fallback_beyond_plan), u(s.fallback_overlap_live), u(s.fallback_alignment),
-      u(s.fallback_no_slab), u(s.backend_planned), u(s.passthrough), u(s.below_min_size), u(s.frees),
+      u(s.fallback_no_slab), u(s.fallback_too_large), u(s.backend_planned), u(s.passthrough), u(s.below_min_size), u(s.frees),
       u(s.remote_frees), u(s.invalid_frees), u(s.double_frees), u(s.bytes_from_slab),
       u(s.bytes_from_backend), u(s.iterations), u(s.recordings), u(s.plans), u(s.rerecords),
-      u(s.plans_loaded), u(s.plan_files_ignored), u(s.plans_evicted), u(s.slab_bytes), u(s.lower_bound_bytes), u(s.mapped_bytes), u(s.keys));
+      u(s.plans_loaded), u(s.plan_files_ignored), u(s.plans_evicted), u(s.plans_grown),
+      u(s.set_asides), u(s.keys_given_up), u(s.iterations_set_aside), u(s.slab_bytes), u(s.lower_bound_bytes), u(s.mapped_bytes), u(s.keys));
   return n < 0 ? 0 : static_cast<std::size_t>(n);
 }
 

@@ -62,6 +62,16 @@ struct key_entry {
   std::uint32_t same_in_a_row = 0;  // identical consecutive recordings
   std::uint64_t last_signature = 0;
   std::shared_ptr<const trace> last_trace;
+  // Note [Envelope]: the recordings of this key with one structure, each allocation
+  // at the largest size recorded; what the key's plan was made from.
+  std::shared_ptr<const envelope> env;
+  std::uint64_t envelope_shape = 0;  // its trace's shape_signature()
+  bool grow_wanted = false;          // a request outgrew the plan: record once more, merge
+  // Note [Setting aside]: iterations begun (domain_begin), plans that failed in a row,
+  // and the iteration before which the key passes through.
+  std::uint64_t uses = 0;
+  std::atomic<std::uint32_t> failures{0};  // written under mu; read without it
+  std::uint64_t resume_at = 0;
   std::uint64_t slab_bytes = 0;
   std::uint64_t lower_bound_bytes = 0;
   // Under the engine's mutex: when a thread last asked for this key, and how many
@@ -143,11 +153,18 @@ class engine {
   void end_record(domain_state& d);
   void end_record_impl(domain_state& d);
   void end_replay(domain_state& d);
-  void make_plan(key_entry& e, const trace& tr);
+  // Plans `tr` for `e`; with `replace`, the plan replaces that version (a grown
+  // envelope) instead of waiting for the key to have none.
+  void make_plan(key_entry& e, const envelope& env, plan_version* replace = nullptr);
+  // A plan of `e` failed (retired for deviating, or recordings that never agreed):
+  // sets the key aside for a while (Note [Setting aside]). REQUIRES: e.mu held.
+  void set_aside_locked(key_entry& e, const char* why);
   void* alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_t align, bool zero);
   // Compiles `p` for `e` and makes it the key's plan unless one arrived meanwhile.
   // pre: validate(tr, p) holds. Returns false (and logs) when it could not.
-  bool install_plan(key_entry& e, const trace& tr, placement p, bool from_file);
+  // `least`: least_served() of the envelope `tr` is (null: every slot exact).
+  bool install_plan(key_entry& e, const trace& tr, placement p, bool from_file,
+                    plan_version* replace = nullptr, const std::vector<std::uint64_t>* least = nullptr);
   std::string plan_path(const key_entry& e) const;
   void load_saved_plan(key_entry& e);
   bool plan_dir_trusted();
@@ -175,6 +192,9 @@ class engine {
   std::atomic<std::uint64_t> plans_loaded_{0};
   std::atomic<std::uint64_t> plan_files_ignored_{0};
   std::atomic<std::uint64_t> plans_evicted_{0};
+  std::atomic<std::uint64_t> plans_grown_{0};
+  std::atomic<std::uint64_t> set_asides_{0};
+  std::atomic<std::uint64_t> keys_given_up_{0};
 };
 
 // A host request served below REPLAYALLOC_MIN_SIZE, counted as pass-through below the

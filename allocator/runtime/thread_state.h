@@ -57,6 +57,7 @@ struct domain_state {
   std::atomic<std::uint64_t> no_slab_fallbacks{0};
   std::atomic<std::uint64_t> frees{0};
   std::atomic<std::uint64_t> iterations{0};
+  std::atomic<std::uint64_t> set_aside{0};  // iterations passed through: key set aside
 
   domain_state* next = nullptr;  // engine registry (under the engine's mutex)
   domain_state* prev = nullptr;

@@ -90,6 +90,7 @@ constexpr option_desc table[] = {
     {"REPLAYALLOC_RECORD_ITERATIONS", kind::count, 1, 64, false},
     {"REPLAYALLOC_RECORD_LIMIT", kind::count, 1, 1024, false},
     {"REPLAYALLOC_REPLAN_AFTER", kind::count, 0, 1u << 20, false},
+    {"REPLAYALLOC_SET_ASIDE", kind::boolean, 0, 1, false},
     {"REPLAYALLOC_DEVIATION_PERCENT", kind::count, 0, 100, false},
     {"REPLAYALLOC_RESYNC_WINDOW", kind::count, 0, 256, false},
     {"REPLAYALLOC_PREFAULT", kind::boolean, 0, 1, false},
@@ -139,6 +140,7 @@ void store(options* o, const char* name, std::uint64_t v) {
   else if (!std::strcmp(name, "REPLAYALLOC_DEVIATION_PERCENT")) o->deviation_percent = static_cast<std::uint32_t>(v);
   else if (!std::strcmp(name, "REPLAYALLOC_RESYNC_WINDOW")) o->resync_window = static_cast<std::uint32_t>(v);
   else if (!std::strcmp(name, "REPLAYALLOC_PREFAULT")) o->prefault = v != 0;
+  else if (!std::strcmp(name, "REPLAYALLOC_SET_ASIDE")) o->set_aside = v != 0;
   else if (!std::strcmp(name, "REPLAYALLOC_STACK_DEPTH")) o->stack_depth = static_cast<std::uint32_t>(v);
   else if (!std::strcmp(name, "REPLAYALLOC_CUDA_LMS_THRESHOLD")) o->cuda_lms_threshold = v;
 }

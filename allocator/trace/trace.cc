@@ -1,5 +1,7 @@
 #include "trace/trace.h"
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_set.h"
 #include "support/config.h"
 #include "support/hash.h"
@@ -14,6 +16,47 @@ std::uint64_t trace::signature() const {
     h = detail::fnv1a(h, a.align);
   }
   return detail::fnv1a(h, allocations.size());
+}
+
+std::uint64_t trace::shape_signature() const {
+  std::uint64_t h = detail::fnv1a(detail::fnv_offset, allocations.size());
+  for (const trace_allocation& a : allocations) {
+    h = detail::fnv1a(h, a.align);
+    h = detail::fnv1a(h, a.alloc_at);
+    h = detail::fnv1a(h, a.free_at);
+  }
+  return detail::fnv1a(h, events);
+}
+
+envelope make_envelope(const trace& t) {
+  envelope e{t, {}};
+  e.least.reserve(t.allocations.size());
+  for (const trace_allocation& a : t.allocations) e.least.push_back(a.size);
+  return e;
+}
+
+bool merge_envelope(envelope& into, const trace& t) {
+  bool grew = false;
+  const std::size_t n = std::min(into.tr.allocations.size(), t.allocations.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t& cap = into.tr.allocations[i].size;
+    const std::uint64_t size = t.allocations[i].size;
+    if (size > cap) {
+      cap = size;
+      grew = true;
+    }
+    into.least[i] = std::min(into.least[i], size);
+  }
+  return grew;
+}
+
+std::vector<std::uint64_t> least_served(const envelope& e) {
+  std::vector<std::uint64_t> out(e.tr.allocations.size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::uint64_t cap = e.tr.allocations[i].size;
+    out[i] = i < e.least.size() && e.least[i] < cap ? 1 : cap;
+  }
+  return out;
 }
 
 absl::Status check_trace(const trace& t) {

@@ -43,9 +43,39 @@ struct trace {
   // A stable hash of the allocation sequence (sizes and alignments in order): two
   // recordings with the same signature asked for the same memory in the same order.
   std::uint64_t signature() const;
+  // A stable hash of the iteration's structure without its sizes: how many
+  // allocations, their alignments, and when each was made and freed. Two recordings
+  // with the same shape signature are the same program at different shapes (a
+  // sequence length, a batch size): one envelope plan serves both (merge_envelope()).
+  std::uint64_t shape_signature() const;
 
   friend bool operator==(const trace&, const trace&) = default;
 };
+
+// Note [Envelope]: recordings of one key with the same shape signature are one
+// program at several shapes. Their envelope is a trace with each allocation at the
+// largest size recorded (its capacity), and the smallest size recorded beside it. Since
+// allocation i of every such recording has the same lifetime, a plan of the envelope
+// gives allocation i a slot as large as it ever asked for, with the same neighbours
+// in time. At replay (replay/fast_path.h) a slot serves a request of at most its
+// capacity, never a larger one (DESIGN invariant 7), and at least:
+//  * its capacity, when every recording asked for the same size (a weight buffer, a
+//    fixed workspace): such slots keep matching exactly, which is what tells an extra
+//    or missing allocation from the expected one (Note [Replay mismatch]);
+//  * 1 byte, when the recordings asked for different sizes: the allocation scales with
+//    the shape, so any smaller shape (also one never recorded) fits it.
+// Safety never depends on which request takes which slot: a slot is handed out only
+// when the request fits its capacity and its bytes are free (the overlap lists).
+struct envelope {
+  trace tr;                          // sizes: capacities
+  std::vector<std::uint64_t> least;  // per allocation: the smallest size recorded
+};
+envelope make_envelope(const trace& t);
+// Adds `t` to `into`. pre: t.shape_signature() == into.tr.shape_signature(). Returns
+// true when a capacity grew (the envelope needs a new plan).
+bool merge_envelope(envelope& into, const trace& t);
+// Per allocation, the least request its slot serves (see above).
+std::vector<std::uint64_t> least_served(const envelope& e);
 
 // Checks a trace from outside (a file, a test): ids unique, sizes in (0, 2^47],
 // alignments powers of two no larger than 2 MiB, alloc_at < free_at, allocations in

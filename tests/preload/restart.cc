@@ -2,7 +2,8 @@
 // LD_PRELOAD=libreplayalloc_preload.so, it marks ITERATIONS iterations of key "request"
 // through dlsym'd C API names; each allocates an inference-shaped pattern (sizes scaled
 // by SCALE), fills every block with a pattern and checks it before the free. Prints the
-// statistics JSON on its last line and exits 1 when any byte was corrupted.
+// statistics JSON on its last line and exits 1 when any byte was corrupted. With
+// RESTART_OTHER=1 each layer makes one more workspace: another program under the key.
 // Usage: restart ITERATIONS SCALE
 #include <dlfcn.h>
 
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "restart: not run under libreplayalloc_preload.so\n");
     return 2;
   }
+  const bool other = std::getenv("RESTART_OTHER") != nullptr;
   std::vector<block> outputs;
   outputs.reserve(static_cast<std::size_t>(iterations));  // no allocation inside an iteration
   for (int it = 0; it < iterations; ++it) {
@@ -67,6 +69,7 @@ int main(int argc, char** argv) {
       block work = make((4096 + 512 * layer) * scale, static_cast<unsigned char>(layer + 1));
       block next = make((32 * 1024 + 1024 * (layer % 5)) * scale, static_cast<unsigned char>(layer + 7));
       drop(work);
+      if (other) drop(make(8192 * scale, static_cast<unsigned char>(layer + 3)));
       drop(act);
       act = next;
     }

@@ -52,9 +52,21 @@ expect restart "$out" fallbacks -eq 0
 must_say restart "$out" "plan loaded from"
 echo "      (first run: $first_hits slab hits; restarted: $(field slab_hits "$out"))"
 
-# Another program under the same key: the loaded plan is refused after one
-# iteration; the key is recorded and planned again.
-out=$(run 3); rc=$?; clean other-program "$out" $rc
+# The same program at a larger shape: the loaded plan serves what fits, the larger
+# requests fall back (too_large), and the plan grows to the envelope of both shapes
+# (Note [Envelope]); nothing is recorded from scratch.
+out=$(run 3); rc=$?; clean larger-shape "$out" $rc
+expect larger-shape "$out" plans_loaded -eq 1
+expect larger-shape "$out" plans_grown -eq 1
+expect larger-shape "$out" rerecords -eq 0
+# ... and then at the smaller shape again: every planned allocation from the slab.
+out=$(run 1); rc=$?; clean smaller-again "$out" $rc
+expect smaller-again "$out" plans_loaded -eq 1
+expect smaller-again "$out" slab_hits -eq 288
+
+# Another program under the same key (another allocation sequence): the loaded plan
+# is refused after one iteration; the key is recorded and planned again.
+out=$(RESTART_OTHER=1 run 1); rc=$?; clean other-program "$out" $rc
 expect other-program "$out" plans_loaded -eq 1
 expect other-program "$out" rerecords -eq 1
 must_say other-program "$out" "does not match this program"

@@ -57,6 +57,40 @@ class TorchCpu(unittest.TestCase):
                 self.assertEqual(s["fallbacks"], warm["fallbacks"], f"{name}: steady state fell back")
                 print(f"{name}: {s['slab_hits'] - warm['slab_hits']} slab hits in 4 replayed iterations")
 
+    def test_a_variable_sequence_length_replays_from_one_plan(self):
+        # A transformer encoder whose sequence length is drawn per request (16..256),
+        # one key (Note [Envelope]): outputs bit-identical to the reference computed
+        # before replayalloc was installed, and after the largest shape has been seen
+        # (and recorded once more) at least 95% of the requests of an iteration that
+        # go to the plan (slab hits + fallbacks) are served from the slab.
+        import random
+        import replayalloc.torch as rt
+        torch.manual_seed(1)
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0)
+        model = torch.nn.TransformerEncoder(layer, 2).eval()
+        rng = random.Random(5)
+        seqs = [256, 16] + [rng.randint(16, 256) for _ in range(38)]
+        inputs = {t: torch.randn(t, 2, 64) for t in set(seqs)}
+        rt.uninstall_cpu()
+        with torch.no_grad():
+            reference = {t: model(x).clone() for t, x in inputs.items()}
+        rt.install_cpu()
+        steady = None
+        with torch.no_grad():
+            for i, t in enumerate(seqs):
+                if i == 4:
+                    steady = rt.stats()
+                with rt.iteration("py/encoder-varlen"):
+                    y = model(inputs[t])
+                self.assertTrue(torch.equal(y, reference[t]), f"sequence length {t}, iteration {i}")
+        s = rt.stats()
+        hits = s["slab_hits"] - steady["slab_hits"]
+        misses = s["fallbacks"] - steady["fallbacks"]
+        share = hits / max(1, hits + misses)
+        print(f"encoder, sequence length 16..256: {100 * share:.1f}% of {hits + misses} planned requests "
+              f"from the slab over 36 iterations; plans {s['plans']}, grown {s['plans_grown']}")
+        self.assertGreaterEqual(share, 0.95)
+
     def test_a_mismatched_torch_is_refused_clearly(self):
         import replayalloc.torch as rt
         self.assertEqual(rt._version_tuple("1.13.0a0+gitabc"), (1, 13, 0))

@@ -74,11 +74,12 @@ enum class deviation : unsigned {
   overlapping,  // begin A, begin B, end, allocate, end: ends close what is innermost
   thread_exit,  // a thread begins an iteration, allocates, hands blocks on and exits
   forked,       // fork() mid-iteration; the child checks, allocates and frees
+  shaped,       // the whole iteration at another shape: every size scaled up or down
   count
 };
 constexpr const char* k_deviation_names[] = {"resized", "extra",       "missing",     "held",
                                              "early",   "remote",      "realloc",     "nested",
-                                             "never_ended", "overlapping", "thread_exit", "forked"};
+                                             "never_ended", "overlapping", "thread_exit", "forked", "shaped"};
 static_assert(std::size(k_deviation_names) == static_cast<unsigned>(deviation::count));
 
 struct totals {
@@ -333,13 +334,19 @@ class driver {
     std::vector<live_block> live;  // this iteration's blocks, in no order
     live.reserve(2 * static_cast<std::size_t>(n) + 4);
     const int fork_at = fork_here ? static_cast<int>(pick(static_cast<std::uint64_t>(n))) : -1;
+    // One iteration in three runs at another shape (a sequence length, a batch size):
+    // every size scaled by the same factor, down to a quarter or up to three times,
+    // so slots serve smaller requests than they were planned for, and plans grow.
+    constexpr std::size_t k_scales[][2] = {{1, 4}, {1, 2}, {3, 4}, {3, 2}, {2, 1}, {3, 1}};
+    const auto* scale = odds > 0 && pick(3) == 0 ? k_scales[pick(std::size(k_scales))] : nullptr;
+    if (scale != nullptr) count(deviation::shaped);
     for (int i = 0; i < n; ++i) {
       const script_step& st = s_.steps[i];
       if (chance(odds)) {
         count(deviation::missing);
       } else {
         live_block lb;
-        std::size_t size = st.size;
+        std::size_t size = scale != nullptr ? std::max<std::size_t>(1, st.size * scale[0] / scale[1]) : st.size;
         if (chance(odds)) {
           const int r = static_cast<int>(pick(4));
           size = r == 0 ? size + 16 : r == 1 ? size / 2 : r == 2 ? size * 3 : size - 1;

@@ -57,6 +57,7 @@ struct Stats {
   std::uint64_t fallback_overlap_live = 0;
   std::uint64_t fallback_alignment = 0;
   std::uint64_t fallback_no_slab = 0;
+  std::uint64_t fallback_too_large = 0;  ///< larger than the slot's capacity (a new largest shape)
   std::uint64_t backend_planned = 0;  ///< outlived the recording: backend, as planned
   std::uint64_t passthrough = 0;      ///< no replaying iteration, or below the minimum size
   std::uint64_t below_min_size = 0;   ///< of all allocations, those below REPLAYALLOC_MIN_SIZE
@@ -73,6 +74,10 @@ struct Stats {
   std::uint64_t plans_loaded = 0;       ///< plans read from REPLAYALLOC_PLAN_DIR and used
   std::uint64_t plan_files_ignored = 0; ///< plan files refused (corrupt, stale, other program)
   std::uint64_t plans_evicted = 0;      ///< plans dropped for REPLAYALLOC_MAX_PLANS
+  std::uint64_t plans_grown = 0;        ///< plans replaced by a larger envelope (a larger shape seen)
+  std::uint64_t set_asides = 0;         ///< times a key that does not repeat was set aside (backed off)
+  std::uint64_t keys_given_up = 0;      ///< times a key was given up for a long while (Note [Setting aside])
+  std::uint64_t iterations_set_aside = 0;  ///< iterations passed through while their key was set aside
   std::uint64_t slab_bytes = 0;         ///< sum of the current plans' slab sizes
   std::uint64_t lower_bound_bytes = 0;  ///< sum of the current plans' lower bounds
   std::uint64_t mapped_bytes = 0;       ///< slab memory committed now (all slabs)
