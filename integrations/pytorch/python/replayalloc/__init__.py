@@ -3,8 +3,12 @@
 The package is a thin ctypes layer over the shared library; see replayalloc.torch for
 PyTorch. The library is libreplayalloc_torch.so (libtorch's CPU allocator, and the
 CUDA allocator when built with CUDA) or else libreplayalloc_cuda.so, found in order:
-the `library` argument of load(), a `lib/` folder beside this package, the project's
-build folder (build/integrations/...), then the system's library path.
+the `library` argument of load(); else the environment variable REPLAYALLOC_LIBRARY (a
+path to the library file), which replaces the search; else a `lib/` folder beside this
+package, the project's build folder (build/integrations/...) when the package is used
+from the source tree, the library folder of the prefix the package is installed in
+(<prefix>/lib/python3/dist-packages/replayalloc -> <prefix>/lib/<multiarch>/ or
+<prefix>/lib/), then the system's library path.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import sysconfig
 from contextlib import contextmanager
 
 __all__ = ["load", "iteration", "stats", "library_path"]
@@ -19,14 +24,26 @@ __all__ = ["load", "iteration", "stats", "library_path"]
 _LIB = None
 _LIB_PATH = None
 _NAMES = (("libreplayalloc_torch.so", "pytorch"), ("libreplayalloc_cuda.so", "cuda"))
+_ENV = "REPLAYALLOC_LIBRARY"  # a path to the library file: replaces the search
 
 
 def _candidates():
     here = os.path.dirname(os.path.abspath(__file__))
+    # The source tree's root (integrations/pytorch/python/replayalloc), or the install
+    # prefix (lib/python3/dist-packages/replayalloc): both four folders up.
     root = os.path.abspath(os.path.join(here, "..", "..", "..", ".."))
+    libdirs = []
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    if multiarch:
+        libdirs.append(os.path.join(root, "lib", multiarch))
+    libdirs += [os.path.join(root, "lib64"), os.path.join(root, "lib")]
     for name, folder in _NAMES:
         yield os.path.join(here, "lib", name)
         yield os.path.join(root, "build", "integrations", folder, name)
+        for libdir in libdirs:
+            path = os.path.join(libdir, name)
+            if os.path.exists(path):
+                yield path
     for name, _ in _NAMES:
         found = ctypes.util.find_library(name[3:-3])
         if found:
@@ -40,7 +57,13 @@ def load(library: str | None = None) -> ctypes.CDLL:
         if library is not None and os.path.abspath(library) != _LIB_PATH:
             raise RuntimeError(f"replayalloc: already loaded from {_LIB_PATH}, not {library}")
         return _LIB
-    paths = [library] if library is not None else list(_candidates())
+    from_env = library is None and bool(os.environ.get(_ENV))
+    if library is not None:
+        paths = [library]
+    elif from_env:
+        paths = [os.environ[_ENV]]
+    else:
+        paths = list(_candidates())
     errors = []
     for path in paths:
         if path is None or (os.path.sep in path and not os.path.exists(path)):
@@ -70,8 +93,11 @@ def load(library: str | None = None) -> ctypes.CDLL:
             lib.replayalloc_cuda_stats_json.restype = ctypes.c_size_t
         _LIB, _LIB_PATH = lib, os.path.abspath(path) if os.path.sep in path else path
         return lib
+    if from_env:
+        raise OSError(f"replayalloc: cannot load the library {_ENV} names: " + errors[0])
     raise OSError("replayalloc: cannot load the library; tried:\n  " + "\n  ".join(errors) +
-                  "\nbuild it (scripts/test.sh, or cmake --build build) or pass library=PATH")
+                  "\nbuild it (scripts/test.sh, or cmake --build build), install it, pass "
+                  f"library=PATH or set {_ENV}=PATH")
 
 
 def library_path() -> str:
