@@ -295,6 +295,10 @@ int parse_options(char* const* envp, options* out) {
         const std::size_t n = std::strlen(d.name);
         if (std::strncmp(*e, d.name, n) == 0 && (*e)[n] == '=') known = true;
       }
+      // Read by the Python package, not the engine.
+      for (const char* other : {"REPLAYALLOC_LIBRARY=", "REPLAYALLOC_TEST_LIBRARY="}) {
+        if (std::strncmp(*e, other, std::strlen(other)) == 0) known = true;
+      }
       if (!known) {
         const char* eq = std::strchr(*e, '=');
         const int len = eq ? static_cast<int>(eq - *e) : static_cast<int>(std::strlen(*e));
