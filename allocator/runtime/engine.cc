@@ -737,13 +737,9 @@ void engine::end_record_impl(domain_state& d) {
         to_plan = e.env;
         replace = e.version;
       } else if (!same_shape) {
-        retired = e.version;
-        e.version = nullptr;
-        e.recordings = 1;
+        retired = drop_plan_locked(e, "its allocation sequence changed");
+        e.recordings = 1;  // this recording is the first of the new structure
         e.same_in_a_row = 1;
-        e.slab_bytes = 0;
-        e.lower_bound_bytes = 0;
-        set_aside_locked(e, "its allocation sequence changed");
       }
     } else if (replays() && e.version == nullptr && !e.failed) {
       // Auto mode saw the period repeat three times before its first iteration: one
@@ -757,17 +753,31 @@ void engine::end_record_impl(domain_state& d) {
       }
     }
   }
-  if (retired != nullptr) {
-    rerecords_.fetch_add(1, std::memory_order_relaxed);
-    if (retired->from_file) {
-      REPLAYALLOC_LOG(warning, "the plan of '%s' loaded from REPLAYALLOC_PLAN_DIR does not match "
-                      "this program (its allocation sequence differs); recording again", e.key.c_str());
-    } else {
-      REPLAYALLOC_LOG(info, "'%s' changed its allocation sequence; recording again", e.key.c_str());
-    }
-    retired->retire();
-  }
+  if (retired != nullptr) retire_dropped(e, retired, retired->from_file, "its allocation sequence changed");
   if (to_plan != nullptr) make_plan(e, *to_plan, replace);
+}
+
+plan_version* engine::drop_plan_locked(key_entry& e, const char* why) {
+  plan_version* v = e.version;
+  e.version = nullptr;
+  e.recordings = 0;
+  e.same_in_a_row = 0;
+  e.slab_bytes = 0;
+  e.lower_bound_bytes = 0;
+  e.grow_wanted = false;
+  set_aside_locked(e, why);
+  return v;
+}
+
+void engine::retire_dropped(key_entry& e, plan_version* v, bool from_file, const char* why) {
+  rerecords_.fetch_add(1, std::memory_order_relaxed);
+  if (from_file) {
+    REPLAYALLOC_LOG(warning, "the plan of '%s' loaded from REPLAYALLOC_PLAN_DIR does not match "
+                    "this program (%s); recording again", e.key.c_str(), why);
+  } else {
+    REPLAYALLOC_LOG(info, "'%s': %s; recording again", e.key.c_str(), why);
+  }
+  v->retire();
 }
 
 // Note [Setting aside]: a key whose iterations do not repeat (ever-new shapes, a
@@ -981,11 +991,10 @@ void engine::end_replay(domain_state& d) {
   // that `v` is only compared, never read.
   const bool from_file = v->from_file;
   const std::uint64_t misses = total_misses(c) - d.misses_at_begin;
-  // Slots whose allocation outgrew them (slow_path.cc): a larger shape. A single
-  // request too large for its slot and followed by the expected one was extra.
-  // Two at least: one larger block among the same shapes is a deviation, a shape
+  // A larger shape: at least two slots whose allocation outgrew them (slow_path.cc
+  // counts them). One larger block among the same shapes is a deviation; a shape
   // change makes every allocation that scales with it larger.
-  const std::uint32_t too_large = c.grown >= 2 ? c.grown : 0;
+  const bool grew = c.grown >= 2;
   const std::uint32_t handed = c.handed;
   bump(d.slab_hits, handed);
   bump(d.hit_bytes, c.hit_bytes);
@@ -1004,7 +1013,7 @@ void engine::end_replay(domain_state& d) {
   // An iteration whose requests outgrew their slots is a larger shape, not a deviation:
   // it grows the envelope (below); the recording that does so says whether the
   // program's structure changed too.
-  const bool deviated = too_large == 0 && planned > 0 &&
+  const bool deviated = !grew && planned > 0 &&
                         (misses * 100 > pct * planned ||
                          std::uint64_t{planned - std::min(handed, planned)} * 100 > pct * planned);
   // Deviation is counted per thread: a thread whose every iteration deviates has a
@@ -1016,9 +1025,9 @@ void engine::end_replay(domain_state& d) {
   d.deviating_in_a_row = deviated ? d.deviating_in_a_row + 1 : 0;
   d.last_deviated = deviated;
   key_entry& e = *d.entry;
-  if (too_large > 0) {
-    // A request outgrew its slot: the next iteration of the key records, and the
-    // envelope grows (Note [Envelope]). The plan serves on meanwhile.
+  if (grew) {
+    // The next iteration of the key records, and the envelope grows (Note
+    // [Envelope]). The plan serves on meanwhile.
     std::lock_guard<std::mutex> lock(e.mu);
     if (e.version == v) e.grow_wanted = true;
     return;
@@ -1031,31 +1040,15 @@ void engine::end_replay(domain_state& d) {
   const std::uint32_t replan_after = from_file ? 1 : opts_.replan_after;
   if (!deviated || replan_after == 0 || d.deviating_in_a_row < replan_after) return;
   d.deviating_in_a_row = 0;
+  const char* why = from_file ? "its replayed iteration deviated"
+                              : "its replayed iterations deviated REPLAYALLOC_REPLAN_AFTER times in a row";
   bool retire = false;
   {
     std::lock_guard<std::mutex> lock(e.mu);
-    if (e.version == v) {  // not already replaced by another thread
-      e.version = nullptr;
-      e.recordings = 0;
-      e.same_in_a_row = 0;
-      e.slab_bytes = 0;
-      e.lower_bound_bytes = 0;
-      e.grow_wanted = false;
-      retire = true;
-      set_aside_locked(e, "its plan kept deviating");
-    }
+    if (e.version == v) retire = drop_plan_locked(e, why) != nullptr;  // not replaced meanwhile
   }
-  if (retire) {
-    rerecords_.fetch_add(1, std::memory_order_relaxed);
-    if (from_file) {
-      REPLAYALLOC_LOG(warning, "the plan of '%s' loaded from REPLAYALLOC_PLAN_DIR does not match "
-                      "this program (its replayed iteration deviated); recording again", e.key.c_str());
-    } else {
-      REPLAYALLOC_LOG(info, "'%s' deviated from its plan %u iterations in a row; recording again",
-                      e.key.c_str(), opts_.replan_after);
-    }
-    v->retire();
-  }
+  // `v` is still alive: a version leaves the key here, and only retire() may free it.
+  if (retire) retire_dropped(e, v, from_file, why);
 }
 
 void* engine::alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero) {

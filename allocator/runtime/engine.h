@@ -159,6 +159,10 @@ class engine {
   // A plan of `e` failed (retired for deviating, or recordings that never agreed):
   // sets the key aside for a while (Note [Setting aside]). REQUIRES: e.mu held.
   void set_aside_locked(key_entry& e, const char* why);
+  // Takes the key's plan away (it records again) and sets the key aside; returns the
+  // version, for retire_dropped() once e.mu is released. REQUIRES: e.mu held.
+  plan_version* drop_plan_locked(key_entry& e, const char* why);
+  void retire_dropped(key_entry& e, plan_version* v, bool from_file, const char* why);
   void* alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_t align, bool zero);
   // Compiles `p` for `e` and makes it the key's plan unless one arrived meanwhile.
   // pre: validate(tr, p) holds. Returns false (and logs) when it could not.

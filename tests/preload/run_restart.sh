@@ -15,25 +15,7 @@ run() {  # run SCALE: the program's output, stderr included
   LD_PRELOAD="$lib" REPLAYALLOC_MODE=replay REPLAYALLOC_MIN_SIZE=0 REPLAYALLOC_VERBOSE=2 \
     REPLAYALLOC_PLAN_DIR="$dir/plans" "$prog" 6 "$1" 2>&1
 }
-field() { sed -n 's/.*"'"$1"'":\([0-9]*\).*/\1/p' <<<"$2" | tail -n 1; }
-expect() {  # expect NAME OUTPUT FIELD OP VALUE
-  local v
-  v=$(field "$3" "$2")
-  if [ -z "$v" ] || ! [ "$v" "$4" "$5" ]; then
-    echo "FAIL  $1: $3=$v, expected $4 $5"
-    fail=1
-  else
-    echo "ok    $1: $3=$v"
-  fi
-}
-must_say() {  # must_say NAME OUTPUT TEXT
-  if grep -q -- "$3" <<<"$2"; then echo "ok    $1: says '$3'"; else echo "FAIL  $1: no '$3' in:"; echo "$2"; fail=1; fi
-}
-clean() {  # clean NAME OUTPUT RC
-  if [ "$3" -ne 0 ] || ! grep -q "^corruptions 0$" <<<"$2"; then
-    echo "FAIL  $1: exit $3"; echo "$2"; fail=1
-  fi
-}
+. "$(dirname "$0")/plan_checks.sh"
 
 out=$(run 1); rc=$?; clean first "$out" $rc
 expect first "$out" recordings -ge 1
