@@ -79,6 +79,11 @@ struct auto_state {
   std::uint64_t live_bytes = 0;
   char key[48] = "";
   std::uint32_t deviated_in_a_row = 0;
+  // Note [Auto mode rests] (engine.cc): where watching began (a stream position), how
+  // many watched allocations are left to skip while resting, and rests in a row.
+  std::uint64_t watch_start = 0;
+  std::uint64_t resting = 0;
+  std::uint32_t rests = 0;
 
   static constexpr std::size_t filter_buckets = 8192;
   static std::size_t bucket(const void* p) {

@@ -435,6 +435,10 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
     t.autod = new (mem) auto_state(opts_.auto_history);
   }
   auto_state& a = *t.autod;
+  if (a.resting > 0) {  // Note [Auto mode rests]
+    if (--a.resting == 0) a.watch_start = a.det.count();
+    return;
+  }
   if (t.auto_iteration) {
     const domain_state& d = t.host;
     const bool replaying = d.ph == phase::replay;
@@ -455,6 +459,7 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
         REPLAYALLOC_LOG(info, "auto: '%s' keeps deviating; watching the thread's allocations again", a.key);
         a.det.reject_current();
         a.deviated_in_a_row = 0;
+        a.watch_start = a.det.count();
         return;
       }
       begin_impl(t, a.key);
@@ -479,13 +484,33 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
     }
     t.auto_iteration = true;
     t.auto_count = 1;
+    a.rests = 0;
     return;
   }
   a.det.observe(size, a.live_bytes);
+  // Note [Auto mode rests]: watching costs a hash-map update per watched allocation
+  // and free, and a stream that has shown no period in four histories' worth of
+  // allocations (65,536 by default) most likely has none (random sizes, shapes that
+  // change every request): the thread stops watching for as many allocations again,
+  // doubling with each rest in a row up to 64 times, then watches afresh. While it
+  // rests its allocations and frees go to the backend after one counter.
+  const std::uint64_t budget = std::uint64_t{4} * opts_.auto_history;
+  if (!a.det.found() && a.det.count() - a.watch_start >= budget) {
+    a.resting = budget << std::min<std::uint32_t>(a.rests, 6);
+    ++a.rests;
+    a.live.clear();
+    a.live_bytes = 0;
+    a.filter_clear();
+    a.det.reset();
+    auto_rests_.fetch_add(1, std::memory_order_relaxed);
+    REPLAYALLOC_LOG(info, "auto: thread %u shows no period in %llu allocations; not watched for the next %llu",
+                    t.thread_no, static_cast<unsigned long long>(budget),
+                    static_cast<unsigned long long>(a.resting));
+  }
 }
 
 void engine::auto_track(thread_state& t, const void* p, std::size_t size) {
-  if (t.autod == nullptr || t.auto_iteration || t.marks_own) return;
+  if (t.autod == nullptr || t.auto_iteration || t.marks_own || t.autod->resting > 0) return;
   reentry_guard guard;
   auto [it, fresh] = t.autod->live.try_emplace(p, size);
   if (fresh) t.autod->filter_add(p);
@@ -497,7 +522,7 @@ void engine::auto_track(thread_state& t, const void* p, std::size_t size) {
 }
 
 void engine::auto_untrack(thread_state& t, const void* p) {
-  if (t.autod == nullptr || t.auto_iteration || t.marks_own) return;
+  if (t.autod == nullptr || t.auto_iteration || t.marks_own || t.autod->resting > 0) return;
   reentry_guard guard;
   auto it = t.autod->live.find(p);
   if (it == t.autod->live.end()) return;
@@ -1155,6 +1180,7 @@ Stats engine::stats(const domain_kind* only) {
   s.plans_grown = plans_grown_.load(std::memory_order_relaxed);
   s.set_asides = set_asides_.load(std::memory_order_relaxed);
   s.keys_given_up = keys_given_up_.load(std::memory_order_relaxed);
+  s.auto_rests = auto_rests_.load(std::memory_order_relaxed);
   s.recordings = recordings_.load(std::memory_order_relaxed);
   s.mapped_bytes = backend::mapped_slab_bytes();
   s.keys = keys;
@@ -1199,7 +1225,7 @@ std::size_t format_stats_json(const Stats& s, char* buf, std::size_t cap) {
       "\"bytes_from_backend\":%llu,\"iterations\":%llu,\"recordings\":%llu,\"plans\":%llu,"
       "\"rerecords\":%llu,\"plans_loaded\":%llu,\"plan_files_ignored\":%llu,"
       "\"plans_evicted\":%llu,\"plans_grown\":%llu,\"set_asides\":%llu,\"keys_given_up\":%llu,"
-      "\"iterations_set_aside\":%llu,\"slab_bytes\":%llu,\"lower_bound_bytes\":%llu,"
+      "\"iterations_set_aside\":%llu,\"auto_rests\":%llu,\"slab_bytes\":%llu,\"lower_bound_bytes\":%llu,"
       "\"mapped_bytes\":%llu,\"keys\":%llu}",
       u(s.allocations), u(s.slab_hits), u(s.fallbacks), u(s.fallback_size_mismatch),
       u(s.fallback_beyond_plan), u(s.fallback_overlap_live), u(s.fallback_alignment),
@@ -1207,7 +1233,7 @@ std::size_t format_stats_json(const Stats& s, char* buf, std::size_t cap) {
       u(s.remote_frees), u(s.invalid_frees), u(s.double_frees), u(s.bytes_from_slab),
       u(s.bytes_from_backend), u(s.iterations), u(s.recordings), u(s.plans), u(s.rerecords),
       u(s.plans_loaded), u(s.plan_files_ignored), u(s.plans_evicted), u(s.plans_grown),
-      u(s.set_asides), u(s.keys_given_up), u(s.iterations_set_aside), u(s.slab_bytes), u(s.lower_bound_bytes), u(s.mapped_bytes), u(s.keys));
+      u(s.set_asides), u(s.keys_given_up), u(s.iterations_set_aside), u(s.auto_rests), u(s.slab_bytes), u(s.lower_bound_bytes), u(s.mapped_bytes), u(s.keys));
   return n < 0 ? 0 : static_cast<std::size_t>(n);
 }
 

@@ -199,6 +199,7 @@ class engine {
   std::atomic<std::uint64_t> plans_grown_{0};
   std::atomic<std::uint64_t> set_asides_{0};
   std::atomic<std::uint64_t> keys_given_up_{0};
+  std::atomic<std::uint64_t> auto_rests_{0};
 };
 
 // A host request served below REPLAYALLOC_MIN_SIZE, counted as pass-through below the

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# bench/run_never_repeats.sh: where nothing repeats, replayalloc must cost no more than
+# jemalloc alone (DESIGN invariant 8). Runs bench/micro/never_repeats.cc (requests of
+# random blocks, never the same twice) under glibc, jemalloc, tcmalloc, mimalloc and
+# replayalloc preloaded (one key marked per request, with and without setting aside;
+# auto mode), each in its own process, the order rotated every round, and rewrites the
+# "Never repeats" section of bench/RESULTS.md with the medians and the ratio to jemalloc.
+# Usage: bench/run_never_repeats.sh [ROUNDS] [REQUESTS]   (default 5 rounds of 2000)
+# Environment: BUILD_DIR (default <repo>/build).
+set -euo pipefail
+export LC_ALL=C
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(dirname "$here")
+build=${BUILD_DIR:-$root/build}
+rounds=${1:-5}
+requests=${2:-2000}
+cmake --build "$build" --target never_repeats replayalloc_preload > /dev/null
+libdir=/usr/lib/x86_64-linux-gnu
+prog=$build/bench/never_repeats
+pre=$build/hooks/libreplayalloc_preload.so
+names=(glibc jemalloc tcmalloc mimalloc replayalloc-explicit replayalloc-explicit-no-set-aside replayalloc-auto)
+run_one() {  # name -> prints "cpu faults slab_hits iterations_set_aside plans"
+  local out
+  case $1 in
+    glibc) out=$("$prog" "$requests") ;;
+    jemalloc) out=$(LD_PRELOAD=$libdir/libjemalloc.so.2 "$prog" "$requests") ;;
+    tcmalloc) out=$(LD_PRELOAD=$libdir/libtcmalloc_minimal.so.4 "$prog" "$requests") ;;
+    mimalloc) out=$(LD_PRELOAD=$libdir/libmimalloc.so.2 "$prog" "$requests") ;;
+    replayalloc-explicit) out=$(LD_PRELOAD=$pre REPLAYALLOC_VERBOSE=0 "$prog" "$requests" explicit) ;;
+    replayalloc-explicit-no-set-aside) out=$(LD_PRELOAD=$pre REPLAYALLOC_VERBOSE=0 REPLAYALLOC_SET_ASIDE=0 "$prog" "$requests" explicit) ;;
+    replayalloc-auto) out=$(LD_PRELOAD=$pre REPLAYALLOC_VERBOSE=0 "$prog" "$requests") ;;
+  esac
+  local cpu faults plans aside
+  cpu=$(sed -n 's/^cpu_us_per_request //p' <<<"$out")
+  faults=$(sed -n 's/^faults_per_request //p' <<<"$out")
+  plans=$(sed -n 's/.*"plans":\([0-9]*\).*/\1/p' <<<"$out"); plans=${plans:--}
+  aside=$(sed -n 's/.*"iterations_set_aside":\([0-9]*\).*/\1/p' <<<"$out"); aside=${aside:--}
+  echo "$cpu $faults $plans $aside"
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for ((r = 0; r < rounds; ++r)); do
+  n=${#names[@]}
+  for ((k = 0; k < n; ++k)); do
+    name=${names[$(((k + r) % n))]}
+    run_one "$name" >> "$tmp/$name"
+  done
+done
+median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+je=$(cut -d' ' -f1 "$tmp/jemalloc" | median)
+{
+  echo "## Never repeats: the cost where nothing can be replayed"
+  echo
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n1)), load before $(cut -d' ' -f1-3 /proc/loadavg)."
+  echo "Command: \`bench/run_never_repeats.sh $rounds $requests\` ($rounds rounds of $requests requests, one process per allocator and round, order rotated)."
+  echo "Each request: 20-60 blocks of 4 KiB-1 MiB, random sizes and lifetimes, one byte written per 4 KiB; never the same twice (\`bench/micro/never_repeats.cc\`)."
+  echo "CPU time per request (user + system), median over the rounds, and its ratio to jemalloc alone (replayalloc's fallback); lower is better."
+  echo
+  echo "| allocator | CPU us / request | ratio to jemalloc | minor faults / request | plans made | iterations passed through (set aside) |"
+  echo "|---|---|---|---|---|---|"
+  for name in "${names[@]}"; do
+    cpu=$(cut -d' ' -f1 "$tmp/$name" | median)
+    faults=$(cut -d' ' -f2 "$tmp/$name" | median)
+    plans=$(cut -d' ' -f3 "$tmp/$name" | sort | uniq | paste -sd/)
+    aside=$(cut -d' ' -f4 "$tmp/$name" | sort | uniq | paste -sd/)
+    printf '| %s | %.1f | %.3f | %.1f | %s | %s |\n' "$name" "$cpu" "$(awk -v a="$cpu" -v b="$je" 'BEGIN { print a / b }')" "$faults" "$plans" "$aside"
+  done
+  echo
+} > "$tmp/section"
+cat "$tmp/section"
+python3 - "$here/RESULTS.md" "$tmp/section" <<'PY'
+import re, sys
+path, section = sys.argv[1], open(sys.argv[2]).read()
+text = open(path).read()
+pat = re.compile(r"## Never repeats:.*?(?=\n## |\Z)", re.S)
+text = pat.sub(section.rstrip() + "\n", text) if pat.search(text) else text.rstrip() + "\n\n" + section
+open(path, "w").write(text)
+PY

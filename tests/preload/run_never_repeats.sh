@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# A request stream that never repeats (bench/micro/never_repeats.cc) under the
+# LD_PRELOAD library steps aside (DESIGN invariant 8): with one key marked per request
+# the key is given up (Note [Setting aside]) after a bounded number of plans; in auto
+# mode the thread stops watching (Note [Auto mode rests]). The output is the same as
+# without the library. Speed is measured in bench/run_never_repeats.sh, not here.
+# Usage: run_never_repeats.sh PRELOAD_LIBRARY PROGRAM
+set -uo pipefail
+lib=$1 prog=$2
+fail=0
+. "$(dirname "$0")/plan_checks.sh"
+want=$(LD_PRELOAD="$lib" REPLAYALLOC_MODE=off "$prog" 3000 | grep "^checksum")  # jemalloc alone
+
+out=$(LD_PRELOAD="$lib" REPLAYALLOC_VERBOSE=0 "$prog" 3000 explicit 2>&1)
+[ "$(grep '^checksum' <<<"$out")" = "$want" ] && echo "ok    explicit: same output" || { echo "FAIL  explicit: output differs"; fail=1; }
+expect explicit "$out" keys_given_up -ge 1
+expect explicit "$out" plans -le 6
+expect explicit "$out" iterations_set_aside -ge 2500
+
+out=$(LD_PRELOAD="$lib" REPLAYALLOC_VERBOSE=0 "$prog" 3000 2>&1)
+[ "$(grep '^checksum' <<<"$out")" = "$want" ] && echo "ok    auto: same output" || { echo "FAIL  auto: output differs"; fail=1; }
+expect auto "$out" auto_rests -ge 1
+expect auto "$out" plans -eq 0
+exit $fail
