@@ -7,12 +7,14 @@
 // whose bytes are still in use, a free from another thread) takes one [[unlikely]]
 // branch into slow_path.cc.
 //
-// Cost: a replayed malloc+free pair through the C API is 94 instructions (callgrind,
-// 4 KiB, one overlap-list entry per slot; 99 through the preload library; the
-// capacity range of Note [Envelope] added 2 to each; jemalloc's pair is 77 at 64 B
-// and 112 at 4 KiB):
-// the entry points in runtime/api.cc are these functions inline, with no stack frame,
-// then one tail call to the slow path. bench/RESULTS.md has the table and the command.
+// Cost: a replayed 4 KiB malloc+free pair is 94.0 instructions through the C API and
+// 99.0 through the preload library (callgrind, the benchmark loop's 8 included; one
+// overlap-list entry per slot; the capacity range of Note [Envelope] added 2 to each;
+// jemalloc's own pair is 77.1 at 64 B and 112.2 at 4 KiB): the entry points in
+// runtime/api.cc are these functions inline, with no stack frame, then one tail call
+// to the slow path. The figures live in tests/perf/instruction_budget.txt; the test
+// perf.instruction_counts fails when one rises more than 5% above it.
+// bench/RESULTS.md has the table against other allocators and the command.
 //
 // Thread-safety contract:
 //  * The cursor is thread-local; only its thread reads or writes it.

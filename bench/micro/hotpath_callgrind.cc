@@ -14,6 +14,9 @@
 //             exits with an error unless the statistics count K * M more slab hits)
 //   miss      replayalloc_malloc/free in a replaying iteration whose plan recorded a
 //             different size: every request falls back to jemalloc
+//   below     replayalloc_malloc/free of a request below REPLAYALLOC_MIN_SIZE (4096
+//             unless set; size must be below it): the entry points hand it straight to
+//             jemalloc (runtime/entry.h); checked with the below-minimum count
 //   jemalloc  plain malloc/free (jemalloc owns `malloc` in this binary)
 //   glibc     __libc_malloc/__libc_free
 //   baseline  the same loop over two empty out-of-line functions: the loop and call
@@ -50,7 +53,7 @@ __attribute__((noinline)) void* baseline_alloc(std::size_t) {
 }
 __attribute__((noinline)) void baseline_free(void*) { asm volatile(""); }
 
-enum class which { replay, miss, jemalloc, glibc, baseline };
+enum class which { replay, miss, below, jemalloc, glibc, baseline };
 
 struct config {
   which w = which::replay;
@@ -62,17 +65,20 @@ struct config {
 
 const char* kKey = "callgrind/hotpath";
 
+template <which W>
+inline constexpr bool through_c_api = W == which::replay || W == which::miss || W == which::below;
+
 // Runs the M pairs of one iteration with allocator W.
 template <which W>
 inline void pairs(std::size_t size, int m) {
   for (int i = 0; i < m; ++i) {
     void* p;
-    if constexpr (W == which::replay || W == which::miss) p = replayalloc_malloc(size);
+    if constexpr (through_c_api<W>) p = replayalloc_malloc(size);
     else if constexpr (W == which::jemalloc) p = std::malloc(size);
     else if constexpr (W == which::glibc) p = __libc_malloc(size);
     else p = baseline_alloc(size);
     escape(p);
-    if constexpr (W == which::replay || W == which::miss) replayalloc_free(p);
+    if constexpr (through_c_api<W>) replayalloc_free(p);
     else if constexpr (W == which::jemalloc) std::free(p);
     else if constexpr (W == which::glibc) __libc_free(p);
     else baseline_free(p);
@@ -120,7 +126,9 @@ int run(const config& c) {
       return 1;
     }
   } else {
-    pairs<W>(c.size, c.pairs);  // warm the allocator's caches, as the replay warm-up does
+    // Warm the allocator's caches, as the replay warm-up does (below: the thread's
+    // first call also registers it with the engine, which sets its minimum size).
+    pairs<W>(c.size, c.pairs);
   }
   const replayalloc::Stats before = replayalloc::stats();
   for (int k = 0; k < c.iterations; ++k) measured_iteration<W>(c);
@@ -136,6 +144,13 @@ int run(const config& c) {
                  static_cast<unsigned long long>(after.fallbacks - before.fallbacks));
     return 1;
   }
+  if (W == which::below && after.below_min_size - before.below_min_size != total) {
+    std::fprintf(stderr,
+                 "hotpath_callgrind: expected %llu requests below the minimum size, got %llu "
+                 "(is the size below REPLAYALLOC_MIN_SIZE?)\n",
+                 total, static_cast<unsigned long long>(after.below_min_size - before.below_min_size));
+    return 1;
+  }
   std::printf("pairs=%llu\n", total);
   return 0;
 }
@@ -147,7 +162,7 @@ int main(int argc, char** argv) {
   setenv("REPLAYALLOC_REPLAN_AFTER", "0", 0);
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: %s replay|miss|jemalloc|glibc|baseline [size=64] [pairs=256] "
+                 "usage: %s replay|miss|below|jemalloc|glibc|baseline [size=64] [pairs=256] "
                  "[iterations=100] [pairs|iteration]\n",
                  argv[0]);
     return 2;
@@ -156,6 +171,7 @@ int main(int argc, char** argv) {
   const std::string w = argv[1];
   if (w == "replay") c.w = which::replay;
   else if (w == "miss") c.w = which::miss;
+  else if (w == "below") c.w = which::below;
   else if (w == "jemalloc") c.w = which::jemalloc;
   else if (w == "glibc") c.w = which::glibc;
   else if (w == "baseline") c.w = which::baseline;
@@ -167,6 +183,9 @@ int main(int argc, char** argv) {
   if (argc > 3) c.pairs = std::atoi(argv[3]);
   if (argc > 4) c.iterations = std::atoi(argv[4]);
   if (argc > 5) c.whole_iteration = std::strcmp(argv[5], "iteration") == 0;
+  // The LD_PRELOAD library's default minimum; the core library's is 0 (read at the
+  // first call, so set before it).
+  if (c.w == which::below) setenv("REPLAYALLOC_MIN_SIZE", "4096", 0);
   if (c.size == 0 || c.pairs <= 0 || c.iterations <= 0) {
     std::fprintf(stderr, "hotpath_callgrind: size, pairs and iterations must be positive\n");
     return 2;
@@ -174,6 +193,7 @@ int main(int argc, char** argv) {
   switch (c.w) {
     case which::replay: return run<which::replay>(c);
     case which::miss: return run<which::miss>(c);
+    case which::below: return run<which::below>(c);
     case which::jemalloc: return run<which::jemalloc>(c);
     case which::glibc: return run<which::glibc>(c);
     case which::baseline: return run<which::baseline>(c);

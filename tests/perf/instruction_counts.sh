@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# tests/perf/instruction_counts.sh: the hot path's instructions per malloc+free pair,
+# counted by callgrind (deterministic: the same build gives the same count on every run
+# and machine), against the figures of tests/perf/instruction_budget.txt (issue 15).
+#
+# For each case of the budget file it runs bench/'s callgrind programs (the same
+# commands as bench/run_micro.sh: 100 iterations of 256 pairs, collected only around
+# the pairs), divides callgrind's `totals:` by the pair count, and
+#   * fails (exit 1) when a count is more than 5% above its figure;
+#   * prints a note, and passes, when it is more than 5% below (lower the figure);
+#   * skips (exit 77) without valgrind, or when the build is not the one the figures
+#     are for (the budget file's `build:` line; CI's RelWithDebInfo build).
+# jemalloc's own pair and the bare loop are printed for reference, not checked.
+# About 5 s. Registered with ctest as perf.instruction_counts (label perf); by hand:
+#   ctest --test-dir build -R perf.instruction_counts -V
+#
+# Usage: instruction_counts.sh --hotpath FILE --preload-program FILE --preload-library FILE
+#                              --build 'type=... compiler=... jemalloc=... debug=...'
+#                              [--budget FILE]
+#        instruction_counts.sh --skip REASON   (the programs were not built: says so, exits 77)
+set -uo pipefail
+export LC_ALL=C
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+budget=$here/instruction_budget.txt
+hotpath='' program='' library='' build='' skip_reason=''
+while (($#)); do
+  case $1 in
+    --hotpath) hotpath=$2; shift 2 ;;
+    --preload-program) program=$2; shift 2 ;;
+    --preload-library) library=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --budget) budget=$2; shift 2 ;;
+    --skip) skip_reason=$2; shift 2 ;;
+    *) echo "instruction_counts.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+[[ -z $skip_reason ]] || skip "$skip_reason"
+command -v valgrind > /dev/null || skip "valgrind is not installed (scripts/setup.sh installs it)"
+for f in "$hotpath" "$program" "$library"; do
+  [[ -n $f && -e $f ]] || fail "missing program or library '$f' (build the default target first)"
+done
+
+# ---- The budget: `build: ...`, then `case figure what it measures` ----------------------
+[[ -r $budget ]] || fail "cannot read the budget file $budget"
+want_build=
+cases=()
+declare -A figure what
+while read -r name fig rest; do
+  [[ -z $name || $name == \#* ]] && continue
+  if [[ $name == build: ]]; then
+    want_build="$fig${rest:+ $rest}"
+    continue
+  fi
+  [[ $fig =~ ^[0-9]+(\.[0-9]+)?$ ]] || fail "$budget: '$name' has no figure (got '$fig')"
+  cases+=("$name")
+  figure[$name]=$fig
+  what[$name]=$rest
+done < "$budget"
+((${#cases[@]})) || fail "$budget names no case"
+[[ -n $want_build ]] || fail "$budget has no 'build:' line"
+if [[ $build != "$want_build" ]]; then
+  skip "the figures are for a '$want_build' build, this one is '$build'" \
+    "(instruction counts depend on the build type, compiler and jemalloc)"
+fi
+
+# The cases run with replayalloc's defaults, whatever the caller's environment says.
+while read -r var; do
+  [[ $var == REPLAYALLOC_* ]] && unset "$var"
+done < <(compgen -e)
+unset LD_PRELOAD
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+pairs=256       # per iteration: the plan's slots (replay), the loop's length
+iterations=100  # collected iterations
+# Runs one case under callgrind: sets ir, npairs, in_slab. Arguments: NAME PRELOAD PROGRAM ARGS...
+run_case() {
+  local name=$1 preload=$2
+  shift 2
+  local out=$tmp/$name.cg
+  if ! LD_PRELOAD=$preload valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out" \
+      "$@" > "$out.log" 2> "$out.err"; then
+    echo "$name: $* failed under callgrind:"
+    cat "$out.log" "$out.err"
+    fail "$name could not be measured"
+  fi
+  ir=$(awk '/^totals:/ { print $2; exit }' "$out")
+  npairs=$(sed -n 's/^pairs=//p' "$out.log")
+  in_slab=$(sed -n 's/^in_slab=//p' "$out.log")
+  if ! [[ $ir =~ ^[0-9]+$ && $npairs =~ ^[0-9]+$ ]] || ((npairs == 0)); then
+    fail "$name: no instruction total or pair count in callgrind's output"
+  fi
+}
+
+# What each case runs (hotpath_callgrind checks by itself that every pair took the path
+# named: slab hits, or requests below the minimum).
+measure() {  # NAME
+  case $1 in
+    replay_capi_4096) run_case "$1" "" "$hotpath" replay 4096 $pairs $iterations pairs ;;
+    below_min_capi_64) run_case "$1" "" "$hotpath" below 64 $pairs $iterations pairs ;;
+    replay_preload_4096)
+      run_case "$1" "$library" "$program" 4096 $pairs $iterations
+      [[ $in_slab == "$npairs" ]] || fail "$1: only ${in_slab:-?} of $npairs pairs were slab hits" ;;
+    below_min_preload_64)
+      run_case "$1" "$library" "$program" 64 $pairs $iterations
+      [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
+    jemalloc_64) run_case "$1" "" "$hotpath" jemalloc 64 $pairs $iterations pairs ;;
+    jemalloc_4096) run_case "$1" "" "$hotpath" jemalloc 4096 $pairs $iterations pairs ;;
+    loop_baseline) run_case "$1" "" "$hotpath" baseline 4096 $pairs $iterations pairs ;;
+    *) fail "$budget names case '$1', which this script does not know (see measure())" ;;
+  esac
+}
+
+per_pair() { awk -v i="$1" -v p="$2" 'BEGIN { printf "%.1f", i / p }'; }
+
+echo "== instructions per malloc+free pair (callgrind, $iterations x $pairs pairs; budget: ${budget#"$here"/})"
+printf '  %-22s %9s %9s %9s  %-6s %s\n' case measured budget "+5%" "" "(Ir / pairs)"
+failures=()
+notes=()
+for name in "${cases[@]}"; do
+  measure "$name"
+  got=$(per_pair "$ir" "$npairs")
+  fig=${figure[$name]}
+  limit=$(awk -v f="$fig" 'BEGIN { printf "%.1f", f * 1.05 }')
+  verdict=ok
+  if awk -v i="$ir" -v p="$npairs" -v f="$fig" 'BEGIN { exit !(i / p > f * 1.05) }'; then
+    verdict=OVER
+    failures+=("$name: $got instructions per pair, above its budget of $fig + 5% = $limit; it measures: ${what[$name]}")
+  elif awk -v i="$ir" -v p="$npairs" -v f="$fig" 'BEGIN { exit !(i / p < f * 0.95) }'; then
+    verdict=below
+    notes+=("$name: $got instructions per pair, more than 5% below its budget of $fig: lower the figure")
+  fi
+  printf '  %-22s %9s %9s %9s  %-6s (%s / %s)\n' "$name" "$got" "$fig" "$limit" "$verdict" "$ir" "$npairs"
+done
+echo "reference, not checked:"
+for name in jemalloc_64 jemalloc_4096 loop_baseline; do
+  measure "$name"
+  printf '  %-22s %9s %26s(%s / %s)\n' "$name" "$(per_pair "$ir" "$npairs")" "" "$ir" "$npairs"
+done
+
+for n in "${notes[@]}"; do
+  echo "NOTE: $n in ${budget#"$here"/} (and the cost comments in allocator/replay/fast_path.h, allocator/runtime/entry.h)"
+done
+if ((${#failures[@]})); then
+  for f in "${failures[@]}"; do echo "FAIL: $f"; done
+  echo "A change made the hot path dearer. Make it cheap again; or, if the cost is deliberate,"
+  echo "raise the figure in tests/perf/instruction_budget.txt (and the cost comments in"
+  echo "allocator/replay/fast_path.h, allocator/runtime/entry.h), saying why."
+  exit 1
+fi
+echo "ok: every count within 5% above its budget"
