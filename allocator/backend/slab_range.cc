@@ -25,6 +25,15 @@ std::size_t g_mapped = 0;
 
 std::size_t round_chunks(std::size_t bytes) { return (bytes + chunk_bytes - 1) >> chunk_shift; }
 
+// The bytes of a slab made readable and writable: its size rounded up to whole pages.
+// The rest of its last chunk stays PROT_NONE, so REPLAYALLOC_MAX_SLAB_MEMORY counts
+// memory a slab can commit, not the address space it reserves (a 300 KiB slab fits
+// under the 1 MiB minimum).
+std::size_t commit_bytes(std::size_t bytes) {
+  static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return ((bytes == 0 ? 1 : bytes) + page - 1) / page * page;
+}
+
 void prefault_pages(void* p, std::size_t bytes) {
   if (bytes == 0) return;
   if (::madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return;
@@ -82,11 +91,12 @@ void* map_slab(std::size_t bytes, std::size_t touch_bytes, bool prefault, std::s
                bool* over_limit) noexcept {
   if (inject_failure()) return nullptr;
   const std::size_t n = round_chunks(bytes == 0 ? 1 : bytes);
+  const std::size_t commit = commit_bytes(bytes);
   std::size_t start = g_chunks;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_slab_range.base == 0) return nullptr;
-    if (g_mapped + (n << chunk_shift) > limit) {
+    if (g_mapped + commit > limit) {
       if (over_limit != nullptr) *over_limit = true;
       return nullptr;
     }
@@ -100,20 +110,19 @@ void* map_slab(std::size_t bytes, std::size_t touch_bytes, bool prefault, std::s
     }
     if (start == g_chunks) return nullptr;
     std::memset(g_used + start, 1, n);
-    g_mapped += n << chunk_shift;
+    g_mapped += commit;
   }
   void* p = reinterpret_cast<void*>(g_slab_range.base + (start << chunk_shift));
-  const std::size_t len = n << chunk_shift;
-  if (::mprotect(p, len, PROT_READ | PROT_WRITE) != 0) {
+  if (::mprotect(p, commit, PROT_READ | PROT_WRITE) != 0) {
     REPLAYALLOC_LOG(warning, "could not commit a %zu KiB slab (%s); falling back to jemalloc",
-                    len >> 10, std::strerror(errno));
+                    commit >> 10, std::strerror(errno));
     std::lock_guard<std::mutex> lock(g_mu);
     std::memset(g_used + start, 0, n);
-    g_mapped -= len;
+    g_mapped -= commit;
     return nullptr;
   }
-  if (len >= chunk_bytes) ::madvise(p, len, MADV_HUGEPAGE);  // fewer TLB misses; advisory
-  if (prefault) prefault_pages(p, touch_bytes < len ? touch_bytes : len);
+  if (commit >= chunk_bytes) ::madvise(p, commit, MADV_HUGEPAGE);  // fewer TLB misses; advisory
+  if (prefault) prefault_pages(p, touch_bytes < commit ? touch_bytes : commit);
   return p;
 }
 
@@ -132,7 +141,7 @@ void unmap_slab(void* p, std::size_t bytes) noexcept {
   const std::size_t start = (reinterpret_cast<std::uintptr_t>(p) - g_slab_range.base) >> chunk_shift;
   std::lock_guard<std::mutex> lock(g_mu);
   std::memset(g_used + start, 0, n);
-  g_mapped -= len;
+  g_mapped -= commit_bytes(bytes);
 }
 
 std::size_t mapped_slab_bytes() noexcept {

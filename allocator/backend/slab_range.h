@@ -43,9 +43,10 @@ REPLAYALLOC_ALWAYS_INLINE void* chunk_owner(const void* p) noexcept {
   return g_slab_range.owners[d >> chunk_shift].load(std::memory_order_acquire);
 }
 
-// Commits `bytes` (rounded up to whole chunks) inside the range, pre-faulting the
-// first `touch_bytes` when prefault is set. Returns the chunk-aligned start, or null
-// when the range is exhausted, the committed total would pass `limit`
+// Commits `bytes` (rounded up to whole pages; the slab takes whole chunks of the
+// range, the rest of its last chunk left inaccessible) inside the range, pre-faulting
+// the first `touch_bytes` when prefault is set. Returns the chunk-aligned start, or
+// null when the range is exhausted, the committed (page-rounded) total would pass `limit`
 // (*over_limit set), or the system has no memory (the caller falls back).
 void* map_slab(std::size_t bytes, std::size_t touch_bytes, bool prefault,
                std::size_t limit = SIZE_MAX, bool* over_limit = nullptr) noexcept;

@@ -1,10 +1,13 @@
 #include "runtime/engine.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,23 +39,122 @@ void thread_exit_hook(void* arg) {
   engine::get().on_thread_exit(*t);
 }
 
+// Note [Statistics at exit]: REPLAYALLOC_STATS is inherited by every process that
+// inherits LD_PRELOAD: a wrapper (timeout, a shell), the service, its workers. So:
+//  * the path may name the process: %p the pid, %e the program's name, %% a '%' (as
+//    core patterns do), expanded when the process exits (a forked worker its own pid);
+//  * a process that did nothing (no iteration recorded or replayed, no plan loaded) writes
+//    nothing unless REPLAYALLOC_STATS_IDLE=1: a wrapper's own allocations never replace
+//    the service's statistics;
+//  * the file is replaced whole (support/file_io.h: never through a link), with "pid" and
+//    "program" first; replacing a file another process wrote while this one ran (two
+//    workers on one path) is said, naming that process: put %p in the path instead.
+//    A file from before this process started (the previous run) is replaced silently.
+std::int64_t g_started_ns = 0;  // this process's start (or fork), CLOCK_REALTIME
+
+std::int64_t realtime_ns() {
+  timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// The program's name as a JSON-safe string of printable characters.
+void program_name(char* out, std::size_t cap) {
+  std::size_t n = 0;
+  for (const char* p = program_invocation_short_name; *p != '\0' && n + 1 < cap; ++p) {
+    out[n++] = (*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\' && *p != '/') ? *p : '_';
+  }
+  out[n] = '\0';
+}
+
+// `pattern` with %p, %e and %% expanded. False when the result does not fit.
+bool expand_stats_path(const char* pattern, char* out, std::size_t cap) {
+  std::size_t n = 0;
+  auto put = [&](const char* s) {
+    for (; *s != '\0'; ++s) {
+      if (n + 1 >= cap) return false;
+      out[n++] = *s;
+    }
+    return true;
+  };
+  for (const char* p = pattern; *p != '\0'; ++p) {
+    char piece[64] = {p[0], '\0'};
+    if (p[0] == '%' && p[1] == 'p') {
+      std::snprintf(piece, sizeof piece, "%d", static_cast<int>(::getpid()));
+      ++p;
+    } else if (p[0] == '%' && p[1] == 'e') {
+      program_name(piece, sizeof piece);
+      ++p;
+    } else if (p[0] == '%' && p[1] == '%') {
+      ++p;
+    }
+    if (!put(piece)) return false;
+  }
+  out[n] = '\0';
+  return true;
+}
+
+// When `path` holds statistics another process wrote since this one started: that
+// process's pid (and name in `who`); otherwise 0.
+int other_writer(const char* path, char* who, std::size_t cap) {
+  struct stat st;
+  if (::lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  const std::int64_t written = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (written < g_started_ns) return 0;
+  const int fd = ::open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char head[256];
+  const ssize_t got = ::read(fd, head, sizeof head - 1);
+  ::close(fd);
+  if (got <= 0) return 0;
+  head[got] = '\0';
+  int pid = 0;
+  if (std::sscanf(head, "{\"pid\":%d,\"program\":\"%63[^\"]\"", &pid, who) < 1) return 0;
+  (void)cap;
+  return pid == ::getpid() ? 0 : pid;
+}
+
 void print_stats_at_exit() {
-  const char* path = engine::get().opts().stats_path;
+  const options& o = engine::get().opts();
   char buf[4096];
   const std::size_t n = replayalloc_stats_json(buf, sizeof buf);
   const std::size_t len = n < sizeof buf ? n : sizeof buf - 1;
-  if (std::strcmp(path, "stderr") == 0) {
+  if (!o.stats_idle) {
+    const Stats s = engine::get().stats(nullptr);
+    if (s.iterations == 0 && s.recordings == 0 && s.plans_loaded == 0 && s.slab_hits == 0 &&
+        s.plan_files_ignored == 0) {
+      return;  // did nothing (Note [Statistics at exit])
+    }
+  }
+  if (std::strcmp(o.stats_path, "stderr") == 0) {
     std::fwrite(buf, 1, len, stderr);
     std::fputc('\n', stderr);
     return;
   }
   reentry_guard guard;
-  if (std::FILE* f = std::fopen(path, "w")) {
-    std::fwrite(buf, 1, len, f);
-    std::fputc('\n', f);
-    std::fclose(f);
-  } else {
-    REPLAYALLOC_LOG(error, "REPLAYALLOC_STATS: cannot write '%s' (%s)", path, std::strerror(errno));
+  char path[512];
+  if (!expand_stats_path(o.stats_path, path, sizeof path)) {
+    REPLAYALLOC_LOG(error, "REPLAYALLOC_STATS: '%s' is too long once expanded; statistics not written",
+                    o.stats_path);
+    return;
+  }
+  char who[64] = "?";
+  if (const int pid = other_writer(path, who, sizeof who)) {
+    REPLAYALLOC_LOG(warning, "REPLAYALLOC_STATS: replacing '%s', written by process %d (%s) while this "
+                    "one ran; put %%p in the path for one file per process", path, pid, who);
+  }
+  char name[64];
+  program_name(name, sizeof name);
+  char head[128];
+  const int h = std::snprintf(head, sizeof head, "{\"pid\":%d,\"program\":\"%s\",",
+                              static_cast<int>(::getpid()), name);
+  std::string text(head, static_cast<std::size_t>(h));
+  text.append(buf + 1, len > 0 ? len - 1 : 0);
+  text.push_back('\n');
+  const absl::Status st = write_file_atomic(path, text);
+  if (!st.ok()) {
+    REPLAYALLOC_LOG(error, "REPLAYALLOC_STATS: cannot write '%s' (%.*s)", path,
+                    static_cast<int>(st.message().size()), st.message().data());
   }
 }
 
@@ -151,8 +253,12 @@ engine::engine() : opts_(process_options()) {
   if (opts_.mode != run_mode::off) slabs_ok_ = backend::reserve_slab_range(opts_.reserve_bytes);
   set_host_slab_limit(opts_.max_slab_memory);
   pthread_key_create(&g_exit_key, thread_exit_hook);
+  g_started_ns = realtime_ns();
   pthread_atfork([] { engine::get().prefork(); }, [] { engine::get().postfork_parent(); },
-                 [] { engine::get().postfork_child(); });
+                 [] {
+                   g_started_ns = realtime_ns();
+                   engine::get().postfork_child();
+                 });
   if (opts_.stats_path[0] != '\0') std::atexit(print_stats_at_exit);
   if (opts_.check && opts_.mode != run_mode::off) {
     check::enable(op_name_for_check);
@@ -330,7 +436,7 @@ key_entry* engine::entry_for(std::string_view key, domain_kind kind, slab_source
                     static_cast<int>(key.size()), key.data());
     return nullptr;
   }
-  if (opts_.plan_dir[0] != '\0' && replays()) {
+  if ((opts_.plan_dir[0] != '\0' || opts_.plan_cache[0] != '\0') && replays()) {
     try {
       load_saved_plan(*e);
     } catch (const std::bad_alloc&) {
@@ -850,42 +956,92 @@ void engine::set_aside_locked(key_entry& e, const char* why) {
 // program does not follow (its first replayed iteration deviates) is retired at once and
 // the key recorded again; what deviated was served by the backend like any other miss
 // (invariant 1), so a stale file costs an iteration, never data.
+//
+// Note [Plan cache]: a fleet ships its plans read-only (REPLAYALLOC_PLAN_DIR baked into
+// an image or mounted read-only: only read) and may name a writable directory for what
+// a replica learns on its own (REPLAYALLOC_PLAN_CACHE: plans of keys the shipped
+// directory lacks, plans grown to larger shapes, plans re-recorded because a shipped
+// one no longer fits). With a cache, new plans are saved only there, never to the plan
+// directory. A key loads the newer (by modification time) of its two files that can be
+// used, so a plan re-made here wins over the shipped one it replaced, and a newer
+// shipped plan (a new image) wins over an old cache. Any number of processes may share
+// either directory: a file is replaced whole by rename (support/file_io.h), the last
+// writer of identical plans wins, and a reader sees one whole file or none.
 
-std::string engine::plan_path(const key_entry& e) const {
+std::string engine::plan_path(const char* dir, const key_entry& e) const {
   const std::string name = e.kind == domain_kind::host ? e.key : "cuda:" + e.key;
-  return std::string(opts_.plan_dir) + "/" + plan_file_name(name);
+  return std::string(dir) + "/" + plan_file_name(name);
 }
 
 // Note [Safe plan directories] (support/file_io.h): plans are read only from a
 // directory no other user can write, and only from regular files only their owner
 // can write; a refused directory is named once, with its mode, and the process runs
-// on as without REPLAYALLOC_PLAN_DIR (recording; nothing saved there either).
-bool engine::plan_dir_trusted() {
-  const absl::Status st = check_private_dir(opts_.plan_dir);
+// on as without it (recording; nothing saved there either).
+bool engine::plan_dir_trusted(const char* dir) {
+  if (dir[0] == '\0') return false;
+  const absl::Status st = check_private_dir(dir);
   if (st.ok()) return true;
-  static std::atomic<bool> said{false};
-  if (!said.exchange(true)) {
-    REPLAYALLOC_LOG(error, "REPLAYALLOC_PLAN_DIR refused: %.*s; plans are neither loaded nor saved",
-                    static_cast<int>(st.message().size()), st.message().data());
+  const bool cache = dir == opts_.plan_cache;
+  static std::atomic<bool> said[2];
+  if (!said[cache].exchange(true)) {
+    REPLAYALLOC_LOG(error, "%s refused: %.*s; %s", cache ? "REPLAYALLOC_PLAN_CACHE" : "REPLAYALLOC_PLAN_DIR",
+                    static_cast<int>(st.message().size()), st.message().data(),
+                    cache ? "new plans are not saved there" : "plans are neither loaded nor saved there");
   }
   return false;
 }
 
-// A plan directory this process cannot write (baked into an image, mounted
-// read-only) is only read: new plans stay in memory, said once.
-bool engine::plan_dir_writable() {
-  if (::access(opts_.plan_dir, W_OK) == 0) return true;
+// Where a new plan is saved: REPLAYALLOC_PLAN_CACHE when named (Note [Plan cache]),
+// else REPLAYALLOC_PLAN_DIR when this process may write it. A plan directory this
+// process cannot write (baked into an image, mounted read-only) is only read: new plans
+// stay in memory, said once. nullptr: nowhere.
+const char* engine::plan_save_dir() {
+  if (opts_.plan_cache[0] != '\0') return plan_dir_trusted(opts_.plan_cache) ? opts_.plan_cache : nullptr;
+  if (!plan_dir_trusted(opts_.plan_dir)) return nullptr;
+  if (::access(opts_.plan_dir, W_OK) == 0) return opts_.plan_dir;
   static std::atomic<bool> said{false};
   if (!said.exchange(true)) {
     REPLAYALLOC_LOG(info, "REPLAYALLOC_PLAN_DIR %s is read-only here (%s): plans are loaded from it, "
-                    "new plans stay in memory", opts_.plan_dir, std::strerror(errno));
+                    "new plans stay in memory (REPLAYALLOC_PLAN_CACHE names a directory for them)",
+                    opts_.plan_dir, std::strerror(errno));
   }
-  return false;
+  return nullptr;
 }
 
+namespace {
+
+// A plan file found for a key: its path and modification time (0 when absent).
+struct plan_candidate {
+  std::string path;
+  std::int64_t mtime_ns = 0;
+};
+
+std::int64_t mtime_ns(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return 0;
+  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+}  // namespace
+
 void engine::load_saved_plan(key_entry& e) {
-  if (!plan_dir_trusted()) return;
-  const std::string path = plan_path(e);
+  // The cache first on equal times: it was written by this deployment.
+  plan_candidate c[2];
+  int n = 0;
+  for (const char* dir : {static_cast<const char*>(opts_.plan_cache), static_cast<const char*>(opts_.plan_dir)}) {
+    if (!plan_dir_trusted(dir)) continue;
+    c[n].path = plan_path(dir, e);
+    c[n].mtime_ns = mtime_ns(c[n].path);
+    ++n;
+  }
+  if (n == 2 && c[1].mtime_ns > c[0].mtime_ns) std::swap(c[0], c[1]);
+  // The older is tried when the newer cannot be used (said, and counted, as ignored).
+  for (int i = 0; i < n; ++i) {
+    if (load_plan_file(e, c[i].path)) return;
+  }
+}
+
+bool engine::load_plan_file(key_entry& e, const std::string& path) {
   absl::StatusOr<std::string> bytes = read_private_file(path);
   if (!bytes.ok()) {
     if (!absl::IsNotFound(bytes.status())) {
@@ -893,7 +1049,7 @@ void engine::load_saved_plan(key_entry& e) {
       REPLAYALLOC_LOG(warning, "plan file for '%s' not read (%.*s); recording it", e.key.c_str(),
                       static_cast<int>(bytes.status().message().size()), bytes.status().message().data());
     }
-    return;
+    return false;
   }
   absl::StatusOr<plan_file> f = decode_plan(*bytes);
   const absl::Status ok = f.ok() ? check_plan_key(*f, e.key, opts_.slot_align) : f.status();
@@ -901,12 +1057,14 @@ void engine::load_saved_plan(key_entry& e) {
     plan_files_ignored_.fetch_add(1, std::memory_order_relaxed);
     REPLAYALLOC_LOG(warning, "plan file %s ignored: %.*s; recording '%s' instead", path.c_str(),
                     static_cast<int>(ok.message().size()), ok.message().data(), e.key.c_str());
-    return;
+    return false;
   }
-  if (install_plan(e, f->tr, std::move(f->p), true, nullptr, f->least.empty() ? nullptr : &f->least)) {
-    plans_loaded_.fetch_add(1, std::memory_order_relaxed);
-    REPLAYALLOC_LOG(info, "'%s': plan loaded from %s", e.key.c_str(), path.c_str());
+  if (!install_plan(e, f->tr, std::move(f->p), true, nullptr, f->least.empty() ? nullptr : &f->least)) {
+    return false;
   }
+  plans_loaded_.fetch_add(1, std::memory_order_relaxed);
+  REPLAYALLOC_LOG(info, "'%s': plan loaded from %s", e.key.c_str(), path.c_str());
+  return true;
 }
 
 void engine::make_plan(key_entry& e, const envelope& env, plan_version* replace) {
@@ -923,8 +1081,8 @@ void engine::make_plan(key_entry& e, const envelope& env, plan_version* replace)
     e.failed = true;
     return;
   }
-  if (opts_.plan_dir[0] != '\0' && plan_dir_trusted() && plan_dir_writable()) {
-    const std::string path = plan_path(e);
+  if (const char* dir = (opts_.plan_dir[0] != '\0' || opts_.plan_cache[0] != '\0') ? plan_save_dir() : nullptr) {
+    const std::string path = plan_path(dir, e);
     plan_file f = make_plan_file(tr, *p, po);
     if (std::any_of(least.begin(), least.end(), [](std::uint64_t l) { return l == 1; })) f.least = least;
     const absl::Status st = write_plan_file(f, path);

@@ -169,10 +169,11 @@ class engine {
   // `least`: least_served() of the envelope `tr` is (null: every slot exact).
   bool install_plan(key_entry& e, const trace& tr, placement p, bool from_file,
                     plan_version* replace = nullptr, const std::vector<std::uint64_t>* least = nullptr);
-  std::string plan_path(const key_entry& e) const;
+  std::string plan_path(const char* dir, const key_entry& e) const;
   void load_saved_plan(key_entry& e);
-  bool plan_dir_trusted();
-  bool plan_dir_writable();
+  bool load_plan_file(key_entry& e, const std::string& path);
+  bool plan_dir_trusted(const char* dir);
+  const char* plan_save_dir();
   // Note [Bounds]. REQUIRES: mu_ held.
   void evict_idle_keys_locked(const key_entry* keep);
   std::size_t trim_idle_slabs(const key_entry* except, std::size_t want);

@@ -79,7 +79,9 @@ constexpr option_desc table[] = {
     {"REPLAYALLOC_VERBOSE", kind::count, 0, 3, false},
     {"REPLAYALLOC_MAX_WARNINGS", kind::count, 0, 1u << 30, false},
     {"REPLAYALLOC_STATS", kind::path, 0, 0, false},
+    {"REPLAYALLOC_STATS_IDLE", kind::boolean, 0, 1, false},
     {"REPLAYALLOC_PLAN_DIR", kind::dir, 0, 0, false},
+    {"REPLAYALLOC_PLAN_CACHE", kind::dir, 0, 0, false},
     {"REPLAYALLOC_CHECK", kind::boolean, 0, 1, false},
     {"REPLAYALLOC_MIN_SIZE", kind::size, 0, std::uint64_t{1} << 40, false},
     {"REPLAYALLOC_SLOT_ALIGN", kind::size, 16, 4096, true},
@@ -141,6 +143,7 @@ void store(options* o, const char* name, std::uint64_t v) {
   else if (!std::strcmp(name, "REPLAYALLOC_RESYNC_WINDOW")) o->resync_window = static_cast<std::uint32_t>(v);
   else if (!std::strcmp(name, "REPLAYALLOC_PREFAULT")) o->prefault = v != 0;
   else if (!std::strcmp(name, "REPLAYALLOC_SET_ASIDE")) o->set_aside = v != 0;
+  else if (!std::strcmp(name, "REPLAYALLOC_STATS_IDLE")) o->stats_idle = v != 0;
   else if (!std::strcmp(name, "REPLAYALLOC_STACK_DEPTH")) o->stack_depth = static_cast<std::uint32_t>(v);
   else if (!std::strcmp(name, "REPLAYALLOC_CUDA_LMS_THRESHOLD")) o->cuda_lms_threshold = v;
 }
@@ -197,24 +200,26 @@ int parse_options(char* const* envp, options* out) {
         break;
       }
       case kind::dir: {
-        // Made when missing (one level, like mkdir); stat and mkdir neither allocate nor
-        // re-enter the allocator.
+        // Made when missing (one level, like mkdir; the cache private to this user); stat
+        // and mkdir neither allocate nor re-enter the allocator.
+        const bool cache = std::strcmp(d.name, "REPLAYALLOC_PLAN_CACHE") == 0;
+        char* dst = cache ? out->plan_cache : out->plan_dir;
         const std::size_t n = std::strlen(v);
         struct stat st;
         if (n == 0 || n >= sizeof out->plan_dir) {
           ++bad;
-          REPLAYALLOC_LOG(error, "%s must be a directory path of 1 to %zu characters; plans are "
-                          "neither saved nor loaded", d.name, sizeof out->plan_dir - 1);
-        } else if (::stat(v, &st) != 0 && (errno != ENOENT || ::mkdir(v, 0755) != 0)) {
+          REPLAYALLOC_LOG(error, "%s must be a directory path of 1 to %zu characters; %s", d.name,
+                          sizeof out->plan_dir - 1, cache ? "new plans are not saved" : "plans are neither saved nor loaded");
+        } else if (::stat(v, &st) != 0 && (errno != ENOENT || ::mkdir(v, cache ? 0700 : 0755) != 0)) {
           ++bad;
-          REPLAYALLOC_LOG(error, "%s='%s' cannot be used (%s); plans are neither saved nor loaded",
-                          d.name, v, std::strerror(errno));
+          REPLAYALLOC_LOG(error, "%s='%s' cannot be used (%s); %s", d.name, v, std::strerror(errno),
+                          cache ? "new plans are not saved" : "plans are neither saved nor loaded");
         } else if (::stat(v, &st) != 0 || !S_ISDIR(st.st_mode)) {
           ++bad;
-          REPLAYALLOC_LOG(error, "%s='%s' is not a directory; plans are neither saved nor loaded",
-                          d.name, v);
+          REPLAYALLOC_LOG(error, "%s='%s' is not a directory; %s", d.name, v,
+                          cache ? "new plans are not saved" : "plans are neither saved nor loaded");
         } else {
-          std::memcpy(out->plan_dir, v, n + 1);
+          std::memcpy(dst, v, n + 1);
         }
         break;
       }

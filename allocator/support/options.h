@@ -37,7 +37,9 @@ struct options {
   int verbose = 1;                    // 0 errors, 1 +warnings, 2 +info, 3 +debug
   long max_warnings = 100;            // warnings printed before going quiet
   char stats_path[256] = "";          // "" none, "stderr", or a file path
-  char plan_dir[256] = "";            // "" none, or a directory plans are saved to and loaded from
+  bool stats_idle = false;            // also write REPLAYALLOC_STATS for a process that did nothing
+  char plan_dir[256] = "";            // "" none, or a directory plans are loaded from (and saved to)
+  char plan_cache[256] = "";          // "" none, or a writable directory new plans are saved to
   bool check = false;                 // shadow-check every slab hand-out and free (Note [Check mode])
   std::uint64_t min_size = default_min_size;  // requests below this bypass the plan
   std::uint64_t slot_align = 64;      // every slot offset is a multiple of this

@@ -4,6 +4,7 @@
 // by SCALE), fills every block with a pattern and checks it before the free. Prints the
 // statistics JSON on its last line and exits 1 when any byte was corrupted. With
 // RESTART_OTHER=1 each layer makes one more workspace: another program under the key.
+// With RESTART_KEYS=K iterations take turns over K keys: "request", "request1", ...
 // Usage: restart ITERATIONS SCALE
 #include <dlfcn.h>
 
@@ -59,10 +60,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool other = std::getenv("RESTART_OTHER") != nullptr;
+  const int keys = std::getenv("RESTART_KEYS") != nullptr ? std::atoi(std::getenv("RESTART_KEYS")) : 1;
+  if (keys < 1 || keys > 64) {
+    std::fprintf(stderr, "restart: RESTART_KEYS must be 1..64\n");
+    return 2;
+  }
+  char names[64][16];
+  for (int k = 0; k < keys; ++k) {
+    if (k == 0) std::snprintf(names[k], sizeof names[k], "request");
+    else std::snprintf(names[k], sizeof names[k], "request%d", k);
+  }
   std::vector<block> outputs;
   outputs.reserve(static_cast<std::size_t>(iterations));  // no allocation inside an iteration
   for (int it = 0; it < iterations; ++it) {
-    begin("request");
+    begin(names[it % keys]);
     // Layers: an activation lives across the next layer; a workspace within one.
     block act = make(64 * 1024 * scale, static_cast<unsigned char>(it));
     for (int layer = 0; layer < 24; ++layer) {

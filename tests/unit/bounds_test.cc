@@ -101,16 +101,37 @@ TEST_F(Bounds, MaxPlansForgetsTheLeastRecentlyUsedIdleKeys) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// iteration(key, 256 KiB) peaks at 576 KiB + 320 B: a slab of 145 pages (580 KiB).
+// 1.25 MiB holds two such slabs, not three.
+constexpr std::uint64_t limit_two = std::uint64_t{1280} << 10;
+
+// The documented minimum of REPLAYALLOC_MAX_SLAB_MEMORY (1M) admits a slab smaller than
+// a chunk of the slab range: the limit counts committed pages, not reserved chunks.
+TEST_F(Bounds, MaxSlabMemoryAtItsMinimumStillReplaysSmallPlans) {
+  EXPECT_EXIT(
+      {
+        start(1000, std::uint64_t{1} << 20);
+        for (int i = 0; i < 4; ++i) REQUIRE(iteration("small", 64 * 1024, i));
+        const Stats s = stats();
+        REQUIRE(s.fallback_no_slab == 0);
+        REQUIRE(s.slab_hits >= 2 * 13);
+        REQUIRE(s.mapped_bytes > 0 && s.mapped_bytes <= (std::uint64_t{1} << 20));
+        REQUIRE(s.mapped_bytes % 4096 == 0);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 TEST_F(Bounds, MaxSlabMemoryUnmapsIdleSlabsOfOtherKeysFirst) {
   EXPECT_EXIT(
       {
-        // Each key's slab takes one 2 MiB chunk; at most two may be committed.
-        start(1000, std::uint64_t{4} << 20);
+        // Each key's slab commits 580 KiB (its peak, page-rounded); at most two fit.
+        start(1000, limit_two);
         for (int round = 0; round < 3; ++round) {
           for (int k = 0; k < 6; ++k) {
             const std::string key = "s" + std::to_string(k);
             for (int i = 0; i < 3; ++i) REQUIRE(iteration(key, 256 * 1024, 10 * k + i));
-            REQUIRE(stats().mapped_bytes <= (std::uint64_t{4} << 20));
+            REQUIRE(stats().mapped_bytes <= limit_two);
           }
         }
         const Stats s = stats();
@@ -124,7 +145,7 @@ TEST_F(Bounds, MaxSlabMemoryUnmapsIdleSlabsOfOtherKeysFirst) {
 TEST_F(Bounds, MaxSlabMemoryPassesThroughWhenEverySlabIsBusy) {
   EXPECT_EXIT(
       {
-        start(1000, std::uint64_t{4} << 20);
+        start(1000, limit_two);
         for (int k = 0; k < 3; ++k) {
           for (int i = 0; i < 3; ++i) REQUIRE(iteration("b" + std::to_string(k), 256 * 1024, i));
         }
@@ -151,7 +172,7 @@ TEST_F(Bounds, MaxSlabMemoryPassesThroughWhenEverySlabIsBusy) {
         int in_slab = 0;
         for (void* b : blocks) in_slab += backend::in_slab_range(b) ? 1 : 0;
         REQUIRE(in_slab <= 2);
-        REQUIRE(stats().mapped_bytes <= (std::uint64_t{4} << 20));
+        REQUIRE(stats().mapped_bytes <= limit_two);
         std::exit(0);
       },
       ::testing::ExitedWithCode(0), "");

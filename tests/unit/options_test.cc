@@ -249,6 +249,29 @@ TEST_F(ParseOptions, PlanDirIsMadeWhenMissingAndRefusedWhenUnusable) {
   EXPECT_STREQ(o.plan_dir, "");
 }
 
+TEST_F(ParseOptions, PlanCacheIsMadePrivateAndStatsIdleIsABoolean) {
+  options o;
+  std::string err;
+  const std::string dir = ::testing::TempDir() + "/replayalloc_options_plan_cache";
+  ::rmdir(dir.c_str());
+  const mode_t old = ::umask(0);
+  const int bad = parse(env({"REPLAYALLOC_PLAN_CACHE=" + dir, "REPLAYALLOC_STATS_IDLE=1"}), &o, &err);
+  ::umask(old);
+  EXPECT_EQ(bad, 0) << err;
+  EXPECT_EQ(std::string(o.plan_cache), dir);
+  EXPECT_STREQ(o.plan_dir, "");
+  EXPECT_TRUE(o.stats_idle);
+  struct stat st;
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);  // only this user may plant plans in it
+  ::rmdir(dir.c_str());
+  EXPECT_EQ(parse(env({"REPLAYALLOC_PLAN_CACHE=/etc/hostname"}), &o, &err), 1);
+  EXPECT_THAT(err, HasSubstr("is not a directory; new plans are not saved"));
+  EXPECT_STREQ(o.plan_cache, "");
+  EXPECT_EQ(parse(env({"REPLAYALLOC_STATS_IDLE=maybe"}), &o, &err), 1);
+  EXPECT_FALSE(o.stats_idle);
+}
+
 TEST_F(ParseOptions, CheckAndBounds) {
   options o;
   std::string err;
