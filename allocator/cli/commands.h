@@ -14,5 +14,6 @@ int run_convert(const std::vector<std::string>& args);  // convert_command.cc
 int run_report(const std::vector<std::string>& args);   // report_command.cc
 int run_viz(const std::vector<std::string>& args);      // viz_command.cc
 int run_predict(const std::vector<std::string>& args);  // predict_command.cc
+int run_plans(const std::vector<std::string>& args);    // plans_command.cc: plans, plans verify, plans prune
 
 }  // namespace replayalloc::cli

@@ -5,6 +5,7 @@
 //   replayalloc viz TRACE|PLAN -o plan.html           the plan as a picture
 //   replayalloc predict --trace B=T ... --at B        the footprint at another batch size
 //   replayalloc convert IN OUT                        trace CSV <-> binary
+//   replayalloc plans [verify|prune] DIR              a plan directory: list, check, clean
 //
 // Layer: cli. One file per command; cli.h holds what they share.
 #include <cstdio>
@@ -26,6 +27,9 @@ constexpr char usage[] =
     "  predict --trace B=TRACE --trace B=TRACE --at B\n"
     "                                      the peak and slab at another batch size\n"
     "  convert IN OUT                      a trace between CSV and binary\n"
+    "  plans DIR [--json]                  the plan files in a plan directory (REPLAYALLOC_PLAN_DIR)\n"
+    "  plans verify DIR                    whether the engine would load each file there\n"
+    "  plans prune DIR [--dry-run]         remove the stale and foreign plans, old temporary files\n"
     "  version                             the library version\n"
     "\n"
     "TRACE is a trace file: binary, or CSV with the header id,size,align,alloc_at,free_at,op\n"
@@ -48,6 +52,7 @@ int main(int argc, char** argv) {
     if (command == "viz") return run_viz(args);
     if (command == "predict") return run_predict(args);
     if (command == "convert") return run_convert(args);
+    if (command == "plans") return run_plans(args);
     if (command == "version" || command == "--version") {
       std::printf("replayalloc %s\n", REPLAYALLOC_VERSION_STRING);
       return exit_ok;

@@ -4,6 +4,7 @@
 #include "planner/plan_file.h"
 
 #include <cstring>
+#include <ctime>
 
 #include "absl/strings/str_cat.h"
 #include "support/byte_io.h"
@@ -19,6 +20,8 @@ constexpr char magic[8] = {'R', 'P', 'L', 'Y', 'P', 'L', 'A', 'N'};
 // A plan file's strings (version, algorithm) are short; anything longer is corrupt.
 constexpr std::uint32_t max_string = 4096;
 constexpr std::uint32_t flag_least = 1;  // least request per slot follows the offsets
+constexpr std::uint32_t flag_made = 2;   // u64 made_at follows (the least requests)
+constexpr std::uint32_t known_flags = flag_least | flag_made;
 
 }  // namespace
 
@@ -29,6 +32,8 @@ plan_file make_plan_file(trace t, placement p, const planner_options& o) {
   f.p = std::move(p);
   f.slot_align = o.slot_align;
   f.library_version = REPLAYALLOC_VERSION_STRING;
+  const std::time_t now = ::time(nullptr);
+  f.made_at = now > 0 ? static_cast<std::uint64_t>(now) : 0;
   return f;
 }
 
@@ -39,7 +44,8 @@ std::string encode_plan(const plan_file& f) {
   out.append(magic, sizeof magic);
   detail::put<std::uint32_t>(out, plan_format_version);
   const bool has_least = !f.least.empty();
-  detail::put<std::uint32_t>(out, has_least ? flag_least : 0);
+  const bool has_made = f.made_at != 0;
+  detail::put<std::uint32_t>(out, (has_least ? flag_least : 0) | (has_made ? flag_made : 0));
   detail::put_string(out, f.library_version);
   detail::put_string(out, f.p.algorithm);
   detail::put<std::uint64_t>(out, f.slot_align);
@@ -53,11 +59,14 @@ std::string encode_plan(const plan_file& f) {
   if (has_least) {
     for (const std::uint64_t l : f.least) detail::put(out, l);
   }
+  if (has_made) detail::put<std::uint64_t>(out, f.made_at);
   detail::put<std::uint32_t>(out, detail::crc32c(0, out.data(), out.size()));
   return out;
 }
 
 absl::StatusOr<plan_file> decode_plan(std::string_view bytes) {
+  REPLAYALLOC_EXPECTS(!plan_file_cut_short(bytes), "plan file truncated: its ", bytes.size(),
+                      " bytes end before its header says it ends");
   REPLAYALLOC_EXPECTS(bytes.size() >= sizeof magic + 12 &&
                           std::memcmp(bytes.data(), magic, sizeof magic) == 0,
                       "not a replayalloc plan file (bad magic)");
@@ -81,7 +90,7 @@ absl::StatusOr<plan_file> decode_plan(std::string_view bytes) {
                           r.get(&f.signature) && r.get(&trace_len) &&
                           r.get_view(trace_len, &trace_bytes),
                       "plan file truncated in its header");
-  REPLAYALLOC_EXPECTS((flags & ~flag_least) == 0, "plan file has unknown flags ", flags);
+  REPLAYALLOC_EXPECTS((flags & ~known_flags) == 0, "plan file has unknown flags ", flags);
   REPLAYALLOC_EXPECTS(f.slot_align != 0 && (f.slot_align & (f.slot_align - 1)) == 0 &&
                           f.slot_align <= detail::max_slot_align,
                       "plan file's slot alignment ", f.slot_align,
@@ -92,8 +101,9 @@ absl::StatusOr<plan_file> decode_plan(std::string_view bytes) {
   }
   f.tr = *std::move(t);
   const std::uint64_t per_allocation = (flags & flag_least) != 0 ? 16 : 8;
+  const std::uint64_t trailer = (flags & flag_made) != 0 ? 8 : 0;
   REPLAYALLOC_EXPECTS(r.get(&n_offsets) && n_offsets == f.tr.allocations.size() &&
-                          r.left() == per_allocation * n_offsets,
+                          r.left() == per_allocation * n_offsets + trailer,
                       "plan file has ", n_offsets, " offsets for ", f.tr.allocations.size(),
                       " allocations, or a wrong size");
   f.p.offsets.resize(n_offsets);
@@ -107,6 +117,7 @@ absl::StatusOr<plan_file> decode_plan(std::string_view bytes) {
                           f.least[i], " bytes, outside [1, ", f.tr.allocations[i].size, "]");
     }
   }
+  if ((flags & flag_made) != 0) r.get(&f.made_at);
   REPLAYALLOC_EXPECTS(f.signature == f.tr.signature(),
                       "plan file's signature does not match its trace");
   planner_options o;
@@ -119,6 +130,35 @@ absl::StatusOr<plan_file> decode_plan(std::string_view bytes) {
     return absl::DataLossError(absl::StrCat("plan file's placement is invalid: ", valid.message()));
   }
   return f;
+}
+
+bool plan_file_cut_short(std::string_view bytes) {
+  if (bytes.size() < sizeof magic) {
+    return bytes.empty() || std::memcmp(bytes.data(), magic, bytes.size()) == 0;
+  }
+  if (std::memcmp(bytes.data(), magic, sizeof magic) != 0) return false;
+  detail::byte_reader r(bytes.substr(sizeof magic));
+  std::uint32_t version = 0, flags = 0;
+  if (!r.get(&version)) return true;
+  if (version != plan_format_version) return false;  // another format: not ours to measure
+  if (!r.get(&flags)) return true;
+  std::string_view skip;
+  for (int i = 0; i < 2; ++i) {  // library version, algorithm
+    std::uint32_t len = 0;
+    if (!r.get(&len)) return true;
+    if (len > max_string) return false;  // a corrupt length, not a short file
+    if (!r.get_view(len, &skip)) return true;
+  }
+  std::uint64_t field = 0;
+  for (int i = 0; i < 4; ++i) {  // slot_align, slab_bytes, lower_bound_bytes, signature
+    if (!r.get(&field)) return true;
+  }
+  std::uint64_t trace_len = 0, n_offsets = 0;
+  if (!r.get(&trace_len) || !r.get_view(trace_len, &skip) || !r.get(&n_offsets)) return true;
+  const std::uint64_t per_allocation = (flags & flag_least) != 0 ? 16 : 8;
+  const std::uint64_t tail = ((flags & flag_made) != 0 ? 8 : 0) + 4;  // made_at, CRC
+  if (n_offsets > r.left() / per_allocation) return true;
+  return r.left() - n_offsets * per_allocation < tail;
 }
 
 absl::Status check_plan_key(const plan_file& f, std::string_view key, std::uint64_t slot_align) {

@@ -6,12 +6,18 @@
 //   * the plan key (what the program calls this iteration),
 //   * the input signature (trace::signature(): the allocation sequence it expects),
 //   * the library version and the slot alignment it was planned with.
-// Layout (little-endian): magic "RPLYPLAN", u32 format version, u32 flags (0), then
+// Layout (little-endian): magic "RPLYPLAN", u32 format version, u32 flags, then
 // length-prefixed strings (library version, algorithm), u64 slot_align, slab_bytes,
-// lower_bound_bytes, signature, the binary trace (trace_io.h, length-prefixed), one
-// u64 offset per allocation, with flag bit 0 one u64 per allocation: the least request
-// its slot serves (an envelope plan, Note [Envelope] in trace/trace.h; without the flag
-// every slot serves exactly its size), and a CRC-32C of every byte before it.
+// lower_bound_bytes, signature, the binary trace (trace_io.h, length-prefixed), u64
+// the number of offsets and one u64 offset per allocation, then what the flags say:
+//   * bit 0 (flag_least): one u64 per allocation, the least request its slot serves
+//     (an envelope plan, Note [Envelope] in trace/trace.h; without the flag every slot
+//     serves exactly its size);
+//   * bit 1 (flag_made): one u64, when the plan was made (seconds since the Unix epoch,
+//     UTC); files written before the flag existed lack it and read as made_at 0;
+// and a CRC-32C of every byte before it. A new optional field is a new flag bit, so
+// the format version stays 1 and older files keep decoding; a file with a flag bit
+// this build does not know is refused.
 //
 // decode_plan() trusts nothing: bad magic, another format version, a wrong checksum,
 // truncation, an invalid trace or a placement that fails validate() are errors that say
@@ -39,13 +45,25 @@ struct plan_file {
   std::string library_version;  // REPLAYALLOC_VERSION_STRING of the writer
   // Empty, or per allocation the least request its slot serves, in [1, size].
   std::vector<std::uint64_t> least;
+  // When the plan was made, seconds since the Unix epoch; 0 when unknown (a file
+  // written before flag_made existed). Written only when non-zero.
+  std::uint64_t made_at = 0;
 };
 
-// A plan file for `t` and `p`, stamped with this library's version.
+// A plan file for `t` and `p`, stamped with this library's version and the time now
+// (::time(), which never allocates: callable inside the allocator).
 plan_file make_plan_file(trace t, placement p, const planner_options& o);
 
 std::string encode_plan(const plan_file& f);
 absl::StatusOr<plan_file> decode_plan(std::string_view bytes);
+
+// True when `bytes` begin like a plan file (its magic, or a prefix of it: an empty
+// file too) but end before the lengths and counts in its own header say the file ends:
+// it was cut short (an interrupted copy, a full disk). The lengths are read without the
+// checksum, so a corrupt length can look the same; decode_plan() says "truncated" for
+// such a file instead of "checksum mismatch", and `replayalloc plans verify` tells the
+// two apart with it.
+bool plan_file_cut_short(std::string_view bytes);
 
 // OK when `f` may be replayed for `key` by this library with slot alignment
 // `slot_align`; otherwise FailedPrecondition naming the first field that differs.

@@ -29,13 +29,14 @@ service() {  # service DIR ITERATIONS [env...]: the program's output, stderr inc
   env LD_PRELOAD="$lib" REPLAYALLOC_MODE=replay REPLAYALLOC_MIN_SIZE=0 REPLAYALLOC_VERBOSE=2 \
     REPLAYALLOC_PLAN_DIR="$d" RESTART_KEYS=3 "$@" "$prog" "$n" 1 2>&1
 }
-verify() {  # verify NAME DIR: every *.raplan in DIR is one the library would load
+verify() {  # verify NAME DIR [wrapper...]: every *.raplan in DIR is one the library would load
   [ -n "$cli" ] || return 0
-  local out
-  if out=$("$cli" plans verify "$2" 2>&1); then
-    echo "ok    $1: replayalloc plans verify: every plan file good"
+  local out name=$1 d=$2
+  shift 2
+  if out=$("$@" "$cli" plans verify "$d" 2>&1); then
+    echo "ok    $name: replayalloc plans verify: every plan file good"
   else
-    echo "FAIL  $1: replayalloc plans verify:"; echo "$out"; fail=1
+    echo "FAIL  $name: replayalloc plans verify:"; echo "$out"; fail=1
   fi
 }
 
@@ -140,7 +141,7 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
   expect "changed again" "$out" recordings -eq 0
   [ "$before" = "$(ls -la --time-style=full-iso "$ship")" ] && echo "ok    changed: the shipped directory untouched" \
     || { echo "FAIL  changed: the shipped directory changed"; fail=1; }
-  verify cache "$cache"
+  verify cache "$cache" "${nobody[@]}"
 else
   echo "skip  cache: needs root and setpriv to run as another user"
 fi

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 
@@ -90,8 +91,10 @@ TEST(PlanFile, EveryTruncationIsRefused) {
   for (std::size_t n = 0; n < bytes.size(); n += 5) {
     absl::StatusOr<plan_file> g = decode_plan(std::string_view(bytes).substr(0, n));
     ASSERT_FALSE(g.ok()) << n;
-    EXPECT_FALSE(g.status().message().empty());
+    EXPECT_THAT(g.status().message(), HasSubstr("truncated")) << n;
+    EXPECT_TRUE(plan_file_cut_short(std::string_view(bytes).substr(0, n))) << n;
   }
+  EXPECT_FALSE(plan_file_cut_short(bytes));
 }
 
 // Re-seals `bytes` after an edit so the checksum passes and the field check is reached.
@@ -99,6 +102,65 @@ std::string reseal(std::string bytes) {
   const std::uint32_t crc = detail::crc32c(0, bytes.data(), bytes.size() - 4);
   std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
   return bytes;
+}
+
+std::uint32_t flags_of(const std::string& bytes) {
+  std::uint32_t flags = 0;
+  std::memcpy(&flags, bytes.data() + 12, 4);
+  return flags;
+}
+
+TEST(PlanFile, MadeAtRoundTrips) {
+  const std::uint64_t before = static_cast<std::uint64_t>(::time(nullptr));
+  plan_file f = make_file();
+  EXPECT_GE(f.made_at, before);
+  EXPECT_LE(f.made_at, static_cast<std::uint64_t>(::time(nullptr)));
+  absl::StatusOr<plan_file> g = decode_plan(encode_plan(f));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->made_at, f.made_at);
+  // With the least requests too (flag bits 0 and 1 together).
+  f.made_at = 1700000000;
+  f.least.resize(f.tr.allocations.size());
+  for (std::size_t i = 0; i < f.least.size(); ++i) f.least[i] = i % 2 == 0 ? 1 : f.tr.allocations[i].size;
+  const std::string bytes = encode_plan(f);
+  EXPECT_EQ(flags_of(bytes), 3u);
+  g = decode_plan(bytes);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->made_at, 1700000000u);
+  EXPECT_EQ(g->least, f.least);
+  EXPECT_EQ(g->p.offsets, f.p.offsets);
+}
+
+// A file as written before flag_made existed: no bit 1, no made_at field.
+TEST(PlanFile, FileWithoutMadeAtStillDecodes) {
+  plan_file f = make_file();
+  f.made_at = 0;
+  const std::string without = encode_plan(f);
+  EXPECT_EQ(flags_of(without), 0u);
+  absl::StatusOr<plan_file> g = decode_plan(without);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->made_at, 0u);
+  EXPECT_EQ(g->p.offsets, f.p.offsets);
+  // The same plan written with made_at, the field taken out by hand: the old layout.
+  f.made_at = 1700000000;
+  std::string bytes = encode_plan(f);
+  ASSERT_EQ(flags_of(bytes), 2u);
+  const std::uint32_t none = 0;
+  std::memcpy(bytes.data() + 12, &none, 4);
+  bytes.erase(bytes.size() - 4 - 8, 8);
+  EXPECT_EQ(reseal(bytes), without);
+  g = decode_plan(reseal(bytes));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->made_at, 0u);
+}
+
+TEST(PlanFile, UnknownFlagIsRefused) {
+  std::string bytes = encode_plan(make_file());
+  const std::uint32_t flags = flags_of(bytes) | 4;
+  std::memcpy(bytes.data() + 12, &flags, 4);
+  absl::StatusOr<plan_file> g = decode_plan(reseal(bytes));
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("unknown flags"));
 }
 
 TEST(PlanFile, OtherFormatVersionIsRefused) {
