@@ -36,6 +36,7 @@
 #include "planner/planner.h"
 #include "replayalloc/replayalloc.hpp"
 #include "runtime/auto_detect.h"
+#include "runtime/stats.h"
 #include "runtime/thread_state.h"
 #include "support/options.h"
 #include "trace/trace.h"
@@ -169,6 +170,10 @@ class engine {
   // `least`: least_served() of the envelope `tr` is (null: every slot exact).
   bool install_plan(key_entry& e, const trace& tr, placement p, bool from_file,
                     plan_version* replace = nullptr, const std::vector<std::uint64_t>* least = nullptr);
+  // lifecycle.cc
+  void start_lifecycle();
+  // plan_store.cc
+  void save_plan(key_entry& e, const trace& tr, const placement& p, const std::vector<std::uint64_t>& least);
   std::string plan_path(const char* dir, const key_entry& e) const;
   void load_saved_plan(key_entry& e);
   bool load_plan_file(key_entry& e, const std::string& path);
@@ -248,8 +253,5 @@ inline bool free_backend_plain(thread_state& t, void* p) {
   }
   return true;
 }
-
-// Writes `s` as the stats JSON object. Returns the length needed (snprintf-style).
-std::size_t format_stats_json(const Stats& s, char* buf, std::size_t cap);
 
 }  // namespace replayalloc::detail

@@ -66,41 +66,96 @@ const char* find_env(char* const* envp, const char* name) {
 
 enum class kind { size, count, boolean, mode, path, dir, budget, lms_memory };
 
+// One row per setting, as mimalloc's options table: its name, how its value is read,
+// the range a number must fall in, the member it sets and what it means (the README's
+// configuration table says the same, in the same order: tests/unit/options_test.cc
+// checks the names). The defaults are the member initializers of `options`.
 struct option_desc {
   const char* name;
   kind k;
   std::uint64_t lo, hi;  // inclusive range for size/count
   bool pow2;             // size must be a power of two
+  void (*set)(options& o, std::uint64_t v);  // size, count, boolean
+  char* (*text)(options& o);                 // path, dir: the buffer it fills
+  const char* doc;
 };
 
-// The table. Keep it in the order of the README's configuration table.
+#define REPLAYALLOC_SETS(member) \
+  [](options& o, std::uint64_t v) { o.member = static_cast<decltype(o.member)>(v); }, nullptr
+#define REPLAYALLOC_FILLS(member) nullptr, [](options& o) -> char* { return o.member; }
+#define REPLAYALLOC_OWN nullptr, nullptr  // parsed by its kind's own case below
+
+constexpr std::uint64_t K = 1024, M = K * K, G = M * K, T = G * K;
+
 constexpr option_desc table[] = {
-    {"REPLAYALLOC_MODE", kind::mode, 0, 0, false},
-    {"REPLAYALLOC_VERBOSE", kind::count, 0, 3, false},
-    {"REPLAYALLOC_MAX_WARNINGS", kind::count, 0, 1u << 30, false},
-    {"REPLAYALLOC_STATS", kind::path, 0, 0, false},
-    {"REPLAYALLOC_STATS_IDLE", kind::boolean, 0, 1, false},
-    {"REPLAYALLOC_PLAN_DIR", kind::dir, 0, 0, false},
-    {"REPLAYALLOC_PLAN_CACHE", kind::dir, 0, 0, false},
-    {"REPLAYALLOC_CHECK", kind::boolean, 0, 1, false},
-    {"REPLAYALLOC_MIN_SIZE", kind::size, 0, std::uint64_t{1} << 40, false},
-    {"REPLAYALLOC_SLOT_ALIGN", kind::size, 16, 4096, true},
-    {"REPLAYALLOC_RESERVE", kind::size, std::uint64_t{64} << 20, std::uint64_t{1} << 46, false},
-    {"REPLAYALLOC_MAX_SLABS", kind::count, 1, 4096, false},
-    {"REPLAYALLOC_MAX_PLANS", kind::count, 1, 1u << 20, false},
-    {"REPLAYALLOC_MAX_SLAB_MEMORY", kind::size, std::uint64_t{1} << 20, std::uint64_t{1} << 46, false},
-    {"REPLAYALLOC_RECORD_ITERATIONS", kind::count, 1, 64, false},
-    {"REPLAYALLOC_RECORD_LIMIT", kind::count, 1, 1024, false},
-    {"REPLAYALLOC_REPLAN_AFTER", kind::count, 0, 1u << 20, false},
-    {"REPLAYALLOC_SET_ASIDE", kind::boolean, 0, 1, false},
-    {"REPLAYALLOC_DEVIATION_PERCENT", kind::count, 0, 100, false},
-    {"REPLAYALLOC_RESYNC_WINDOW", kind::count, 0, 256, false},
-    {"REPLAYALLOC_PREFAULT", kind::boolean, 0, 1, false},
-    {"REPLAYALLOC_STACK_DEPTH", kind::count, 0, 16, false},
-    {"REPLAYALLOC_CUDA_BUDGET", kind::budget, 0, 0, false},
-    {"REPLAYALLOC_CUDA_LMS_THRESHOLD", kind::size, 1, std::uint64_t{1} << 46, false},
-    {"REPLAYALLOC_CUDA_LMS_MEMORY", kind::lms_memory, 0, 0, false},
+    {"REPLAYALLOC_MODE", kind::mode, 0, 0, false, REPLAYALLOC_OWN,
+     "off | record | replay | auto"},
+    {"REPLAYALLOC_VERBOSE", kind::count, 0, 3, false, REPLAYALLOC_SETS(verbose),
+     "0 errors, 1 warnings, 2 info, 3 debug"},
+    {"REPLAYALLOC_MAX_WARNINGS", kind::count, 0, 1u << 30, false, REPLAYALLOC_SETS(max_warnings),
+     "warnings printed before going quiet"},
+    {"REPLAYALLOC_STATS", kind::path, 0, 0, false, REPLAYALLOC_FILLS(stats_path),
+     "where the statistics JSON goes at exit: stderr, or a path (%p, %e)"},
+    {"REPLAYALLOC_STATS_IDLE", kind::boolean, 0, 1, false, REPLAYALLOC_SETS(stats_idle),
+     "also write the statistics of a process that did nothing"},
+    {"REPLAYALLOC_PLAN_DIR", kind::dir, 0, 0, false, REPLAYALLOC_FILLS(plan_dir),
+     "plans loaded from (and saved to, when writable and no cache is named)"},
+    {"REPLAYALLOC_PLAN_CACHE", kind::dir, 0, 0, false, REPLAYALLOC_FILLS(plan_cache),
+     "a writable directory new plans are saved to"},
+    {"REPLAYALLOC_CHECK", kind::boolean, 0, 1, false, REPLAYALLOC_SETS(check),
+     "shadow-check every host block (Note [Check mode])"},
+    {"REPLAYALLOC_MIN_SIZE", kind::size, 0, T, false, REPLAYALLOC_SETS(min_size),
+     "requests below this bypass the plan"},
+    {"REPLAYALLOC_SLOT_ALIGN", kind::size, 16, 4096, true, REPLAYALLOC_SETS(slot_align),
+     "every slot offset is a multiple of this"},
+    {"REPLAYALLOC_RESERVE", kind::size, 64 * M, 64 * T, false, REPLAYALLOC_SETS(reserve_bytes),
+     "virtual address range reserved for slabs"},
+    {"REPLAYALLOC_MAX_SLABS", kind::count, 1, 4096, false, REPLAYALLOC_SETS(max_slabs),
+     "slabs per plan (iterations of one key at once)"},
+    {"REPLAYALLOC_MAX_PLANS", kind::count, 1, 1u << 20, false, REPLAYALLOC_SETS(max_plans),
+     "keys remembered; the least recently used idle one is forgotten"},
+    {"REPLAYALLOC_MAX_SLAB_MEMORY", kind::size, M, 64 * T, false, REPLAYALLOC_SETS(max_slab_memory),
+     "host slab memory committed at once"},
+    {"REPLAYALLOC_RECORD_ITERATIONS", kind::count, 1, 64, false, REPLAYALLOC_SETS(record_iterations),
+     "identical recordings needed before planning"},
+    {"REPLAYALLOC_RECORD_LIMIT", kind::count, 1, 1024, false, REPLAYALLOC_SETS(record_limit),
+     "recordings after which the latest is planned anyway"},
+    {"REPLAYALLOC_REPLAN_AFTER", kind::count, 0, 1u << 20, false, REPLAYALLOC_SETS(replan_after),
+     "deviating iterations in a row before recording again (0: never)"},
+    {"REPLAYALLOC_SET_ASIDE", kind::boolean, 0, 1, false, REPLAYALLOC_SETS(set_aside),
+     "back off keys whose plans keep failing (Note [Setting aside])"},
+    {"REPLAYALLOC_DEVIATION_PERCENT", kind::count, 0, 100, false, REPLAYALLOC_SETS(deviation_percent),
+     "fallbacks (% of the plan) that make an iteration deviate"},
+    {"REPLAYALLOC_RESYNC_WINDOW", kind::count, 0, 256, false, REPLAYALLOC_SETS(resync_window),
+     "slots looked ahead after a mismatch"},
+    {"REPLAYALLOC_PREFAULT", kind::boolean, 0, 1, false, REPLAYALLOC_SETS(prefault),
+     "touch a new slab's pages when it is made"},
+    {"REPLAYALLOC_STACK_DEPTH", kind::count, 0, 16, false, REPLAYALLOC_SETS(stack_depth),
+     "call-stack frames naming an untagged recorded allocation"},
+    {"REPLAYALLOC_CUDA_BUDGET", kind::budget, 0, 0, false, REPLAYALLOC_OWN,
+     "device memory a plan's slab may use: bytes or a fraction"},
+    {"REPLAYALLOC_CUDA_LMS_THRESHOLD", kind::size, 1, 64 * T, false, REPLAYALLOC_SETS(cuda_lms_threshold),
+     "the smallest allocation large-model support moves out of the slab"},
+    {"REPLAYALLOC_CUDA_LMS_MEMORY", kind::lms_memory, 0, 0, false, REPLAYALLOC_OWN,
+     "managed | pinned: what moved allocations use"},
 };
+
+#undef REPLAYALLOC_SETS
+#undef REPLAYALLOC_FILLS
+#undef REPLAYALLOC_OWN
+
+// A parser that sets nothing, a string kind without a buffer, or the reverse: a
+// table row that cannot work is a build error, not a setting silently ignored.
+constexpr bool table_complete() {
+  for (const option_desc& d : table) {
+    const bool number = d.k == kind::size || d.k == kind::count || d.k == kind::boolean;
+    const bool text = d.k == kind::path || d.k == kind::dir;
+    if (number != (d.set != nullptr) || text != (d.text != nullptr)) return false;
+    if (d.doc == nullptr || d.doc[0] == '\0') return false;
+  }
+  return true;
+}
+static_assert(table_complete(), "a row of the options table has no member to set, or no doc");
 
 // A fraction in (0, 1]: "0.8", ".5", "1". Plain decimal, no exponent.
 bool parse_fraction(const char* s, double* out) {
@@ -124,28 +179,6 @@ bool parse_fraction(const char* s, double* out) {
   if (!digits || !dot || v <= 0 || v > 1) return false;
   *out = v;
   return true;
-}
-
-void store(options* o, const char* name, std::uint64_t v) {
-  if (!std::strcmp(name, "REPLAYALLOC_VERBOSE")) o->verbose = static_cast<int>(v);
-  else if (!std::strcmp(name, "REPLAYALLOC_MAX_WARNINGS")) o->max_warnings = static_cast<long>(v);
-  else if (!std::strcmp(name, "REPLAYALLOC_MIN_SIZE")) o->min_size = v;
-  else if (!std::strcmp(name, "REPLAYALLOC_SLOT_ALIGN")) o->slot_align = v;
-  else if (!std::strcmp(name, "REPLAYALLOC_RESERVE")) o->reserve_bytes = v;
-  else if (!std::strcmp(name, "REPLAYALLOC_MAX_SLABS")) o->max_slabs = static_cast<std::uint32_t>(v);
-  else if (!std::strcmp(name, "REPLAYALLOC_MAX_PLANS")) o->max_plans = static_cast<std::uint32_t>(v);
-  else if (!std::strcmp(name, "REPLAYALLOC_MAX_SLAB_MEMORY")) o->max_slab_memory = v;
-  else if (!std::strcmp(name, "REPLAYALLOC_CHECK")) o->check = v != 0;
-  else if (!std::strcmp(name, "REPLAYALLOC_RECORD_ITERATIONS")) o->record_iterations = static_cast<std::uint32_t>(v);
-  else if (!std::strcmp(name, "REPLAYALLOC_RECORD_LIMIT")) o->record_limit = static_cast<std::uint32_t>(v);
-  else if (!std::strcmp(name, "REPLAYALLOC_REPLAN_AFTER")) o->replan_after = static_cast<std::uint32_t>(v);
-  else if (!std::strcmp(name, "REPLAYALLOC_DEVIATION_PERCENT")) o->deviation_percent = static_cast<std::uint32_t>(v);
-  else if (!std::strcmp(name, "REPLAYALLOC_RESYNC_WINDOW")) o->resync_window = static_cast<std::uint32_t>(v);
-  else if (!std::strcmp(name, "REPLAYALLOC_PREFAULT")) o->prefault = v != 0;
-  else if (!std::strcmp(name, "REPLAYALLOC_SET_ASIDE")) o->set_aside = v != 0;
-  else if (!std::strcmp(name, "REPLAYALLOC_STATS_IDLE")) o->stats_idle = v != 0;
-  else if (!std::strcmp(name, "REPLAYALLOC_STACK_DEPTH")) o->stack_depth = static_cast<std::uint32_t>(v);
-  else if (!std::strcmp(name, "REPLAYALLOC_CUDA_LMS_THRESHOLD")) o->cuda_lms_threshold = v;
 }
 
 const char* mode_name(run_mode m) {
@@ -195,7 +228,7 @@ int parse_options(char* const* envp, options* out) {
           REPLAYALLOC_LOG(error, "%s is longer than %zu characters; statistics disabled",
                           d.name, sizeof out->stats_path - 1);
         } else {
-          std::memcpy(out->stats_path, v, n + 1);
+          std::memcpy(d.text(*out), v, n + 1);
         }
         break;
       }
@@ -203,7 +236,7 @@ int parse_options(char* const* envp, options* out) {
         // Made when missing (one level, like mkdir; the cache private to this user); stat
         // and mkdir neither allocate nor re-enter the allocator.
         const bool cache = std::strcmp(d.name, "REPLAYALLOC_PLAN_CACHE") == 0;
-        char* dst = cache ? out->plan_cache : out->plan_dir;
+        char* dst = d.text(*out);
         const std::size_t n = std::strlen(v);
         struct stat st;
         if (n == 0 || n >= sizeof out->plan_dir) {
@@ -251,7 +284,7 @@ int parse_options(char* const* envp, options* out) {
       case kind::boolean: {
         bool b;
         if (parse_bool(v, &b)) {
-          store(out, d.name, b ? 1 : 0);
+          d.set(*out, b ? 1 : 0);
         } else {
           ++bad;
           REPLAYALLOC_LOG(error, "%s='%s' is not a boolean (0/1, true/false, on/off); using the default",
@@ -274,7 +307,7 @@ int parse_options(char* const* envp, options* out) {
                           static_cast<unsigned long long>(d.hi),
                           d.pow2 ? " and a power of two" : "");
         } else {
-          store(out, d.name, n);
+          d.set(*out, n);
         }
         break;
       }
@@ -315,6 +348,10 @@ int parse_options(char* const* envp, options* out) {
   set_log_max_warnings(out->max_warnings);
   return bad;
 }
+
+std::size_t option_count() { return sizeof table / sizeof table[0]; }
+const char* option_name(std::size_t i) { return i < option_count() ? table[i].name : nullptr; }
+const char* option_doc(std::size_t i) { return i < option_count() ? table[i].doc : nullptr; }
 
 const options& process_options() {
   if (g_state.load(std::memory_order_acquire) == 2) return g_options;

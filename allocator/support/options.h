@@ -72,6 +72,12 @@ struct options {
 // default. Returns the number of invalid settings. Never allocates.
 int parse_options(char* const* envp, options* out);
 
+// The settings, in the order of the table in options.cc (and of the README's
+// configuration table): names and one-line meanings, for tests and tools.
+std::size_t option_count();
+const char* option_name(std::size_t i);
+const char* option_doc(std::size_t i);
+
 // Options from the process environment, parsed once. Thread-safe.
 const options& process_options();
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <string>
@@ -479,6 +480,35 @@ TEST_F(ParseOptions, InvalidVerbosityWithASuffixKeepsTheDefault) {
   EXPECT_EQ(o.verbose, 1);
   EXPECT_EQ(log_verbosity(), 1);
 }
+
+// The README's configuration table documents every setting the table in options.cc
+// reads, in the same order, and nothing else (the Python package's REPLAYALLOC_LIBRARY
+// last, read by the package, not the engine).
+#ifdef REPLAYALLOC_SOURCE_DIR
+TEST(OptionsTable, MatchesTheReadmeConfigurationTable) {
+  std::FILE* f = std::fopen(REPLAYALLOC_SOURCE_DIR "/README.md", "r");
+  ASSERT_NE(f, nullptr);
+  std::vector<std::string> documented;
+  char line[8192];
+  bool in_config = false;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    const std::string l = line;
+    if (l.rfind("## ", 0) == 0) in_config = l.rfind("## Configuration", 0) == 0;
+    if (in_config && l.rfind("| `REPLAYALLOC_", 0) == 0) {
+      documented.push_back(l.substr(3, l.find('`', 3) - 3));
+    }
+  }
+  std::fclose(f);
+  std::vector<std::string> read;
+  for (std::size_t i = 0; i < option_count(); ++i) {
+    read.emplace_back(option_name(i));
+    EXPECT_GT(std::strlen(option_doc(i)), 10u) << option_name(i);
+  }
+  read.emplace_back("REPLAYALLOC_LIBRARY");
+  EXPECT_EQ(documented, read);
+  EXPECT_EQ(option_name(option_count()), nullptr);
+}
+#endif
 
 }  // namespace
 }  // namespace replayalloc::detail

@@ -1,0 +1,126 @@
+// The thread's side of auto mode (Note [Auto mode], runtime/auto_detect.h has the
+// period detector): watching a thread's allocations, opening and closing the
+// iterations it finds, resting on a thread with no period.
+#include <new>
+
+#include "backend/backend.h"
+#include "runtime/auto_detect.h"
+#include "runtime/engine.h"
+#include "support/log.h"
+#include "support/reentry.h"
+
+namespace replayalloc::detail {
+
+// Note [Auto mode], the thread's side: while watching, every allocation of at least
+// the minimum size is observed with the live bytes before it; once a period is
+// found, the thread waits for the boundary and then runs back-to-back iterations of
+// the period's key, each ended at the first slow-path allocation after the period's
+// allocations were made (in replay: the plan's slots walked, or as many allocations
+// made). A program that marks its own iterations on a thread switches auto off there.
+
+void engine::auto_before_alloc(thread_state& t, std::size_t size) {
+  if (t.marks_own || (t.depth > 0 && !t.auto_iteration)) return;
+  reentry_guard guard;
+  if (t.autod == nullptr) {
+    void* mem = backend::fallback_alloc(sizeof(auto_state), alignof(auto_state));
+    if (mem == nullptr) return;
+    t.autod = new (mem) auto_state(opts_.auto_history);
+  }
+  auto_state& a = *t.autod;
+  if (a.resting > 0) {  // Note [Auto mode rests]
+    if (--a.resting == 0) a.watch_start = a.det.count();
+    return;
+  }
+  if (t.auto_iteration) {
+    const domain_state& d = t.host;
+    const bool replaying = d.ph == phase::replay;
+    const bool done = replaying
+                          ? d.cursor.next >= d.cursor.count || d.cursor.handed + t.auto_count >= a.det.period()
+                          : t.auto_count >= a.det.period();
+    if (done) {
+      // A replayed iteration that served less than (100 - DEVIATION_PERCENT)% of the
+      // period from the slab did not repeat the period.
+      const bool poor = replaying && std::uint64_t{d.cursor.handed} * 100 <
+                                         std::uint64_t{a.det.period()} * (100 - opts_.deviation_percent);
+      end_impl(t);
+      t.auto_iteration = false;
+      a.deviated_in_a_row = poor ? a.deviated_in_a_row + 1 : 0;
+      if (a.deviated_in_a_row >= 2 * std::max<std::uint32_t>(1, opts_.replan_after)) {
+        // The period is gone (a new shape, a new phase of the program), or was a
+        // repeated part of a longer one: watch again, never picking it again.
+        REPLAYALLOC_LOG(info, "auto: '%s' keeps deviating; watching the thread's allocations again", a.key);
+        a.det.reject_current();
+        a.deviated_in_a_row = 0;
+        a.watch_start = a.det.count();
+        return;
+      }
+      begin_impl(t, a.key);
+      t.auto_iteration = true;
+      t.auto_count = 0;
+    }
+    ++t.auto_count;
+    return;
+  }
+  if (a.det.found() && a.det.count() == a.det.next_boundary()) {
+    a.live.clear();
+    a.live_bytes = 0;
+    a.filter_clear();
+    std::snprintf(a.key, sizeof a.key, "auto/%016llx/p%u",
+                  static_cast<unsigned long long>(a.det.signature()), a.det.period());
+    REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations; iterations of '%s' begin",
+                    t.thread_no, a.det.period(), a.key);
+    begin_impl(t, a.key);  // finds or makes the key's entry
+    if (t.entry != nullptr) {
+      std::lock_guard<std::mutex> lock(t.entry->mu);
+      t.entry->automatic = true;
+    }
+    t.auto_iteration = true;
+    t.auto_count = 1;
+    a.rests = 0;
+    return;
+  }
+  a.det.observe(size, a.live_bytes);
+  // Note [Auto mode rests]: watching costs a hash-map update per watched allocation
+  // and free, and a stream that has shown no period in four histories' worth of
+  // allocations (65,536 by default) most likely has none (random sizes, shapes that
+  // change every request): the thread stops watching for as many allocations again,
+  // doubling with each rest in a row up to 64 times, then watches afresh. While it
+  // rests its allocations and frees go to the backend after one counter.
+  const std::uint64_t budget = std::uint64_t{4} * opts_.auto_history;
+  if (!a.det.found() && a.det.count() - a.watch_start >= budget) {
+    a.resting = budget << std::min<std::uint32_t>(a.rests, 6);
+    ++a.rests;
+    a.live.clear();
+    a.live_bytes = 0;
+    a.filter_clear();
+    a.det.reset();
+    auto_rests_.fetch_add(1, std::memory_order_relaxed);
+    REPLAYALLOC_LOG(info, "auto: thread %u shows no period in %llu allocations; not watched for the next %llu",
+                    t.thread_no, static_cast<unsigned long long>(budget),
+                    static_cast<unsigned long long>(a.resting));
+  }
+}
+
+void engine::auto_track(thread_state& t, const void* p, std::size_t size) {
+  if (t.autod == nullptr || t.auto_iteration || t.marks_own || t.autod->resting > 0) return;
+  reentry_guard guard;
+  auto [it, fresh] = t.autod->live.try_emplace(p, size);
+  if (fresh) t.autod->filter_add(p);
+  if (!fresh) {
+    t.autod->live_bytes -= it->second;
+    it->second = size;
+  }
+  t.autod->live_bytes += size;
+}
+
+void engine::auto_untrack(thread_state& t, const void* p) {
+  if (t.autod == nullptr || t.auto_iteration || t.marks_own || t.autod->resting > 0) return;
+  reentry_guard guard;
+  auto it = t.autod->live.find(p);
+  if (it == t.autod->live.end()) return;
+  t.autod->live_bytes -= it->second;
+  t.autod->live.erase(it);
+  t.autod->filter_remove(p);
+}
+
+}  // namespace replayalloc::detail

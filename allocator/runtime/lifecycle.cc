@@ -1,0 +1,169 @@
+// Threads and fork (runtime/engine.h): a thread's domains registered with the engine
+// and unregistered when it exits (its open iteration ended, its recorder freed), and
+// every lock held across fork() (Note [Fork]).
+#include <pthread.h>
+
+#include "backend/backend.h"
+#include "backend/slab_range.h"
+#include "runtime/check.h"
+#include "runtime/stats.h"
+#include "replay/slab_pool.h"
+#include "runtime/engine.h"
+#include "support/reentry.h"
+#include "trace/recorder.h"
+
+namespace replayalloc::detail {
+
+namespace {
+
+pthread_key_t g_exit_key;
+
+void thread_exit_hook(void* arg) {
+  auto* t = static_cast<thread_state*>(arg);
+  engine::get().on_thread_exit(*t);
+}
+
+void free_recorder(domain_state& d) {
+  if (d.recorder == nullptr) return;
+  d.recorder->~trace_recorder();
+  backend::fallback_free(d.recorder);
+  d.recorder = nullptr;
+}
+
+}  // namespace
+
+// The thread-exit key and the fork handlers, once, from the engine's constructor.
+void engine::start_lifecycle() {
+  pthread_key_create(&g_exit_key, thread_exit_hook);
+  note_process_start();
+  pthread_atfork([] { engine::get().prefork(); }, [] { engine::get().postfork_parent(); },
+                 [] {
+                   note_process_start();
+                   engine::get().postfork_child();
+                 });
+}
+
+// Note [Fork]: the child has one thread, the one that forked, and a copy of every
+// lock as it was at fork(). Holding all of them across fork() makes the copies
+// consistent: prefork takes the engine's mutex, then each key's (in the keys' order,
+// always the same), then the version registry's and the pool mutex of every plan
+// version alive, current or retired and still draining (slab_pool.h), then the slab
+// range's and check mode's; the handlers after fork release them in reverse. Nothing
+// here allocates.
+void engine::prefork() {
+  mu_.lock();
+  for (auto& [k, e] : keys_) e->mu.lock();
+  lock_versions_for_fork();  // current and retired ones alike
+  backend::lock_for_fork();
+  check::lock_for_fork();
+}
+
+void engine::postfork_parent() {
+  check::unlock_after_fork();
+  backend::unlock_after_fork();
+  unlock_versions_after_fork();
+  for (auto& [k, e] : keys_) e->mu.unlock();
+  mu_.unlock();
+}
+
+void engine::postfork_child() {
+  check::unlock_after_fork();
+  backend::unlock_after_fork();
+  unlock_versions_after_fork();
+  for (auto& [k, e] : keys_) {
+    e->recording = false;  // whoever was recording is not in the child
+    e->mu.unlock();
+  }
+  mu_.unlock();
+  // The forking thread's open iteration is abandoned: its blocks stay valid, its slab
+  // never returns to the pool (its refcount never reaches zero), later calls pass
+  // through until the thread begins a new iteration.
+  thread_state& t = tls_state;
+  if (t.depth > 0) {
+    replay_cursor& c = t.host.cursor;
+    c.count = 0;
+    c.free_count = 0;
+    c.current = nullptr;
+    c.base = nullptr;
+    t.host.masked = false;
+    t.host.ph = phase::none;
+    t.host.entry = nullptr;
+    t.host.version = nullptr;
+    t.depth = 0;
+    t.entry = nullptr;
+    t.auto_iteration = false;
+  }
+}
+
+void engine::register_thread(thread_state& t) {
+  if (t.registered || t.exited) return;
+  reentry_guard guard;
+  t.registered = true;
+  t.min_size = opts_.min_size;
+  t.small_below = backend::g_plain_malloc.load(std::memory_order_relaxed) != nullptr && !check::enabled()
+                      ? opts_.min_size
+                      : 0;
+  t.host.kind = domain_kind::host;
+  pthread_setspecific(g_exit_key, &t);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    t.thread_no = next_thread_no_++;
+  }
+  register_domain(t.host);
+}
+
+void engine::register_domain(domain_state& d) {
+  if (d.registered) return;
+  reentry_guard guard;
+  d.cursor.resync_window = opts_.resync_window;
+  d.cursor.min_size = opts_.min_size;
+  std::lock_guard<std::mutex> lock(mu_);
+  d.registered = true;
+  d.prev = nullptr;
+  d.next = domains_;
+  if (domains_ != nullptr) domains_->prev = &d;
+  domains_ = &d;
+}
+
+void engine::unregister_domain(domain_state& d) {
+  if (!d.registered) return;
+  reentry_guard guard;
+  free_recorder(d);
+  std::lock_guard<std::mutex> lock(mu_);
+  add_domain(retired_[static_cast<int>(d.kind)], d);
+  if (d.prev != nullptr) d.prev->next = d.next; else domains_ = d.next;
+  if (d.next != nullptr) d.next->prev = d.prev;
+  d.registered = false;
+}
+
+void engine::add_domain_hooks(const domain_hooks& h) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int n = n_hooks_.load(std::memory_order_relaxed);
+  if (n < static_cast<int>(std::size(hooks_))) {
+    hooks_[n] = h;
+    n_hooks_.store(n + 1, std::memory_order_release);
+  }
+}
+
+void engine::on_thread_exit(thread_state& t) {
+  if (t.depth > 0) {
+    t.depth = 1;
+    end_impl(t);
+  }
+  const int n = n_hooks_.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    if (hooks_[i].on_exit != nullptr) hooks_[i].on_exit(t);
+  }
+  unregister_domain(t.host);
+  if (t.autod != nullptr) {
+    reentry_guard guard;
+    t.autod->~auto_state();
+    backend::fallback_free(t.autod);
+    t.autod = nullptr;
+  }
+  t.auto_iteration = false;
+  t.registered = false;
+  t.exited = true;
+}
+
+}  // namespace replayalloc::detail

@@ -1,0 +1,296 @@
+// Statistics (replayalloc.hpp's Stats): summed over the live domains and what exited
+// threads left, formatted as JSON from the one field list (runtime/stats.h), and
+// written at exit (Note [Statistics at exit]).
+#include "runtime/stats.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+#include "backend/slab_range.h"
+#include "replay/compiled_plan.h"
+#include "runtime/engine.h"
+#include "support/file_io.h"
+#include "support/log.h"
+#include "support/reentry.h"
+
+namespace replayalloc::detail {
+
+namespace {
+
+std::int64_t g_started_ns = 0;  // this process's start (or fork), CLOCK_REALTIME
+
+// Note [Statistics at exit]: REPLAYALLOC_STATS is inherited by every process that
+// inherits LD_PRELOAD: a wrapper (timeout, a shell), the service, its workers. So:
+//  * the path may name the process: %p the pid, %e the program's name, %% a '%' (as
+//    core patterns do), expanded when the process exits (a forked worker its own pid);
+//  * a process that did nothing (no iteration recorded or replayed, no plan loaded) writes
+//    nothing unless REPLAYALLOC_STATS_IDLE=1: a wrapper's own allocations never replace
+//    the service's statistics;
+//  * the file is replaced whole (support/file_io.h: never through a link), with "pid" and
+//    "program" first; replacing a file another process wrote while this one ran (two
+//    workers on one path) is said, naming that process: put %p in the path instead.
+//    A file from before this process started (the previous run) is replaced silently.
+
+std::int64_t realtime_ns() {
+  timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// The program's name as a JSON-safe string of printable characters.
+void program_name(char* out, std::size_t cap) {
+  std::size_t n = 0;
+  for (const char* p = program_invocation_short_name; *p != '\0' && n + 1 < cap; ++p) {
+    out[n++] = (*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\' && *p != '/') ? *p : '_';
+  }
+  out[n] = '\0';
+}
+
+// `pattern` with %p, %e and %% expanded. False when the result does not fit.
+bool expand_stats_path(const char* pattern, char* out, std::size_t cap) {
+  std::size_t n = 0;
+  auto put = [&](const char* s) {
+    for (; *s != '\0'; ++s) {
+      if (n + 1 >= cap) return false;
+      out[n++] = *s;
+    }
+    return true;
+  };
+  for (const char* p = pattern; *p != '\0'; ++p) {
+    char piece[64] = {p[0], '\0'};
+    if (p[0] == '%' && p[1] == 'p') {
+      std::snprintf(piece, sizeof piece, "%d", static_cast<int>(::getpid()));
+      ++p;
+    } else if (p[0] == '%' && p[1] == 'e') {
+      program_name(piece, sizeof piece);
+      ++p;
+    } else if (p[0] == '%' && p[1] == '%') {
+      ++p;
+    }
+    if (!put(piece)) return false;
+  }
+  out[n] = '\0';
+  return true;
+}
+
+// When `path` holds statistics another process wrote since this one started: that
+// process's pid (and name in `who`); otherwise 0.
+int other_writer(const char* path, char* who, std::size_t cap) {
+  struct stat st;
+  if (::lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  const std::int64_t written = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (written < g_started_ns) return 0;
+  const int fd = ::open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char head[256];
+  const ssize_t got = ::read(fd, head, sizeof head - 1);
+  ::close(fd);
+  if (got <= 0) return 0;
+  head[got] = '\0';
+  int pid = 0;
+  if (std::sscanf(head, "{\"pid\":%d,\"program\":\"%63[^\"]\"", &pid, who) < 1) return 0;
+  (void)cap;
+  return pid == ::getpid() ? 0 : pid;
+}
+
+}  // namespace
+
+void write_stats_at_exit() {
+  const options& o = engine::get().opts();
+  char buf[4096];
+  const std::size_t n = replayalloc_stats_json(buf, sizeof buf);
+  const std::size_t len = n < sizeof buf ? n : sizeof buf - 1;
+  if (!o.stats_idle) {
+    const Stats s = engine::get().stats(nullptr);
+    if (s.iterations == 0 && s.recordings == 0 && s.plans_loaded == 0 && s.slab_hits == 0 &&
+        s.plan_files_ignored == 0) {
+      return;  // did nothing (Note [Statistics at exit])
+    }
+  }
+  if (std::strcmp(o.stats_path, "stderr") == 0) {
+    std::fwrite(buf, 1, len, stderr);
+    std::fputc('\n', stderr);
+    return;
+  }
+  reentry_guard guard;
+  char path[512];
+  if (!expand_stats_path(o.stats_path, path, sizeof path)) {
+    REPLAYALLOC_LOG(error, "REPLAYALLOC_STATS: '%s' is too long once expanded; statistics not written",
+                    o.stats_path);
+    return;
+  }
+  char who[64] = "?";
+  if (const int pid = other_writer(path, who, sizeof who)) {
+    REPLAYALLOC_LOG(warning, "REPLAYALLOC_STATS: replacing '%s', written by process %d (%s) while this "
+                    "one ran; put %%p in the path for one file per process", path, pid, who);
+  }
+  char name[64];
+  program_name(name, sizeof name);
+  char head[128];
+  const int h = std::snprintf(head, sizeof head, "{\"pid\":%d,\"program\":\"%s\",",
+                              static_cast<int>(::getpid()), name);
+  std::string text(head, static_cast<std::size_t>(h));
+  text.append(buf + 1, len > 0 ? len - 1 : 0);
+  text.push_back('\n');
+  const absl::Status st = write_file_atomic(path, text);
+  if (!st.ok()) {
+    REPLAYALLOC_LOG(error, "REPLAYALLOC_STATS: cannot write '%s' (%.*s)", path,
+                    static_cast<int>(st.message().size()), st.message().data());
+  }
+}
+
+void note_process_start() { g_started_ns = realtime_ns(); }
+
+void add_domain(Stats& s, const domain_state& d) {
+  const replay_cursor& c = d.cursor;
+  auto ld = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  s.slab_hits += ld(d.slab_hits);
+  s.bytes_from_slab += ld(d.hit_bytes);
+  s.passthrough += ld(d.passthrough) + ld(d.below_min) + ld(c.bypassed);
+  s.below_min_size += ld(d.below_min) + ld(c.bypassed);
+  s.bytes_from_backend += ld(d.backend_bytes) + ld(c.miss_bytes) + ld(c.bypassed_bytes);
+  s.fallback_no_slab += ld(d.no_slab_fallbacks);
+  s.fallback_size_mismatch += ld(c.misses[static_cast<unsigned>(miss_reason::size_mismatch)]);
+  s.fallback_beyond_plan += ld(c.misses[static_cast<unsigned>(miss_reason::beyond_plan)]);
+  s.fallback_overlap_live += ld(c.misses[static_cast<unsigned>(miss_reason::overlap_live)]);
+  s.fallback_alignment += ld(c.misses[static_cast<unsigned>(miss_reason::alignment)]);
+  s.fallback_too_large += ld(c.misses[static_cast<unsigned>(miss_reason::too_large)]);
+  s.backend_planned += ld(c.backend_planned);
+  s.frees += ld(d.frees) + ld(c.remote_frees);
+  s.remote_frees += ld(c.remote_frees);
+  s.invalid_frees += ld(c.invalid_frees);
+  s.double_frees += ld(c.double_frees);
+  s.iterations += ld(d.iterations);
+  s.iterations_set_aside += ld(d.set_aside);
+}
+
+namespace {
+
+// What exited threads left (retired_) added to the live domains' sums.
+void add_stats(Stats& into, const Stats& s) {
+#define REPLAYALLOC_ADD_domain(f) into.f += s.f;
+#define REPLAYALLOC_ADD_engine(f)
+#define REPLAYALLOC_ADD_derived(f)
+#define X(f, how, json, group) REPLAYALLOC_ADD_##how(f)
+  REPLAYALLOC_STATS_FIELDS(X)
+#undef X
+#undef REPLAYALLOC_ADD_domain
+#undef REPLAYALLOC_ADD_engine
+#undef REPLAYALLOC_ADD_derived
+}
+
+}  // namespace
+
+Stats engine::stats(const domain_kind* only) {
+  reentry_guard guard;
+  Stats s;
+  std::uint64_t keys = 0;
+  {
+    // Entries are read under the engine's mutex: an idle one may be evicted once it
+    // is released (Note [Bounds]).
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int k = 0; k < 2; ++k) {
+      if (only == nullptr || static_cast<int>(*only) == k) add_stats(s, retired_[k]);
+    }
+    for (domain_state* d = domains_; d != nullptr; d = d->next) {
+      if (only == nullptr || *only == d->kind) add_domain(s, *d);
+    }
+    for (const auto& [k, e] : keys_) {
+      if (only != nullptr && *only != e->kind) continue;
+      std::lock_guard<std::mutex> elock(e->mu);
+      s.slab_bytes += e->slab_bytes;
+      s.lower_bound_bytes += e->lower_bound_bytes;
+      ++keys;
+    }
+  }
+  s.fallbacks = s.fallback_size_mismatch + s.fallback_beyond_plan + s.fallback_overlap_live +
+                s.fallback_alignment + s.fallback_no_slab + s.fallback_too_large;
+  s.allocations = s.slab_hits + s.fallbacks + s.backend_planned + s.passthrough;
+  s.plans = plans_.load(std::memory_order_relaxed);
+  s.rerecords = rerecords_.load(std::memory_order_relaxed);
+  s.plans_loaded = plans_loaded_.load(std::memory_order_relaxed);
+  s.plan_files_ignored = plan_files_ignored_.load(std::memory_order_relaxed);
+  s.plans_evicted = plans_evicted_.load(std::memory_order_relaxed);
+  s.plans_grown = plans_grown_.load(std::memory_order_relaxed);
+  s.set_asides = set_asides_.load(std::memory_order_relaxed);
+  s.keys_given_up = keys_given_up_.load(std::memory_order_relaxed);
+  s.auto_rests = auto_rests_.load(std::memory_order_relaxed);
+  s.recordings = recordings_.load(std::memory_order_relaxed);
+  s.mapped_bytes = backend::mapped_slab_bytes();
+  s.keys = keys;
+  return s;
+}
+
+namespace {
+
+// Stats and REPLAYALLOC_STATS_FIELDS: the same fields, in the same order.
+#define X(f, how, json, group) +1
+constexpr std::size_t n_fields = 0 REPLAYALLOC_STATS_FIELDS(X);
+#undef X
+static_assert(sizeof(Stats) == n_fields * sizeof(std::uint64_t),
+              "Stats and REPLAYALLOC_STATS_FIELDS (runtime/stats.h) list different fields");
+#define X(f, how, json, group) offsetof(Stats, f),
+constexpr std::size_t field_offsets[] = {REPLAYALLOC_STATS_FIELDS(X)};
+#undef X
+constexpr bool in_struct_order() {
+  for (std::size_t i = 0; i < n_fields; ++i) {
+    if (field_offsets[i] != i * sizeof(std::uint64_t)) return false;
+  }
+  return true;
+}
+static_assert(in_struct_order(), "REPLAYALLOC_STATS_FIELDS is not in the order of Stats");
+
+// Appends to a fixed buffer, counting what would not fit (snprintf's contract).
+struct json_out {
+  char* buf;
+  std::size_t cap;
+  std::size_t len = 0;
+  void put(const char* s) {
+    for (; *s != '\0'; ++s, ++len) {
+      if (len + 1 < cap) buf[len] = *s;
+    }
+  }
+  void put(std::uint64_t v) {
+    char digits[24];
+    std::snprintf(digits, sizeof digits, "%llu", static_cast<unsigned long long>(v));
+    put(digits);
+  }
+};
+
+}  // namespace
+
+std::size_t format_stats_json(const Stats& s, char* buf, std::size_t cap) {
+  json_out out{buf, cap};
+  out.put("{");
+  int group = 0;
+  bool first = true;
+  auto field = [&](const char* name, int g, std::uint64_t v) {
+    if (g != group) {
+      out.put(g == 1 ? ",\"fallbacks_by_reason\":{" : "}");
+      first = g == 1;
+      group = g;
+    }
+    out.put(first ? "\"" : ",\"");
+    out.put(name);
+    out.put("\":");
+    out.put(v);
+    first = false;
+  };
+#define X(f, how, json, group) field(json, group, s.f);
+  REPLAYALLOC_STATS_FIELDS(X)
+#undef X
+  if (group == 1) out.put("}");
+  out.put("}");
+  if (cap > 0) buf[out.len < cap ? out.len : cap - 1] = '\0';
+  return out.len;
+}
+
+}  // namespace replayalloc::detail
