@@ -14,50 +14,38 @@
 # in BUILD_DIR/models). Exits non-zero when a run fails or an output is wrong.
 set -euo pipefail
 export LC_ALL=C
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(dirname "$here")
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 build=${BUILD_DIR:-$root/build-bench}
 quick=${QUICK:-0}
 started=$SECONDS
-rel() { echo "${1#"$root"/}"; }
 
-if [[ ! -f $build/CMakeCache.txt ]]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREPLAYALLOC_BUILD_BENCH=ON \
-    -DREPLAYALLOC_WITH_TORCH=ON -DREPLAYALLOC_BUILD_TESTS=OFF -DREPLAYALLOC_SANITIZER_TESTS=OFF
-fi
+configure_build "$build" -DREPLAYALLOC_BUILD_BENCH=ON -DREPLAYALLOC_WITH_TORCH=ON \
+  -DREPLAYALLOC_BUILD_TESTS=OFF -DREPLAYALLOC_SANITIZER_TESTS=OFF
+py=$(torch_python)  # before the long runs: a missing torch fails here
 cmake --build "$build" --target pair_bench hotpath_callgrind demo_inference replayalloc_preload \
   replayalloc_torch_shared e2e_driver
 
 # ---- micro ------------------------------------------------------------------------------
 micro_status=0
 if [[ $quick == 1 ]]; then
-  BUILD_DIR=$build "$here/run_micro.sh" --quick --no-demo || micro_status=$?
+  BUILD_DIR=$build "$root/bench/run_micro.sh" --quick --no-demo || micro_status=$?
 else
-  BUILD_DIR=$build "$here/run_micro.sh" || micro_status=$?
+  BUILD_DIR=$build "$root/bench/run_micro.sh" || micro_status=$?
 fi
 
 # ---- e2e --------------------------------------------------------------------------------
-meta=$(mktemp)
-trap 'rm -f "$meta"' EXIT
-commit=$(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo unknown)
-if ! git -C "$root" diff --quiet HEAD 2> /dev/null; then commit="$commit + uncommitted changes"; fi
-cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" | head -n1; }
+scratch_dir
+meta=$tmp/meta
 e2e_args=(--build "$(rel "$build")" --out "$(rel "$build")/e2e-runs.jsonl")
 [[ $quick == 1 ]] && e2e_args+=(--quick)
 [[ -n ${E2E_ROUNDS:-} ]] && e2e_args+=(--rounds "$E2E_ROUNDS")
 [[ -n ${E2E_CELLS:-} ]] && e2e_args+=(--cells "$E2E_CELLS")
 {
-  echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "nproc=$(nproc)"
-  echo "cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n1)"
-  echo "kernel=$(uname -r)"
-  echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "commit=$commit"
-  echo "build_type=$(cache_value CMAKE_BUILD_TYPE)"
-  echo "compiler=$("$(cache_value CMAKE_CXX_COMPILER)" --version | head -n1)"
+  machine_meta "$build"
   echo "torch_version=$(dpkg-query -W -f='${Version}' libtorch1.13 2> /dev/null || echo 1.13)"
   # libtorch's BLAS: whichever Debian's alternatives point libblas.so.3 at
-  blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2> /dev/null || true)
+  blas=$(readlink -f "/usr/lib/$(uname -m)-linux-gnu/libblas.so.3" 2> /dev/null || true)
   case $blas in
     *openblas-pthread*) blas="OpenBLAS $(dpkg-query -W -f='${Version}' libopenblas0-pthread 2> /dev/null), 1 thread" ;;
     *openblas*) blas="OpenBLAS, 1 thread" ;;
@@ -68,9 +56,9 @@ e2e_args=(--build "$(rel "$build")" --out "$(rel "$build")/e2e-runs.jsonl")
   echo "e2e_cmd=$([[ $quick == 1 ]] && echo "QUICK=1 ")bench/run_all.sh, i.e. bench/e2e/run_e2e.py ${e2e_args[*]}"
 } > "$meta"
 status=0
-(cd "$root" && /usr/bin/python3 bench/e2e/run_e2e.py "${e2e_args[@]}") || status=$?
-echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$meta"
-python3 "$here/update_results.py" e2e "$here/RESULTS.md" --meta "$meta" --e2e-runs "$build/e2e-runs.jsonl"
+(cd "$root" && "$py" bench/e2e/run_e2e.py "${e2e_args[@]}") || status=$?
+echo "load_after=$(load_average)" >> "$meta"
+update_results e2e "$results" --meta "$meta" --e2e-runs "$build/e2e-runs.jsonl"
 echo "== run_all.sh: done in $((SECONDS - started)) s$([[ $status != 0 ]] && echo ", with FAILED runs (see RESULTS.md)")"
 [[ $micro_status != 0 ]] && echo "== run_all.sh: a micro run failed (see the micro section)" && status=1
 exit "$status"

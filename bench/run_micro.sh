@@ -19,11 +19,10 @@
 # Environment: BUILD_DIR (default <repo>/build).
 set -euo pipefail
 export LC_ALL=C
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(dirname "$here")
 build=${BUILD_DIR:-$root/build}
-results=$here/RESULTS.md
 min_time=0.05
 rounds=5
 run_demo=1
@@ -31,22 +30,17 @@ for arg in "$@"; do
   case $arg in
     --quick) min_time=0.01; rounds=3 ;;
     --no-demo) run_demo=0 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "run_micro.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
 started=$SECONDS
 
 # ---- Build ------------------------------------------------------------------------------
-if [[ ! -f $build/CMakeCache.txt ]]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREPLAYALLOC_BUILD_BENCH=ON
-elif ! grep -q '^REPLAYALLOC_BUILD_BENCH:BOOL=ON' "$build/CMakeCache.txt"; then
-  cmake -DREPLAYALLOC_BUILD_BENCH=ON "$build"
-fi
-cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" | head -n1; }
+configure_build "$build" -DREPLAYALLOC_BUILD_BENCH=ON
 targets=(pair_bench demo_inference replayalloc_preload)
 have_cg=0
-if [[ $(cache_value REPLAYALLOC_HAVE_CALLGRIND_H) == 1 ]] && command -v valgrind > /dev/null; then
+if [[ $(cache_value "$build" REPLAYALLOC_HAVE_CALLGRIND_H) == 1 ]] && command -v valgrind > /dev/null; then
   have_cg=1
   targets+=(hotpath_callgrind preload_callgrind)
 else
@@ -54,37 +48,24 @@ else
 fi
 cmake --build "$build" --target "${targets[@]}"
 
-build_type=$(cache_value CMAKE_BUILD_TYPE)
+build_type=$(cache_value "$build" CMAKE_BUILD_TYPE)
 case $build_type in
   Release|RelWithDebInfo) ;;
   *) echo "run_micro.sh: warning: CMAKE_BUILD_TYPE is '$build_type'; numbers from an optimised build only mean something" >&2 ;;
 esac
 
 # ---- What the numbers were measured on --------------------------------------------------
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+scratch_dir
 meta=$tmp/meta
-rel() { echo "${1#"$root"/}"; }
-commit=$(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo unknown)
-if ! git -C "$root" diff --quiet HEAD 2> /dev/null; then commit="$commit + uncommitted changes"; fi
-cxx=$(cache_value CMAKE_CXX_COMPILER)
-gbench_dir=$(cache_value benchmark_DIR)
+gbench_dir=$(cache_value "$build" benchmark_DIR)
 gbench_version=$(sed -n 's/^set(PACKAGE_VERSION "\(.*\)")/\1/p' "$gbench_dir/benchmarkConfigVersion.cmake" 2> /dev/null || true)
 {
-  echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "nproc=$(nproc)"
-  echo "cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
-  echo "kernel=$(uname -r)"
-  echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "commit=$commit"
-  echo "build_type=$build_type"
-  echo "compiler=$("$cxx" --version | head -n1)"
+  machine_meta "$build"
   echo "gbench_version=${gbench_version:-?}"
 } > "$meta"
 
 # ---- 1. pair_bench, one process per allocator ----------------------------------------
-libdir=/usr/lib/x86_64-linux-gnu
-preload=$build/hooks/libreplayalloc_preload.so
+preload=$(preload_library "$build")
 pair_dir=$build/bench/pair
 rm -rf "$pair_dir" && mkdir -p "$pair_dir"
 allocators=(glibc jemalloc tcmalloc mimalloc replay_hit replay_miss)
@@ -92,19 +73,17 @@ allocators=(glibc jemalloc tcmalloc mimalloc replay_hit replay_miss)
 alloc_env() {  # allocator -> the environment of its process
   case $1 in
     glibc) echo "" ;;
-    jemalloc) echo "LD_PRELOAD=$libdir/libjemalloc.so.2" ;;
-    tcmalloc) echo "LD_PRELOAD=$libdir/libtcmalloc_minimal.so.4" ;;
-    mimalloc) echo "LD_PRELOAD=$libdir/libmimalloc.so.2" ;;
+    jemalloc|tcmalloc|mimalloc) echo "LD_PRELOAD=$(allocator_library "$1")" ;;
     replay_hit) echo "LD_PRELOAD=$preload PAIR_BENCH_REPLAY=hit REPLAYALLOC_MIN_SIZE=0 REPLAYALLOC_REPLAN_AFTER=0 REPLAYALLOC_MAX_PLANS=4096" ;;
     replay_miss) echo "LD_PRELOAD=$preload PAIR_BENCH_REPLAY=miss REPLAYALLOC_MIN_SIZE=0 REPLAYALLOC_REPLAN_AFTER=0 REPLAYALLOC_MAX_PLANS=4096" ;;
   esac
 }
 for a in "${allocators[@]}"; do
   for lib in $(alloc_env "$a" | tr ' ' '\n' | sed -n 's/^LD_PRELOAD=//p'); do
-    [[ -e $lib ]] || { echo "run_micro.sh: $a needs $lib (scripts/setup.sh installs it)" >&2; exit 1; }
+    require_file "$lib" "$a needs it; scripts/setup.sh installs it"
   done
 done
-bench_args=(--benchmark_min_time=$min_time --benchmark_out_format=json)
+bench_args=("--benchmark_min_time=$min_time" --benchmark_out_format=json)
 echo "rounds=$rounds" >> "$meta"
 echo "bench_cmd=[ENV] $(rel "$build")/bench/pair_bench ${bench_args[*]} --benchmark_out=$(rel "$pair_dir")/ALLOCATOR.ROUND.json" >> "$meta"
 echo "== pair_bench: ${#allocators[@]} allocators x $rounds rounds (min_time $min_time s)"
@@ -141,8 +120,7 @@ count_instructions() {  # allocator size scope
   # library preloaded, so it serves malloc instead of the jemalloc the binary links.
   local mode=$1 pre=
   case $1 in
-    tcmalloc) mode=jemalloc; pre=$libdir/libtcmalloc_minimal.so.4 ;;
-    mimalloc) mode=jemalloc; pre=$libdir/libmimalloc.so.2 ;;
+    tcmalloc|mimalloc) mode=jemalloc; pre=$(allocator_library "$1") ;;
   esac
   if ! LD_PRELOAD=$pre valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out" \
       "$build/bench/hotpath_callgrind" "$mode" "$2" "$cg_pairs" "$cg_iterations" "$3" > "$out.log" 2>&1; then
@@ -161,10 +139,8 @@ count_instructions() {  # allocator size scope
 count_preloaded() {  # allocator size
   local out=$tmp/cgp.$1.$2 pre=
   case $1 in
-    jemalloc) pre=$libdir/libjemalloc.so.2 ;;
-    tcmalloc) pre=$libdir/libtcmalloc_minimal.so.4 ;;
-    mimalloc) pre=$libdir/libmimalloc.so.2 ;;
-    replayalloc) pre=$build/hooks/libreplayalloc_preload.so ;;
+    jemalloc|tcmalloc|mimalloc) pre=$(allocator_library "$1") ;;
+    replayalloc) pre=$preload ;;
   esac
   if ! LD_PRELOAD=$pre valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out" \
       "$build/bench/preload_callgrind" "$2" "$cg_pairs" "$cg_iterations" > "$out.log" 2>&1; then
@@ -196,15 +172,15 @@ if (( have_cg )); then
   done
 fi
 
-echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$meta"
-python3 "$here/update_results.py" micro "$results" --meta "$meta" --pair-dir "$pair_dir" --callgrind-tsv "$tsv"
+echo "load_after=$(load_average)" >> "$meta"
+update_results micro "$results" --meta "$meta" --pair-dir "$pair_dir" --callgrind-tsv "$tsv"
 
 # ---- 3. demo ------------------------------------------------------------------------------
 if (( run_demo )); then
   echo "== demo_inference"
   echo "demo_cmd=$(rel "$build")/bench/demo_inference" >> "$meta"
   "$build/bench/demo_inference" | tee "$tmp/demo.txt"
-  python3 "$here/update_results.py" demo "$results" --meta "$meta" --demo-output "$tmp/demo.txt"
+  update_results demo "$results" --meta "$meta" --demo-output "$tmp/demo.txt"
 fi
 
 echo "== wrote $(rel "$results") in $((SECONDS - started)) s"

@@ -9,23 +9,20 @@
 # Environment: BUILD_DIR (default <repo>/build).
 set -euo pipefail
 export LC_ALL=C
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(dirname "$here")
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 build=${BUILD_DIR:-$root/build}
 rounds=${1:-5}
 requests=${2:-2000}
 cmake --build "$build" --target never_repeats replayalloc_preload > /dev/null
-libdir=/usr/lib/x86_64-linux-gnu
 prog=$build/bench/never_repeats
-pre=$build/hooks/libreplayalloc_preload.so
+pre=$(preload_library "$build")
 names=(glibc jemalloc tcmalloc mimalloc replayalloc-explicit replayalloc-explicit-no-set-aside replayalloc-auto)
 run_one() {  # name -> prints "cpu faults slab_hits iterations_set_aside plans"
   local out
   case $1 in
     glibc) out=$("$prog" "$requests") ;;
-    jemalloc) out=$(LD_PRELOAD=$libdir/libjemalloc.so.2 "$prog" "$requests") ;;
-    tcmalloc) out=$(LD_PRELOAD=$libdir/libtcmalloc_minimal.so.4 "$prog" "$requests") ;;
-    mimalloc) out=$(LD_PRELOAD=$libdir/libmimalloc.so.2 "$prog" "$requests") ;;
+    jemalloc|tcmalloc|mimalloc) out=$(LD_PRELOAD=$(allocator_library "$1") "$prog" "$requests") ;;
     replayalloc-explicit) out=$(LD_PRELOAD=$pre REPLAYALLOC_VERBOSE=0 "$prog" "$requests" explicit) ;;
     replayalloc-explicit-no-set-aside) out=$(LD_PRELOAD=$pre REPLAYALLOC_VERBOSE=0 REPLAYALLOC_SET_ASIDE=0 "$prog" "$requests" explicit) ;;
     replayalloc-auto) out=$(LD_PRELOAD=$pre REPLAYALLOC_VERBOSE=0 "$prog" "$requests") ;;
@@ -37,8 +34,7 @@ run_one() {  # name -> prints "cpu faults slab_hits iterations_set_aside plans"
   aside=$(sed -n 's/.*"iterations_set_aside":\([0-9]*\).*/\1/p' <<<"$out"); aside=${aside:--}
   echo "$cpu $faults $plans $aside"
 }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+scratch_dir
 for ((r = 0; r < rounds; ++r)); do
   n=${#names[@]}
   for ((k = 0; k < n; ++k)); do
@@ -51,7 +47,7 @@ je=$(cut -d' ' -f1 "$tmp/jemalloc" | median)
 {
   echo "## Never repeats: the cost where nothing can be replayed"
   echo
-  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n1)), load before $(cut -d' ' -f1-3 /proc/loadavg)."
+  echo "$(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average)."
   echo "Command: \`bench/run_never_repeats.sh $rounds $requests\` ($rounds rounds of $requests requests, one process per allocator and round, order rotated)."
   echo "Each request: 20-60 blocks of 4 KiB-1 MiB, random sizes and lifetimes, one byte written per 4 KiB; never the same twice (\`bench/micro/never_repeats.cc\`)."
   echo "CPU time per request (user + system), median over the rounds, and its ratio to jemalloc alone (replayalloc's fallback); lower is better."
@@ -68,11 +64,4 @@ je=$(cut -d' ' -f1 "$tmp/jemalloc" | median)
   echo
 } > "$tmp/section"
 cat "$tmp/section"
-python3 - "$here/RESULTS.md" "$tmp/section" <<'PY'
-import re, sys
-path, section = sys.argv[1], open(sys.argv[2]).read()
-text = open(path).read()
-pat = re.compile(r"## Never repeats:.*?(?=\n## |\Z)", re.S)
-text = pat.sub(section.rstrip() + "\n", text) if pat.search(text) else text.rstrip() + "\n\n" + section
-open(path, "w").write(text)
-PY
+update_results text "$results" --name never-repeats --body "$tmp/section"

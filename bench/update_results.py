@@ -1,15 +1,19 @@
 #!/usr/bin/python3
 """bench/update_results.py: writes one section of bench/RESULTS.md from raw results.
 
-Called by bench/run_micro.sh; not meant to be run by hand, but it can be:
+The one writer of RESULTS.md's sections: called by the bench scripts (through
+update_results in bench/lib.sh) and imported by bench/predict/summarize.py; not meant
+to be run by hand, but it can be:
 
   update_results.py micro RESULTS.md --pair-dir D --callgrind-tsv T --meta M
   update_results.py demo  RESULTS.md --demo-output D --meta M
   update_results.py e2e   RESULTS.md --e2e-runs RUNS.jsonl --meta M
+  update_results.py text  RESULTS.md --name NAME --body FILE   (a section a script composed)
 
-A section sits between `<!-- section: NAME -->` and `<!-- end: NAME -->`; it is
-replaced in place, or appended when missing. Every other line of the file is kept.
-Nothing here invents a number: every figure comes from the files given.
+A section sits between `<!-- section: NAME -->` and `<!-- end: NAME -->` (or
+`<!-- NAME:begin -->` and `<!-- NAME:end -->`, the planner's); it is replaced in place,
+or appended when missing. Every other line of the file is kept. Nothing here invents a
+number: every figure comes from the files given.
 """
 import argparse
 import json
@@ -394,33 +398,67 @@ def demo_section(demo_output, meta):
     return out
 
 
+# Sections written before the markers existed, found by their heading and replaced up to
+# the next "## " heading, so that the file keeps its look (no markers appear in it).
+UNMARKED = {"never-repeats": "## Never repeats:"}
+
+
 def replace_section(path, name, lines):
-    begin, end = f"<!-- section: {name} -->", f"<!-- end: {name} -->"
-    body = "\n".join([begin] + lines + [end]) + "\n"
+    """Writes `lines` (no newlines in them) as section `name` of the results file `path`.
+
+    The section is found by its markers, `<!-- section: NAME -->` ... `<!-- end: NAME -->`
+    or `<!-- NAME:begin -->` ... `<!-- NAME:end -->`, and replaced with the same markers;
+    a section in UNMARKED by its heading. A missing section is appended (with the first
+    kind of markers, or none for UNMARKED); a missing file starts with HEADER. Every other
+    line is kept, and the file is replaced whole (written beside it, then renamed)."""
     if os.path.exists(path):
         with open(path) as f:
             text = f.read()
     else:
         text = HEADER
-    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end) + r"\n?", re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: body, text, count=1)
+    kinds = [(f"<!-- section: {name} -->", f"<!-- end: {name} -->"),
+             (f"<!-- {name}:begin -->", f"<!-- {name}:end -->")]
+    for begin, end in kinds:
+        pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end) + r"\n?", re.S)
+        if pattern.search(text):
+            body = "\n".join([begin] + lines + [end]) + "\n"
+            text = pattern.sub(lambda _: body, text, count=1)
+            break
     else:
-        text = text.rstrip("\n") + "\n\n" + body
-    with open(path, "w") as f:
+        heading = UNMARKED.get(name)
+        pattern = heading and re.compile(re.escape(heading) + r".*?(?=\n## |\Z)", re.S)
+        if pattern and pattern.search(text):
+            text = pattern.sub(lambda _: "\n".join(lines) + "\n", text, count=1)
+        else:  # missing: appended, with markers unless it is one of UNMARKED
+            begin, end = kinds[0]
+            body = lines if heading else [begin] + lines + [end]
+            text = text.rstrip("\n") + "\n\n" + "\n".join(body) + "\n"
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
         f.write(text)
+    os.replace(tmp, path)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("section", choices=["micro", "demo", "e2e"])
+    ap.add_argument("section", choices=["micro", "demo", "e2e", "text"])
     ap.add_argument("results")
-    ap.add_argument("--meta", required=True)
+    ap.add_argument("--meta")
     ap.add_argument("--pair-dir")
     ap.add_argument("--callgrind-tsv")
     ap.add_argument("--demo-output")
     ap.add_argument("--e2e-runs")
+    ap.add_argument("--name", help="text: the section's name")
+    ap.add_argument("--body", help="text: the file holding the section (heading included)")
     a = ap.parse_args()
+    if a.section == "text":
+        if not a.name or not a.body:
+            sys.exit("update_results.py: text needs --name and --body")
+        with open(a.body) as f:
+            replace_section(a.results, a.name, f.read().strip().split("\n"))
+        return
+    if not a.meta:
+        sys.exit(f"update_results.py: {a.section} needs --meta")
     meta = read_meta(a.meta)
     if a.section == "micro":
         if not a.pair_dir or not a.callgrind_tsv:

@@ -4,7 +4,9 @@
     /usr/bin/python3 scripts/record_trace.py --model resnet50 --batch 1 -o resnet50_bs1.csv \
         [--library build/integrations/pytorch/libreplayalloc_torch.so]
 
-The model is built with random weights (torch.manual_seed fixed, nothing downloaded)
+The model is scripts/models.py's (bert, lstm, unet, or a torchvision classifier by
+name: resnet50, mobilenet_v3_large, densenet121, ...; --layers sets bert's and lstm's
+layer count), built with random weights (torch.manual_seed fixed, nothing downloaded)
 and run in eval mode under no_grad, with replayalloc installed as libtorch's CPU
 allocator (replayalloc.torch.install_cpu) in REPLAYALLOC_MODE=record, so every
 iteration is recorded and none is replayed. After --warmup iterations (which build
@@ -25,84 +27,26 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "integrations", "pytorch", "python"))
-
-MODELS = ("resnet50", "mobilenet_v3_large", "densenet121", "transformer", "lstm", "unet")
-
-
-def build_model(name: str, batch: int):
-    """(model, input) for `name` at batch size `batch`: random weights, eval mode."""
-    import torch
-
-    torch.manual_seed(0)
-    if name in ("resnet50", "mobilenet_v3_large", "densenet121"):
-        import torchvision
-
-        model = getattr(torchvision.models, name)()  # weights=None: random, no download
-        return model.eval(), torch.randn(batch, 3, 224, 224)
-    if name == "transformer":
-        # BERT-base-like: 12 layers, d_model 768, 12 heads, FFN 3072, sequence 128.
-        layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, activation="gelu",
-                                                 batch_first=True)
-        return torch.nn.TransformerEncoder(layer, 12).eval(), torch.randn(batch, 128, 768)
-    if name == "lstm":
-        # Two layers, hidden 512, 64 time steps of 256 features.
-        return torch.nn.LSTM(256, 512, num_layers=2).eval(), torch.randn(64, batch, 256)
-    if name == "unet":
-        return _unet(torch).eval(), torch.randn(batch, 3, 256, 256)
-    raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
-
-
-def _unet(torch):
-    """A small U-Net: four levels (32..256 channels), skip connections by concatenation."""
-    nn = torch.nn
-
-    def block(cin, cout):
-        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
-                             nn.Conv2d(cout, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
-
-    class UNet(nn.Module):
-        def __init__(self, widths=(32, 64, 128, 256), classes=2):
-            super().__init__()
-            self.down = nn.ModuleList()
-            cin = 3
-            for w in widths:
-                self.down.append(block(cin, w))
-                cin = w
-            self.bottom = block(widths[-1], widths[-1] * 2)
-            self.up = nn.ModuleList()
-            self.dec = nn.ModuleList()
-            cin = widths[-1] * 2
-            for w in reversed(widths):
-                self.up.append(nn.ConvTranspose2d(cin, w, 2, stride=2))
-                self.dec.append(block(2 * w, w))
-                cin = w
-            self.head = nn.Conv2d(widths[0], classes, 1)
-
-        def forward(self, x):
-            skips = []
-            for d in self.down:
-                x = d(x)
-                skips.append(x)
-                x = nn.functional.max_pool2d(x, 2)
-            x = self.bottom(x)
-            for up, dec, s in zip(self.up, self.dec, reversed(skips)):
-                x = dec(torch.cat([up(x), s], dim=1))
-            return self.head(x)
-
-    return UNet()
+sys.path.insert(0, HERE)  # scripts/models.py
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, choices=MODELS)
+    ap.add_argument("--model", required=True,
+                    help="a scripts/models.py name: bert, lstm, unet, resnet50, mobilenet_v3_large, "
+                         "densenet121 or another torchvision classifier")
+    ap.add_argument("--layers", type=int, help="bert, lstm: the layer count (default: models.py's, "
+                                               "bert 12, lstm 2)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("-o", "--output", required=True, help="trace file (.csv: CSV, else binary)")
     ap.add_argument("--library", help="libreplayalloc_torch.so (default: the package's search order)")
     ap.add_argument("--warmup", type=int, default=2, help="iterations before the recorded one")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: reproducible)")
     args = ap.parse_args(argv)
-    if args.batch < 1 or args.warmup < 0 or args.threads < 1:
-        ap.error("--batch and --threads must be >= 1, --warmup >= 0")
+    if args.batch < 1 or args.warmup < 0 or args.threads < 1 or (args.layers is not None and args.layers < 1):
+        ap.error("--batch, --threads and --layers must be >= 1, --warmup >= 0")
+    if args.layers is not None and args.model not in ("bert", "lstm"):
+        ap.error("--layers is for bert and lstm")
 
     # Recording only: the library reads its options once, when it starts.
     os.environ["REPLAYALLOC_MODE"] = "record"
@@ -115,11 +59,17 @@ def main(argv=None) -> int:
         print(f"record_trace: cannot import torch ({e}); run it with Debian's /usr/bin/python3",
               file=sys.stderr)
         return 2
+    import models
     import replayalloc
     import replayalloc.torch as rt
 
     torch.set_num_threads(args.threads)
-    model, x = build_model(args.model, args.batch)
+    try:
+        model, x = models.build(args.model, args.batch,
+                                **({} if args.layers is None else {"layers": args.layers}))
+    except ValueError as e:
+        print(f"record_trace: {e}", file=sys.stderr)
+        return 2
     try:
         lib = replayalloc.load(args.library)
         rt.install_cpu()

@@ -27,6 +27,7 @@ with the glibc reference; a run whose outputs differ (or that fails) makes this 
 exit 1 after all runs (its line says why).
 """
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -117,8 +118,10 @@ def main():
 
     models_dir = os.path.join(build, "models")
     models = sorted({c["model"] for c in cells})
-    subprocess.run(["/usr/bin/python3", os.path.join(root, "scripts", "make_models.py"), models_dir] + models,
-                   check=True)
+    # make_models.py needs torch: this interpreter when it has it (bench/run_all.sh runs
+    # this script with bench/lib.sh's torch_python), else Debian's.
+    python = sys.executable if importlib.util.find_spec("torch") else "/usr/bin/python3"
+    subprocess.run([python, os.path.join(root, "scripts", "make_models.py"), models_dir] + models, check=True)
     ref_dir = os.path.join(build, "e2e-refs")
     os.makedirs(ref_dir, exist_ok=True)
     for m in models:  # a fresh reference per invocation, from this build's glibc run

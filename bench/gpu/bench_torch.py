@@ -2,8 +2,10 @@
 """One GPU benchmark cell: a model, a batch size, an allocator. Prints one JSON line.
 
 Run by bench/gpu/run.sh, one process per cell (an allocator is chosen once per
-process). Random weights, fixed seeds, no downloads. Each timed iteration is the
-forward pass plus torch.cuda.synchronize(), so latency is what a request waits for.
+process). The models are scripts/models.py's: resnet50 (torchvision) and bert (the
+BERT-like encoder at BERT-base's size, 12 layers, sequence 128). Random weights, fixed
+seeds, no downloads. Each timed iteration is the forward pass plus
+torch.cuda.synchronize(), so latency is what a request waits for.
 """
 import argparse
 import contextlib
@@ -13,20 +15,14 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 
-def build(model, batch, torch):
-    torch.manual_seed(0)
-    if model == "resnet50":
-        import torchvision
-        m = torchvision.models.resnet50(weights=None)
-        x = torch.randn(batch, 3, 224, 224)
-    elif model == "bert":  # BERT-base-like encoder: 12 layers, 768 wide, 12 heads, seq 128
-        layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, batch_first=True)
-        m = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False)
-        x = torch.randn(batch, 128, 768)
-    else:
-        raise SystemExit(f"unknown model {model}")
-    return m.eval().cuda(), x.cuda()
+
+def build(model, batch):
+    import models  # scripts/models.py; it imports torch, so only once the allocator is chosen
+
+    m, x = models.build(model, batch)
+    return m.cuda(), x.cuda()
 
 
 def check_package(library):
@@ -51,7 +47,7 @@ def check_package(library):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--allocator", choices=["default", "async", "replayalloc"])
-    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--model", default="resnet50", choices=["resnet50", "bert"])
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=10)
@@ -71,7 +67,7 @@ def main():
     torch.backends.cudnn.benchmark = False
     torch.cuda.init()
     free0, total = torch.cuda.mem_get_info()
-    m, x = build(a.model, a.batch, torch)
+    m, x = build(a.model, a.batch)
     key = f"{a.model}/bs{a.batch}"
     times = []
     with torch.inference_mode():

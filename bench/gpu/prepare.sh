@@ -8,10 +8,12 @@
 # GoogleTest) and no network, so the project cannot be configured there; the binaries
 # are built here against the same CUDA major version (13) and carried.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+# shellcheck source=../lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+cd "$root"
 scripts/setup.sh
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREPLAYALLOC_GPU_TESTS=ON \
-  -DREPLAYALLOC_WITH_CUDA=ON -DREPLAYALLOC_SANITIZER_TESTS=OFF -DREPLAYALLOC_BUILD_BENCH=OFF >/dev/null
+configure_build build-gpu -DREPLAYALLOC_GPU_TESTS=ON -DREPLAYALLOC_WITH_CUDA=ON \
+  -DREPLAYALLOC_SANITIZER_TESTS=OFF -DREPLAYALLOC_BUILD_BENCH=OFF >/dev/null
 cmake --build build-gpu -j"$(nproc)" --target gpu_tests replayalloc_cuda_shared
 rm -rf .gpu && mkdir -p .gpu/lib
 cp build-gpu/tests/gpu_tests build-gpu/integrations/cuda/libreplayalloc_cuda.so .gpu/

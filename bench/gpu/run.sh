@@ -8,7 +8,11 @@
 # Results go to $OUT (or bench/gpu/out): gpu_tests.log, gpu_results.jsonl,
 # gpu_results.md.  ROUNDS (default 2) and ITERS (default 200) set the size.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+# shellcheck source=../lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+cd "$root" || exit 1
+# The image's python3 (PATH) has the GPU build of torch; Debian's, if any, would not.
+PY=$(torch_python python3 /usr/bin/python3) || exit 1
 OUT=${OUT:-bench/gpu/out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
@@ -19,13 +23,13 @@ ROUNDS=${ROUNDS:-2}
 ITERS=${ITERS:-200}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
-python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee -a "$OUT/device.txt"
+"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee -a "$OUT/device.txt"
 
 echo "== gpu tests"
 .gpu/gpu_tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 25
 
 echo "== use_for_cuda"
-python3 bench/gpu/bench_torch.py --check-package --library "$LIB" 2>&1 | tee "$OUT/package.log"
+"$PY" bench/gpu/bench_torch.py --check-package --library "$LIB" 2>&1 | tee "$OUT/package.log"
 
 echo "== benchmark"
 : > "$OUT/gpu_results.jsonl"
@@ -38,7 +42,7 @@ for round in $(seq 1 "$ROUNDS"); do
       for alloc in $order; do
         env_conf=""
         [ "$alloc" = async ] && env_conf="backend:cudaMallocAsync"
-        PYTORCH_CUDA_ALLOC_CONF=$env_conf timeout 300 python3 bench/gpu/bench_torch.py \
+        PYTORCH_CUDA_ALLOC_CONF=$env_conf timeout 300 "$PY" bench/gpu/bench_torch.py \
           --allocator "$alloc" --model "$model" --batch "$batch" --iters "$ITERS" \
           --round "$round" --reference "$ref" --library "$LIB" >> "$OUT/gpu_results.jsonl" \
           || echo "{\"allocator\": \"$alloc\", \"model\": \"$model\", \"batch\": $batch, \"round\": $round, \"error\": \"exit $?\"}" >> "$OUT/gpu_results.jsonl"
@@ -47,5 +51,5 @@ for round in $(seq 1 "$ROUNDS"); do
     done
   done
 done
-python3 bench/gpu/summarize.py "$OUT/gpu_results.jsonl" "$OUT/device.txt" > "$OUT/gpu_results.md"
+"$PY" bench/gpu/summarize.py "$OUT/gpu_results.jsonl" "$OUT/device.txt" > "$OUT/gpu_results.md"
 cat "$OUT/gpu_results.md"

@@ -5,11 +5,14 @@
 # .gpu/), then runs the Python package's install_cpu() on torchvision ResNet-50 and
 # checks outputs bit for bit against torch's own allocator.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+# shellcheck source=../lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+cd "$root"
 # The carried Abseil libraries depend on each other: the loader finds them by path.
 export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
-TORCH=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')
-echo "torch $(python3 -c 'import torch; print(torch.__version__)') at $TORCH"
+PY=$(torch_python python3 /usr/bin/python3)  # the image's torch 2.x, not Debian's 1.13
+TORCH=$("$PY" -c 'import torch, os; print(os.path.dirname(torch.__file__))')
+echo "torch $("$PY" -c 'import torch; print(torch.__version__)') at $TORCH"
 b=$(mktemp -d)
 flags="-std=c++20 -O2 -fPIC -fvisibility=hidden -DREPLAYALLOC_DLOPEN=1 -Iallocator -Iallocator/include -I.gpu/include"
 srcs="allocator/support/*.cc allocator/backend/libc_backend.cc allocator/backend/slab_range.cc allocator/trace/*.cc allocator/planner/*.cc allocator/replay/*.cc allocator/runtime/*.cc"
@@ -20,9 +23,9 @@ g++ -shared -o "$b/libreplayalloc_torch.so" "$b"/*.o -L.gpu/lib -Wl,-rpath,"$PWD
   $(ls .gpu/lib | sed -n 's/^lib\(absl_[a-z0-9_]*\)\.so.*/-l:lib\1.so.20220623/p' | sort -u) \
   -L"$TORCH/lib" -Wl,-rpath,"$TORCH/lib" -ltorch_cpu -lc10
 echo "built $b/libreplayalloc_torch.so against torch 2.x"
-PYTHONPATH=integrations/pytorch/python python3 - "$b/libreplayalloc_torch.so" <<'PY'
-import sys, torch, torchvision, replayalloc, replayalloc.torch as rt
-torch.manual_seed(0); m = torchvision.models.resnet50().eval(); x = torch.randn(1, 3, 224, 224)
+PYTHONPATH=integrations/pytorch/python:scripts "$PY" - "$b/libreplayalloc_torch.so" <<'PY'
+import sys, torch, models, replayalloc, replayalloc.torch as rt
+m, x = models.build("resnet50", 1)
 with torch.no_grad(): ref = m(x)
 replayalloc.load(sys.argv[1]); rt.install_cpu()
 with torch.no_grad():

@@ -18,17 +18,17 @@
 # to record at batch 32 on a small machine:
 #   BATCHES="1 2 4 8" EXPERIMENTS="1,2:4,8 2,4:8" bench/predict/run.sh ...
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-[[ $# -ge 2 ]] || { sed -n '2,17p' "$0"; exit 2; }
+# shellcheck source=../lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+[[ $# -ge 2 && $1 != -h && $1 != --help ]] || { sed -n '2,19p' "$0"; exit 2; }
 cli="$1/allocator/cli/replayalloc"
-lib="$2/integrations/pytorch/libreplayalloc_torch.so"
+lib=$(torch_library "$2")
 out="${3:-/tmp/replayalloc-predict}"
 shift $(( $# >= 3 ? 3 : 2 ))
 models=("$@")
-[[ ${#models[@]} -gt 0 ]] || models=(resnet50 mobilenet_v3_large densenet121 transformer lstm unet)
-[[ -x "$cli" ]] || { echo "no $cli: build the target replayalloc_cli" >&2; exit 1; }
-[[ -f "$lib" ]] || { echo "no $lib: build replayalloc_torch_shared with -DREPLAYALLOC_WITH_TORCH=ON" >&2; exit 1; }
+[[ ${#models[@]} -gt 0 ]] || models=(resnet50 mobilenet_v3_large densenet121 bert lstm unet)
+[[ -x "$cli" ]] || die "no $cli: build the target replayalloc_cli"
+require_file "$lib" "build replayalloc_torch_shared with -DREPLAYALLOC_WITH_TORCH=ON"
 mkdir -p "$out"
 
 # Experiments: "INPUT,INPUT:TARGET,TARGET".
@@ -37,8 +37,10 @@ read -r -a experiments <<< "${EXPERIMENTS:-1,8:16,32 8,16:32}"
 for m in "${models[@]}"; do
   for b in "${batches[@]}"; do
     f="$out/${m}_b$b.csv"
-    [[ -s "$f" ]] || /usr/bin/python3 "$root/scripts/record_trace.py" --model "$m" --batch "$b" \
-      --library "$lib" -o "$f" >&2
+    if [[ ! -s "$f" ]]; then
+      py=${py:-$(torch_python)}  # looked for once, and only when a recording is missing
+      "$py" "$root/scripts/record_trace.py" --model "$m" --batch "$b" --library "$lib" -o "$f" >&2
+    fi
     "$cli" report "$f" --json > "$out/${m}_b$b.report.json"
   done
   for e in "${experiments[@]}"; do
@@ -53,4 +55,4 @@ for m in "${models[@]}"; do
     done
   done
 done
-/usr/bin/python3 "$here/summarize.py" "$out" "${models[@]}"
+/usr/bin/python3 "$root/bench/predict/summarize.py" "$out" "${models[@]}"

@@ -2,10 +2,10 @@
 """bench/predict/summarize.py OUT_DIR MODEL... [--results RESULTS.md --command CMD]
 
 The table bench/predict/run.sh prints; with --results, also written to the predict
-section of bench/RESULTS.md (between `<!-- section: predict -->` and
-`<!-- end: predict -->`, or `<!-- predict:begin -->` and `<!-- predict:end -->`,
-replaced in place or appended; the rest of the file is kept)
-with the date, the machine and CMD.
+section of bench/RESULTS.md (bench/update_results.py's replace_section: between
+`<!-- section: predict -->` and `<!-- end: predict -->`, or `<!-- predict:begin -->`
+and `<!-- predict:end -->`, replaced in place or appended; the rest of the file is
+kept) with the date, the machine and CMD.
 
 Reads OUT_DIR/MODEL.fromB1_B2.{per_allocation,linear_peak}.jsonl (replayalloc predict
 --json from the recordings at batch B1 and B2, one line per target batch) and
@@ -19,9 +19,11 @@ import io
 import json
 import os
 import platform
-import re
 import sys
 from contextlib import redirect_stdout
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from update_results import replace_section  # noqa: E402  (bench/update_results.py)
 
 
 def mib(b):
@@ -83,21 +85,6 @@ def machine():
     return f"{platform.system()} {platform.release()}, {cpu}"
 
 
-def write_section(path, body):
-    with open(path) as f:
-        text = f.read()
-    begin, end = "<!-- section: predict -->", "<!-- end: predict -->"
-    if "<!-- predict:begin -->" in text:  # the lead's markers, where they exist
-        begin, end = "<!-- predict:begin -->", "<!-- predict:end -->"
-    section = f"{begin}\n{body.rstrip()}\n{end}"
-    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
-    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def main():
     args = sys.argv[1:]
     results = command = None
@@ -124,7 +111,7 @@ def main():
             "(planned with `best`). Error = (predicted - recorded) / recorded. n/a: the two recordings differ "
             "in their allocations (libtorch chose other kernels), so the per-allocation fit does not apply and "
             "`predict` uses the linear peak.\n\n" + buf.getvalue())
-        write_section(results, body)
+        replace_section(results, "predict", body.rstrip().split("\n"))
 
 
 if __name__ == "__main__":

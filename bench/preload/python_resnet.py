@@ -3,18 +3,19 @@ preloaded: prints one JSON line (median latency, p99, minor page faults per infe
 peak RSS, output digest). Usage: python_resnet.py ITERATIONS WARMUP"""
 import hashlib
 import json
+import os
 import resource
 import statistics
 import sys
 import time
 
 import torch
-import torchvision
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import models  # noqa: E402  (scripts/models.py)
 
 iterations, warmup = int(sys.argv[1]), int(sys.argv[2])
-torch.manual_seed(0)
-model = torchvision.models.resnet50().eval()
-x = torch.randn(1, 3, 224, 224)
+model, x = models.build("resnet50", 1)
 times, digest = [], hashlib.sha256()
 with torch.no_grad():
     for i in range(warmup + iterations):

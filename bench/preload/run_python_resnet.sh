@@ -4,26 +4,29 @@
 # its own process, alternated round by round; medians over rounds. Writes the table
 # to stdout. Usage: run_python_resnet.sh PRELOAD_LIBRARY [ROUNDS] [ITERATIONS]
 set -uo pipefail
+# shellcheck source=../lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+[[ $# -ge 1 && $1 != -h && $1 != --help ]] || { sed -n '2,5p' "$0"; exit 2; }
 lib=$1
 rounds=${2:-3}
 iters=${3:-20}
-here=$(cd "$(dirname "$0")" && pwd)
-libdir=/usr/lib/x86_64-linux-gnu
+py=$(torch_python) || exit 1
 declare -A preload=(
   [glibc]=""
-  [jemalloc]="$libdir/libjemalloc.so.2"
-  [tcmalloc]="$libdir/libtcmalloc_minimal.so.4"
-  [mimalloc]="$libdir/libmimalloc.so.2"
+  [jemalloc]="$(allocator_library jemalloc)"
+  [tcmalloc]="$(allocator_library tcmalloc)"
+  [mimalloc]="$(allocator_library mimalloc)"
   [replayalloc]="$lib"
 )
 order=(glibc jemalloc tcmalloc mimalloc replayalloc)
-out=$(mktemp)
+scratch_dir
+out=$tmp/runs.jsonl
 for r in $(seq 1 "$rounds"); do
   [ $((r % 2)) -eq 0 ] && order=(replayalloc mimalloc tcmalloc jemalloc glibc) || order=(glibc jemalloc tcmalloc mimalloc replayalloc)
   for a in "${order[@]}"; do
     p=${preload[$a]}
     if [ -n "$p" ] && [ ! -e "$p" ]; then echo "missing $p" >&2; continue; fi
-    line=$(LD_PRELOAD=$p /usr/bin/python3 "$here/python_resnet.py" "$iters" 6) || line='{"error": true}'
+    line=$(LD_PRELOAD=$p "$py" "$root/bench/preload/python_resnet.py" "$iters" 6) || line='{"error": true}'
     echo "{\"allocator\": \"$a\", \"round\": $r, \"run\": $line}" >> "$out"
   done
 done
@@ -46,4 +49,3 @@ for a in ("glibc", "jemalloc", "tcmalloc", "mimalloc", "replayalloc"):
           f"{med(a,'p50_ms')/med(best,'p50_ms'):.3f}x | {med(a,'faults_per_inference'):.0f} | {med(a,'peak_rss_mib'):.0f} |")
 print(f"\n{len(rows)} runs; outputs {'bit-identical across all runs' if len(digests) == 1 else 'DIFFER: ' + str(digests)}")
 PY
-rm -f "$out"

@@ -9,16 +9,17 @@ Usage: auto_resnet.py ITERATIONS WARMUP
 import ctypes
 import hashlib
 import json
+import os
 import resource
 import sys
 
 import torch
-import torchvision
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import models  # noqa: E402  (scripts/models.py)
 
 iterations, warmup = int(sys.argv[1]), int(sys.argv[2])
-torch.manual_seed(0)
-model = torchvision.models.resnet50().eval()
-x = torch.randn(1, 3, 224, 224)
+model, x = models.build("resnet50", 1)
 process = ctypes.CDLL(None)
 stats_json = getattr(process, "replayalloc_stats_json", None)
 

@@ -1,10 +1,11 @@
 """replayalloc as libtorch's CPU allocator from Debian's python3 (unittest).
 
 Outputs must be bit-identical with and without replay for ResNet-, MobileNet-,
-transformer-encoder- and LSTM-shaped models (random weights, fixed seed). Skips with a
-message when torch or torchvision is missing.
+BERT-like-encoder- and LSTM-shaped models (scripts/models.py's, small sizes; random
+weights, fixed seed). Skips with a message when torch or torchvision is missing.
 """
 import os
+import sys
 import unittest
 
 import replayalloc
@@ -13,23 +14,28 @@ LIB = os.environ.get("REPLAYALLOC_TEST_LIBRARY")
 
 try:
     import torch
-    import torchvision
+    import torchvision  # noqa: F401  (models.py's ResNet and MobileNet)
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+    import models  # scripts/models.py
 except ImportError as e:  # pragma: no cover - reported as a skip
     torch = None
     MISSING = str(e)
+
+# The encoder and the LSTM at test size (models.py's defaults are BERT-base's and the benchmarks').
+ENCODER = dict(layers=2, hidden=64, heads=4, ffn=128, vocab=1000)
+LSTM = dict(layers=2, hidden=64, vocab=1000)
 
 
 @unittest.skipIf(torch is None, "torch/torchvision not installed (apt install python3-torch python3-torchvision)")
 class TorchCpu(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        torch.manual_seed(0)
-        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0)
         cls.models = {
-            "resnet18": (torchvision.models.resnet18().eval(), torch.randn(1, 3, 64, 64)),
-            "mobilenet_v3_small": (torchvision.models.mobilenet_v3_small().eval(), torch.randn(1, 3, 64, 64)),
-            "encoder": (torch.nn.TransformerEncoder(layer, 2).eval(), torch.randn(16, 2, 64)),
-            "lstm": (torch.nn.LSTM(32, 64, num_layers=2).eval(), torch.randn(10, 2, 32)),
+            "resnet18": models.build("resnet18", 1, image=64),
+            "mobilenet_v3_small": models.build("mobilenet_v3_small", 1, image=64),
+            "encoder": models.build("bert", 2, seq=16, **ENCODER),
+            "lstm": models.build("lstm", 2, seq=10, **LSTM),
         }
         with torch.no_grad():
             cls.reference = {k: cls.forward(m, x).clone() for k, (m, x) in cls.models.items()}
@@ -65,12 +71,10 @@ class TorchCpu(unittest.TestCase):
         # go to the plan (slab hits + fallbacks) are served from the slab.
         import random
         import replayalloc.torch as rt
-        torch.manual_seed(1)
-        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0)
-        model = torch.nn.TransformerEncoder(layer, 2).eval()
+        model, _ = models.build("bert", 2, seed=1, **ENCODER)
         rng = random.Random(5)
         seqs = [256, 16] + [rng.randint(16, 256) for _ in range(38)]
-        inputs = {t: torch.randn(t, 2, 64) for t in set(seqs)}
+        inputs = {t: torch.randint(0, ENCODER["vocab"], (2, t)) for t in sorted(set(seqs))}
         rt.uninstall_cpu()
         with torch.no_grad():
             reference = {t: model(x).clone() for t, x in inputs.items()}
