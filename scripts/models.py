@@ -23,14 +23,21 @@ build(name, batch, seed, **options) -> (model, example input):
         layers (2), hidden (512), vocab (10000), seq (64)
   unet  a small U-Net (UNet): four levels (32..256 channels), skips by concatenation;
         input batch x 3 x image x image. Options: image (256)
+  gpt2  a GPT-2-shaped decoder (Gpt2Like): token and position embeddings, pre-norm
+        blocks (causal attention, GELU MLP), tied output embedding; forward(ids, past)
+        returns the logits of the last position and the key/value cache, grown by
+        torch.cat one step at a time. Input: a prompt, batch x seq. Options: layers (12),
+        hidden (768), heads (12), vocab (50257), max_len (1024), seq (16). generate()
+        runs prefill and greedy decode steps.
 
 Run as a script it prints what it builds: models.py NAME [--batch B] [KEY=VALUE...].
 """
+import math
 import sys
 
 import torch
 
-NAMES = ("resnet50", "mobilenet_v3_large", "densenet121", "bert", "lstm", "unet")  # the benchmarks'
+NAMES = ("resnet50", "mobilenet_v3_large", "densenet121", "bert", "lstm", "unet", "gpt2")  # the benchmarks'
 
 
 class BertLike(torch.nn.Module):
@@ -106,6 +113,73 @@ class UNet(torch.nn.Module):
         return self.head(x)
 
 
+class _GptBlock(torch.nn.Module):
+    """GPT-2's block: pre-norm causal self-attention with a key/value cache, then a GELU MLP."""
+
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(hidden), torch.nn.LayerNorm(hidden)
+        self.qkv, self.proj = torch.nn.Linear(hidden, 3 * hidden), torch.nn.Linear(hidden, hidden)
+        self.fc, self.out = torch.nn.Linear(hidden, 4 * hidden), torch.nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x, past):
+        b, t, h = x.shape
+        d = h // self.heads
+        q, k, v = (z.view(b, t, self.heads, d).transpose(1, 2) for z in self.qkv(self.ln1(x)).split(h, dim=2))
+        if past is not None:  # the cache grows one step: a new tensor, the old one freed
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
+        if t > 1:
+            total = k.shape[2]
+            causal = torch.ones(t, total, dtype=torch.bool).tril(total - t)
+            att = att.masked_fill(~causal, float("-inf"))
+        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(b, t, h)
+        x = x + self.proj(y)
+        x = x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x))))
+        return x, (k, v)
+
+
+class Gpt2Like(torch.nn.Module):
+    """GPT-2's shape with `layers` blocks; forward(ids, past) -> (last logits, new cache)."""
+
+    def __init__(self, layers=12, hidden=768, heads=12, vocab=50257, max_len=1024):
+        super().__init__()
+        self.wte, self.wpe = torch.nn.Embedding(vocab, hidden), torch.nn.Embedding(max_len, hidden)
+        self.blocks = torch.nn.ModuleList(_GptBlock(hidden, heads) for _ in range(layers))
+        self.ln = torch.nn.LayerNorm(hidden)
+
+    def forward(self, ids, past=None):
+        start = 0 if past is None else past[0][0].shape[2]
+        x = self.wte(ids) + self.wpe(torch.arange(start, start + ids.shape[1]).unsqueeze(0))
+        cache = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, None if past is None else past[i])
+            cache.append(kv)
+        return self.ln(x)[:, -1] @ self.wte.weight.t(), cache
+
+
+def generate(model, prompt, steps, step=None):
+    """Greedy generation: the prompt's prefill, then steps - 1 decode steps of one token.
+    Returns the `steps` generated tokens (batch x steps). `step(kind)`, when given, is a
+    context manager entered around each model call with kind "prefill" or "decode"
+    (replayalloc.torch.iteration with a key per kind, for instance)."""
+    import contextlib
+
+    def call(kind, *args):
+        with (step(kind) if step else contextlib.nullcontext()):
+            return model(*args)
+
+    logits, past = call("prefill", prompt)
+    token = logits.argmax(-1, keepdim=True)
+    out = [token]
+    for _ in range(steps - 1):
+        logits, past = call("decode", token, past)
+        token = logits.argmax(-1, keepdim=True)
+        out.append(token)
+    return torch.cat(out, 1)
+
+
 def build(name, batch=1, seed=0, **options):
     """(model in eval mode, example input) for `name` at batch size `batch`.
 
@@ -120,6 +194,9 @@ def build(name, batch=1, seed=0, **options):
     if name == "lstm":
         seq, vocab = options.pop("seq", 64), options.get("vocab", 10000)
         return LstmLm(**options).eval(), torch.randint(0, vocab, (batch, seq))
+    if name == "gpt2":
+        seq, vocab = options.pop("seq", 16), options.get("vocab", 50257)
+        return Gpt2Like(**options).eval(), torch.randint(0, vocab, (batch, seq))
     if name == "unet":
         image = options.pop("image", 256)
         return UNet(**options).eval(), torch.randn(batch, 3, image, image)

@@ -1,10 +1,13 @@
 // "best": the default planner. Note [Best of orderings, then improve]:
 //   1. Greedy placement (greedy.h) under four orderings, in this order: size,
-//      breadth, lifetime, arrival. The smallest slab wins (ties: the earlier
-//      ordering); as soon as one reaches the lower bound nothing can beat it and
-//      the rest are skipped. A run that goes above the best slab so far stops there.
-//      On traces of more than max_all_orderings_allocations plannable allocations
-//      only size and breadth run (Note [Two orderings on large traces]).
+//      breadth, lifetime, arrival, then first fit in arrival order (first_fit.cc,
+//      what a caching allocator would do online). The smallest slab wins (ties: the
+//      earlier); as soon as one reaches the lower bound nothing can beat it and the
+//      rest are skipped. A run that goes above the best slab so far stops there.
+//      Every candidate runs on every trace, so best is never worse than any single
+//      ordering or first fit (tests/property: on growing traces such as an LLM's
+//      decode steps, and on staircases of crossing lifetimes, first fit is often the
+//      smallest of the five).
 //   2. While the winner is above the lower bound, on traces of up to
 //      fit_search_max_allocations: the two-sided search of fit_search.cc (Note
 //      [Two-sided placement in arrival order]) for a placement under the lower bound,
@@ -27,14 +30,6 @@
 // The lower bound is not always reachable (the bytes live at the peak may not tile
 // the slab without gaps), so the budget is what usually ends steps 2 and 3.
 //
-// Note [Two orderings on large traces]: on a trace of more than 4096 plannable
-// allocations (where steps 2 and 3 do not run either) best stops after size and
-// breadth, TFLite's two strategies. Lifetime and arrival cost about as much again
-// (each run places most of the trace before it goes above the best slab), and on
-// the large synthetic traces of bench/planner they never won: size or breadth was
-// smaller on every one (bench/RESULTS.md). The rule depends only on the trace's
-// size, so best stays deterministic; every recorded model is under the limit and
-// still gets all four.
 #include <algorithm>
 #include <array>
 
@@ -54,8 +49,6 @@ constexpr std::uint64_t search_work = 1'000'000;
 constexpr std::uint64_t fit_work = 150'000;
 constexpr std::size_t max_moves = 8;
 constexpr std::size_t max_search_allocations = 4096;
-// Note [Two orderings on large traces]: above this, only the first two orderings.
-constexpr std::size_t max_all_orderings_allocations = 4096;
 constexpr int perturb_moves = 3;
 
 struct candidate {
@@ -188,8 +181,7 @@ absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o) {
   greedy_placer placer(*in);
   candidate best;
   const char* winner = orderings[0].second;
-  const std::size_t n_orderings = in->plannable.size() > max_all_orderings_allocations ? 2 : orderings.size();
-  for (std::size_t k = 0; k < n_orderings; ++k) {
+  for (std::size_t k = 0; k < orderings.size(); ++k) {
     const auto& [make_order, name] = orderings[k];
     std::vector<std::uint32_t> order = make_order(*in);
     // Only a strictly smaller slab replaces the best: give up at best.slab - 1.
@@ -201,6 +193,19 @@ absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o) {
       winner = name;
     }
     if (best.slab <= in->lower_bound) break;
+  }
+  if (best.slab > in->lower_bound) {
+    // First fit: not an ordering of the greedy placer (it frees as it goes), so its
+    // offsets are taken as they are; the search below starts from them and keeps a
+    // move only when it beats them.
+    absl::StatusOr<placement> ff = plan_first_fit(t, o);
+    REPLAYALLOC_RETURN_IF_ERROR(ff.status());
+    if (ff->slab_bytes < best.slab) {
+      best.slab = ff->slab_bytes;
+      best.offsets = std::move(ff->offsets);
+      best.order = detail::order_by_arrival(*in);
+      winner = "first_fit";
+    }
   }
   std::string algorithm = std::string("best(") + winner + ")";
   // Step 2: the two-sided search under the lower bound, then a little above it.

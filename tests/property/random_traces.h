@@ -112,6 +112,94 @@ inline trace chain_trace(std::mt19937_64& rng, std::size_t n) {
   return t;
 }
 
+// An LLM's request as one trace: a prefill over the prompt, then decode steps of one
+// token each. Per step and layer, the key/value cache is remade one token longer (as
+// torch.cat does) and lives until the next step's; scores grow with the length; the
+// other activations live within their layer. Growing sizes with crossing lifetimes:
+// where the greedy orderings are weakest.
+inline trace decode_trace(std::mt19937_64& rng, std::size_t layers, std::size_t steps) {
+  trace t;
+  t.key = "decode";
+  t.ops = {"unknown"};
+  std::uint64_t clock = 0;
+  const std::uint64_t token = 256u << (rng() % 3), prompt = 4 + rng() % 60;
+  auto alloc = [&](std::uint64_t size) {
+    trace_allocation a;
+    a.id = t.allocations.size();
+    a.size = size;
+    a.align = 64;
+    a.alloc_at = clock++;
+    t.allocations.push_back(a);
+    return t.allocations.size() - 1;
+  };
+  auto release = [&](std::size_t i) { t.allocations[i].free_at = clock++; };
+  std::vector<std::size_t> cache(layers, SIZE_MAX);
+  for (std::size_t step = 0; step < steps; ++step) {
+    const std::uint64_t len = prompt + step, q = step == 0 ? prompt : 1;
+    std::size_t x = alloc(token * q);
+    for (std::size_t l = 0; l < layers; ++l) {
+      const std::size_t h = alloc(token * q), qkv = alloc(3 * token * q);
+      const std::size_t kv = alloc(2 * token * len);
+      if (cache[l] != SIZE_MAX) release(cache[l]);
+      cache[l] = kv;
+      const std::size_t scores = alloc(16 * q * len);
+      release(qkv);
+      const std::size_t y = alloc(token * q);
+      release(scores);
+      release(h);
+      const std::size_t mlp = alloc(4 * token * q), out = alloc(token * q);
+      release(mlp);
+      release(y);
+      release(x);
+      x = out;
+    }
+    const std::size_t logits = alloc(8000);
+    release(x);
+    release(logits);
+  }
+  t.events = clock;  // the last step's caches outlive the request
+  return t;
+}
+
+// Several streams (threads, CUDA streams) making staircases at once, interleaved in
+// one trace: each stream allocates a block of 4-10 tensors, then frees them in a
+// random order, while the others do the same; lifetimes cross between streams.
+inline trace multi_stream_staircase(std::mt19937_64& rng, std::size_t streams, std::size_t n) {
+  trace t;
+  t.key = "streams";
+  t.ops = {"unknown"};
+  std::uint64_t clock = 0;
+  struct stream_state {
+    std::vector<std::size_t> live;  // allocations of the open block
+    std::size_t to_make = 0;        // still to allocate in the block
+  };
+  std::vector<stream_state> st(streams);
+  while (t.allocations.size() < n) {
+    stream_state& s = st[rng() % streams];
+    if (s.to_make == 0 && s.live.empty()) s.to_make = 4 + rng() % 7;
+    if (s.to_make > 0) {
+      trace_allocation a;
+      a.id = t.allocations.size();
+      a.size = std::uint64_t{1} << (10 + rng() % 9);
+      a.size += rng() % a.size;
+      a.align = 64;
+      a.alloc_at = clock++;
+      s.live.push_back(t.allocations.size());
+      t.allocations.push_back(a);
+      --s.to_make;
+    } else {
+      const std::size_t k = rng() % s.live.size();
+      t.allocations[s.live[k]].free_at = clock++;
+      s.live.erase(s.live.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+  for (stream_state& s : st) {
+    for (const std::size_t i : s.live) t.allocations[i].free_at = clock++;
+  }
+  t.events = clock;
+  return t;
+}
+
 inline bool lifetimes_intersect(const trace_allocation& a, const trace_allocation& b) {
   return a.alloc_at < b.free_at && b.alloc_at < a.free_at;
 }

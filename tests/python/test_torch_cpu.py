@@ -25,6 +25,7 @@ except ImportError as e:  # pragma: no cover - reported as a skip
 # The encoder and the LSTM at test size (models.py's defaults are BERT-base's and the benchmarks').
 ENCODER = dict(layers=2, hidden=64, heads=4, ffn=128, vocab=1000)
 LSTM = dict(layers=2, hidden=64, vocab=1000)
+GPT2 = dict(layers=2, hidden=128, heads=4, vocab=2000, max_len=256)
 
 
 @unittest.skipIf(torch is None, "torch/torchvision not installed (apt install python3-torch python3-torchvision)")
@@ -94,6 +95,43 @@ class TorchCpu(unittest.TestCase):
         print(f"encoder, sequence length 16..256: {100 * share:.1f}% of {hits + misses} planned requests "
               f"from the slab over 36 iterations; plans {s['plans']}, grown {s['plans_grown']}")
         self.assertGreaterEqual(share, 0.95)
+
+    def test_generation_replays_every_decode_step(self):
+        # A GPT-2-shaped generation loop (scripts/models.py's, 2 layers, random weights):
+        # prompts of 4..48 tokens, 4..48 tokens generated greedily per request, the key
+        # and value caches grown by torch.cat. One iteration per model call, a key for
+        # the prefill and one for the decode steps (the sequence of a whole request
+        # changes with its length; a step's only in its sizes: Note [Envelope]). The
+        # tokens are identical to the default allocator's, and after a third of the
+        # requests at least 90% of the planned requests are served from the slab (the
+        # rest: shapes longer than any seen so far). The caches, kept from one step to
+        # the next, outlive their iteration and are served outside the slab.
+        import random
+        import replayalloc.torch as rt
+        model, _ = models.build("gpt2", 1, seed=2, **GPT2)
+        rng = random.Random(11)
+        requests = [(torch.randint(0, GPT2["vocab"], (1, rng.randint(4, 48))), rng.randint(4, 48))
+                    for _ in range(30)]
+        rt.uninstall_cpu()
+        with torch.no_grad():
+            reference = [models.generate(model, p, n) for p, n in requests]
+        rt.install_cpu()
+        steady = None
+        with torch.no_grad():
+            for i, (prompt, n) in enumerate(requests):
+                if i == 10:
+                    steady = rt.stats()
+                tokens = models.generate(model, prompt, n, step=lambda kind: rt.iteration("py/gpt2/" + kind))
+                self.assertTrue(torch.equal(tokens, reference[i]), f"request {i}: other tokens")
+        s = rt.stats()
+        hits = s["slab_hits"] - steady["slab_hits"]
+        misses = s["fallbacks"] - steady["fallbacks"]
+        every = s["allocations"] - steady["allocations"]
+        share = hits / max(1, hits + misses)
+        print(f"gpt2 generation, 20 requests after warm-up: {100 * share:.1f}% of {hits + misses} planned "
+              f"requests from the slab ({100 * hits / max(1, every):.1f}% of all {every}, the rest the caches "
+              f"that outlive a step); plans {s['plans']}, grown {s['plans_grown']}")
+        self.assertGreaterEqual(share, 0.90)
 
     def test_a_mismatched_torch_is_refused_clearly(self):
         import replayalloc.torch as rt
