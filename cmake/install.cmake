@@ -67,10 +67,10 @@ install(EXPORT replayalloc-targets NAMESPACE replayalloc::
   DESTINATION ${REPLAYALLOC_INSTALL_CMAKEDIR} FILE replayalloc-targets.cmake)
 
 # The static library: its users link jemalloc, Abseil and Threads too, which the
-# package's config file finds (replayalloc-config.cmake.in). Its compile definitions
-# only matter to the library's own sources.
+# package's config file finds (replayalloc-config.cmake.in). It carries no compile
+# definitions: those of the core (REPLAYALLOC_DEBUG, REPLAYALLOC_VERSION_STRING) are
+# for its own sources, on replayalloc_internal (allocator/CMakeLists.txt).
 set_target_properties(replayalloc PROPERTIES EXPORT_NAME replayalloc_static)
-replayalloc_build_only(replayalloc INTERFACE_COMPILE_DEFINITIONS)
 install(TARGETS replayalloc EXPORT replayalloc-static-targets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(EXPORT replayalloc-static-targets NAMESPACE replayalloc::

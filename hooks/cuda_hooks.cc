@@ -1,6 +1,7 @@
 // The CUDA runtime under libreplayalloc_preload.so: a program's cudaMalloc, cudaFree,
 // cudaMallocAsync and cudaFreeAsync, each forwarding in one line to the device
-// domain (integrations/cuda/device_domain.cc, Note [Interposed runtime]).
+// domain (integrations/cuda/device_domain.h) with the runtime's contract kept,
+// Note [Interposed runtime] below.
 //
 // Layer: hooks. Built only with the CUDA toolkit's headers; the library never links
 // libcudart, so programs without CUDA load it as before. The domain reaches the real
@@ -10,10 +11,34 @@
 // Python extension's dependencies are), the loaded libcudart.so* itself. Never:
 // an entry of the table pointing back into this library, or an allocation that
 // reaches the engine while the table is made (it is made under the reentry guard).
+//
+// Note [Interposed runtime]: under the LD_PRELOAD library a program's own calls to
+// the shared CUDA runtime's allocation functions come here, and keep the runtime's
+// contract:
+//  * cudaMalloc(p, n): the device domain on the current device's legacy default
+//    stream (stream 0); a miss goes to the runtime's cudaMalloc. cudaMalloc memory is
+//    usable on any stream, and programs free it right after queueing the kernels that
+//    use it, because the runtime's cudaFree returns only once the device is idle. So
+//    does ours for a slab block (cudaDeviceSynchronize, device_free), before the slot
+//    can be reused: what replay saves is the runtime's allocation and mapping, not the
+//    wait.
+//  * cudaFree(p): a slab block back to its slab, as above; anything else, and NULL
+//    (how programs create their context), to the runtime.
+//  * cudaMallocAsync(p, n, s) / cudaFreeAsync(p, s): the device domain on s, in the
+//    slab's stream order (Note [Device streams], integrations/cuda/device_slabs.cc);
+//    misses to the runtime on s. Two streams go straight to the runtime: one capturing
+//    a CUDA graph (the graph must own its allocation nodes), and cudaStreamPerThread,
+//    one handle naming another stream on every thread, which a slab's stream order
+//    cannot tell apart.
+//  * A failure returns the runtime's error (cudaErrorInvalidValue for a null `p`,
+//    cudaErrorMemoryAllocation when the device is full).
+// Programs built with --default-stream per-thread call the _ptsz variants, which are
+// not interposed: they reach the runtime unchanged.
 #include <dlfcn.h>
 #include <link.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <mutex>
 
@@ -22,6 +47,47 @@
 #include "support/reentry.h"
 
 #define RA_HOOK extern "C" __attribute__((visibility("default")))
+
+namespace replayalloc::detail {
+namespace {
+
+// The runtime's allocation functions with their contract, Note [Interposed runtime].
+
+cudaError_t interposed_malloc(void** p, std::size_t size) {
+  const cuda_runtime_table& rt = cuda_rt();
+  int device = 0;
+  if (p == nullptr || size == 0 || rt.get_device(&device) != cudaSuccess) return rt.malloc(p, size);
+  *p = device_alloc(size, device, nullptr, device_api::synchronous);
+  return *p != nullptr ? cudaSuccess : device_last_error();
+}
+
+cudaError_t interposed_free(void* p) {
+  if (p == nullptr) return cuda_rt().free(nullptr);
+  device_free(p, 0, nullptr, device_api::synchronous);
+  return cudaSuccess;
+}
+
+cudaError_t interposed_malloc_async(void** p, std::size_t size, cudaStream_t stream) {
+  const cuda_runtime_table& rt = cuda_rt();
+  int device = 0;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (p == nullptr || size == 0 || stream == cudaStreamPerThread ||
+      rt.stream_is_capturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone ||
+      rt.get_device(&device) != cudaSuccess) {
+    return rt.malloc_async(p, size, stream);
+  }
+  *p = device_alloc(size, device, stream, device_api::stream_ordered);
+  return *p != nullptr ? cudaSuccess : device_last_error();
+}
+
+cudaError_t interposed_free_async(void* p, cudaStream_t stream) {
+  if (p == nullptr) return cuda_rt().free_async(p, stream);
+  device_free(p, 0, stream, device_api::stream_ordered);
+  return cudaSuccess;
+}
+
+}  // namespace
+}  // namespace replayalloc::detail
 
 namespace rd = replayalloc::detail;
 

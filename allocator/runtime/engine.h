@@ -12,7 +12,7 @@
 //
 // The same machine serves every domain (thread_state.h): the host domain is driven
 // by the C API here; a device domain by its integration (integrations/cuda), through
-// domain_begin/domain_end/record_* and the domain hooks.
+// the small interface of runtime/domain.h (which forwards here).
 //
 // The engine is a process-wide singleton, made on first use and never destroyed
 // (threads may still free into slabs while the process exits).
@@ -36,6 +36,7 @@
 #include "planner/planner.h"
 #include "replayalloc/replayalloc.hpp"
 #include "runtime/auto_detect.h"
+#include "runtime/domain.h"
 #include "runtime/stats.h"
 #include "runtime/thread_state.h"
 #include "support/options.h"
@@ -43,10 +44,8 @@
 
 namespace replayalloc::detail {
 
-// Adjusts a placement before it is compiled: a device domain moves allocations out
-// of a slab that would not fit its memory budget (large-model support). Returns a
-// message to log, or null. pre/post: validate(trace, placement) holds.
-using placement_adjuster = const char* (*)(const trace& t, placement& p, void* arg);
+// placement_adjuster (runtime/domain.h): how a device domain moves allocations out of
+// a slab that would not fit its memory budget (large-model support).
 
 struct key_entry {
   std::string key;

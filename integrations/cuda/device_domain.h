@@ -1,9 +1,11 @@
 // integrations/cuda/device_domain.h: the device domain's entry points.
 //
-// Layer: integration (cuda), internal to the libraries that build device_domain.cc.
-// The public faces are replayalloc/cuda.h (C, PyTorch's pluggable allocator),
-// replayalloc/cuda.hpp (the memory resource) and, in the LD_PRELOAD library, the
-// interposed cudaMalloc/cudaFree/cudaMallocAsync/cudaFreeAsync (hooks/cuda_hooks.cc).
+// Layer: integration (cuda), internal to the libraries that build the device domain
+// (device_domain.cc and its parts, integrations/cuda/CMakeLists.txt). The public
+// faces over these are replayalloc/cuda.h (C, PyTorch's pluggable allocator) and
+// replayalloc/cuda.hpp (the memory resource), in cuda_api.cc, and, in the LD_PRELOAD
+// library, the interposed cudaMalloc/cudaFree/cudaMallocAsync/cudaFreeAsync
+// (hooks/cuda_hooks.cc).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,13 +31,5 @@ void device_free(void* p, int device, cudaStream_t stream,
                  device_api api = device_api::stream_ordered);
 // The runtime's error of the calling thread's last failed device_alloc.
 cudaError_t device_last_error();
-
-// The CUDA runtime's allocation functions as the LD_PRELOAD library interposes them,
-// each with the runtime's contract (return codes, cudaFree(NULL), cudaFree waiting for
-// the device). Note [Interposed runtime] in device_domain.cc.
-cudaError_t interposed_malloc(void** p, std::size_t size);
-cudaError_t interposed_free(void* p);
-cudaError_t interposed_malloc_async(void** p, std::size_t size, cudaStream_t stream);
-cudaError_t interposed_free_async(void* p, cudaStream_t stream);
 
 }  // namespace replayalloc::detail
