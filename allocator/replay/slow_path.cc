@@ -16,10 +16,12 @@
 // With shapes that change, a slot is a capacity (Note [Envelope], trace.h): a request
 // "matches" a slot it fits. A request larger than the cursor's slot is most often
 // that slot's allocation at a shape larger than any planned (counted as too_large:
-// the key then records once more and grows its envelope), so when the next request
-// fits both, the slot after the cursor wins over the cursor's (the larger request
-// replaced it), unless the next request has exactly the cursor slot's size (the
-// fixed-shape reading: the larger one was extra). Either reading only decides which
+// the key then records once more and grows its envelope). When the slot scales with
+// the shape (its recordings varied) that reading is taken at once: the slot is passed
+// over and the cursor moves on. When it has one fixed size, the next request decides:
+// if it fits both, the slot after the cursor wins over the cursor's (the larger
+// request replaced it), unless the next request has exactly the cursor slot's size
+// (the fixed-shape reading: the larger one was extra). Either reading only decides which
 // slot is handed out; what keeps memory safe is the same in both: capacity and the
 // overlap lists.
 
@@ -145,6 +147,19 @@ void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align) 
   // Larger than the cursor's slot and made for no slot ahead: most likely that slot's
   // allocation at a shape beyond the envelope (the key grows its plan).
   if (size > c.slots[c.next].size && !exact) {
+    if (c.slots[c.next].least < c.slots[c.next].size) {
+      // The cursor's slot scales with the shape (its recordings varied) and this
+      // request outgrew it: the shape grew past the envelope, and this is the slot's
+      // allocation. The slot is passed over at once, so the next request meets the
+      // next slot, on the fast path; left at the cursor, a smaller next request
+      // would take it there and put every later request one slot off.
+      ++c.grown;
+      c.mismatched = false;
+      c.pending = 0;
+      pass_over(c, c.next);
+      ++c.next;
+      return miss(c, miss_reason::too_large, size);
+    }
     if (after_too_large) ++c.grown;
     c.too_large_at = c.next + 1;
     return miss(c, miss_reason::too_large, size);

@@ -340,6 +340,9 @@ void engine::end_record_impl(domain_state& d) {
       // of the new structure.
       e.grow_wanted = false;
       if (same_shape && grew && replays() && !e.failed) {
+        auto roomy = std::make_shared<envelope>(*e.env);
+        add_growth_headroom(*roomy);  // Note [Growth headroom]
+        e.env = std::move(roomy);
         to_plan = e.env;
         replace = e.version;
       } else if (!same_shape) {

@@ -50,6 +50,15 @@ bool merge_envelope(envelope& into, const trace& t) {
   return grew;
 }
 
+void add_growth_headroom(envelope& e) {
+  for (std::size_t i = 0; i < e.tr.allocations.size() && i < e.least.size(); ++i) {
+    std::uint64_t& cap = e.tr.allocations[i].size;
+    if (e.least[i] >= cap) continue;  // one fixed size: kept exact
+    const std::uint64_t raised = (cap + cap / 4 + 63) & ~std::uint64_t{63};
+    cap = std::min<std::uint64_t>(raised, detail::max_request_bytes);
+  }
+}
+
 std::vector<std::uint64_t> least_served(const envelope& e) {
   std::vector<std::uint64_t> out(e.tr.allocations.size());
   for (std::size_t i = 0; i < out.size(); ++i) {

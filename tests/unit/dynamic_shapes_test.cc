@@ -131,6 +131,27 @@ TEST(DynamicShapes, OneKeyServesEveryShapeAfterTheLargest) {
   EXPECT_EQ(after.invalid_frees, before.invalid_frees);
 }
 
+// Note [Growth headroom]: a sequence that gets one token longer per iteration (a
+// decode loop) from 32 to 128 re-plans a handful of times, not once per length, and
+// every block stays intact.
+TEST(DynamicShapes, AGrowingSequenceReplansInSteps) {
+  const replayalloc::Stats before = replayalloc::stats();
+  std::uint64_t tag = 0;
+  counts c;
+  for (std::size_t seq = 32; seq <= 128; ++seq) replayalloc_free(encoder("dyn/growing", seq, 2, c, tag));
+  const replayalloc::Stats after = replayalloc::stats();
+  const std::uint64_t plans = after.plans - before.plans, grown = after.plans_grown - before.plans_grown;
+  std::printf("growing sequence 32..128: %llu plans (%llu grown), %.1f%% of %llu requests from the slab\n",
+              static_cast<unsigned long long>(plans), static_cast<unsigned long long>(grown),
+              100.0 * static_cast<double>(c.in_slab) / static_cast<double>(c.requests),
+              static_cast<unsigned long long>(c.requests));
+  EXPECT_EQ(c.bad, 0);
+  EXPECT_GE(grown, 2u);
+  EXPECT_LE(plans, 12u);  // 97 lengths; scores grow with the square of the length
+  EXPECT_GE(static_cast<double>(c.in_slab), 0.7 * static_cast<double>(c.requests));  // 39% when a smaller
+  // request could take an outgrown slot (every later request one slot off)
+}
+
 TEST(DynamicShapes, SmallerShapeNeverRecordedIsServedAndLargerFallsBackSafely) {
   std::uint64_t tag = 0;
   counts c;
