@@ -7,7 +7,7 @@
 // whose bytes are still in use, a free from another thread) takes one [[unlikely]]
 // branch into slow_path.cc.
 //
-// Cost: a replayed 4 KiB malloc+free pair is 94.0 instructions through the C API and
+// Cost: a replayed 4 KiB malloc+free pair is 93.0 instructions through the C API and
 // 99.0 through the preload library (callgrind, the benchmark loop's 8 included; one
 // overlap-list entry per slot; the capacity range of Note [Envelope] added 2 to each;
 // jemalloc's own pair is 77.1 at 64 B and 112.2 at 4 KiB): the entry points in

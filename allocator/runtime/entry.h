@@ -13,8 +13,8 @@
 // else is looked at.
 //
 // Cost (callgrind, instructions per malloc+free pair, the benchmark loop's 8
-// included): below the minimum, 121.1 at 64 B through the C API and 137.1 through the
-// preload library (jemalloc's own pair: 77.1); the replay hit at 4 KiB, 94.0 and 99.0.
+// included): below the minimum, 120.1 at 64 B through the C API and 137.1 through the
+// preload library (jemalloc's own pair: 77.1); the replay hit at 4 KiB, 93.0 and 99.0.
 // The figures live in tests/perf/instruction_budget.txt; the test
 // perf.instruction_counts fails when one rises more than 5% above it.
 #pragma once
