@@ -7,6 +7,8 @@ namespace replayalloc::detail {
 void period_detector::reset() {
   sizes_.clear();
   live_.clear();
+  life_.clear();
+  by_shape_ = false;
   base_ = count_;
   period_ = 0;
   boundary_ = 0;
@@ -18,13 +20,26 @@ bool period_detector::observe(std::uint64_t size, std::uint64_t live) {
     const std::size_t drop = sizes_.size() / 2;
     sizes_.erase(sizes_.begin(), sizes_.begin() + static_cast<std::ptrdiff_t>(drop));
     live_.erase(live_.begin(), live_.begin() + static_cast<std::ptrdiff_t>(drop));
+    life_.erase(life_.begin(), life_.begin() + static_cast<std::ptrdiff_t>(drop));
     base_ += drop;
   }
   sizes_.push_back(size);
   live_.push_back(live);
+  life_.push_back(0);
   ++count_;
   if (period_ != 0 || (count_ % 16) != 0) return false;
-  return detect();
+  if (detect()) return true;
+  return count_ % shape_every == 0 && detect_shape();
+}
+
+void period_detector::settle(std::uint64_t pos) {
+  if (pos < base_ || pos >= count_) return;
+  const std::uint64_t lifetime = count_ - pos;  // later allocations observed meanwhile
+  life_[pos - base_] = static_cast<std::uint8_t>(lifetime < max_life ? lifetime : max_life);
+}
+
+std::uint8_t period_detector::symbol(std::size_t i) const {
+  return life_[i] != 0 ? life_[i] : max_life;  // pre: i at least max_life behind
 }
 
 bool period_detector::detect() {
@@ -63,17 +78,63 @@ bool period_detector::detect() {
     }
   }
   if (best_p == 0) return false;
-  const std::size_t p = best_p;
-  // The boundary: where the fewest bytes were live over the last period.
-  std::size_t best = n - p;
-  for (std::size_t j = n - p; j < n; ++j) {
+  found_at(best_p, n, false);
+  return true;
+}
+
+// The period `p` holds over the stream up to (not including) index `end`: the
+// boundary where the fewest bytes were live over its last period, and the key's name
+// from the sizes (or, for a period of structure, the lifetimes) of one period.
+void period_detector::found_at(std::size_t p, std::size_t end, bool by_shape) {
+  std::size_t best = end - p;
+  for (std::size_t j = end - p; j < end; ++j) {
     if (live_[j] < live_[best]) best = j;
   }
   period_ = static_cast<std::uint32_t>(p);
+  by_shape_ = by_shape;
   boundary_ = base_ + best;
-  std::uint64_t h = fnv_offset;
-  for (std::size_t k = 0; k < p; ++k) h = fnv1a(h, sizes_[best - p + k]);
+  std::uint64_t h = by_shape ? fnv1a(fnv_offset, 0x5a4e) : fnv_offset;
+  for (std::size_t k = 0; k < p; ++k) h = fnv1a(h, by_shape ? symbol(best - p + k) : sizes_[best - p + k]);
   signature_ = fnv1a(h, p);
+}
+
+// Note [Periods whose sizes change]: detect() over the lifetimes of the allocations at
+// least max_life old, with the same rules (three periods alike, 64 allocations,
+// min_period_bytes per period, no multiple of a shorter period, the longest run).
+bool period_detector::detect_shape() {
+  if (sizes_.size() <= max_life + 64) return false;
+  const std::size_t n = sizes_.size() - max_life;  // symbols known below n
+  // A short signature of the newest settled symbols filters the candidates.
+  constexpr std::size_t probe = 8;
+  std::size_t best_p = 0, best_run = 0;
+  int candidates = 0;
+  for (std::size_t q = n - 1; q-- > probe && candidates < 256;) {
+    bool same = true;
+    for (std::size_t k = 0; k < probe && same; ++k) same = symbol(q - k) == symbol(n - 1 - k);
+    if (!same) continue;
+    ++candidates;
+    const std::size_t p = n - 1 - q;
+    if (p < 2 || rejected(p) || 3 * p > n) continue;
+    std::size_t run = 0;
+    while (run + p < n && symbol(n - 1 - run) == symbol(n - 1 - run - p)) ++run;
+    if (run < 2 * p || run < 64 || run <= best_run) continue;
+    bool multiple = false;
+    for (std::size_t d = 1; d <= p / 2 && !multiple; ++d) {
+      if (p % d != 0) continue;
+      bool periodic = true;
+      for (std::size_t i = n - 2 * p; i < n && periodic; ++i) periodic = symbol(i) == symbol(i - d);
+      multiple = periodic;
+    }
+    if (multiple) continue;
+    std::uint64_t bytes = 0;
+    for (std::size_t k = n - p; k < n; ++k) bytes += sizes_[k];
+    if (bytes >= min_period_bytes) {
+      best_run = run;
+      best_p = p;
+    }
+  }
+  if (best_p == 0) return false;
+  found_at(best_p, n, true);
   return true;
 }
 

@@ -8,9 +8,21 @@
 // iteration boundary is then put where the fewest bytes were live over the last
 // period (an inference's inputs and outputs, not its activations, are live there),
 // and from that point on the thread runs iterations of P allocations, recorded,
-// planned and replayed as marked ones are. Note [Auto mode]: sizes only, no call
-// sites; a program whose period changes (a new input shape) deviates, is recorded
-// again, and, deviating on, goes back to watching.
+// planned and replayed as marked ones are. Note [Auto mode]: sizes and lifetimes
+// only, no call sites; a program whose period changes (another program) deviates, is
+// recorded again, and, deviating on, goes back to watching.
+//
+// Note [Periods whose sizes change]: a service fed other shapes on every request (a
+// transformer's sequence length) repeats no size, but does repeat its structure: the
+// same number of allocations, each freed after the same number of later ones. When no
+// period of sizes is found, the detector looks for one in that structure: each watched
+// allocation's symbol is its lifetime counted in watched allocations (1..63, or 64
+// and more, or still live after 64), known once it is freed or 64 allocations old, so
+// the search runs over all but the newest 64. Constant symbols (every block freed at
+// once, as in a stream of random sizes) give no period (a multiple of 1), and a layer
+// repeated inside an inference is the shorter run, as with sizes. The key is named
+// after the symbols, not the sizes, so every shape of the program is one key; its
+// recordings agree in structure and are planned as their envelope (Note [Envelope]).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +36,10 @@ namespace replayalloc::detail {
 
 // The least a period must allocate to be taken for an iteration (see detect()).
 inline constexpr std::uint64_t min_period_bytes = std::uint64_t{256} << 10;
+// Note [Periods whose sizes change]: lifetimes are told apart up to this many watched
+// allocations; the search for a period of structure runs every shape_every observed.
+inline constexpr std::uint8_t max_life = 64;
+inline constexpr std::uint64_t shape_every = 512;
 
 class period_detector {
  public:
@@ -32,6 +48,11 @@ class period_detector {
   // One allocation of `size` bytes, with `live` bytes (of watched allocations) live
   // just before it. Returns true when a period was found by this call.
   bool observe(std::uint64_t size, std::uint64_t live);
+  // The allocation observed at stream position `pos` was freed now (Note [Periods
+  // whose sizes change]).
+  void settle(std::uint64_t pos);
+  // True when the period found is one of structure: its sizes vary.
+  bool by_shape() const { return by_shape_; }
 
   bool found() const { return period_ != 0; }
   std::uint32_t period() const { return period_; }
@@ -48,11 +69,18 @@ class period_detector {
 
  private:
   bool detect();
+  bool detect_shape();
+  std::uint8_t symbol(std::size_t i) const;
+  void found_at(std::size_t p, std::size_t end, bool by_shape);
   bool rejected(std::size_t p) const;
   std::vector<std::uint32_t, backend::internal_allocator<std::uint32_t>> rejected_;
   std::uint32_t history_;
   std::vector<std::uint64_t, backend::internal_allocator<std::uint64_t>> sizes_;
   std::vector<std::uint64_t, backend::internal_allocator<std::uint64_t>> live_;
+  // Per observed allocation: 0 while live, else its lifetime in watched allocations,
+  // capped at max_life (which also stands for "still live after max_life").
+  std::vector<std::uint8_t, backend::internal_allocator<std::uint8_t>> life_;
+  bool by_shape_ = false;
   std::uint64_t count_ = 0;    // allocations observed (the stream position)
   std::uint64_t base_ = 0;     // stream position of sizes_[0]
   std::uint32_t period_ = 0;
@@ -70,11 +98,17 @@ class period_detector {
 // Requests below REPLAYALLOC_MIN_SIZE (>= 4 KiB by default in the preload library)
 // come from jemalloc slabs of their own size classes, so their pages are never a
 // watched block's first page; only hash collisions send them to the lookup.
+// A watched block: its size and its position in the detector's stream.
+struct watched_block {
+  std::uint64_t size;
+  std::uint64_t pos;
+};
+
 struct auto_state {
   explicit auto_state(std::uint32_t history) : det(history) {}
   period_detector det;
-  absl::flat_hash_map<const void*, std::uint64_t, absl::Hash<const void*>, std::equal_to<const void*>,
-                      backend::internal_allocator<std::pair<const void* const, std::uint64_t>>>
+  absl::flat_hash_map<const void*, watched_block, absl::Hash<const void*>, std::equal_to<const void*>,
+                      backend::internal_allocator<std::pair<const void* const, watched_block>>>
       live;
   std::uint64_t live_bytes = 0;
   char key[48] = "";

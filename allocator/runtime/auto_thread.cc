@@ -67,8 +67,9 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
     a.filter_clear();
     std::snprintf(a.key, sizeof a.key, "auto/%016llx/p%u",
                   static_cast<unsigned long long>(a.det.signature()), a.det.period());
-    REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations; iterations of '%s' begin",
-                    t.thread_no, a.det.period(), a.key);
+    REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations%s; iterations of '%s' begin",
+                    t.thread_no, a.det.period(), a.det.by_shape() ? " (in structure; sizes vary)" : "",
+                    a.key);
     begin_impl(t, a.key);  // finds or makes the key's entry
     if (t.entry != nullptr) {
       std::lock_guard<std::mutex> lock(t.entry->mu);
@@ -104,11 +105,13 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
 void engine::auto_track(thread_state& t, const void* p, std::size_t size) {
   if (t.autod == nullptr || t.auto_iteration || t.marks_own || t.autod->resting > 0) return;
   reentry_guard guard;
-  auto [it, fresh] = t.autod->live.try_emplace(p, size);
+  // The allocation just observed (auto_before_alloc) is the stream's newest.
+  const watched_block b{size, t.autod->det.count() - 1};
+  auto [it, fresh] = t.autod->live.try_emplace(p, b);
   if (fresh) t.autod->filter_add(p);
   if (!fresh) {
-    t.autod->live_bytes -= it->second;
-    it->second = size;
+    t.autod->live_bytes -= it->second.size;
+    it->second = b;
   }
   t.autod->live_bytes += size;
 }
@@ -118,7 +121,8 @@ void engine::auto_untrack(thread_state& t, const void* p) {
   reentry_guard guard;
   auto it = t.autod->live.find(p);
   if (it == t.autod->live.end()) return;
-  t.autod->live_bytes -= it->second;
+  t.autod->live_bytes -= it->second.size;
+  t.autod->det.settle(it->second.pos);
   t.autod->live.erase(it);
   t.autod->filter_remove(p);
 }

@@ -1,6 +1,7 @@
 // Auto mode's period detector on hand-made allocation streams.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <vector>
 
 #include "runtime/auto_detect.h"
@@ -81,6 +82,75 @@ TEST(PeriodDetector, ARejectedPeriodIsNeverPickedAgain) {
 TEST(PeriodDetector, ANonRepeatingStreamFindsNothing) {
   period_detector d;
   for (std::uint64_t i = 0; i < 3000; ++i) d.observe(300000 + (i * 2654435761u) % 100000, i);
+  EXPECT_FALSE(d.found());
+}
+
+
+// Note [Periods whose sizes change]: an encoder fed a new sequence length on every
+// request repeats no size but its structure; the period is the whole inference (not
+// one of its repeated layers), found by lifetimes, and named the same whatever the
+// lengths.
+struct encoder_stream {
+  period_detector& d;
+  std::uint64_t live = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;  // (position, size) by handle
+  std::size_t alloc(std::uint64_t size) {
+    d.observe(size, live);
+    live += size;
+    blocks.emplace_back(d.count() - 1, size);
+    return blocks.size() - 1;
+  }
+  void release(std::size_t h) {
+    d.settle(blocks[h].first);
+    live -= blocks[h].second;
+  }
+  // One inference at sequence length `seq`: 1 + 6 x layers allocations.
+  void inference(std::uint64_t seq, int layers) {
+    const std::uint64_t hidden = 1024;
+    std::size_t x = alloc(seq * hidden);
+    for (int l = 0; l < layers; ++l) {
+      const std::size_t qkv = alloc(3 * seq * hidden), scores = alloc(16 * seq * seq), ws = alloc(65536);
+      release(ws);
+      const std::size_t ctx = alloc(seq * hidden);
+      release(scores);
+      release(qkv);
+      const std::size_t h = alloc(4 * seq * hidden), y = alloc(seq * hidden);
+      release(h);
+      release(ctx);
+      release(x);
+      x = y;
+    }
+    release(x);
+  }
+};
+
+TEST(PeriodDetector, FindsAPeriodWhoseSizesChangeByItsStructure) {
+  std::uint64_t sig[2] = {0, 0};
+  for (int run = 0; run < 2; ++run) {
+    period_detector d;
+    encoder_stream e{d};
+    std::mt19937_64 rng(run + 1);
+    int inferences = 0;
+    while (!d.found() && inferences < 400) {
+      e.inference(16 + rng() % 241, 4);
+      ++inferences;
+    }
+    ASSERT_TRUE(d.found()) << "run " << run;
+    EXPECT_TRUE(d.by_shape());
+    EXPECT_EQ(d.period(), 25u);  // the inference, not one layer (6)
+    EXPECT_LE(inferences, 60);
+    sig[run] = d.signature();
+  }
+  EXPECT_EQ(sig[0], sig[1]);  // other lengths, the same key
+}
+
+TEST(PeriodDetector, RandomSizesFreedAtOnceHaveNoPeriodOfStructure) {
+  period_detector d;
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 20000 && !d.found(); ++i) {
+    d.observe(4096 + rng() % (1 << 20), 0);
+    d.settle(d.count() - 1);
+  }
   EXPECT_FALSE(d.found());
 }
 

@@ -1,0 +1,99 @@
+// An unmodified "service" whose requests come at a random sequence length (16..256),
+// for auto mode under LD_PRELOAD (Note [Periods whose sizes change]): each request runs
+// a transformer-encoder-shaped pass (per layer: activations that scale with the length,
+// attention scores with its square, a fixed workspace) with plain malloc and free, and
+// marks nothing. Every block is filled with a pattern and checked before its free.
+// Prints "corruptions N", the share of allocations of at least 4 KiB served from a
+// slab over the second half of the requests, and replayalloc's statistics.
+// Usage: varlen_service REQUESTS
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+namespace {
+
+int g_bad = 0;
+std::uint64_t g_big = 0, g_in_slab = 0;
+bool g_count = false;
+
+// A field of the statistics JSON, 0 when absent.
+std::uint64_t field(const char* json, const char* name) {
+  char key[64];
+  std::snprintf(key, sizeof key, "\"%s\":", name);
+  const char* at = std::strstr(json, key);
+  return at != nullptr ? std::strtoull(at + std::strlen(key), nullptr, 10) : 0;
+}
+
+struct block {
+  unsigned char* p;
+  std::size_t n;
+  unsigned char tag;
+};
+
+block make(std::size_t n, unsigned char tag) {
+  auto* p = static_cast<unsigned char*>(std::malloc(n));
+  if (p == nullptr) std::abort();
+  std::memset(p, tag, n);
+  if (g_count && n >= 4096) ++g_big;
+  return {p, n, tag};
+}
+
+void drop(const block& b) {
+  for (std::size_t i = 0; i < b.n; i += 61) {
+    if (b.p[i] != b.tag) {
+      ++g_bad;
+      break;
+    }
+  }
+  std::free(b.p);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: varlen_service REQUESTS\n");
+    return 2;
+  }
+  const int requests = std::atoi(argv[1]);
+  using stats_fn = std::size_t (*)(char*, std::size_t);
+  auto stats = reinterpret_cast<stats_fn>(dlsym(RTLD_DEFAULT, "replayalloc_stats_json"));
+  char before[4096] = "", after[4096] = "";
+  std::mt19937_64 rng(99);
+  const std::size_t hidden = 1024;
+  for (int r = 0; r < requests; ++r) {
+    if (r == requests / 2 && stats != nullptr) stats(before, sizeof before);
+    g_count = r >= requests / 2;
+    const std::size_t seq = 16 + rng() % 241;
+    const auto tag = static_cast<unsigned char>(r);
+    block x = make(seq * hidden, tag);
+    for (int l = 0; l < 4; ++l) {
+      block qkv = make(3 * seq * hidden, tag + 1), scores = make(16 * seq * seq, tag + 2);
+      block ws = make(65536, tag + 3);
+      drop(ws);
+      block ctx = make(seq * hidden, tag + 4);
+      drop(scores);
+      drop(qkv);
+      block h = make(4 * seq * hidden, tag + 5), y = make(seq * hidden, tag + 6);
+      drop(h);
+      drop(ctx);
+      drop(x);
+      x = y;
+    }
+    drop(x);
+  }
+  std::printf("corruptions %d\n", g_bad);
+  if (stats != nullptr) {
+    stats(after, sizeof after);
+    g_in_slab = field(after, "slab_hits") - field(before, "slab_hits");
+    std::printf("slab share %.4f of %llu allocations of at least 4 KiB in the second half\n",
+                g_big ? static_cast<double>(g_in_slab) / static_cast<double>(g_big) : 0.0,
+                static_cast<unsigned long long>(g_big));
+    std::printf("%s\n", after);
+  }
+  return g_bad == 0 ? 0 : 1;
+}
