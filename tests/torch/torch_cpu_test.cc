@@ -8,6 +8,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
+#include <map>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -139,6 +141,46 @@ TEST_F(TorchCpu, OutputsAreBitIdenticalWithAndWithoutReplay) {
     EXPECT_GT(after.slab_hits - warm.slab_hits, 0u) << c.name;
     EXPECT_EQ(after.fallbacks - warm.fallbacks, 0u) << c.name << ": the steady state should replay";
   }
+}
+
+// Shapes that change (Note [Envelope]): the encoder at a random sequence length per
+// request (16..256), one key, through libtorch's C++ frontend. Outputs are
+// bit-identical to libtorch's own allocator at every length, and once the largest
+// length has been seen at least 95% of the requests the plan expects come from the slab.
+TEST_F(TorchCpu, AVariableSequenceLengthReplaysFromOnePlan) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(3);
+  auto encoder = std::make_shared<EncoderLike>();
+  encoder->eval();
+  std::mt19937 rng(5);
+  std::vector<std::int64_t> lengths = {256, 16};
+  for (int i = 0; i < 38; ++i) lengths.push_back(16 + static_cast<std::int64_t>(rng() % 241));
+  std::map<std::int64_t, torch::Tensor> inputs, reference;
+  for (std::int64_t t : lengths) {
+    if (inputs.count(t) == 0) inputs[t] = torch::randn({t, 2, 64});
+  }
+  replayalloc::torch::uninstall();
+  for (auto& [t, x] : inputs) reference[t] = encoder->forward(x).clone();
+  replayalloc::torch::install();
+  replayalloc::Stats steady;
+  const replayalloc::Stats before = replayalloc::stats();
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    if (i == 4) steady = replayalloc::stats();
+    torch::Tensor y;
+    {
+      replayalloc::torch::Iteration it("test/encoder-varlen");
+      y = encoder->forward(inputs[lengths[i]]);
+    }
+    ASSERT_TRUE(torch::equal(y, reference[lengths[i]])) << "length " << lengths[i] << ", request " << i;
+  }
+  const replayalloc::Stats after = replayalloc::stats();
+  const double hits = static_cast<double>(after.slab_hits - steady.slab_hits);
+  const double misses = static_cast<double>(after.fallbacks - steady.fallbacks);
+  std::printf("encoder, sequence length 16..256, C++: %.1f%% of %.0f planned requests from the slab; "
+              "%llu plans\n", 100.0 * hits / (hits + misses), hits + misses,
+              static_cast<unsigned long long>(after.plans - before.plans));
+  EXPECT_GE(hits / (hits + misses), 0.95);
+  EXPECT_LE(after.plans - before.plans, 3u);
 }
 
 TEST_F(TorchCpu, AllocationsAreTaggedWithTheOpThatMadeThem) {
