@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <barrier>
 #include <cuda_runtime_api.h>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,6 +101,27 @@ TEST_F(Device, IterationsReplayFromADeviceSlab) {
   EXPECT_EQ(count_in_log("malloc "), 1);
   EXPECT_EQ(count_in_log("malloc_async"), 0);
   EXPECT_GE(after.slab_bytes, after.lower_bound_bytes);
+}
+
+// Shapes that change on the device (Note [Envelope]): a sequence length drawn per
+// iteration scales every block but a fixed workspace; once the largest length has been
+// seen every iteration is served from the device slab, every block intact (the
+// simulated device memory is host memory, checked byte for byte).
+TEST_F(Device, AVariableSequenceLengthReplaysFromOneDevicePlan) {
+  const replayalloc::Stats before = replayalloc::cuda::stats();
+  std::mt19937 rng(9);
+  std::vector<std::size_t> lengths = {256, 16};
+  for (int i = 0; i < 30; ++i) lengths.push_back(16 + rng() % 241);
+  replayalloc::Stats steady;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    if (i == 4) steady = replayalloc::cuda::stats();
+    const std::size_t t = lengths[i];
+    device_iteration(mr_, "dev-varlen", s1_, 200 + i, {t * 4096, t * 12288, 64 << 10, t * t * 64, t * 4096});
+  }
+  const replayalloc::Stats after = replayalloc::cuda::stats();
+  EXPECT_EQ(after.slab_hits - steady.slab_hits, 5u * (lengths.size() - 4));
+  EXPECT_EQ(after.fallbacks, steady.fallbacks);
+  EXPECT_LE(after.plans - before.plans, 2u);
 }
 
 TEST_F(Device, OutsideAnIterationMissesGoToMallocAsyncOnTheRequestStream) {
