@@ -12,6 +12,8 @@ Files (default: resnet50):
                       allocations; 2 keep the benchmark matrix within its 30 minutes on
                       the 2-core bench machine); sequence 128, batch 1 or 8; output: the
                       pooled [CLS] vector
+  bert_varlen         bert_b1's model with an input of 256 tokens, of which the e2e
+                      benchmark's variable-length cells take a prefix per request
   lstm                models.py's LSTM language-model body (2 layers, vocabulary 10,000,
                       width 512), sequence 64, batch 1; output: the logits of the last step
 
@@ -32,6 +34,7 @@ FILES = {
     "mobilenet_v3_large": ("mobilenet_v3_large", 1, {}),
     "bert_b1": ("bert", 1, {"layers": 2}),
     "bert_b8": ("bert", 8, {"layers": 2}),
+    "bert_varlen": ("bert", 1, {"layers": 2, "seq": 256}),
     "lstm": ("lstm", 1, {}),
 }
 

@@ -5,6 +5,7 @@
 //   e2e_driver --model M.pt --input M.input.pt --reference REF [--write-reference]
 //              [--threads T] [--warmup W] [--iterations N] [--label NAME]
 //              [--iterations-api none|explicit|torch] [--torch-lib libreplayalloc_torch.so]
+//              [--lengths L1,L2,...]
 //
 // The allocator is chosen outside the program (bench/e2e/run_e2e.py): nothing (glibc),
 // LD_PRELOAD of jemalloc, tcmalloc, mimalloc or libreplayalloc_preload.so, or, with
@@ -29,6 +30,11 @@
 // (--write-reference writes it from the first output instead, and still checks the
 // rest against it); any difference beyond 1e-4 relative fails the run (exit 1).
 // Intra-op threads are set to 1 (torch::set_num_threads), so T is the parallelism.
+//
+// --lengths: shapes that change. Each inference takes the input's first L positions
+// along dimension 1 (a sequence of token ids), L drawn per inference from the list by
+// a fixed pseudo-random sequence per thread (the same in every run); the reference
+// holds one output per length, stacked.
 #include <dlfcn.h>
 #include <sys/resource.h>
 
@@ -59,6 +65,7 @@ struct options {
   std::string model, input, reference, label = "unnamed", api = "none", torch_lib;
   bool write_reference = false;
   int threads = 1, warmup = 5, iterations = 10;
+  std::vector<std::int64_t> lengths;  // empty: the input as it is
 };
 
 [[noreturn]] void die(const std::string& msg) {
@@ -91,6 +98,16 @@ options parse(int argc, char** argv) {
     else if (a == "--label") o.label = value();
     else if (a == "--iterations-api") o.api = value();
     else if (a == "--torch-lib") o.torch_lib = value();
+    else if (a == "--lengths") {
+      const std::string v = value();
+      for (std::size_t at = 0; at < v.size();) {
+        const std::size_t comma = std::min(v.find(',', at), v.size());
+        const long n = std::strtol(v.substr(at, comma - at).c_str(), nullptr, 10);
+        if (n < 1 || n > 100000) die("bad length in --lengths '" + v + "'");
+        o.lengths.push_back(n);
+        at = comma + 1;
+      }
+    }
     else die("unknown argument '" + a + "' (see the comment at the top of e2e_driver.cc)");
   }
   if (o.model.empty() || o.input.empty() || o.reference.empty()) die("--model, --input and --reference are required");
@@ -150,21 +167,31 @@ struct check_state {
   double max_abs_diff = 0;
 };
 
-void check(check_state& s, const torch::Tensor& y) {
+// `which` >= 0: the output for length `which` of --lengths (the reference's row).
+void check(check_state& s, const torch::Tensor& y, int which = -1) {
   const torch::Tensor c = y.to(torch::kFloat).contiguous();
   std::lock_guard<std::mutex> lock(s.mu);
+  const torch::Tensor ref = which >= 0 ? s.reference[which] : s.reference;
   ++s.checked;
-  if (c.sizes() != s.reference.sizes()) {
+  if (c.sizes() != ref.sizes()) {
     ++s.wrong;
     return;
   }
-  if (torch::equal(c, s.reference)) {
+  if (torch::equal(c, ref)) {
     ++s.bit_identical;
     return;
   }
-  const double diff = (c - s.reference).abs().max().item<double>();
+  const double diff = (c - ref).abs().max().item<double>();
   s.max_abs_diff = std::max(s.max_abs_diff, diff);
-  if (!torch::allclose(c, s.reference, 1e-4, 1e-5)) ++s.wrong;
+  if (!torch::allclose(c, ref, 1e-4, 1e-5)) ++s.wrong;
+}
+
+// Which of --lengths inference i of thread t uses: splitmix64 of (t, i).
+int length_index(int t, int i, std::size_t n) {
+  std::uint64_t z = (static_cast<std::uint64_t>(t) << 32 | static_cast<std::uint32_t>(i)) + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return static_cast<int>((z ^ (z >> 31)) % n);
 }
 
 }  // namespace
@@ -224,30 +251,57 @@ int main(int argc, char** argv) {
     if (end != nullptr) end();
     return y;
   };
+  const bool varlen = !o.lengths.empty();
+  std::vector<torch::Tensor> inputs;  // per length (varlen), else the one input
+  if (varlen) {
+    for (std::int64_t l : o.lengths) {
+      if (input.dim() < 2 || l > input.size(1)) die("--lengths: the input has no dimension 1 that long");
+      inputs.push_back(input.narrow(1, 0, l).contiguous());
+    }
+  }
   auto worker = [&](int t) {
     try {
       torch::NoGradGuard no_grad;
       std::vector<torch::jit::IValue> in{input};
+      auto run = [&](int i, int* which) {
+        if (!varlen) return one(in);
+        *which = length_index(t, i, inputs.size());
+        std::vector<torch::jit::IValue> x{inputs[static_cast<std::size_t>(*which)]};
+        return one(x);
+      };
       {
-        // The first output of the --write-reference run becomes the reference.
+        // The first outputs of the --write-reference run become the reference.
         std::lock_guard<std::mutex> lock(first_mu);
         if (!have_reference) {
-          torch::Tensor y = one(in);
-          chk.reference = y.to(torch::kFloat).contiguous().clone();
+          if (varlen) {
+            std::vector<torch::Tensor> rows;
+            for (const torch::Tensor& x : inputs) {
+              std::vector<torch::jit::IValue> xi{x};
+              rows.push_back(one(xi).to(torch::kFloat).contiguous().clone());
+            }
+            chk.reference = torch::stack(rows);
+          } else {
+            chk.reference = one(in).to(torch::kFloat).contiguous().clone();
+          }
           save_reference(o.reference, chk.reference);
           have_reference = true;
         }
       }
-      for (int i = 0; i < o.warmup; ++i) check(chk, one(in));
+      for (int i = 0; i < o.warmup; ++i) {
+        int which = -1;
+        torch::Tensor y = run(i, &which);
+        check(chk, y, which);
+      }
       sync.arrive_and_wait();  // warm-up done
       sync.arrive_and_wait();  // timed phase starts
       auto& mine = ms[static_cast<std::size_t>(t)];
       mine.reserve(static_cast<std::size_t>(o.iterations));
       for (int i = 0; i < o.iterations; ++i) {
+        int which = -1;
         const auto t0 = clock_type::now();
-        torch::Tensor y = one(in);
+        torch::Tensor y = run(o.warmup + i, &which);
         mine.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
-        check(chk, y);
+        check(chk, y, which);
       }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "e2e_driver: thread %d: %s\n", t, e.what());

@@ -53,6 +53,11 @@ FULL_CELLS = ("mobilenet_v3_large:1:10:40,mobilenet_v3_large:2:10:30,mobilenet_v
               "bert_b8:1:8:6")
 
 
+# Models whose cells change shape per inference: the driver's --lengths (a prefix of
+# the input's token ids, drawn per inference from these lengths).
+VARLEN = {"bert_varlen": ",".join(str(16 * k) for k in range(1, 17))}  # 16..256
+
+
 def parse_cells(spec):
     cells = []
     for item in spec.split(","):
@@ -151,6 +156,8 @@ def main():
                            "--input", os.path.join(models_dir, f"{c['model']}.input.pt"),
                            "--reference", ref, "--threads", str(c["threads"]), "--warmup", str(c["warmup"]),
                            "--iterations", str(c["iterations"]), "--label", x] + args
+                    if c["model"] in VARLEN:
+                        cmd += ["--lengths", VARLEN[c["model"]]]
                     if x == "glibc" and not os.path.exists(ref):
                         cmd.append("--write-reference")
                     env = dict(base_env, **env_extra)
