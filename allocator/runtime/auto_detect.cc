@@ -99,8 +99,8 @@ void period_detector::found_at(std::size_t p, std::size_t end, bool by_shape) {
 }
 
 // Note [Periods whose sizes change]: detect() over the lifetimes of the allocations at
-// least max_life old, with the same rules (three periods alike, 64 allocations,
-// min_period_bytes per period, no multiple of a shorter period, the longest run).
+// least max_life old, with the same rules (64 allocations, min_period_bytes per period,
+// no multiple of a shorter period, the longest run) but eight periods alike.
 bool period_detector::detect_shape() {
   if (sizes_.size() <= max_life + 64) return false;
   const std::size_t n = sizes_.size() - max_life;  // symbols known below n
@@ -114,10 +114,14 @@ bool period_detector::detect_shape() {
     if (!same) continue;
     ++candidates;
     const std::size_t p = n - 1 - q;
-    if (p < 2 || rejected(p) || 3 * p > n) continue;
+    if (p < 2 || rejected(p) || shape_periods * p > n) continue;
     std::size_t run = 0;
     while (run + p < n && symbol(n - 1 - run) == symbol(n - 1 - run - p)) ++run;
-    if (run < 2 * p || run < 64 || run <= best_run) continue;
+    // Eight periods alike, not three: a program whose structure changes with some shapes
+    // (tensors crossing REPLAYALLOC_MIN_SIZE, kernels that allocate per chunk) matches
+    // itself for a few requests in a row by chance, and a period taken there drifts off
+    // the requests at the first other shape.
+    if (run < (shape_periods - 1) * p || run < 64 || run <= best_run) continue;
     bool multiple = false;
     for (std::size_t d = 1; d <= p / 2 && !multiple; ++d) {
       if (p % d != 0) continue;

@@ -18,7 +18,11 @@
 // period of sizes is found, the detector looks for one in that structure: each watched
 // allocation's symbol is its lifetime counted in watched allocations (1..63, or 64
 // and more, or still live after 64), known once it is freed or 64 allocations old, so
-// the search runs over all but the newest 64. Constant symbols (every block freed at
+// the search runs over all but the newest 64. It asks for eight periods alike (not
+// three): a program whose structure changes with some shapes (tensors crossing
+// REPLAYALLOC_MIN_SIZE as they grow, kernels that allocate per chunk) matches itself
+// for a few requests by chance, and a period taken there would drift off the requests
+// at the first other shape, costing plans and slabs for nothing. Constant symbols (every block freed at
 // once, as in a stream of random sizes) give no period (a multiple of 1), and a layer
 // repeated inside an inference is the shorter run, as with sizes. The key is named
 // after the symbols, not the sizes, so every shape of the program is one key; its
@@ -40,6 +44,7 @@ inline constexpr std::uint64_t min_period_bytes = std::uint64_t{256} << 10;
 // allocations; the search for a period of structure runs every shape_every observed.
 inline constexpr std::uint8_t max_life = 64;
 inline constexpr std::uint64_t shape_every = 512;
+inline constexpr std::size_t shape_periods = 8;  // periods alike before one of structure is taken
 
 class period_detector {
  public:

@@ -42,10 +42,16 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
       // period from the slab did not repeat the period.
       const bool poor = replaying && std::uint64_t{d.cursor.handed} * 100 <
                                          std::uint64_t{a.det.period()} * (100 - opts_.deviation_percent);
+      // A period of structure (Note [Periods whose sizes change]) whose key failed once
+      // (a plan retired, a recording of another structure) was taken where the program
+      // only looked periodic: it is given up at once, not after many poor iterations.
+      const key_entry* e = t.entry;
+      const bool failed_shape = a.det.by_shape() && e != nullptr &&
+                                e->failures.load(std::memory_order_relaxed) != 0;
       end_impl(t);
       t.auto_iteration = false;
       a.deviated_in_a_row = poor ? a.deviated_in_a_row + 1 : 0;
-      if (a.deviated_in_a_row >= 2 * std::max<std::uint32_t>(1, opts_.replan_after)) {
+      if (failed_shape || a.deviated_in_a_row >= 2 * std::max<std::uint32_t>(1, opts_.replan_after)) {
         // The period is gone (a new shape, a new phase of the program), or was a
         // repeated part of a longer one: watch again, never picking it again.
         REPLAYALLOC_LOG(info, "auto: '%s' keeps deviating; watching the thread's allocations again", a.key);
