@@ -1,14 +1,15 @@
-// tests/property/random_traces.h: random traces and a brute-force optimum, shared by
-// the property tests. Everything is seeded: a failure names its iteration and replays.
+// tests/property/random_traces.h: random traces, and tiny ones with their brute-force
+// optimum (support/optimal_slab.h), shared by the property tests. Everything is
+// seeded: a failure names its iteration and replays.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <random>
 #include <vector>
 
 #include "planner/planner.h"
+#include "support/optimal_slab.h"
 #include "trace/trace.h"
 
 namespace replayalloc::testing_random {
@@ -200,56 +201,9 @@ inline trace multi_stream_staircase(std::mt19937_64& rng, std::size_t streams, s
   return t;
 }
 
-inline bool lifetimes_intersect(const trace_allocation& a, const trace_allocation& b) {
-  return a.alloc_at < b.free_at && b.alloc_at < a.free_at;
-}
-
-// The smallest slab over every placement of t: each slot tries every aligned offset
-// below the best slab found so far (exhaustive; for tiny traces). Fills *best.
-inline std::uint64_t optimal_slab(const trace& t, const planner_options& o, placement* best) {
-  const auto& all = t.allocations;
-  const std::size_t n = all.size();
-  std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!all[i].outlives()) order.push_back(i);
-  }
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return slot_footprint(all[a], o) > slot_footprint(all[b], o);
-  });
-  std::vector<std::uint64_t> cur(n, not_in_slab);
-  std::uint64_t limit = 0;
-  for (const std::size_t i : order) {  // start from stacking every slot
-    const std::uint64_t al = slot_alignment(all[i], o);
-    cur[i] = (limit + al - 1) / al * al;
-    limit = cur[i] + slot_footprint(all[i], o);
-  }
-  best->offsets = cur;
-  best->slab_bytes = limit;
-  std::fill(cur.begin(), cur.end(), not_in_slab);
-  std::function<void(std::size_t, std::uint64_t)> place = [&](std::size_t k, std::uint64_t top) {
-    if (k == order.size()) {
-      best->offsets = cur;
-      best->slab_bytes = limit = top;
-      return;
-    }
-    const std::size_t i = order[k];
-    const std::uint64_t al = slot_alignment(all[i], o), fp = slot_footprint(all[i], o);
-    for (std::uint64_t off = 0; std::max(top, off + fp) < limit; off += al) {
-      bool clash = false;
-      for (std::size_t m = 0; m < k && !clash; ++m) {
-        const std::size_t j = order[m];
-        clash = lifetimes_intersect(all[i], all[j]) && off < cur[j] + slot_footprint(all[j], o) &&
-                cur[j] < off + fp;
-      }
-      if (clash) continue;
-      cur[i] = off;
-      place(k + 1, std::max(top, off + fp));
-      cur[i] = not_in_slab;
-    }
-  };
-  place(0, 0);
-  return limit;
-}
+// The brute-force optimum is tests/support/optimal_slab.h's, shared with the unit tests.
+using replayalloc::testing::lifetimes_intersect;
+using replayalloc::testing::optimal_slab;
 
 // A tiny trace for the brute force: 2..max_n allocations, footprints of 1-4 units of
 // 64 bytes and alignments up to 256, so the search stays small.
