@@ -43,10 +43,11 @@
 #include <mutex>
 
 #include "device_domain.h"
+#include "replayalloc/export.h"
 #include "runtime_table.h"
 #include "support/reentry.h"
 
-#define RA_HOOK extern "C" __attribute__((visibility("default")))
+#define RA_HOOK extern "C" REPLAYALLOC_EXPORT
 
 namespace replayalloc::detail {
 namespace {

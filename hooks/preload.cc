@@ -24,14 +24,13 @@
 #include <cstdlib>
 #include <new>
 
+#include "replayalloc/export.h"
 #include "replayalloc/replayalloc.h"
 #include "runtime/entry.h"
 
-#define RA_HOOK extern "C" __attribute__((visibility("default")))
+#define RA_HOOK extern "C" REPLAYALLOC_EXPORT
 
 namespace {
-
-inline bool is_pow2(std::size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
 std::size_t page_size() {
   static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
@@ -104,49 +103,49 @@ RA_HOOK void* reallocarray(void* p, size_t n, size_t size) noexcept {
 }
 
 // operator new and delete, every form.
-__attribute__((visibility("default"))) void* operator new(std::size_t n) { return new_impl(n, 0); }
-__attribute__((visibility("default"))) void* operator new[](std::size_t n) { return new_impl(n, 0); }
-__attribute__((visibility("default"))) void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+REPLAYALLOC_EXPORT void* operator new(std::size_t n) { return new_impl(n, 0); }
+REPLAYALLOC_EXPORT void* operator new[](std::size_t n) { return new_impl(n, 0); }
+REPLAYALLOC_EXPORT void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   return new_nothrow(n, 0);
 }
-__attribute__((visibility("default"))) void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+REPLAYALLOC_EXPORT void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
   return new_nothrow(n, 0);
 }
-__attribute__((visibility("default"))) void* operator new(std::size_t n, std::align_val_t a) {
+REPLAYALLOC_EXPORT void* operator new(std::size_t n, std::align_val_t a) {
   return new_impl(n, static_cast<std::size_t>(a));
 }
-__attribute__((visibility("default"))) void* operator new[](std::size_t n, std::align_val_t a) {
+REPLAYALLOC_EXPORT void* operator new[](std::size_t n, std::align_val_t a) {
   return new_impl(n, static_cast<std::size_t>(a));
 }
-__attribute__((visibility("default"))) void* operator new(std::size_t n, std::align_val_t a,
-                                                          const std::nothrow_t&) noexcept {
+REPLAYALLOC_EXPORT void* operator new(std::size_t n, std::align_val_t a,
+                                      const std::nothrow_t&) noexcept {
   return new_nothrow(n, static_cast<std::size_t>(a));
 }
-__attribute__((visibility("default"))) void* operator new[](std::size_t n, std::align_val_t a,
-                                                            const std::nothrow_t&) noexcept {
+REPLAYALLOC_EXPORT void* operator new[](std::size_t n, std::align_val_t a,
+                                        const std::nothrow_t&) noexcept {
   return new_nothrow(n, static_cast<std::size_t>(a));
 }
-__attribute__((visibility("default"))) void operator delete(void* p) noexcept { replayalloc::detail::entry_free(p); }
-__attribute__((visibility("default"))) void operator delete[](void* p) noexcept { replayalloc::detail::entry_free(p); }
-__attribute__((visibility("default"))) void operator delete(void* p, std::size_t) noexcept { replayalloc::detail::entry_free(p); }
-__attribute__((visibility("default"))) void operator delete[](void* p, std::size_t) noexcept { replayalloc::detail::entry_free(p); }
-__attribute__((visibility("default"))) void operator delete(void* p, std::align_val_t) noexcept { replayalloc::detail::entry_free(p); }
-__attribute__((visibility("default"))) void operator delete[](void* p, std::align_val_t) noexcept { replayalloc::detail::entry_free(p); }
-__attribute__((visibility("default"))) void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+REPLAYALLOC_EXPORT void operator delete(void* p) noexcept { replayalloc::detail::entry_free(p); }
+REPLAYALLOC_EXPORT void operator delete[](void* p) noexcept { replayalloc::detail::entry_free(p); }
+REPLAYALLOC_EXPORT void operator delete(void* p, std::size_t) noexcept { replayalloc::detail::entry_free(p); }
+REPLAYALLOC_EXPORT void operator delete[](void* p, std::size_t) noexcept { replayalloc::detail::entry_free(p); }
+REPLAYALLOC_EXPORT void operator delete(void* p, std::align_val_t) noexcept { replayalloc::detail::entry_free(p); }
+REPLAYALLOC_EXPORT void operator delete[](void* p, std::align_val_t) noexcept { replayalloc::detail::entry_free(p); }
+REPLAYALLOC_EXPORT void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
   replayalloc::detail::entry_free(p);
 }
-__attribute__((visibility("default"))) void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+REPLAYALLOC_EXPORT void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
   replayalloc::detail::entry_free(p);
 }
-__attribute__((visibility("default"))) void operator delete(void* p, const std::nothrow_t&) noexcept {
+REPLAYALLOC_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept {
   replayalloc::detail::entry_free(p);
 }
-__attribute__((visibility("default"))) void operator delete[](void* p, const std::nothrow_t&) noexcept {
+REPLAYALLOC_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept {
   replayalloc::detail::entry_free(p);
 }
-__attribute__((visibility("default"))) void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+REPLAYALLOC_EXPORT void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
   replayalloc::detail::entry_free(p);
 }
-__attribute__((visibility("default"))) void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+REPLAYALLOC_EXPORT void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
   replayalloc::detail::entry_free(p);
 }

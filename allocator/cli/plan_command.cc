@@ -1,4 +1,5 @@
 // `replayalloc plan TRACE -o PLAN [--algo NAME]`: plan a trace, write the plan.
+#include <bit>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -45,7 +46,7 @@ int run_plan(const std::vector<std::string>& args) {
   if (const std::optional<std::string> s = a->get("--slot-align")) {
     const std::optional<double> v = parse_number(*s);
     if (!v || *v < 1 || *v > (1 << 21) || *v != static_cast<double>(static_cast<std::uint64_t>(*v)) ||
-        (static_cast<std::uint64_t>(*v) & (static_cast<std::uint64_t>(*v) - 1)) != 0) {
+        !std::has_single_bit(static_cast<std::uint64_t>(*v))) {
       return usage_error("plan", usage(), absl::StrCat("--slot-align '", *s,
                                                        "' is not a power of two up to 2 MiB"));
     }

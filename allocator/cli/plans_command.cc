@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -264,7 +265,7 @@ std::optional<std::uint64_t> parse_slot_align(const std::string& s) {
     return std::nullopt;
   }
   const std::uint64_t a = static_cast<std::uint64_t>(*v);
-  if ((a & (a - 1)) != 0) return std::nullopt;
+  if (!std::has_single_bit(a)) return std::nullopt;
   return a;
 }
 

@@ -197,12 +197,12 @@ absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o) {
   if (best.slab > in->lower_bound) {
     // First fit: not an ordering of the greedy placer (it frees as it goes), so its
     // offsets are taken as they are; the search below starts from them and keeps a
-    // move only when it beats them.
-    absl::StatusOr<placement> ff = plan_first_fit(t, o);
-    REPLAYALLOC_RETURN_IF_ERROR(ff.status());
-    if (ff->slab_bytes < best.slab) {
-      best.slab = ff->slab_bytes;
-      best.offsets = std::move(ff->offsets);
+    // move only when it beats them. On the same input: the trace is checked and its
+    // lifetimes and lower bound computed once.
+    placement ff = detail::first_fit_placement(*in);
+    if (ff.slab_bytes < best.slab) {
+      best.slab = ff.slab_bytes;
+      best.offsets = std::move(ff.offsets);
       best.order = detail::order_by_arrival(*in);
       winner = "first_fit";
     }

@@ -27,8 +27,6 @@
 namespace replayalloc::detail {
 namespace {
 
-inline std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) & ~(a - 1); }
-
 class arrival_searcher {
  public:
   arrival_searcher(const greedy_input& in, std::uint64_t capacity, std::uint64_t budget)

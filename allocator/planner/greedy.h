@@ -4,11 +4,13 @@
 // planner is an ordering of the allocations plus one rule: take them in that order,
 // and put each in the smallest gap, among slots already placed whose lifetimes
 // intersect its own, that holds it (ties: the lowest offset); above the highest such
-// slot when none does. The orderings differ (greedy_by_size.cc, greedy_by_breadth.cc,
-// greedy_by_lifetime.cc, greedy_by_arrival.cc); best.cc tries them all and then
-// improves the best ordering. Never allocates per placed slot once warmed up: a
-// greedy_placer keeps its buffers between runs, which is what makes the improving
-// pass in best.cc affordable.
+// slot when none does. Each concept has its file: the lifetimes every run shares,
+// computed once per plan (lifetimes.h, lifetimes.cc), the placer (greedy_placer.cc),
+// the orderings' sort (sort_by_keys.cc) and the orderings (greedy_by_size.cc,
+// greedy_by_breadth.cc, greedy_by_lifetime.cc, greedy_by_arrival.cc); best.cc tries
+// them all and then improves the best ordering. Never allocates per placed slot once
+// warmed up: a greedy_placer keeps its buffers between runs, which is what makes the
+// improving pass in best.cc affordable.
 #pragma once
 
 #include <cstdint>
@@ -16,38 +18,20 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
+#include "planner/lifetimes.h"
 #include "planner/planner.h"
 #include "trace/trace.h"
 
 namespace replayalloc::detail {
 
-// What every greedy run over one trace needs, computed once.
-struct greedy_input {
-  const trace* tr = nullptr;
-  std::vector<std::uint32_t> plannable;  // indices of allocations that do not outlive
-  std::vector<std::uint64_t> footprint;  // slot_footprint(), per allocation index
-  std::vector<std::uint64_t> alignment;  // slot_alignment(), per allocation index
-  std::uint64_t horizon = 1;             // 1 + the largest free_at among plannable
-  std::uint64_t lower_bound = 0;
-  // Note [Time index]: each plannable lifetime mapped onto the distinct allocation
-  // positions, [first, last) per allocation index; `positions` of them.
-  std::vector<std::uint32_t> first, last;
-  std::size_t positions = 0;
-};
-
-// Checks the trace and the options and fills a greedy_input.
-absl::StatusOr<greedy_input> prepare_greedy(const trace& t, const planner_options& o);
-
 // Places allocations in a given order; reusable across orders of the same input.
-// Note [Time index]: lifetimes are mapped onto the distinct allocation positions
-// (two lifetimes intersect exactly when their mapped ranges do, since every alloc_at
-// is one of those positions). The slots that meet a lifetime [l, r) are those live at
-// l, found by a stabbing query on a segment tree holding each slot at the O(log n)
-// canonical nodes of its range (a slot live at l sits at exactly one node on l's path
-// to the root, so no filter is needed), and those that start inside (l, r), found in
-// a count-pruned segment tree over start positions. Each is found once: a query costs
-// O(log n) plus O(log n) per slot found, whatever the lifetimes' lengths.
+// Note [Time index]: on the lifetimes mapped onto positions (Note [Positions] in
+// lifetimes.h), the slots that meet a lifetime [l, r) are those live at l, found by a
+// stabbing query on a segment tree holding each slot at the O(log n) canonical nodes
+// of its range (a slot live at l sits at exactly one node on l's path to the root, so
+// no filter is needed), and those that start inside (l, r), found in a count-pruned
+// segment tree over start positions. Each is found once: a query costs O(log n) plus
+// O(log n) per slot found, whatever the lifetimes' lengths.
 class greedy_placer {
  public:
   explicit greedy_placer(const greedy_input& in);
@@ -109,6 +93,10 @@ bool fit_under(const greedy_input& in, std::uint64_t capacity, std::uint64_t bud
 // One greedy run: a placement named `algorithm` from `order`.
 placement greedy_placement(const greedy_input& in, std::span<const std::uint32_t> order,
                            std::string algorithm);
+
+// First fit in arrival order (first_fit.cc): plan_first_fit()'s placement, from an
+// input already prepared (best.cc tries it without preparing the trace again).
+placement first_fit_placement(const greedy_input& in);
 
 // An ordering's sort: by (a, b, c), then by `tie_less` (allocation indices) on full
 // ties, by default the allocation's id, the tie-break every ordering ends with

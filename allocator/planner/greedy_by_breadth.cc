@@ -18,25 +18,15 @@ namespace detail {
 
 std::vector<std::uint32_t> order_by_breadth(const greedy_input& in) {
   const std::size_t m = in.positions;
-  // Live bytes at each position: +footprint from the allocation's position, -footprint
-  // from the first position at or after free_at (a free at p comes before an
-  // allocation at p): the lifetimes as mapped for the time index (greedy.h).
-  std::vector<std::int64_t> delta(m + 1, 0);
-  for (const std::uint32_t i : in.plannable) {
-    const auto fp = static_cast<std::int64_t>(in.footprint[i]);
-    delta[in.first[i]] += fp;
-    delta[in.last[i]] -= fp;
-  }
-  // Segment tree of (live bytes, -position index): the maximum is the busiest moment,
-  // the earliest on a tie.
+  // Segment tree of (live bytes, -position index) over the positions (the live bytes
+  // of the lifetimes as mapped, lifetimes.h): the maximum is the busiest moment, the
+  // earliest on a tie.
   using node = std::pair<std::int64_t, std::int64_t>;
   std::size_t size = 1;
   while (size < m) size <<= 1;
   std::vector<node> tree(2 * size, node{-1, 0});
-  std::int64_t live = 0;
   for (std::size_t k = 0; k < m; ++k) {
-    live += delta[k];
-    tree[size + k] = {live, -static_cast<std::int64_t>(k)};
+    tree[size + k] = {static_cast<std::int64_t>(in.live[k]), -static_cast<std::int64_t>(k)};
   }
   for (std::size_t k = size - 1; k >= 1; --k) tree[k] = std::max(tree[2 * k], tree[2 * k + 1]);
   auto range_max = [&](std::size_t l, std::size_t r) {  // over [l, r), r > l

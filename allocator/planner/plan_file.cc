@@ -3,6 +3,7 @@
 // check_trace() and validate() before it is returned.
 #include "planner/plan_file.h"
 
+#include <bit>
 #include <cstring>
 #include <ctime>
 
@@ -91,8 +92,7 @@ absl::StatusOr<plan_file> decode_plan(std::string_view bytes) {
                           r.get_view(trace_len, &trace_bytes),
                       "plan file truncated in its header");
   REPLAYALLOC_EXPECTS((flags & ~known_flags) == 0, "plan file has unknown flags ", flags);
-  REPLAYALLOC_EXPECTS(f.slot_align != 0 && (f.slot_align & (f.slot_align - 1)) == 0 &&
-                          f.slot_align <= detail::max_slot_align,
+  REPLAYALLOC_EXPECTS(std::has_single_bit(f.slot_align) && f.slot_align <= detail::max_slot_align,
                       "plan file's slot alignment ", f.slot_align,
                       " is not a power of two up to 2 MiB");
   absl::StatusOr<trace> t = decode_trace_binary(trace_bytes);

@@ -69,7 +69,7 @@ struct replay_cursor {
   // can be read from any thread.
   slab* current = nullptr;
   std::uint32_t resync_window = 8;
-  std::uint64_t min_size = 0;  // smaller requests bypass the plan (REPLAYALLOC_MIN_SIZE)
+  std::uint64_t bypass_below = 0;  // below_min_size()'s threshold
   backend_kind last_kind = backend_kind::ordinary;  // of the last request the slab declined
   std::uint32_t pending = 0;  // look-ahead match to confirm (slot after it), 0 none
   bool mismatched = false;    // the previous slow-path request matched no slot
@@ -88,6 +88,17 @@ struct replay_cursor {
 // Adds n to a counter only this thread writes (no locked instruction).
 inline void bump(std::atomic<std::uint64_t>& a, std::uint64_t n = 1) {
   a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+// Note [Below the minimum size]: a request below REPLAYALLOC_MIN_SIZE, or of 0 bytes, is
+// never recorded, planned or watched by auto mode, in any domain or phase: its domain's
+// backend serves it. Every path asks this function, of the one copy of the threshold,
+// the cursor's bypass_below: the option, at least 1 (an empty request is never
+// planned), set when the domain is registered (runtime/lifecycle.cc); 0, so that
+// nothing is below it, until then. The host's inline entry point alone reads the
+// answer precomputed (thread_state::small_below, runtime/entry.h says why).
+REPLAYALLOC_ALWAYS_INLINE bool below_min_size(const replay_cursor& c, std::size_t size) {
+  return size < c.bypass_below;
 }
 
 // The slab's answer when the fast path could not serve: a block, or null when the

@@ -89,7 +89,7 @@ void* take(replay_cursor& c, std::uint32_t i, std::size_t size, std::size_t alig
 }  // namespace
 
 void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align) {
-  if (size < c.min_size || size == 0) {
+  if (below_min_size(c, size)) {
     // Never recorded, never planned: straight to the backend, the cursor untouched.
     bump(c.bypassed);
     bump(c.bypassed_bytes, size);

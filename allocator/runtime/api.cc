@@ -41,8 +41,10 @@ void* entry_alloc_slow(std::size_t size, std::size_t align) {
     if (p == nullptr) errno = ENOMEM;
     return p;
   }
-  // Below the minimum size (t.min_size is 0 until the thread is registered).
-  if (size < t.min_size && !check::enabled()) [[likely]] return alloc_below_min(t, size, align, false);
+  // Below the minimum size (nothing is until the thread is registered).
+  if (below_min_size(t.host.cursor, size) && !check::enabled()) [[likely]] {
+    return alloc_below_min(t, size, align, false);
+  }
   return engine::get().alloc_slow(t, size, align, false);
 }
 
@@ -69,6 +71,8 @@ void entry_free_slow(void* ptr) {
 
 namespace {
 
+// A power of two. Not std::has_single_bit: without -mpopcnt GCC 12 makes that a call to
+// libgcc's __popcountdi2, on posix_memalign's path (PyTorch's CPU allocator uses it).
 bool valid_alignment(std::size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
 // Bytes usable in a slab block: its slot's footprint.
@@ -112,7 +116,8 @@ REPLAYALLOC_EXPORT void* replayalloc_calloc(size_t count, size_t size) {
     return p;
   }
   thread_state& t = tls_state;
-  if (bytes < t.min_size && !replayalloc::detail::check::enabled()) [[likely]] {
+  if (replayalloc::detail::below_min_size(t.host.cursor, bytes) && !replayalloc::detail::check::enabled())
+      [[likely]] {
     return replayalloc::detail::alloc_below_min(t, bytes, malloc_align, true);
   }
   return engine::get().alloc_slow(t, bytes, malloc_align, true);

@@ -32,12 +32,13 @@
 //
 // What a domain may use besides these functions:
 //   tls_state, thread_state, domain_state, phase, domain_kind, bump (the counters
-//     reach stats()); replay_malloc, replay_free, backend_kind; slab, slab_source;
+//     reach stats()); replay_malloc, replay_free, below_min_size, backend_kind; slab,
+//     slab_source;
 //   trace, placement, not_in_slab (an adjuster's arguments), plan_greedy_by_size and
 //   planner_options (an adjuster planning again); process_options();
 //   REPLAYALLOC_LOG; reentry_guard and in_engine() (invariant 5: a domain's own
 //   allocations inside its slow paths go to the backend); chunk_bytes, chunk_shift,
-//   REPLAYALLOC_TLS_IE and REPLAYALLOC_EXPORT (support/config.h).
+//   REPLAYALLOC_TLS_IE (support/config.h) and REPLAYALLOC_EXPORT (replayalloc/export.h).
 //
 // Threads: domain_add_hooks, domain_stats and domain_stats_json may be called from any
 // thread; every other function acts on the calling thread's domain (d is one of its

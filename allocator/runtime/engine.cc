@@ -611,7 +611,7 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
   register_thread(t);
   // Below the minimum: never recorded, planned or watched (api.cc takes this path
   // before calling here when it can).
-  if (size < t.min_size || size == 0) return alloc_below_min(t, size, align, zero);
+  if (below_min_size(t.host.cursor, size)) return alloc_below_min(t, size, align, zero);
   const bool watched = opts_.mode == run_mode::automatic;
   if (watched) auto_before_alloc(t, size);
   domain_state& d = t.host;

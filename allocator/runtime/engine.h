@@ -133,7 +133,6 @@ class engine {
 
   const options& opts() const { return opts_; }
   bool replays() const { return opts_.mode == run_mode::replay || opts_.mode == run_mode::automatic; }
-  bool slabs_available() const { return slabs_ok_; }
 
   // fork(): every engine lock is taken before, released after in both processes; the
   // child also abandons the forking thread's open iteration (its slab stays out of the

@@ -9,8 +9,11 @@
 //   * a backend block freed that neither a recording nor auto mode's watcher needs
 //     to see (engine.h: free_backend_plain): straight to jemalloc's free.
 // A request below REPLAYALLOC_MIN_SIZE (95% of the calls of a Python inference loop)
-// goes to jemalloc's malloc from here (thread_state::small_below), before anything
-// else is looked at.
+// goes to jemalloc's malloc from here, before anything else is looked at. The question
+// is below_min_size() (Note [Below the minimum size] in replay/fast_path.h), the one
+// every path asks; here its answer comes precomputed, thread_state::small_below (0
+// where this path may not serve: no plain malloc, check mode), since asking those two
+// conditions on every call would cost two instructions more.
 //
 // Cost (callgrind, instructions per malloc+free pair, the benchmark loop's 8
 // included): below the minimum, 120.1 at 64 B through the C API and 137.1 through the
@@ -37,9 +40,10 @@ REPLAYALLOC_NOINLINE void entry_free_slow(void* ptr);
 // pre: align is a power of two >= malloc_align and <= max_slot_align.
 REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align) {
   thread_state& t = tls_state;
-  // Below the minimum: never recorded, planned or watched, in any phase, so straight
-  // to the backend's malloc (it never calls back into replayalloc, so this is safe
-  // inside the engine too). Counted first so the call is a tail call.
+  // Below the minimum (below_min_size(), answered ahead): never recorded, planned or
+  // watched, in any phase, so straight to the backend's malloc (it never calls back
+  // into replayalloc, so this is safe inside the engine too). Counted first so the
+  // call is a tail call.
   if (size < t.small_below && align <= malloc_align) [[likely]] {
     count_below_min(t, size);
     return backend::g_plain_malloc.load(std::memory_order_relaxed)(size < malloc_align ? malloc_align : size);

@@ -3,6 +3,8 @@
 // every lock held across fork() (Note [Fork]).
 #include <pthread.h>
 
+#include <algorithm>
+
 #include "backend/backend.h"
 #include "backend/slab_range.h"
 #include "runtime/check.h"
@@ -99,7 +101,8 @@ void engine::register_thread(thread_state& t) {
   if (t.registered || t.exited) return;
   reentry_guard guard;
   t.registered = true;
-  t.min_size = opts_.min_size;
+  // below_min_size() precomputed for the inline entry point (thread_state.h): there,
+  // only when the backend has a plain malloc and check mode is off.
   t.small_below = backend::g_plain_malloc.load(std::memory_order_relaxed) != nullptr && !check::enabled()
                       ? opts_.min_size
                       : 0;
@@ -116,7 +119,8 @@ void engine::register_domain(domain_state& d) {
   if (d.registered) return;
   reentry_guard guard;
   d.cursor.resync_window = opts_.resync_window;
-  d.cursor.min_size = opts_.min_size;
+  // Note [Below the minimum size] (replay/fast_path.h): the threshold's one copy.
+  d.cursor.bypass_below = std::max<std::uint64_t>(opts_.min_size, 1);
   std::lock_guard<std::mutex> lock(mu_);
   d.registered = true;
   d.prev = nullptr;

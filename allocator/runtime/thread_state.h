@@ -70,10 +70,12 @@ struct thread_state {
   std::uint32_t depth = 0;  // open iterations (nested ones join the outermost)
   std::uint32_t op = 0;
   std::uint32_t thread_no = 0;
-  std::uint64_t min_size = 0;
   // Requests below this (and aligned as malloc aligns) go straight to the backend's
-  // own malloc from the entry point (runtime/entry.h): min_size once the thread is
-  // registered, when the backend has a plain malloc and check mode is off; else 0.
+  // own malloc from the inline entry point (runtime/entry.h): below_min_size() of the
+  // host cursor, answered ahead for that path (Note [Below the minimum size] in
+  // replay/fast_path.h). REPLAYALLOC_MIN_SIZE once the thread is registered, when the
+  // backend has a plain malloc and check mode is off; else 0, and the slow path asks
+  // below_min_size() itself (so does an empty request when the option is 0).
   std::uint64_t small_below = 0;
   key_entry* entry = nullptr;  // the open iteration's host key
   // Auto mode (runtime/auto_detect.h): the thread's watcher, whether the open

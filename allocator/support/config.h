@@ -8,10 +8,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "replayalloc/export.h"  // REPLAYALLOC_EXPORT
+
 // REPLAYALLOC_DEBUG: invariant checks.
 //   0: none on the hot path (release builds)
-//   1: cheap asserts (a slot's state before it is handed out, refcounts)
-//   3: whole-plan checks (validate() after every plan, every compiled plan re-checked)
+//   1: cheap asserts off the hot path (replay/slow_path.cc: the cursor only moves forward)
+// No level checks whole plans: validate() checks every plan at every level, before the
+// engine installs it (runtime/engine.cc) and when a plan file is read (planner/plan_file.cc).
 #ifndef REPLAYALLOC_DEBUG
 #define REPLAYALLOC_DEBUG 0
 #endif
@@ -28,13 +31,11 @@
 #else
 #define REPLAYALLOC_TLS_IE __attribute__((tls_model("initial-exec")))
 #endif
-#define REPLAYALLOC_EXPORT __attribute__((visibility("default")))
 #else
 #define REPLAYALLOC_NOINLINE
 #define REPLAYALLOC_ALWAYS_INLINE inline
 #define REPLAYALLOC_COLD
 #define REPLAYALLOC_TLS_IE
-#define REPLAYALLOC_EXPORT
 #endif
 
 // The library's version (CMake's project version), written into plan files: a plan

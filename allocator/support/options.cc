@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 
@@ -298,7 +299,7 @@ int parse_options(char* const* envp, options* out) {
         const bool ok = d.k == kind::size ? parse_size(v, &n)
                                           : (parse_size(v, &n) && v[std::strlen(v) - 1] >= '0' &&
                                              v[std::strlen(v) - 1] <= '9');
-        if (!ok || n < d.lo || n > d.hi || (d.pow2 && (n & (n - 1)) != 0)) {
+        if (!ok || n < d.lo || n > d.hi || (d.pow2 && !std::has_single_bit(n))) {
           ++bad;
           REPLAYALLOC_LOG(error,
                           "%s='%s' is not %s in [%llu, %llu]%s; using the default", d.name, v,

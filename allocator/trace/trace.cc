@@ -1,6 +1,7 @@
 #include "trace/trace.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "absl/container/flat_hash_set.h"
 #include "support/config.h"
@@ -79,7 +80,7 @@ absl::Status check_trace(const trace& t) {
     REPLAYALLOC_EXPECTS(a.size > 0, "allocation ", a.id, " has size 0");
     REPLAYALLOC_EXPECTS(a.size <= detail::max_request_bytes, "allocation ", a.id, " has size ",
                         a.size, ", above the limit of 2^47 bytes");
-    REPLAYALLOC_EXPECTS(a.align != 0 && (a.align & (a.align - 1)) == 0, "allocation ", a.id,
+    REPLAYALLOC_EXPECTS(std::has_single_bit(a.align), "allocation ", a.id,
                         " has alignment ", a.align, ", not a power of two");
     REPLAYALLOC_EXPECTS(a.align <= detail::max_slot_align, "allocation ", a.id, " has alignment ",
                         a.align, ", above the limit of 2 MiB");

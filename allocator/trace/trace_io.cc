@@ -1,6 +1,7 @@
 #include "trace/trace_io.h"
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 
@@ -201,8 +202,8 @@ absl::StatusOr<trace> decode_trace_csv(std::string_view text) {
     REPLAYALLOC_EXPECTS(absl::SimpleAtoi(f[1], &a.size) && f[1][0] != '-' && a.size > 0 &&
                             a.size <= detail::max_request_bytes,
                         "line ", line_no, ": size '", f[1], "' is not an integer in [1, 2^47]");
-    REPLAYALLOC_EXPECTS(absl::SimpleAtoi(f[2], &align) && f[2][0] != '-' && align > 0 &&
-                            (align & (align - 1)) == 0 && align <= detail::max_slot_align,
+    REPLAYALLOC_EXPECTS(absl::SimpleAtoi(f[2], &align) && f[2][0] != '-' &&
+                            std::has_single_bit(align) && align <= detail::max_slot_align,
                         "line ", line_no, ": align '", f[2], "' is not a power of two in [1, 2 MiB]");
     a.align = static_cast<std::uint32_t>(align);
     REPLAYALLOC_EXPECTS(absl::SimpleAtoi(f[3], &a.alloc_at) && f[3][0] != '-' &&

@@ -118,7 +118,7 @@ void* device_alloc(std::size_t size, int device, cudaStream_t stream, device_api
         bump(dt.d.backend_bytes, size);
         // As the host records: what replay would bypass (below REPLAYALLOC_MIN_SIZE)
         // is not planned. (below_min counts as pass-through too: runtime/stats.cc.)
-        if (size < dt.d.cursor.min_size || size == 0) {
+        if (below_min_size(dt.d.cursor, size)) {
           bump(dt.d.below_min);
         } else {
           bump(dt.d.passthrough);

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "replayalloc/export.h"
 
 #define REPLAYALLOC_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -182,7 +183,7 @@ Iteration::~Iteration() {
 
 extern "C" {
 
-__attribute__((visibility("default"))) int replayalloc_torch_install(void) {
+REPLAYALLOC_EXPORT int replayalloc_torch_install(void) {
   try {
     replayalloc::torch::install();
     return 0;
@@ -192,7 +193,7 @@ __attribute__((visibility("default"))) int replayalloc_torch_install(void) {
   }
 }
 
-__attribute__((visibility("default"))) int replayalloc_torch_uninstall(void) {
+REPLAYALLOC_EXPORT int replayalloc_torch_uninstall(void) {
   try {
     replayalloc::torch::uninstall();
     return 0;
@@ -202,17 +203,17 @@ __attribute__((visibility("default"))) int replayalloc_torch_uninstall(void) {
   }
 }
 
-__attribute__((visibility("default"))) const char* replayalloc_torch_version(void) {
+REPLAYALLOC_EXPORT const char* replayalloc_torch_version(void) {
   return TORCH_VERSION;
 }
 
-__attribute__((visibility("default"))) int replayalloc_torch_iteration_begin(const char* key) {
+REPLAYALLOC_EXPORT int replayalloc_torch_iteration_begin(const char* key) {
   const int rc = replayalloc_iteration_begin(key);
   if (rc == 0) replayalloc::torch::t_python_callback = replayalloc::torch::start_tags(0);
   return rc;
 }
 
-__attribute__((visibility("default"))) int replayalloc_torch_iteration_end(void) {
+REPLAYALLOC_EXPORT int replayalloc_torch_iteration_end(void) {
   const int rc = replayalloc_iteration_end();
   if (rc == 0) {
     replayalloc::torch::stop_tags(replayalloc::torch::t_python_callback);
