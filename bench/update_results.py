@@ -448,7 +448,7 @@ def main():
     ap.add_argument("--callgrind-tsv")
     ap.add_argument("--demo-output")
     ap.add_argument("--e2e-runs")
-    ap.add_argument("--name", help="text: the section's name")
+    ap.add_argument("--name", help="text: the section's name; e2e: a section other than 'e2e'")
     ap.add_argument("--body", help="text: the file holding the section (heading included)")
     a = ap.parse_args()
     if a.section == "text":
@@ -468,6 +468,10 @@ def main():
         if not a.e2e_runs:
             sys.exit("update_results.py: e2e needs --e2e-runs")
         lines = e2e_section(a.e2e_runs, meta)
+        if a.name:  # another matrix (the variable-length cells): its own section and heading
+            lines[0] = f"## End to end: {meta.get('e2e_title', a.name)}"
+            replace_section(a.results, a.name, lines)
+            return
     else:
         if not a.demo_output:
             sys.exit("update_results.py: demo needs --demo-output")
