@@ -16,13 +16,13 @@ std::atomic<std::size_t> g_host_slab_limit{SIZE_MAX};
 
 class host_slab_source final : public slab_source {
  public:
-  explicit host_slab_source(bool prefault) : prefault_(prefault) {}
+  host_slab_source(bool prefault, bool purge) : prefault_(prefault), purge_(purge) {}
   void* map(std::size_t bytes, const char** why) override {
     // The iterations this slab will serve were served by the backend until now
     // (recorded, or passed through while other threads held the slabs): their blocks
     // are free there but their pages resident. Give them back before the slab's pages
     // are faulted in, so peak RSS is not both (one purge per slab made).
-    backend::release_free_memory();
+    if (purge_) backend::release_free_memory();
     bool over = false;
     void* p = backend::map_slab(bytes, bytes, prefault_,
                                 g_host_slab_limit.load(std::memory_order_relaxed), &over);
@@ -36,6 +36,7 @@ class host_slab_source final : public slab_source {
 
  private:
   bool prefault_;
+  bool purge_;
 };
 
 }  // namespace
@@ -45,8 +46,13 @@ void set_host_slab_limit(std::size_t bytes) {
 }
 
 slab_source& host_slabs(bool prefault) {
-  static host_slab_source with(true), without(false);
+  static host_slab_source with(true, true), without(false, true);
   return prefault ? static_cast<slab_source&>(with) : without;
+}
+
+slab_source& host_probation_slabs() {
+  static host_slab_source probation(false, false);
+  return probation;
 }
 
 namespace {

@@ -70,6 +70,9 @@ class slab_source {
 
 // Host slabs in the reserved range; `prefault` touches their pages when made.
 slab_source& host_slabs(bool prefault);
+// Note [Probation slabs] (runtime/engine.cc): host slabs neither pre-faulted nor
+// preceded by a purge of the backend, for the plans of a key that failed before.
+slab_source& host_probation_slabs();
 
 // Host slabs stop being made once this many bytes are committed
 // (REPLAYALLOC_MAX_SLAB_MEMORY); map() then fails with why == slab_limit_reason.

@@ -1,10 +1,14 @@
 #include "runtime/auto_detect.h"
 
+#include <algorithm>
+
 #include "support/hash.h"
 
 namespace replayalloc::detail {
 
 void period_detector::reset() {
+  next_detect_ = 0;
+  next_shape_ = 0;
   sizes_.clear();
   live_.clear();
   life_.clear();
@@ -27,9 +31,15 @@ bool period_detector::observe(std::uint64_t size, std::uint64_t live) {
   live_.push_back(live);
   life_.push_back(0);
   ++count_;
-  if (period_ != 0 || (count_ % 16) != 0) return false;
+  // A search scans up to a third of the history back, so it runs every 16 allocations
+  // while the history is short and every history/64 once it is long: a stream with no
+  // period costs a few instructions per allocation, not the whole history each time.
+  if (period_ != 0 || count_ < next_detect_) return false;
+  next_detect_ = count_ + std::max<std::uint64_t>(16, sizes_.size() / 64);
   if (detect()) return true;
-  return count_ % shape_every == 0 && detect_shape();
+  if (count_ < next_shape_) return false;
+  next_shape_ = count_ + shape_every;
+  return detect_shape();
 }
 
 void period_detector::settle(std::uint64_t pos) {
@@ -51,7 +61,8 @@ bool period_detector::detect() {
   // repeated layer inside one inference has a run shorter than the inference's.
   std::size_t best_p = 0, best_run = 0;
   int candidates = 0;
-  for (std::size_t q = n - 1; q-- > 0 && candidates < 256;) {
+  // Three periods must fit in the history: no candidate farther back than a third.
+  for (std::size_t q = n - 1; q-- > 0 && candidates < 256 && 3 * (n - 1 - q) <= n;) {
     if (sizes_[q] != last) continue;
     ++candidates;
     const std::size_t p = n - 1 - q;
@@ -108,7 +119,7 @@ bool period_detector::detect_shape() {
   constexpr std::size_t probe = 8;
   std::size_t best_p = 0, best_run = 0;
   int candidates = 0;
-  for (std::size_t q = n - 1; q-- > probe && candidates < 256;) {
+  for (std::size_t q = n - 1; q-- > probe && candidates < 256 && shape_periods * (n - 1 - q) <= n;) {
     bool same = true;
     for (std::size_t k = 0; k < probe && same; ++k) same = symbol(q - k) == symbol(n - 1 - k);
     if (!same) continue;

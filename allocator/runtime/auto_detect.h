@@ -86,6 +86,8 @@ class period_detector {
   // capped at max_life (which also stands for "still live after max_life").
   std::vector<std::uint8_t, backend::internal_allocator<std::uint8_t>> life_;
   bool by_shape_ = false;
+  std::uint64_t next_detect_ = 0;  // stream positions of the next searches
+  std::uint64_t next_shape_ = 0;
   std::uint64_t count_ = 0;    // allocations observed (the stream position)
   std::uint64_t base_ = 0;     // stream position of sizes_[0]
   std::uint32_t period_ = 0;

@@ -471,7 +471,16 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
     return false;
   }
   auto* v = new (mem) plan_version;
-  v->source = e.source;
+  // Note [Probation slabs]: a key whose plans failed before (set aside, given up, a
+  // plan made only because its recordings never agreed) has not shown that it repeats.
+  // Its next plan's host slabs are not pre-faulted and do not purge the backend first:
+  // if the plan fails again (the likely case for a stream that never repeats) it cost
+  // only the pages its iterations touched, not a whole slab of faults and the
+  // backend's pages faulted back in; if it holds, its first replayed iteration faults
+  // in the pages it uses, once. A key that replays clears its failures, and its later
+  // plans pre-fault as usual (REPLAYALLOC_PREFAULT).
+  const bool probation = e.kind == domain_kind::host && e.failures.load(std::memory_order_relaxed) != 0;
+  v->source = probation ? &host_probation_slabs() : e.source;
   v->plan = compile_plan(tr, p, po, managed.empty() ? nullptr : &managed, least);
   v->key = e.key;
   v->from_file = from_file;
