@@ -52,35 +52,37 @@ std::uint8_t period_detector::symbol(std::size_t i) const {
   return life_[i] != 0 ? life_[i] : max_life;  // pre: i at least max_life behind
 }
 
-bool period_detector::detect() {
-  const std::size_t n = sizes_.size();
-  const std::uint64_t last = sizes_[n - 1];
-  // Candidate periods: distances back to earlier allocations of the last size. Each
-  // is scored by how far back the stream keeps that period (its run); the longest run
-  // wins, the shorter period on ties: a period's multiples have shorter runs, and a
-  // repeated layer inside one inference has a run shorter than the inference's.
+// Candidate periods: distances back from the newest value (index n - 1) to earlier
+// positions whose last `probe` values are the same. Each is scored by how far back the
+// stream keeps that period (its run): at least `periods` periods alike and 64 values;
+// the longest run wins, the shorter period on ties (a period's multiples have shorter
+// runs, and a repeated layer inside one inference has a run shorter than the
+// inference's). A multiple of a shorter period is that period repeated, judged as that
+// one. And an inference moves far more than min_period_bytes per iteration;
+// interpreters' start-up loops, which also repeat, do not. Returns the period, or 0.
+template <class Value>
+std::size_t period_detector::best_period(std::size_t n, Value value, std::size_t periods,
+                                         std::size_t probe) const {
   std::size_t best_p = 0, best_run = 0;
   int candidates = 0;
-  // Three periods must fit in the history: no candidate farther back than a third.
-  for (std::size_t q = n - 1; q-- > 0 && candidates < 256 && 3 * (n - 1 - q) <= n;) {
-    if (sizes_[q] != last) continue;
+  for (std::size_t q = n - 1; q-- > probe - 1 && candidates < 256 && periods * (n - 1 - q) <= n;) {
+    bool same = true;
+    for (std::size_t k = 0; k < probe && same; ++k) same = value(q - k) == value(n - 1 - k);
+    if (!same) continue;
     ++candidates;
     const std::size_t p = n - 1 - q;
     if (p < 2 || rejected(p)) continue;
     std::size_t run = 0;
-    while (run + p < n && sizes_[n - 1 - run] == sizes_[n - 1 - run - p]) ++run;
-    if (run < 2 * p || run < 64 || run <= best_run) continue;  // three periods alike
-    // A multiple of a shorter period is that period repeated: it is judged as that one.
+    while (run + p < n && value(n - 1 - run) == value(n - 1 - run - p)) ++run;
+    if (run < (periods - 1) * p || run < 64 || run <= best_run) continue;
     bool multiple = false;
     for (std::size_t d = 1; d <= p / 2 && !multiple; ++d) {
       if (p % d != 0) continue;
       bool periodic = true;
-      for (std::size_t i = n - 2 * p; i < n && periodic; ++i) periodic = sizes_[i] == sizes_[i - d];
+      for (std::size_t i = n - 2 * p; i < n && periodic; ++i) periodic = value(i) == value(i - d);
       multiple = periodic;
     }
     if (multiple) continue;
-    // An inference moves far more than this per iteration; interpreters' start-up
-    // loops, which also repeat, do not.
     std::uint64_t bytes = 0;
     for (std::size_t k = n - p; k < n; ++k) bytes += sizes_[k];
     if (bytes >= min_period_bytes) {
@@ -88,8 +90,15 @@ bool period_detector::detect() {
       best_p = p;
     }
   }
-  if (best_p == 0) return false;
-  found_at(best_p, n, false);
+  return best_p;
+}
+
+// A period of sizes: three periods alike.
+bool period_detector::detect() {
+  const std::size_t n = sizes_.size();
+  const std::size_t p = best_period(n, [this](std::size_t i) { return sizes_[i]; }, 3, 1);
+  if (p == 0) return false;
+  found_at(p, n, false);
   return true;
 }
 
@@ -109,47 +118,18 @@ void period_detector::found_at(std::size_t p, std::size_t end, bool by_shape) {
   signature_ = fnv1a(h, p);
 }
 
-// Note [Periods whose sizes change]: detect() over the lifetimes of the allocations at
-// least max_life old, with the same rules (64 allocations, min_period_bytes per period,
-// no multiple of a shorter period, the longest run) but eight periods alike.
+// Note [Periods whose sizes change]: the same search over the lifetimes of the
+// allocations at least max_life old, filtered by the newest 8 symbols, and eight
+// periods alike, not three: a program whose structure changes with some shapes
+// (tensors crossing REPLAYALLOC_MIN_SIZE, kernels that allocate per chunk) matches
+// itself for a few requests in a row by chance, and a period taken there drifts off
+// the requests at the first other shape.
 bool period_detector::detect_shape() {
   if (sizes_.size() <= max_life + 64) return false;
   const std::size_t n = sizes_.size() - max_life;  // symbols known below n
-  // A short signature of the newest settled symbols filters the candidates.
-  constexpr std::size_t probe = 8;
-  std::size_t best_p = 0, best_run = 0;
-  int candidates = 0;
-  for (std::size_t q = n - 1; q-- > probe && candidates < 256 && shape_periods * (n - 1 - q) <= n;) {
-    bool same = true;
-    for (std::size_t k = 0; k < probe && same; ++k) same = symbol(q - k) == symbol(n - 1 - k);
-    if (!same) continue;
-    ++candidates;
-    const std::size_t p = n - 1 - q;
-    if (p < 2 || rejected(p) || shape_periods * p > n) continue;
-    std::size_t run = 0;
-    while (run + p < n && symbol(n - 1 - run) == symbol(n - 1 - run - p)) ++run;
-    // Eight periods alike, not three: a program whose structure changes with some shapes
-    // (tensors crossing REPLAYALLOC_MIN_SIZE, kernels that allocate per chunk) matches
-    // itself for a few requests in a row by chance, and a period taken there drifts off
-    // the requests at the first other shape.
-    if (run < (shape_periods - 1) * p || run < 64 || run <= best_run) continue;
-    bool multiple = false;
-    for (std::size_t d = 1; d <= p / 2 && !multiple; ++d) {
-      if (p % d != 0) continue;
-      bool periodic = true;
-      for (std::size_t i = n - 2 * p; i < n && periodic; ++i) periodic = symbol(i) == symbol(i - d);
-      multiple = periodic;
-    }
-    if (multiple) continue;
-    std::uint64_t bytes = 0;
-    for (std::size_t k = n - p; k < n; ++k) bytes += sizes_[k];
-    if (bytes >= min_period_bytes) {
-      best_run = run;
-      best_p = p;
-    }
-  }
-  if (best_p == 0) return false;
-  found_at(best_p, n, true);
+  const std::size_t p = best_period(n, [this](std::size_t i) { return symbol(i); }, shape_periods, 8);
+  if (p == 0) return false;
+  found_at(p, n, true);
   return true;
 }
 

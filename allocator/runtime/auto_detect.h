@@ -75,6 +75,8 @@ class period_detector {
  private:
   bool detect();
   bool detect_shape();
+  template <class Value>
+  std::size_t best_period(std::size_t n, Value value, std::size_t periods, std::size_t probe) const;
   std::uint8_t symbol(std::size_t i) const;
   void found_at(std::size_t p, std::size_t end, bool by_shape);
   bool rejected(std::size_t p) const;

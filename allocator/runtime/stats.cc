@@ -83,7 +83,8 @@ bool expand_stats_path(const char* pattern, char* out, std::size_t cap) {
 
 // When `path` holds statistics another process wrote since this one started: that
 // process's pid (and name in `who`); otherwise 0.
-int other_writer(const char* path, char* who, std::size_t cap) {
+// pre: `who` holds at least 64 characters.
+int other_writer(const char* path, char* who) {
   struct stat st;
   if (::lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
   const std::int64_t written = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
@@ -97,7 +98,6 @@ int other_writer(const char* path, char* who, std::size_t cap) {
   head[got] = '\0';
   int pid = 0;
   if (std::sscanf(head, "{\"pid\":%d,\"program\":\"%63[^\"]\"", &pid, who) < 1) return 0;
-  (void)cap;
   return pid == ::getpid() ? 0 : pid;
 }
 
@@ -105,16 +105,14 @@ int other_writer(const char* path, char* who, std::size_t cap) {
 
 void write_stats_at_exit() {
   const options& o = engine::get().opts();
-  char buf[4096];
-  const std::size_t n = replayalloc_stats_json(buf, sizeof buf);
-  const std::size_t len = n < sizeof buf ? n : sizeof buf - 1;
-  if (!o.stats_idle) {
-    const Stats s = engine::get().stats(nullptr);
-    if (s.iterations == 0 && s.recordings == 0 && s.plans_loaded == 0 && s.slab_hits == 0 &&
-        s.plan_files_ignored == 0) {
-      return;  // did nothing (Note [Statistics at exit])
-    }
+  const Stats s = engine::get().stats(nullptr);
+  if (!o.stats_idle && s.iterations == 0 && s.recordings == 0 && s.plans_loaded == 0 &&
+      s.slab_hits == 0 && s.plan_files_ignored == 0) {
+    return;  // did nothing (Note [Statistics at exit])
   }
+  char buf[4096];
+  const std::size_t n = format_stats_json(s, buf, sizeof buf);
+  const std::size_t len = n < sizeof buf ? n : sizeof buf - 1;
   if (std::strcmp(o.stats_path, "stderr") == 0) {
     std::fwrite(buf, 1, len, stderr);
     std::fputc('\n', stderr);
@@ -128,7 +126,7 @@ void write_stats_at_exit() {
     return;
   }
   char who[64] = "?";
-  if (const int pid = other_writer(path, who, sizeof who)) {
+  if (const int pid = other_writer(path, who)) {
     REPLAYALLOC_LOG(warning, "REPLAYALLOC_STATS: replacing '%s', written by process %d (%s) while this "
                     "one ran; put %%p in the path for one file per process", path, pid, who);
   }
