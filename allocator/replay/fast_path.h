@@ -75,6 +75,11 @@ struct replay_cursor {
   bool mismatched = false;    // the previous slow-path request matched no slot
   std::uint32_t too_large_at = 0;  // cursor + 1 at the last too_large miss, 0 none
   std::uint32_t grown = 0;   // this iteration: slots whose allocation outgrew them
+  // This iteration's first request the plan could not serve (any miss but alignment):
+  // the cursor's slot then, plus 1 (0: none), and its size. Says which regime the
+  // iteration followed instead (Note [Regimes], runtime/engine.h).
+  std::uint32_t first_miss_at = 0;
+  std::uint64_t first_miss_size = 0;
   std::atomic<std::uint64_t> misses[static_cast<unsigned>(miss_reason::count)] = {};
   std::atomic<std::uint64_t> miss_bytes{0};
   std::atomic<std::uint64_t> backend_planned{0};  // outliving slots, served as planned

@@ -48,6 +48,10 @@ void pass_over(replay_cursor& c, std::uint32_t j) {
 
 // The request goes to the domain's backend (the caller allocates it).
 REPLAYALLOC_COLD void* miss(replay_cursor& c, miss_reason why, std::size_t size) {
+  if (c.first_miss_at == 0 && why != miss_reason::alignment) {
+    c.first_miss_at = c.next + 1;
+    c.first_miss_size = size;
+  }
   bump(c.misses[static_cast<unsigned>(why)]);
   bump(c.miss_bytes, size);
   c.last_kind = backend_kind::ordinary;
@@ -157,8 +161,9 @@ void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align) 
       c.mismatched = false;
       c.pending = 0;
       pass_over(c, c.next);
+      void* none = miss(c, miss_reason::too_large, size);
       ++c.next;
-      return miss(c, miss_reason::too_large, size);
+      return none;
     }
     if (after_too_large) ++c.grown;
     c.too_large_at = c.next + 1;

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -157,6 +158,10 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
   d.ph = phase::none;
   d.no_slab = false;
   d.entry = e;
+  d.regime = -1;
+  d.probing = false;
+  d.growing = false;
+  d.marked[0] = d.marked[1] = -1;
   bump(d.iterations);
   if (e == nullptr || opts_.mode == run_mode::off) return;
   // The version is claimed from under the key's mutex: once that is released another
@@ -174,15 +179,33 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
       bump(d.set_aside);
       return;
     }
-    if (e->version == nullptr) {
-      if (e->recording) return;  // another thread records this key: pass through
+    // Note [Regimes]: the regime this iteration is predicted to follow.
+    int predicted = e->predict_regime();
+    // A marked context records; while another thread records, the regime last
+    // replayed there is served.
+    if (predicted == record_marker && e->recording) predicted = e->probe_from;
+    const bool marked = predicted == record_marker;
+    const int r = marked ? -1 : predicted;
+    regime* g = r >= 0 ? &e->regimes[r] : nullptr;
+    const bool planned = g != nullptr && g->version != nullptr && replays();
+    d.probing = false;
+    if (!planned || (!e->recording && (e->probe_left > 0 || g->grow_wanted))) {
+      // No plan for it yet; or a probe after a deviation; or a request outgrew the
+      // plan (its recording grows the envelope, Note [Envelope]): this iteration
+      // records (its requests go to the backend). One thread records a key at a time;
+      // while one does, the others pass through.
+      if (e->recording) return;
       e->recording = true;
-    } else if (e->grow_wanted && !e->recording && replays()) {
-      // A request outgrew the plan: this iteration records (its requests go to the
-      // backend), and its recording grows the envelope (Note [Envelope]).
-      e->recording = true;
-    } else if (replays() && (slabs_ok_ || e->kind != domain_kind::host)) {
-      v = e->version;
+      d.regime = r;
+      d.growing = planned && g->grow_wanted;
+      d.probing = !d.growing && (marked || e->probe_left > 0);
+      if (d.probing && !marked) --e->probe_left;
+      d.marked[0] = marked ? e->history[0] : -1;
+      d.marked[1] = marked ? e->history[1] : -1;
+    } else if (slabs_ok_ || e->kind != domain_kind::host) {
+      v = g->version;
+      d.regime = r;
+      g->last_seen = e->uses;
       slab_bytes = v->plan.slab_bytes;
       claimed = v->claim(opts_.max_slabs, &claim, &why);
     } else {
@@ -211,7 +234,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
     claimed = false;
     {
       std::lock_guard<std::mutex> lock(e->mu);
-      v = e->version;
+      v = e->regimes[d.regime].version;
       if (v != nullptr) claimed = v->claim(opts_.max_slabs, &claim, &why);
     }
     if (v == nullptr) why = "plan retired";
@@ -245,6 +268,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
   d.misses_at_begin = total_misses(c);
   c.grown = 0;
   c.too_large_at = 0;
+  c.first_miss_at = 0;
   d.ph = phase::replay;
   mask(d);
 }
@@ -301,6 +325,26 @@ void engine::end_record(domain_state& d) {
   }
 }
 
+// Note [Regimes]: a probe is worth its recording when it finds another regime that
+// repeats (seen twice, or planned). One that finds a structure never seen before may
+// have found a regime at its first recording: the marked context stays marked, once,
+// so that the next iteration there is recorded too. Otherwise (the regime that was
+// replayed there, or a second new structure in a row: noise) the next probe waits
+// four times longer than the last (4, 16, .. 4,096 iterations), and the marked context
+// is given back to the regime replayed there. REQUIRES: e.mu held.
+void engine::finish_probe(key_entry& e, const domain_state& d, int r) {
+  probes_.fetch_add(1, std::memory_order_relaxed);
+  const bool repeats = r >= 0 && (e.regimes[r].version != nullptr || e.regimes[r].recordings >= 2);
+  const bool first_seen = r >= 0 && !repeats && !e.probe_found_new;
+  if (r != e.probe_from && repeats) e.probe_found_other = true;
+  e.probe_found_new = first_seen;
+  if (d.marked[1] >= 0 && !first_seen) {
+    std::int8_t& next = d.marked[0] >= 0 ? e.after2[d.marked[0]][d.marked[1]] : e.after1[d.marked[1]];
+    if (next == record_marker) next = static_cast<std::int8_t>(repeats ? r : e.probe_from);
+  }
+  if (e.probe_left == 0 && !first_seen) e.probe_result(e.probe_found_other);
+}
+
 void engine::end_record_impl(domain_state& d) {
   key_entry& e = *d.entry;
   trace tr = d.recorder->finish(e.key, [this](std::uint32_t id) {
@@ -308,72 +352,120 @@ void engine::end_record_impl(domain_state& d) {
     return id < op_names_.size() ? op_names_[id] : std::string("unknown");
   });
   recordings_.fetch_add(1, std::memory_order_relaxed);
-  const std::uint64_t sig = tr.signature();
   const std::uint64_t shape = tr.shape_signature();
   auto shared = std::make_shared<const trace>(std::move(tr));
   std::shared_ptr<const envelope> to_plan;
   plan_version* replace = nullptr;
-  plan_version* retired = nullptr;
+  plan_version* evicted = nullptr;
   {
     std::lock_guard<std::mutex> lock(e.mu);
     e.recording = false;
     ++e.recordings;
-    // Note [Envelope]: a recording with the structure of the key's envelope (the same
-    // allocations, made and freed in the same order, at other sizes) joins it.
-    const bool same_shape = e.env != nullptr && e.envelope_shape == shape;
-    bool grew = false;
-    if (same_shape) {
-      auto merged = std::make_shared<envelope>(*e.env);
-      grew = merge_envelope(*merged, *shared);
-      e.env = std::move(merged);
-    } else {
-      e.env = std::make_shared<const envelope>(make_envelope(*shared));
-      e.envelope_shape = shape;
-    }
-    e.same_in_a_row = (e.recordings > 1 && same_shape) ? e.same_in_a_row + 1 : 1;
-    e.last_signature = sig;
     e.last_trace = shared;
-    if (e.version != nullptr && e.grow_wanted) {
-      // Recorded because a request outgrew the plan: a grown envelope replaces it. A
-      // recording of another structure means the program changed, not its shape: the
-      // plan is retired as a deviating one would be, and this recording is the first
-      // of the new structure.
-      e.grow_wanted = false;
-      if (same_shape && grew && replays() && !e.failed) {
-        auto roomy = std::make_shared<envelope>(*e.env);
-        add_growth_headroom(*roomy);  // Note [Growth headroom]
-        e.env = std::move(roomy);
-        to_plan = e.env;
-        replace = e.version;
-      } else if (!same_shape) {
-        retired = drop_plan_locked(e, "its allocation sequence changed");
-        e.recordings = 1;  // this recording is the first of the new structure
-        e.same_in_a_row = 1;
+    // Note [Regimes]: the recording joins the regime of its structure, or starts one.
+    int r = e.find_regime(shape);
+    bool grew = false;
+    if (r >= 0) {
+      // Note [Envelope]: the same allocations, made and freed in the same order, at
+      // other sizes: each allocation's capacity is the largest size recorded.
+      auto merged = std::make_shared<envelope>(*e.regimes[r].env);
+      grew = merge_envelope(*merged, *shared);
+      e.regimes[r].env = std::move(merged);
+    } else {
+      r = e.slot_for_new_regime();
+      if (e.regimes[r].version != nullptr) {
+        // Every slot holds a plan. The least recently seen gives its place, unless
+        // places changed hands 4 times in the last 256 iterations: the key cycles
+        // through more structures than it keeps, and replacing plans would cost a
+        // recording and a plan per cycle. It keeps its plans for the next 4,096
+        // iterations, and structures without one are served by the backend.
+        if (e.uses - e.evictions_since > 256) {
+          e.evictions_since = e.uses;
+          e.evictions = 0;
+        }
+        if (e.uses < e.regimes_kept_until || ++e.evictions >= 4) {
+          if (e.uses >= e.regimes_kept_until) {
+            e.regimes_kept_until = e.uses + 4096;
+            REPLAYALLOC_LOG(info, "'%s' cycles through more than %d structures: it keeps its plans for "
+                            "4096 iterations, and the other structures pass through to the backend",
+                            e.key.c_str(), max_regimes);
+          }
+          r = -1;
+        } else {
+          evicted = e.regimes[r].version;
+        }
       }
-    } else if (replays() && e.version == nullptr && !e.failed) {
+      if (r >= 0) {
+        e.forget_regime(r);
+        regime& g = e.regimes[r];
+        g = regime{};
+        g.env = std::make_shared<const envelope>(make_envelope(*shared));
+        g.shape = shape;
+      }
+    }
+    if (r < 0) {
+      e.learn_regime(-1);
+      if (d.probing) finish_probe(e, d, -1);
+      return;
+    }
+    regime& g = e.regimes[r];
+    ++g.recordings;
+    g.last_seen = e.uses;
+    // A recording for growth that found no larger shape of its regime (an iteration of
+    // another regime outgrew the slots it was replayed on) backs off like a probe.
+    if (d.growing) e.probe_result(r == d.regime && grew);
+    if (d.growing && r != d.regime && e.regimes[d.regime].grow_wanted) {
+      // Recorded because a request outgrew the plan of regime d.regime, but this
+      // iteration had another structure. A plan from a file that never replayed
+      // without deviating does not match this program: retired. Otherwise the
+      // program went on to another regime; the grown one grows when it next outgrows.
+      regime& grown = e.regimes[d.regime];
+      grown.grow_wanted = false;
+      if (grown.version != nullptr && grown.version->from_file && !grown.confirmed) {
+        evicted = drop_plan_locked(e, d.regime, "its allocation sequence changed");
+      }
+    }
+    e.learn_regime(r);
+    if (d.probing) finish_probe(e, d, r);
+    if (g.version != nullptr) {
+      // Recorded because a request outgrew the plan, or as a probe: a grown envelope
+      // replaces the plan.
+      g.grow_wanted = false;
+      if (grew && replays() && !e.failed) {
+        auto roomy = std::make_shared<envelope>(*g.env);
+        add_growth_headroom(*roomy);  // Note [Growth headroom]
+        g.env = std::move(roomy);
+        to_plan = g.env;
+        replace = g.version;
+      }
+    } else if (replays() && !e.failed) {
       // Auto mode saw the period repeat three times before its first iteration: one
       // recording is enough.
       const std::uint32_t needed = e.automatic ? 1 : opts_.record_iterations;
-      if (e.same_in_a_row >= needed) {
-        to_plan = e.env;
-      } else if (e.recordings >= opts_.record_limit) {
-        to_plan = e.env;
+      if (g.recordings >= needed) {
+        to_plan = g.env;
+      } else if (e.recordings >= opts_.record_limit && !e.any_plan()) {
+        to_plan = g.env;
         set_aside_locked(e, "its recordings never agreed");
       }
     }
   }
-  if (retired != nullptr) retire_dropped(e, retired, retired->from_file, "its allocation sequence changed");
+  if (evicted != nullptr) {
+    retire_dropped(e, evicted, evicted->from_file,
+                   evicted->from_file ? "its allocation sequence changed" : "a newer structure took its regime's place");
+  }
   if (to_plan != nullptr) make_plan(e, *to_plan, replace);
 }
 
-plan_version* engine::drop_plan_locked(key_entry& e, const char* why) {
-  plan_version* v = e.version;
-  e.version = nullptr;
+plan_version* engine::drop_plan_locked(key_entry& e, int r, const char* why) {
+  regime& g = e.regimes[r];
+  plan_version* v = g.version;
+  g.version = nullptr;
+  g.recordings = 0;
+  g.slab_bytes = 0;
+  g.lower_bound_bytes = 0;
+  g.grow_wanted = false;
   e.recordings = 0;
-  e.same_in_a_row = 0;
-  e.slab_bytes = 0;
-  e.lower_bound_bytes = 0;
-  e.grow_wanted = false;
   set_aside_locked(e, why);
   return v;
 }
@@ -492,24 +584,37 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
   plan_version* old = nullptr;
   {
     std::lock_guard<std::mutex> lock(e.mu);
+    const std::uint64_t shape = tr.shape_signature();
+    int r = e.find_regime(shape);
+    if (r < 0 && from_file) {
+      // Note [Regimes]: a loaded plan starts its regime (1 where the sizes varied).
+      r = e.slot_for_new_regime();
+      if (e.regimes[r].version != nullptr) {
+        v->retire();
+        return true;
+      }
+      e.forget_regime(r);
+      envelope env = make_envelope(tr);
+      if (least != nullptr) env.least = *least;
+      e.regimes[r] = regime{};
+      e.regimes[r].env = std::make_shared<const envelope>(std::move(env));
+      e.regimes[r].shape = shape;
+      e.regimes[r].last_seen = e.uses;
+    }
     // Another plan arrived meanwhile (a recording finished first; the version to
-    // replace was retired or replaced already): keep it.
-    if (e.version != replace) {
+    // replace was retired or replaced already), or the regime's slot went to another
+    // structure: keep what is there.
+    if (r < 0 || e.regimes[r].version != replace) {
       v->retire();
       return true;
     }
-    old = e.version;
-    e.version = v;
+    regime& g = e.regimes[r];
+    old = g.version;
+    g.version = v;
+    g.recordings = 0;
+    g.slab_bytes = p.slab_bytes;
+    g.lower_bound_bytes = p.lower_bound_bytes;
     e.recordings = 0;
-    e.same_in_a_row = 0;
-    e.slab_bytes = p.slab_bytes;
-    e.lower_bound_bytes = p.lower_bound_bytes;
-    if (from_file) {
-      envelope env = make_envelope(tr);
-      if (least != nullptr) env.least = *least;  // 1 where the sizes varied
-      e.env = std::make_shared<const envelope>(std::move(env));
-      e.envelope_shape = tr.shape_signature();
-    }
   }
   if (old != nullptr) {
     // Threads replaying the old version finish their iterations on it; its slabs are
@@ -555,36 +660,75 @@ void engine::end_replay(domain_state& d) {
   const bool deviated = !grew && planned > 0 &&
                         (misses * 100 > pct * planned ||
                          std::uint64_t{planned - std::min(handed, planned)} * 100 > pct * planned);
+  d.last_deviated = deviated;
+  key_entry& e = *d.entry;
+  const int r = d.regime;
+  // Note [Regimes]: an iteration that deviated, or whose requests outgrew their slots,
+  // may have followed another structure. It followed another planned regime when that
+  // one's slots up to the first request this plan could not serve are this plan's, and
+  // its slot there fits that request: learned, and nothing else done. Otherwise a
+  // larger shape grows the envelope (the next iteration of this regime records, and
+  // the plan serves on meanwhile); and when this is the second such iteration in the
+  // key's last 8 replays that left the plan at the same slot as the one before (one
+  // alone is an odd iteration; noise leaves it anywhere), the context the iteration
+  // came in (the regimes of the two before it) is marked: the next iteration in that
+  // context records, and says which regime comes there.
+  const bool other_structure = grew || deviated;
+  const std::uint32_t first_miss_at = c.first_miss_at;
+  const std::uint64_t first_miss_size = c.first_miss_size;
+  bool explained = false;    // by another regime
+  bool grow_wanted = false;  // the next iteration of this regime records to grow it
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    e.structure_deviations = (e.structure_deviations << 1) | (other_structure ? 1u : 0u);
+    if (e.regimes[r].version == v) {  // `v` is installed, so alive: its plan may be read
+      if (!other_structure) {
+        if (!deviated) {
+          e.failures.store(0, std::memory_order_relaxed);
+          e.regimes[r].confirmed = true;
+        }
+        e.learn_regime(r);
+      } else if (const int other = e.consistent_regime(r, first_miss_at, first_miss_size); other >= 0) {
+        e.learn_regime(other);
+        explained = true;
+      } else {
+        grow_wanted = grew && e.uses >= e.probe_quiet_until;
+        if (grow_wanted) e.regimes[r].grow_wanted = true;
+        // Alike: the iteration left the plan at the same slot as the last one that did.
+        const bool alike = first_miss_at == e.last_first_miss;
+        e.last_first_miss = first_miss_at;
+        if (alike && std::popcount(e.structure_deviations & 0xffu) >= 2 && e.uses >= e.probe_quiet_until &&
+            replays()) {
+          e.probe_from = r;
+          e.probe_found_other = false;
+          if (!e.mark_context()) e.probe_left = std::max(e.probe_left, 2u);
+        } else {
+          e.learn_regime(-1);
+        }
+      }
+    }
+  }
   // Deviation is counted per thread: a thread whose every iteration deviates has a
-  // program that changed; threads that deviate now and then, interleaved, do not.
+  // program that changed; threads that deviate now and then, interleaved, do not. An
+  // iteration of another planned regime is a wrong prediction, not a deviation; one
+  // that outgrew its slots is one only when it does not grow the plan.
+  const bool counted = (deviated || (grew && !grow_wanted)) && !explained;
   if (d.deviation_entry != d.entry) {
     d.deviation_entry = d.entry;
     d.deviating_in_a_row = 0;
   }
-  d.deviating_in_a_row = deviated ? d.deviating_in_a_row + 1 : 0;
-  d.last_deviated = deviated;
-  key_entry& e = *d.entry;
-  if (grew) {
-    // The next iteration of the key records, and the envelope grows (Note
-    // [Envelope]). The plan serves on meanwhile.
-    std::lock_guard<std::mutex> lock(e.mu);
-    if (e.version == v) e.grow_wanted = true;
-    return;
-  }
-  if (!deviated && e.failures.load(std::memory_order_relaxed) != 0) {
-    std::lock_guard<std::mutex> lock(e.mu);
-    e.failures.store(0, std::memory_order_relaxed);
-  }
+  d.deviating_in_a_row = counted ? d.deviating_in_a_row + 1 : 0;
   // A plan from a file the program does not follow goes at once (Note [Plan files]).
   const std::uint32_t replan_after = from_file ? 1 : opts_.replan_after;
-  if (!deviated || replan_after == 0 || d.deviating_in_a_row < replan_after) return;
+  if (!counted || replan_after == 0 || d.deviating_in_a_row < replan_after) return;
   d.deviating_in_a_row = 0;
   const char* why = from_file ? "its replayed iteration deviated"
                               : "its replayed iterations deviated REPLAYALLOC_REPLAN_AFTER times in a row";
   bool retire = false;
   {
     std::lock_guard<std::mutex> lock(e.mu);
-    if (e.version == v) retire = drop_plan_locked(e, why) != nullptr;  // not replaced meanwhile
+    // Not replaced meanwhile.
+    if (e.regimes[r].version == v) retire = drop_plan_locked(e, r, why) != nullptr;
   }
   // `v` is still alive: a version leaves the key here, and only retire() may free it.
   if (retire) retire_dropped(e, v, from_file, why);

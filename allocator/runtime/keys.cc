@@ -2,6 +2,8 @@
 // saved plan loaded, plan_store.cc), and the bounds on what keys and slabs may cost
 // (Note [Bounds]).
 #include <algorithm>
+#include <iterator>
+#include <utility>
 #include <new>
 #include <vector>
 
@@ -75,20 +77,20 @@ void engine::evict_idle_keys_locked(const key_entry* keep) {
       if (victim == nullptr || e->last_used < victim->last_used) victim = e;
     }
     if (victim == nullptr) return;  // every key is in use: over the bound until one ends
-    plan_version* v = nullptr;
+    plan_version* v[max_regimes] = {};
     {
       std::lock_guard<std::mutex> lock(victim->mu);
-      v = victim->version;
-      victim->version = nullptr;
+      for (int r = 0; r < max_regimes; ++r) std::swap(v[r], victim->regimes[r].version);
     }
     keys_.erase(victim->key);
     REPLAYALLOC_LOG(info, "forgetting the least recently used key '%s' (REPLAYALLOC_MAX_PLANS=%u)",
                     victim->key.c_str(), opts_.max_plans);
     victim->~key_entry();
     backend::fallback_free(victim);
-    if (v != nullptr) {
+    for (plan_version* old : v) {
+      if (old == nullptr) continue;
       plans_evicted_.fetch_add(1, std::memory_order_relaxed);
-      v->retire();
+      old->retire();
     }
   }
 }
@@ -110,10 +112,139 @@ std::size_t engine::trim_idle_slabs(const key_entry* except, std::size_t want) {
   std::size_t freed = 0;
   for (key_entry* e : order) {
     std::lock_guard<std::mutex> elock(e->mu);
-    if (e->version != nullptr) freed += e->version->trim();
+    for (const regime& g : e->regimes) {
+      if (g.version != nullptr) freed += g.version->trim();
+    }
     if (freed >= want) break;
   }
   return freed;
+}
+
+key_entry::key_entry() {
+  std::fill(std::begin(after1), std::end(after1), -1);
+  for (auto& row : after2) std::fill(std::begin(row), std::end(row), -1);
+}
+
+int key_entry::find_regime(std::uint64_t shape) const {
+  for (int r = 0; r < max_regimes; ++r) {
+    if (regimes[r].env != nullptr && regimes[r].shape == shape) return r;
+  }
+  return -1;
+}
+
+// Note [Regimes]: what followed the last two regimes, else what followed the last
+// one, else the last one itself; with no history (the first iteration, or right after
+// a deviation whose regime was not learned), the planned regime seen last. May be
+// record_marker: the iteration records.
+int key_entry::predict_regime() const {
+  const int older = history[0];
+  const int newest = history[1];
+  if (older >= 0 && newest >= 0 && after2[older][newest] != -1) return after2[older][newest];
+  if (newest >= 0) return after1[newest] != -1 ? after1[newest] : newest;
+  int best = -1;
+  for (int r = 0; r < max_regimes; ++r) {
+    if (regimes[r].version != nullptr && (best < 0 || regimes[r].last_seen > regimes[best].last_seen)) best = r;
+  }
+  return best;
+}
+
+void key_entry::learn_regime(int r) {
+  // A structure seen once is not yet known to repeat: nothing is predicted to come
+  // after it, nor it after anything (a probe's one-off iteration would otherwise send
+  // every later prediction to a regime without a plan, and each of those records).
+  if (r >= 0 && regimes[r].version == nullptr && regimes[r].recordings < 2) r = -1;
+  const int older = history[0];
+  const int newest = history[1];
+  if (r >= 0 && newest >= 0) {
+    after1[newest] = static_cast<std::int8_t>(r);
+    if (older >= 0) after2[older][newest] = static_cast<std::int8_t>(r);
+  }
+  history[0] = static_cast<std::int8_t>(newest);
+  history[1] = static_cast<std::int8_t>(r);
+}
+
+bool key_entry::mark_context() {
+  const int older = history[0];
+  const int newest = history[1];
+  if (newest < 0) return false;
+  if (older >= 0) {
+    after2[older][newest] = record_marker;
+  } else {
+    after1[newest] = record_marker;
+  }
+  history[0] = static_cast<std::int8_t>(newest);
+  history[1] = -1;
+  return true;
+}
+
+int key_entry::consistent_regime(int r, std::uint32_t at, std::uint64_t size) const {
+  if (at == 0) return -1;
+  const auto& mine = regimes[r].version->plan.slots;
+  const std::uint32_t k = at - 1;
+  for (int o = 0; o < max_regimes; ++o) {
+    if (o == r || regimes[o].version == nullptr) continue;
+    const auto& theirs = regimes[o].version->plan.slots;
+    if (theirs.size() <= k || mine.size() < k) continue;
+    bool same = true;
+    for (std::uint32_t i = 0; i < k && same; ++i) {
+      same = std::max(mine[i].least, theirs[i].least) <= std::min(mine[i].size, theirs[i].size);
+    }
+    if (same && size <= theirs[k].size && size >= theirs[k].least) return o;
+  }
+  return -1;
+}
+
+void key_entry::forget_regime(int r) {
+  for (int a = 0; a < max_regimes; ++a) {
+    if (after1[a] == r || a == r) after1[a] = -1;
+    for (int b = 0; b < max_regimes; ++b) {
+      if (after2[a][b] == r || a == r || b == r) after2[a][b] = -1;
+    }
+  }
+  for (auto& h : history) {
+    if (h == r) h = -1;
+  }
+}
+
+int key_entry::slot_for_new_regime() const {
+  int pick = -1;
+  for (int r = 0; r < max_regimes; ++r) {
+    const regime& g = regimes[r];
+    if (g.env == nullptr) return r;
+    if (pick < 0) {
+      pick = r;
+      continue;
+    }
+    const regime& p = regimes[pick];
+    const bool g_planned = g.version != nullptr;
+    const bool p_planned = p.version != nullptr;
+    if (g_planned != p_planned ? !g_planned : g.last_seen < p.last_seen) pick = r;
+  }
+  return pick;
+}
+
+void key_entry::probe_result(bool found) {
+  probe_backoff = found ? 0 : std::min<std::uint64_t>(probe_backoff == 0 ? 4 : probe_backoff * 4, 4096);
+  probe_quiet_until = uses + probe_backoff;
+}
+
+bool key_entry::any_plan() const {
+  for (const regime& g : regimes) {
+    if (g.version != nullptr) return true;
+  }
+  return false;
+}
+
+std::uint64_t key_entry::slab_bytes() const {
+  std::uint64_t n = 0;
+  for (const regime& g : regimes) n += g.slab_bytes;
+  return n;
+}
+
+std::uint64_t key_entry::lower_bound_bytes() const {
+  std::uint64_t n = 0;
+  for (const regime& g : regimes) n += g.lower_bound_bytes;
+  return n;
 }
 
 }  // namespace replayalloc::detail

@@ -204,8 +204,9 @@ Stats engine::stats(const domain_kind* only) {
     for (const auto& [k, e] : keys_) {
       if (only != nullptr && *only != e->kind) continue;
       std::lock_guard<std::mutex> elock(e->mu);
-      s.slab_bytes += e->slab_bytes;
-      s.lower_bound_bytes += e->lower_bound_bytes;
+      s.slab_bytes += e->slab_bytes();
+      s.lower_bound_bytes += e->lower_bound_bytes();
+      for (const regime& g : e->regimes) s.regimes += g.version != nullptr ? 1 : 0;
       ++keys;
     }
   }
@@ -221,6 +222,7 @@ Stats engine::stats(const domain_kind* only) {
   s.set_asides = set_asides_.load(std::memory_order_relaxed);
   s.keys_given_up = keys_given_up_.load(std::memory_order_relaxed);
   s.auto_rests = auto_rests_.load(std::memory_order_relaxed);
+  s.probes = probes_.load(std::memory_order_relaxed);
   s.recordings = recordings_.load(std::memory_order_relaxed);
   s.mapped_bytes = backend::mapped_slab_bytes();
   s.keys = keys;

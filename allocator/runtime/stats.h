@@ -51,6 +51,8 @@
   X(keys_given_up, engine, "keys_given_up", 0)                      \
   X(iterations_set_aside, domain, "iterations_set_aside", 0)        \
   X(auto_rests, engine, "auto_rests", 0)                            \
+  X(probes, engine, "probes", 0)                                    \
+  X(regimes, engine, "regimes", 0)                                  \
   X(slab_bytes, engine, "slab_bytes", 0)                            \
   X(lower_bound_bytes, engine, "lower_bound_bytes", 0)              \
   X(mapped_bytes, engine, "mapped_bytes", 0)                        \

@@ -38,6 +38,10 @@ struct domain_state {
   bool no_slab = false;  // this iteration wanted a slab and got none
   key_entry* entry = nullptr;
   plan_version* version = nullptr;
+  int regime = -1;      // the regime of entry this iteration replays, or was predicted
+  bool probing = false; // this iteration records as a probe (Note [Regimes])
+  bool growing = false; // this iteration records because regime's plan was outgrown
+  std::int8_t marked[2] = {-1, -1};  // the marked context this iteration records for
   trace_recorder* recorder = nullptr;
   std::uint64_t misses_at_begin = 0;
   key_entry* deviation_entry = nullptr;  // the key deviating_in_a_row counts for

@@ -237,15 +237,15 @@ class Training(unittest.TestCase):
         # with the same allocations and other lifetimes. A step entered with gradients
         # set to None keeps each new gradient as .grad (past the step when it zeroes
         # them in place); a step entered with zeroed gradients adds each new one into
-        # .grad and frees it at once. Recordings never agree, so the engine plans the
-        # 8th (REPLAYALLOC_RECORD_LIMIT) as it is, one plan (no regimes per key yet).
-        # Phase 0 plans a step that kept its gradients: they are served from the
-        # backend, and both structures replay without a fallback. Phase 1 plans one
-        # that freed them at once: in the steps that keep them, the later allocations
-        # planned over their slots fall back (overlap_live), and the next step, the
-        # gradients still alive in that slab, takes another. Correct either way;
-        # measured on torch 1.13, planned share over steps 5..19 (all allocations):
-        # cnn 100% (69.5%) and 78.3% (61.9%), transformer 100% (75.1%) and 59.6% (47.6%).
+        # .grad and frees it at once. Each structure is a regime of the key with its own
+        # plan, and the next step's is predicted from the last two (Note [Regimes],
+        # runtime/engine.h). Phase 0 plans the structure that keeps gradients first, and
+        # both kinds of step replay it without a fallback. Phase 1 plans the other first:
+        # the steps that keep their gradients deviate (overlap_live) at the same slot
+        # each time, the next one in that place is recorded, and from then on each step
+        # replays its own plan. Measured on torch 1.13: phase 0, 100% of the planned
+        # requests of steps 5..19 from the slab; phase 1, 93.9-96.6% over steps 5..19
+        # and 100% from step 9 on.
         for name in MODELS:
             for phase in (0, 1):
                 label = f"{name}, zero_grad(set_to_none=True on {('even', 'odd')[phase]} steps, False on the others)"
@@ -253,8 +253,10 @@ class Training(unittest.TestCase):
                     run = self.check(name, f"train/{name}/alternating{phase}",
                                      set_to_none=lambda step, p=phase: step % 2 == p)
                     planned = self.report(label, run)
-                    self.assertReplays(run, label, first=10)
-                    self.assertGreaterEqual(planned, 0.50, label)
+                    self.assertGreaterEqual(planned, 0.90, label)
+                    late = self.report(label, run, first=12, per_step=False)
+                    self.assertReplays(run, label, first=12)
+                    self.assertGreaterEqual(late, 0.99, label)
 
     def test_a_step_that_raises_mid_backward(self):
         # Step 7's backward raises from a hook on an intermediate output (the tap's), in

@@ -5,6 +5,7 @@
 // Every block carries a fill pattern checked by whichever thread frees it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <cstdint>
@@ -125,6 +126,7 @@ TEST(ConcurrentReplay, EightThreadsEachReplayOnTheirOwnSlab) {
     }
   }).join();
 
+  const replayalloc::Stats before = replayalloc::stats();
   std::vector<std::thread> threads;
   for (int t = 0; t < k_threads; ++t) {
     threads.emplace_back([&, t] {
@@ -156,9 +158,20 @@ TEST(ConcurrentReplay, EightThreadsEachReplayOnTheirOwnSlab) {
   EXPECT_TRUE(box.drain());
   EXPECT_EQ(corrupt.load(), 0);
   EXPECT_EQ(firsts.size(), static_cast<std::size_t>(k_threads)) << "threads shared a slab";
-  for (void* p : firsts) EXPECT_TRUE(in_slab_range(p));
-  // Without chaos, the steady state is served from the slab.
-  EXPECT_EQ(in_slab.load(), total.load());
+  // One thread at a time may record the key; every other one replays on its own slab.
+  EXPECT_GE(std::count_if(firsts.begin(), firsts.end(), [](void* p) { return in_slab_range(p); }), k_threads - 1);
+  // Without chaos, the steady state is served from the slab, but for the few
+  // iterations recorded to learn whether the chaos is another structure (Note
+  // [Regimes]: such recordings back off, 4, 16, .. 4,096 iterations apart; each is one
+  // iteration recorded).
+  const std::uint64_t recordings = replayalloc::stats().recordings - before.recordings;
+  std::printf("chaos in 1 of 3 iterations: %llu recordings (%llu probes), %llu of %llu other iterations from the slab\n",
+              static_cast<unsigned long long>(recordings),
+              static_cast<unsigned long long>(replayalloc::stats().probes - before.probes),
+              static_cast<unsigned long long>(in_slab.load()), static_cast<unsigned long long>(total.load()));
+  EXPECT_LE(recordings, 24u);
+  EXPECT_LE(total.load() - in_slab.load(), recordings);
+  EXPECT_GE(in_slab.load() + 16, total.load());
 }
 
 TEST(ConcurrentReplay, ThreadsComingAndGoingWithOpenIterations) {

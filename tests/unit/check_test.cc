@@ -139,8 +139,8 @@ TEST_F(CheckMode, AHandOutOnLiveBytesIsCaughtAndNamesBothBlocks) {
         const unsigned op = replayalloc_op_id("aten::addmm");
         for (int i = 0; i < 3; ++i) iteration(false, op);
         key_entry* e = engine::get().entry_for("k", domain_kind::host, nullptr);
-        if (e == nullptr || e->version == nullptr) std::exit(5);
-        for (slot& s : e->version->plan.slots) s.overlap_count = 0;
+        if (e == nullptr || e->regimes[0].version == nullptr) std::exit(5);
+        for (slot& s : e->regimes[0].version->plan.slots) s.overlap_count = 0;
         iteration(true, op);
       },
       "slab hand-out of 4096 bytes at 0x[0-9a-f]+ \\(op 'aten::addmm', thread [0-9]+\\) overlaps "
@@ -159,8 +159,8 @@ TEST_F(CheckMode, WithoutCheckModeTheBrokenPlanLosesData) {
         if (!set_process_options(o)) std::abort();
         for (int i = 0; i < 3; ++i) iteration(false, 0);
         key_entry* e = engine::get().entry_for("k", domain_kind::host, nullptr);
-        if (e == nullptr || e->version == nullptr) std::exit(5);
-        for (slot& s : e->version->plan.slots) s.overlap_count = 0;
+        if (e == nullptr || e->regimes[0].version == nullptr) std::exit(5);
+        for (slot& s : e->regimes[0].version->plan.slots) s.overlap_count = 0;
         iteration(true, 0);  // aborts when A's bytes were overwritten by B
         std::exit(0);
       },

@@ -299,16 +299,26 @@ TEST(Replay, NestedIterationsJoinTheOuterOne) {
   EXPECT_EQ(replayalloc_iteration_begin(nullptr), -1);
 }
 
-TEST(Replay, PersistentDeviationRecordsAgainAndReplaysTheNewPattern) {
+// Note [Regimes]: a lasting change of structure becomes a second regime of the key,
+// planned once, and the first one keeps its plan: both patterns replay afterwards.
+TEST(Replay, PersistentDeviationBecomesARegimeAndBothPatternsReplay) {
   warm_up("drift", k_model);
   std::vector<step> other = {A(1, 12345), A(2, 54321), F(1), A(3, 777), F(2), F(3)};
   const replayalloc::Stats before = replayalloc::stats();
   for (int i = 0; i < 10; ++i) iteration("drift", other, 80 + i);
   const replayalloc::Stats mid = replayalloc::stats();
-  EXPECT_EQ(mid.rerecords - before.rerecords, 1u);
   EXPECT_EQ(mid.plans - before.plans, 1u);
-  std::vector<void*> ptrs = iteration("drift", other, 95);
-  for (void* p : ptrs) EXPECT_TRUE(in_slab_range(p));
+  EXPECT_EQ(mid.rerecords - before.rerecords, 0u);
+  // Two deviating replays, then a probe of two recordings (the second plans).
+  EXPECT_EQ(mid.probes - before.probes, 2u);
+  EXPECT_EQ(mid.regimes - before.regimes, 1u);
+  for (void* p : iteration("drift", other, 95)) EXPECT_TRUE(in_slab_range(p));
+  // The first pattern comes back: one deviating replay, then its plan again.
+  iteration("drift", k_model, 96);
+  for (int i = 0; i < 3; ++i) {
+    for (void* p : iteration("drift", k_model, 97 + i)) EXPECT_TRUE(in_slab_range(p)) << i;
+  }
+  EXPECT_EQ(replayalloc::stats().plans - before.plans, 1u);
 }
 
 TEST(Replay, ReallocOfASlabBlockMovesItsBytes) {

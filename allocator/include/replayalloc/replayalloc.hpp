@@ -79,6 +79,8 @@ struct Stats {
   std::uint64_t keys_given_up = 0;      ///< times a key was given up for a long while (Note [Setting aside])
   std::uint64_t iterations_set_aside = 0;  ///< iterations passed through while their key was set aside
   std::uint64_t auto_rests = 0;         ///< times auto mode stopped watching a thread with no period
+  std::uint64_t probes = 0;             ///< iterations recorded to learn which regime a key follows
+  std::uint64_t regimes = 0;            ///< structures planned now, over all keys (Note [Regimes])
   std::uint64_t slab_bytes = 0;         ///< sum of the current plans' slab sizes
   std::uint64_t lower_bound_bytes = 0;  ///< sum of the current plans' lower bounds
   std::uint64_t mapped_bytes = 0;       ///< slab memory committed now (all slabs)

@@ -1,0 +1,200 @@
+// Regimes (Note [Regimes] in runtime/engine.h): one key whose iterations follow more
+// than one structure, as a training loop alternating zero_grad(set_to_none=...) or a
+// model whose kernels pick other workspaces at some shapes. Each structure is planned
+// once, the next iteration's structure is predicted from the last two, and a wrong
+// prediction costs fallbacks, never data.
+//
+// Every block carries a fill pattern checked before it is freed, and every block is
+// checked against the iteration's live blocks: a slot smaller than its request, or one
+// handed out over live bytes, fails the test.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+
+#include "backend/slab_range.h"
+#include "replayalloc/replayalloc.hpp"
+#include "support/pattern.h"
+
+namespace {
+
+using replayalloc::detail::backend::in_slab_range;
+using replayalloc::testing::fill;
+using replayalloc::testing::intact;
+
+struct block {
+  unsigned char* p;
+  std::size_t n;
+  std::uint64_t tag;
+};
+
+struct counts {
+  std::uint64_t requests = 0;
+  std::uint64_t in_slab = 0;
+  int bad = 0;  // overwritten or overlapping blocks
+};
+
+class program {
+ public:
+  // One iteration of structure `variant` (0..4): per layer, activations and `variant`
+  // extra workspaces of a size no other variant uses (a kernel that picked another
+  // algorithm). In each layer, as many more allocations of sizes never planned as the
+  // layer's two bits of `extra` say (0-3).
+  void run(const std::string& key, int variant, unsigned extra = 0) {
+    replayalloc::Iteration it(key);
+    unsigned char* x = make(48 << 10);
+    for (int layer = 0; layer < 6; ++layer) {
+      unsigned char* h = make(96 << 10);
+      for (int w = 0; w < variant; ++w) {
+        unsigned char* ws = make((20 + 4 * variant + w) << 10);
+        drop(ws);
+      }
+      for (unsigned n = (extra >> (2 * layer)) & 3u; n > 0; --n) drop(make(12345 + tag_ % 1000));
+      unsigned char* y = make(48 << 10);
+      drop(h);
+      drop(x);
+      x = y;
+    }
+    drop(x);
+  }
+
+  counts c;
+
+ private:
+  unsigned char* make(std::size_t n) {
+    auto* p = static_cast<unsigned char*>(replayalloc_malloc(n));
+    block b{p, n, ++tag_};
+    fill(p, n, b.tag);
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    auto next = live_.lower_bound(a);
+    if (next != live_.end() && next->first < a + n) ++c.bad;
+    if (next != live_.begin() && std::prev(next)->first + std::prev(next)->second.n > a) ++c.bad;
+    live_[a] = b;
+    ++c.requests;
+    c.in_slab += in_slab_range(p);
+    return p;
+  }
+  void drop(unsigned char* p) {
+    auto it = live_.find(reinterpret_cast<std::uintptr_t>(p));
+    if (!intact(it->second.p, it->second.n, it->second.tag)) ++c.bad;
+    replayalloc_free(p);
+    live_.erase(it);
+  }
+
+  std::map<std::uintptr_t, block> live_;
+  std::uint64_t tag_ = 0;
+};
+
+// Runs `pattern` (variants, repeated) `warm` times, then `n` more times counting.
+counts run_pattern(const std::string& key, const std::vector<int>& pattern, int warm, int n) {
+  program prog;
+  for (int i = 0; i < warm; ++i) prog.run(key, pattern[i % pattern.size()]);
+  prog.c = counts{};
+  for (int i = warm; i < warm + n; ++i) prog.run(key, pattern[i % pattern.size()]);
+  return prog.c;
+}
+
+TEST(Regimes, AlternatingStructuresBothReplay) {
+  const replayalloc::Stats before = replayalloc::stats();
+  const counts c = run_pattern("alternate", {0, 2}, 16, 40);
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_EQ(c.bad, 0);
+  EXPECT_EQ(c.in_slab, c.requests) << "every request of every iteration from the slab";
+  EXPECT_EQ(after.plans - before.plans, 2u);
+  EXPECT_EQ(after.regimes - before.regimes, 2u);
+  EXPECT_EQ(after.rerecords - before.rerecords, 0u);
+}
+
+TEST(Regimes, APeriodicSequenceIsPredictedFromTheLastTwo) {
+  // A A B: what follows A depends on what came before it.
+  const counts c = run_pattern("periodic", {1, 1, 3}, 24, 60);
+  EXPECT_EQ(c.bad, 0);
+  EXPECT_EQ(c.in_slab, c.requests);
+}
+
+TEST(Regimes, ASecondStructureAfterPlanningIsFoundByAProbe) {
+  program prog;
+  for (int i = 0; i < 6; ++i) prog.run("later", 0);
+  const replayalloc::Stats before = replayalloc::stats();
+  // From now on the loop alternates: the second structure appears only after the
+  // first was planned. Deviations, a probe, then both replay.
+  for (int i = 0; i < 20; ++i) prog.run("later", i % 2 == 0 ? 4 : 0);
+  const replayalloc::Stats mid = replayalloc::stats();
+  EXPECT_GE(mid.probes - before.probes, 1u);
+  EXPECT_EQ(mid.regimes - before.regimes, 1u);
+  prog.c = counts{};
+  for (int i = 20; i < 60; ++i) prog.run("later", i % 2 == 0 ? 4 : 0);
+  EXPECT_EQ(prog.c.bad, 0);
+  EXPECT_EQ(prog.c.in_slab, prog.c.requests);
+  EXPECT_EQ(replayalloc::stats().plans, mid.plans);
+}
+
+TEST(Regimes, ExtraRequestsInOneStructureCostTheirFallbacksAndFewProbes) {
+  // Every third iteration makes unplanned requests (noise, not a structure): each
+  // costs one fallback; the probes they cause find nothing that repeats and back off
+  // (4, 16, 64 iterations), so 90 iterations make only a few of them.
+  program prog;
+  for (int i = 0; i < 6; ++i) prog.run("extras", 2);
+  const replayalloc::Stats before = replayalloc::stats();
+  prog.c = counts{};
+  std::mt19937 rng(3);
+  std::uint64_t extras = 0;
+  for (int i = 0; i < 90; ++i) {
+    // Extras drawn each time (4,096 ways; at least 6 of them, more than
+    // REPLAYALLOC_DEVIATION_PERCENT of the slots: the iteration deviates).
+    unsigned extra = 0;
+    while (i % 3 == 0 && std::popcount(extra) < 6) extra = rng() & 0xfffu;
+    prog.run("extras", 2, extra);
+    for (int layer = 0; layer < 6; ++layer) extras += (extra >> (2 * layer)) & 3u;
+  }
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_EQ(prog.c.bad, 0);
+  const std::uint64_t probes = after.probes - before.probes;
+  EXPECT_LE(probes, 6u);
+  EXPECT_EQ(after.plans - before.plans, 0u);
+  // The extras went to the backend, and the iterations recorded as probes.
+  const std::uint64_t per_iteration = 1 + 6 * 4 + 18;
+  EXPECT_LE(prog.c.requests - prog.c.in_slab, extras + probes * per_iteration);
+  EXPECT_GE(prog.c.requests - prog.c.in_slab, extras);
+}
+
+TEST(Regimes, ARandomSequenceOfStructuresStaysSafeAndBounded) {
+  // Two structures in random order: nothing predicts the next, so about half the
+  // iterations deviate. Safety holds on every one, plans stay bounded, and what the
+  // predictions get right replays.
+  std::mt19937 rng(7);
+  program prog;
+  const replayalloc::Stats before = replayalloc::stats();
+  for (int i = 0; i < 300; ++i) prog.run("random", (rng() & 1) != 0 ? 1 : 4);
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_EQ(prog.c.bad, 0);
+  EXPECT_LE(after.plans - before.plans, 12u);
+  EXPECT_LE(after.recordings - before.recordings, 40u);
+  std::printf("random order of 2 structures: %.1f%% of requests from the slab, %llu plans, %llu recordings\n",
+              100.0 * static_cast<double>(prog.c.in_slab) / static_cast<double>(prog.c.requests),
+              static_cast<unsigned long long>(after.plans - before.plans),
+              static_cast<unsigned long long>(after.recordings - before.recordings));
+}
+
+TEST(Regimes, MoreStructuresThanAKeyKeepsCostBoundedPlans) {
+  // Five structures in rotation and four regime places: each new one would take the
+  // place of the least recently seen, the one needed next. After 4 such replacements
+  // the key keeps its plans, and the fifth structure is served by the backend.
+  program prog;
+  const replayalloc::Stats before = replayalloc::stats();
+  for (int i = 0; i < 400; ++i) prog.run("five", i % 5);
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_EQ(prog.c.bad, 0);
+  EXPECT_LE(after.plans - before.plans, 10u);
+  EXPECT_LE(after.recordings - before.recordings, 40u);
+  EXPECT_EQ(after.regimes - before.regimes, 4u);
+  std::printf("5 structures in rotation: %.1f%% of requests from the slab, %llu plans, %llu recordings\n",
+              100.0 * static_cast<double>(prog.c.in_slab) / static_cast<double>(prog.c.requests),
+              static_cast<unsigned long long>(after.plans - before.plans),
+              static_cast<unsigned long long>(after.recordings - before.recordings));
+}
+
+}  // namespace
