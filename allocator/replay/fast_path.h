@@ -80,6 +80,10 @@ struct replay_cursor {
   // iteration followed instead (Note [Regimes], runtime/engine.h).
   std::uint32_t first_miss_at = 0;
   std::uint64_t first_miss_size = 0;
+  // Its first request larger than its slot's capacity, the same way: what the shape
+  // grew to (Note [Predicted plans], trace/size_model.h).
+  std::uint32_t first_too_large_at = 0;
+  std::uint64_t first_too_large_size = 0;
   std::atomic<std::uint64_t> misses[static_cast<unsigned>(miss_reason::count)] = {};
   std::atomic<std::uint64_t> miss_bytes{0};
   std::atomic<std::uint64_t> backend_planned{0};  // outliving slots, served as planned

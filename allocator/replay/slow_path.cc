@@ -52,6 +52,10 @@ REPLAYALLOC_COLD void* miss(replay_cursor& c, miss_reason why, std::size_t size)
     c.first_miss_at = c.next + 1;
     c.first_miss_size = size;
   }
+  if (c.first_too_large_at == 0 && why == miss_reason::too_large) {
+    c.first_too_large_at = c.next + 1;
+    c.first_too_large_size = size;
+  }
   bump(c.misses[static_cast<unsigned>(why)]);
   bump(c.miss_bytes, size);
   c.last_kind = backend_kind::ordinary;

@@ -8,6 +8,8 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -52,6 +54,32 @@ void unmask(domain_state& d) {
   d.cursor.count = d.masked_count;
   d.cursor.free_count = d.masked_free_count;
   d.masked = false;
+}
+
+// Note [Predicted plans] (trace/size_model.h): regime g's envelope raised to the sizes
+// fitted at the shape the request that outgrew slot at - 1 (`size` bytes) asks for, plus
+// a quarter; null when the regime has no model, the slot cannot say, or nothing grew.
+// Only slots whose size varied are raised (those of one fixed size keep matching
+// exactly). REQUIRES: the key's mutex held.
+std::shared_ptr<const envelope> predicted_envelope(const regime& g, std::uint32_t at, std::uint64_t size) {
+  if (at == 0 || g.samples.size() < 2 || g.env == nullptr) return nullptr;
+  const std::optional<size_model> m = fit_size_model(g.samples);
+  if (!m || at - 1 >= m->coef.size() || m->coef.size() != g.env->tr.allocations.size()) return nullptr;
+  const std::optional<double> x = m->solve(at - 1, size);
+  if (!x) return nullptr;
+  auto env = std::make_shared<envelope>(*g.env);
+  const double target = *x * 1.25;
+  bool raised = false;
+  for (std::size_t i = 0; i < env->tr.allocations.size() && i < env->least.size(); ++i) {
+    std::uint64_t& cap = env->tr.allocations[i].size;
+    if (env->least[i] >= cap) continue;  // one fixed size: kept exact
+    const std::uint64_t want = std::min<std::uint64_t>(m->size_at(i, target), max_request_bytes);
+    if (want > cap) {
+      cap = want;
+      raised = true;
+    }
+  }
+  return raised ? env : nullptr;
 }
 
 const char* op_name_for_check(std::uint32_t op);
@@ -269,6 +297,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
   c.grown = 0;
   c.too_large_at = 0;
   c.first_miss_at = 0;
+  c.first_too_large_at = 0;
   d.ph = phase::replay;
   mask(d);
 }
@@ -411,6 +440,11 @@ void engine::end_record_impl(domain_state& d) {
     regime& g = e.regimes[r];
     ++g.recordings;
     g.last_seen = e.uses;
+    if (shared->allocations.size() <= max_sampled_allocations) {  // Note [Predicted plans]
+      size_sample sizes(shared->allocations.size());
+      for (std::size_t i = 0; i < sizes.size(); ++i) sizes[i] = shared->allocations[i].size;
+      add_size_sample(g.samples, sizes);
+    }
     // A recording for growth that found no larger shape of its regime (an iteration of
     // another regime outgrew the slots it was replayed on) backs off like a probe.
     if (d.growing) e.probe_result(r == d.regime && grew);
@@ -676,8 +710,11 @@ void engine::end_replay(domain_state& d) {
   const bool other_structure = grew || deviated;
   const std::uint32_t first_miss_at = c.first_miss_at;
   const std::uint64_t first_miss_size = c.first_miss_size;
+  const std::uint32_t first_too_large_at = c.first_too_large_at;
+  const std::uint64_t first_too_large_size = c.first_too_large_size;
   bool explained = false;    // by another regime
-  bool grow_wanted = false;  // the next iteration of this regime records to grow it
+  bool grow_wanted = false;  // the plan grows: planned below, or the next iteration records
+  std::shared_ptr<const envelope> predicted;
   {
     std::lock_guard<std::mutex> lock(e.mu);
     e.structure_deviations = (e.structure_deviations << 1) | (other_structure ? 1u : 0u);
@@ -691,6 +728,17 @@ void engine::end_replay(domain_state& d) {
       } else if (const int other = e.consistent_regime(r, first_miss_at, first_miss_size); other >= 0) {
         e.learn_regime(other);
         explained = true;
+      } else if (grew && replays() && !e.failed &&
+                 first_too_large_at == first_miss_at &&
+                 (predicted = predicted_envelope(e.regimes[r], first_too_large_at, first_too_large_size)) != nullptr) {
+        // Note [Predicted plans]: the larger shape, planned from the fitted sizes at
+        // once (below), without recording it. Only when the request that outgrew its
+        // slot was the iteration's first miss: the cursor was on the plan up to it, so
+        // the slot is that request's own.
+        e.regimes[r].env = predicted;
+        e.regimes[r].grow_wanted = false;
+        grow_wanted = true;
+        e.learn_regime(r);
       } else {
         grow_wanted = grew && e.uses >= e.probe_quiet_until;
         if (grow_wanted) e.regimes[r].grow_wanted = true;
@@ -707,6 +755,15 @@ void engine::end_replay(domain_state& d) {
         }
       }
     }
+  }
+  if (predicted != nullptr) {
+    const auto t0 = std::chrono::steady_clock::now();
+    make_plan(e, *predicted, v);
+    plans_predicted_.fetch_add(1, std::memory_order_relaxed);
+    REPLAYALLOC_LOG(info, "'%s': plan predicted for a larger shape from fitted sizes in %lld us (Note [Predicted plans])",
+                    e.key.c_str(),
+                    static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                               std::chrono::steady_clock::now() - t0).count()));
   }
   // Deviation is counted per thread: a thread whose every iteration deviates has a
   // program that changed; threads that deviate now and then, interleaved, do not. An

@@ -40,6 +40,7 @@
 #include "runtime/stats.h"
 #include "runtime/thread_state.h"
 #include "support/options.h"
+#include "trace/size_model.h"
 #include "trace/trace.h"
 
 namespace replayalloc::detail {
@@ -99,6 +100,8 @@ struct regime {
   std::uint64_t lower_bound_bytes = 0;
   bool grow_wanted = false;         // a request outgrew the plan: record once more, merge
   bool confirmed = false;           // an iteration replayed its plan without deviating
+  // Note [Predicted plans] (trace/size_model.h): the sizes of its recent recordings.
+  std::vector<size_sample> samples;
 };
 
 struct key_entry {
@@ -289,6 +292,7 @@ class engine {
   std::atomic<std::uint64_t> keys_given_up_{0};
   std::atomic<std::uint64_t> auto_rests_{0};
   std::atomic<std::uint64_t> probes_{0};
+  std::atomic<std::uint64_t> plans_predicted_{0};
 };
 
 // A host request served below REPLAYALLOC_MIN_SIZE, counted as pass-through below the

@@ -223,6 +223,7 @@ Stats engine::stats(const domain_kind* only) {
   s.keys_given_up = keys_given_up_.load(std::memory_order_relaxed);
   s.auto_rests = auto_rests_.load(std::memory_order_relaxed);
   s.probes = probes_.load(std::memory_order_relaxed);
+  s.plans_predicted = plans_predicted_.load(std::memory_order_relaxed);
   s.recordings = recordings_.load(std::memory_order_relaxed);
   s.mapped_bytes = backend::mapped_slab_bytes();
   s.keys = keys;

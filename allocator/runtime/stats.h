@@ -52,6 +52,7 @@
   X(iterations_set_aside, domain, "iterations_set_aside", 0)        \
   X(auto_rests, engine, "auto_rests", 0)                            \
   X(probes, engine, "probes", 0)                                    \
+  X(plans_predicted, engine, "plans_predicted", 0)                  \
   X(regimes, engine, "regimes", 0)                                  \
   X(slab_bytes, engine, "slab_bytes", 0)                            \
   X(lower_bound_bytes, engine, "lower_bound_bytes", 0)              \

@@ -80,6 +80,7 @@ struct Stats {
   std::uint64_t iterations_set_aside = 0;  ///< iterations passed through while their key was set aside
   std::uint64_t auto_rests = 0;         ///< times auto mode stopped watching a thread with no period
   std::uint64_t probes = 0;             ///< iterations recorded to learn which regime a key follows
+  std::uint64_t plans_predicted = 0;    ///< plans made for a larger shape from fitted sizes, unrecorded
   std::uint64_t regimes = 0;            ///< structures planned now, over all keys (Note [Regimes])
   std::uint64_t slab_bytes = 0;         ///< sum of the current plans' slab sizes
   std::uint64_t lower_bound_bytes = 0;  ///< sum of the current plans' lower bounds
