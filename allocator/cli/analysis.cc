@@ -80,9 +80,8 @@ trace_analysis analyze(const trace& t, const planner_options& o) {
     }
   }
 
-  r.peak_live_bytes =
-      sweep_peak(t, [](const trace_allocation& a) { return a.size; }, [](const auto&) { return true; })
-          .first;
+  std::tie(r.peak_live_bytes, r.peak_live_at) =
+      sweep_peak(t, [](const trace_allocation& a) { return a.size; }, [](const auto&) { return true; });
   std::tie(r.lower_bound_bytes, r.peak_at) = sweep_peak(
       t, [&](const trace_allocation& a) { return slot_footprint(a, o); },
       [](const trace_allocation& a) { return !a.outlives(); });

@@ -17,7 +17,9 @@
 //   activation  everything else: memory one op made and a later op still used (layer
 //               outputs, the tensors that pass between ops). This is what scales with
 //               the batch size.
-// Weights loaded before the iteration are not in the trace at all.
+// Weights loaded before the iteration are not in the trace at all. A training step is
+// split further (parameters, gradients, optimizer state, ...): Note [Training memory],
+// cli/training.h.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +47,7 @@ struct usage_row {
 struct trace_analysis {
   std::vector<memory_kind> kinds;         // one per allocation, trace order
   std::uint64_t peak_live_bytes = 0;      // requested bytes live at once, all allocations
+  std::uint64_t peak_live_at = 0;         // first event position where peak_live_bytes is met
   std::uint64_t lower_bound_bytes = 0;    // lower_bound(): slot footprints, slab-eligible
   std::uint64_t peak_at = 0;              // first event position where the lower bound is met
   std::uint64_t persistent_bytes = 0;     // requested bytes that outlive the iteration

@@ -30,7 +30,8 @@ double fit_line(const std::vector<double>& x, const std::vector<double>& y, doub
 
 }  // namespace
 
-absl::StatusOr<footprint> measure(const trace& t, std::string_view algorithm, double* plan_ms) {
+absl::StatusOr<footprint> measure(const trace& t, std::string_view algorithm, double* plan_ms,
+                                  std::uint64_t parameters_given_bytes) {
   const trace_analysis r = analyze(t);
   absl::StatusOr<placement> p = plan_trace(t, algorithm, planner_options{}, plan_ms);
   if (!p.ok()) return p.status();
@@ -39,6 +40,7 @@ absl::StatusOr<footprint> measure(const trace& t, std::string_view algorithm, do
   f.lower_bound_bytes = static_cast<double>(r.lower_bound_bytes);
   f.slab_bytes = static_cast<double>(p->slab_bytes);
   f.persistent_bytes = static_cast<double>(r.persistent_bytes);
+  f.training = split_training(t, r, planner_options{}, parameters_given_bytes);
   return f;
 }
 
@@ -80,7 +82,7 @@ absl::StatusOr<trace> predict_trace(const std::vector<batch_trace>& recordings, 
 
 absl::StatusOr<prediction> predict(const std::vector<batch_trace>& recordings,
                                    const std::vector<footprint>& measured, double at,
-                                   std::string_view algorithm) {
+                                   std::string_view algorithm, std::uint64_t parameters_given_bytes) {
   REPLAYALLOC_EXPECTS(recordings.size() >= 2 && measured.size() == recordings.size(),
                       "need recordings at two batch sizes");
   prediction out;
@@ -105,7 +107,7 @@ absl::StatusOr<prediction> predict(const std::vector<batch_trace>& recordings,
     out.predicted = out.linear;
     return out;
   }
-  absl::StatusOr<footprint> f = measure(*t, algorithm, &out.plan_ms);
+  absl::StatusOr<footprint> f = measure(*t, algorithm, &out.plan_ms, parameters_given_bytes);
   if (!f.ok()) return f.status();
   out.method = "per_allocation";
   out.predicted = *f;

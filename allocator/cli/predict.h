@@ -20,6 +20,10 @@
 // The per-allocation fit applies when the recordings have the same number of
 // allocations with the same op, in the same order; otherwise the result says why it
 // did not and uses the linear peak.
+// Training steps: a predicted trace is a trace, so the per-allocation fit splits it as
+// a recording is (Note [Training memory], training.h): parameters, gradients and
+// optimizer state keep their sizes, saved activations and most temporaries scale. The
+// linear peak has no split.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +31,10 @@
 #include <string_view>
 #include <vector>
 
+#include <optional>
+
 #include "absl/status/statusor.h"
+#include "cli/training.h"
 #include "planner/planner.h"
 #include "trace/trace.h"
 
@@ -43,6 +50,8 @@ struct footprint {
   double lower_bound_bytes = 0;  // slot footprints live at once, slab-eligible
   double slab_bytes = 0;         // the planned slab
   double persistent_bytes = 0;   // outlives the iteration
+  std::optional<training_split> training;  // a training step's split; none for inference
+                                           // and for the linear peak
 };
 
 struct prediction {
@@ -57,17 +66,20 @@ struct prediction {
   double plan_ms = 0;            // planning the predicted trace
 };
 
-// The measured footprint of a recording, planned with `algorithm`.
-absl::StatusOr<footprint> measure(const trace& t, std::string_view algorithm, double* plan_ms = nullptr);
+// The measured footprint of a recording, planned with `algorithm`; a training step's
+// split counts `parameters_given_bytes` (not in the trace) as parameters.
+absl::StatusOr<footprint> measure(const trace& t, std::string_view algorithm, double* plan_ms = nullptr,
+                                  std::uint64_t parameters_given_bytes = 0);
 
 // The trace predicted at batch `at` by the per-allocation fit, or why it cannot be made.
 // pre: at least two recordings with distinct batch sizes.
 absl::StatusOr<trace> predict_trace(const std::vector<batch_trace>& recordings, double at);
 
 // pre: at least two recordings with distinct batch sizes; `measured` holds their
-// footprints, same order. The planner `algorithm` plans the predicted trace.
+// footprints, same order. The planner `algorithm` plans the predicted trace, and
+// `parameters_given_bytes` goes into its training split as in measure().
 absl::StatusOr<prediction> predict(const std::vector<batch_trace>& recordings,
                                    const std::vector<footprint>& measured, double at,
-                                   std::string_view algorithm);
+                                   std::string_view algorithm, std::uint64_t parameters_given_bytes = 0);
 
 }  // namespace replayalloc::cli

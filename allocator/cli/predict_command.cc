@@ -9,13 +9,15 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/predict.h"
+#include "cli/training.h"
 
 namespace replayalloc::cli {
 namespace {
 
 constexpr char usage[] =
     "usage: replayalloc predict --trace B=TRACE --trace B=TRACE [...] --at B [--at B ...]\n"
-    "                           [--algo NAME] [--method auto|per_allocation|linear_peak] [--json]\n"
+    "                           [--algo NAME] [--method auto|per_allocation|linear_peak]\n"
+    "                           [--parameters-bytes N] [--json]\n"
     "\n"
     "From recordings of one model at two or more batch sizes (--trace 1=b1.csv --trace\n"
     "8=b8.csv), estimates the peak, the lower bound and the planned slab at batch --at.\n"
@@ -24,6 +26,10 @@ constexpr char usage[] =
     "                  the same order, as the same model at another batch size has)\n"
     "  linear_peak     fits the recordings' peak, lower bound and slab as lines\n"
     "  auto            per_allocation where it applies, else linear_peak (the default)\n"
+    "Training steps (recordings with a backward op) are also split, measured and predicted,\n"
+    "into parameters, gradients, optimizer state, saved activations, outputs, workspace\n"
+    "and temporaries, with the step's peak (Note [Training memory]; per_allocation only).\n"
+    "  --parameters-bytes N  parameters made before the recorded step (not in the traces)\n"
     "Prints a table, or one JSON object per --at with --json.\n";
 
 std::string footprint_json(const footprint& f) {
@@ -31,11 +37,52 @@ std::string footprint_json(const footprint& f) {
   j.add("peak_live_bytes", static_cast<std::uint64_t>(f.peak_live_bytes))
       .add("lower_bound_bytes", static_cast<std::uint64_t>(f.lower_bound_bytes))
       .add("slab_bytes", static_cast<std::uint64_t>(f.slab_bytes))
-      .add("persistent_bytes", static_cast<std::uint64_t>(f.persistent_bytes));
+      .add("persistent_bytes", static_cast<std::uint64_t>(f.persistent_bytes))
+      .add_raw("training", f.training ? training_json(*f.training) : "null");
   return j.str();
 }
 
 std::string batch_label(double b) { return absl::StrFormat("%g", b); }
+
+// Note [Training memory]: each column's split, when every recording is a training step.
+void append_training(std::string* out, const std::vector<batch_trace>& recordings,
+                     const std::vector<footprint>& measured, const std::vector<prediction>& results) {
+  for (const footprint& f : measured) {
+    if (!f.training) return;
+  }
+  std::vector<std::pair<std::string, const training_split*>> columns;
+  for (std::size_t i = 0; i < recordings.size(); ++i) {
+    columns.push_back({"batch " + batch_label(recordings[i].batch), &*measured[i].training});
+  }
+  for (const prediction& p : results) {
+    columns.push_back({"batch " + batch_label(p.at) + "*", p.predicted.training ? &*p.predicted.training : nullptr});
+  }
+  std::string header = absl::StrFormat("\n  %-18s", "training step");
+  for (const auto& [label, s] : columns) absl::StrAppend(&header, absl::StrFormat(" %12s", label));
+  absl::StrAppend(out, header, "\n");
+  const auto row = [&](const char* name, auto bytes) {
+    std::string line = absl::StrFormat("  %-18s", name);
+    for (const auto& [label, s] : columns) {
+      absl::StrAppend(&line, absl::StrFormat(" %12s", s ? format_bytes(bytes(*s)) : std::string("-")));
+    }
+    absl::StrAppend(out, line, "\n");
+  };
+  for (int k = 0; k < training_part_count; ++k) {
+    row(training_part_name(training_part(k)), [k](const training_split& s) { return s.by_part[k].at_peak_bytes; });
+  }
+  row("step peak", [](const training_split& s) { return s.peak_bytes; });
+  row("held after", [](const training_split& s) { return s.held_after_bytes; });
+  absl::StrAppend(out, "  (each part: requested bytes live at the step's peak; held after: what outlives the\n"
+                       "  step, which a later step starts with; Note [Training memory])\n");
+  for (const auto& [label, s] : columns) {
+    if (s == nullptr) continue;
+    absl::StrAppend(out, absl::StrFormat("  peak at %s: event %d (%s), set by %s\n", label, s->peak_at,
+                                         training_phase_name(s->peak_phase), s->peak_op.empty() ? "?" : s->peak_op));
+  }
+  if (!results.empty() && !results.front().predicted.training) {
+    absl::StrAppend(out, "  (the predicted split needs the per-allocation fit)\n");
+  }
+}
 
 }  // namespace
 
@@ -44,6 +91,7 @@ int run_predict(const std::vector<std::string>& args) {
                                                     {"--at", ""},
                                                     {"--algo", ""},
                                                     {"--method", ""},
+                                                    {"--parameters-bytes", ""},
                                                     {"--json", "", false},
                                                     {"--help", "-h", false}});
   if (!a.ok()) return usage_error("predict", usage, a.status());
@@ -61,6 +109,12 @@ int run_predict(const std::vector<std::string>& args) {
     return usage_error("predict", usage, absl::StrCat("unknown --method '", method, "'"));
   }
   const std::string algo = a->get("--algo").value_or("best");
+  std::uint64_t parameters_bytes = 0;
+  if (const std::optional<std::string> s = a->get("--parameters-bytes")) {
+    const std::optional<std::uint64_t> v = parse_parameters_bytes(*s);
+    if (!v) return usage_error("predict", usage, absl::StrCat("--parameters-bytes '", *s, "' is not a byte count"));
+    parameters_bytes = *v;
+  }
 
   std::vector<double> targets;
   for (const std::string& s : ats) {
@@ -91,14 +145,14 @@ int run_predict(const std::vector<std::string>& args) {
     absl::StatusOr<trace> t = load_trace(paths[i]);
     if (!t.ok()) return fail("predict", t.status());
     recordings[i].tr = *std::move(t);
-    absl::StatusOr<footprint> f = measure(recordings[i].tr, algo);
+    absl::StatusOr<footprint> f = measure(recordings[i].tr, algo, nullptr, parameters_bytes);
     if (!f.ok()) return fail("predict", f.status());
     measured.push_back(*f);
   }
 
   std::vector<prediction> results;
   for (const double at : targets) {
-    absl::StatusOr<prediction> p = predict(recordings, measured, at, algo);
+    absl::StatusOr<prediction> p = predict(recordings, measured, at, algo, parameters_bytes);
     if (!p.ok()) return fail("predict", p.status());
     if (method == "per_allocation" && p->method != "per_allocation") {
       return fail("predict", absl::FailedPreconditionError(absl::StrCat(
@@ -161,6 +215,7 @@ int run_predict(const std::vector<std::string>& args) {
   row("slab", &footprint::slab_bytes);
   row("persistent", &footprint::persistent_bytes);
   absl::StrAppend(&out, "  (* predicted; slab + persistent is what the iteration needs)\n");
+  append_training(&out, recordings, measured, results);
   double largest = 0;
   for (const batch_trace& r : recordings) largest = std::max(largest, r.batch);
   for (const prediction& p : results) {
