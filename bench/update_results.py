@@ -7,7 +7,7 @@ to be run by hand, but it can be:
 
   update_results.py micro RESULTS.md --pair-dir D --callgrind-tsv T --meta M
   update_results.py demo  RESULTS.md --demo-output D --meta M
-  update_results.py e2e   RESULTS.md --e2e-runs RUNS.jsonl --meta M
+  update_results.py e2e   RESULTS.md --e2e-runs RUNS.jsonl --meta M [--name NAME]
   update_results.py text  RESULTS.md --name NAME --body FILE   (a section a script composed)
 
 A section sits between `<!-- section: NAME -->` and `<!-- end: NAME -->` (or
@@ -265,8 +265,36 @@ def geomean(v):
     return p ** (1.0 / len(v))
 
 
+# The training cells' texts (bench/run_training.sh), where they differ from inference's.
+TRAINING_MODELS = (
+    "Models: TorchScript traced in training mode by `scripts/make_models.py` (random weights, "
+    "parameters that require grad): torchvision ResNet-18 (batch 8, **112×112**: a quarter of "
+    "224×224's pixels, so that a step takes about 0.3 s on one core here) and MobileNetV3-Small "
+    "(batch 8, 224×224, its classifier's dropout off), each with cross entropy against fixed labels "
+    "and SGD (lr 0.01, momentum 0.9); the BERT-like encoder (BERT-base's layer, 2 layers, sequence "
+    "128, batch 8) with the MSE of its pooled output against a fixed target and Adam (lr 1e-4). A "
+    "step: forward, loss, backward, optimizer step, zero_grad (libtorch's C++ API, gradients zeroed "
+    "in place), the same batch every step. A cell is MODEL/T: T threads each train their own copy "
+    "of the model, W warm-up then N timed steps (intra-op threads: 1, OpenBLAS threads: 1), started "
+    "together. Every allocator runs every cell in a process of its own, one after the other, the "
+    "order rotated each round. Every step's loss and the trained parameters' checksum, in every "
+    "run, are compared with the first glibc run's; a difference fails the run.")
+TRAINING_FIGURES = (
+    "Figures are medians over the rounds of each run's figure. **thr** = training steps per second "
+    "over the timed phase (all threads); **p50/p99** = step-time percentiles over the run's T×N "
+    "timed steps (with few steps p99 is close to the maximum); **CPU ms** = the process's user + "
+    "system CPU time per step over the timed phase; **faults** = minor page faults per step; "
+    "**RSS** = the process's peak RSS (VmHWM, weights and optimizer state included). **÷best** "
+    "compares with the best of glibc/jemalloc/tcmalloc/mimalloc in that cell for that metric "
+    "(highest throughput, lowest p99, lowest RSS); above 1 is better for thr, below 1 is better "
+    "for p99 and RSS.")
+
+
 def e2e_section(runs_path, meta):
     recs = [json.loads(l) for l in open(runs_path) if l.strip()]
+    # Training cells (run_e2e.py marks their records): the same table, other words.
+    training = bool(recs) and all(r.get("mode") == "train" for r in recs)
+    per = "step" if training else "inference"
     cells = []
     for r in recs:
         if r["cell"] not in cells:
@@ -288,13 +316,15 @@ def e2e_section(runs_path, meta):
         med[key]["bit"] = all(x["outputs_bit_identical"] == x["outputs_checked"] for x in runs)
         med[key]["maxdiff"] = max(x["max_abs_diff"] for x in runs)
     out = ["## End to end: TorchScript models under every allocator", "",
+           "Written by `bench/run_training.sh` (`bench/e2e/run_e2e.py`, `bench/e2e/e2e_driver.cc --train`)."
+           if training else
            "Written by `bench/run_all.sh` (`bench/e2e/run_e2e.py`, `bench/e2e/e2e_driver.cc`).", ""]
     out += machine_lines(meta)
     out.append(f"- Libraries: libtorch {meta.get('torch_version', '?')} (Debian; {meta.get('blas', 'generic BLAS')}), glibc, jemalloc 5.3, "
                "tcmalloc (gperftools minimal), mimalloc 2.0 (Debian packages)")
     out.append(f"- Command: `{meta['e2e_cmd']}` ({rounds} rounds)")
     out.append("")
-    out.append(
+    out.append(TRAINING_MODELS if training else
         "Models: TorchScript traced by `scripts/make_models.py` with random weights: torchvision "
         "MobileNetV3-Large and ResNet-50 (batch 1, 224×224), a BERT-base-like encoder (BERT-base's "
         "layer: width 768, 12 heads, FFN 3072; **2 layers instead of 12**: the layers repeat the same "
@@ -307,11 +337,11 @@ def e2e_section(runs_path, meta):
     out.append("Allocators: **glibc** (nothing preloaded), **jemalloc**, **tcmalloc**, **mimalloc** "
                "(`LD_PRELOAD`), **replay-auto** (`libreplayalloc_preload.so`, its default auto mode, 4 KiB "
                "minimum), **replay-explicit** (the same library; the driver calls "
-               "`replayalloc_iteration_begin/end`, found with `dlsym(RTLD_DEFAULT)`, around each inference), "
+               f"`replayalloc_iteration_begin/end`, found with `dlsym(RTLD_DEFAULT)`, around each {per}), "
                "**replay-torch** (`libreplayalloc_torch.so` as libtorch's CPU allocator, an iteration around "
-               "each inference; everything else on glibc).")
+               f"each {per}; everything else on glibc).")
     out.append("")
-    out.append(
+    out.append(TRAINING_FIGURES if training else
         "Figures are medians over the rounds of each run's figure. **thr** = inferences per second over "
         "the timed phase (all threads); **p50/p99** = latency percentiles over the run's T×N timed "
         "inferences (with few inferences p99 is close to the maximum); **CPU ms** = the process's user + "
@@ -323,7 +353,7 @@ def e2e_section(runs_path, meta):
     out.append(
         "**Noise.** The machine (2 cores) was shared with other engineers' builds during the run, so "
         "wall-clock figures (thr, p50, p99) swing by 2× or more between runs of the same allocator; "
-        "CPU ms per inference, page faults and RSS are far steadier. Read the ratios and the CPU column, "
+        f"CPU ms per {per}, page faults and RSS are far steadier. Read the ratios and the CPU column, "
         "not single throughput cells.")
     out.append("")
     out.append("| cell | allocator | thr /s | p50 ms | p99 ms | CPU ms | faults | RSS MiB | thr ÷ glibc | thr ÷ best | "
@@ -361,7 +391,8 @@ def e2e_section(runs_path, meta):
     out.append("")
     out.append("**Against the bar** (goals from issue 7, reported, not asserted): throughput ≥ 1.15× the best "
                "general-purpose allocator (geometric mean over cells) and ≥ 1.0× in every cell; p99 ≤ 0.8×; "
-               "peak RSS ≤ the best's.")
+               "peak RSS ≤ the best's." + (" Issue 7 set them for inference; here the same measures over "
+                                           "training steps." if training else ""))
     out.append("")
     out.append("| replayalloc as | thr ÷ best, geomean | cells with thr ≥ 1.0× | p99 ÷ best, geomean | "
                "cells with p99 ≤ 0.8× | cells with RSS ≤ best | CPU ÷ best, geomean |")
@@ -426,7 +457,8 @@ def replace_section(path, name, lines):
             break
     else:
         heading = UNMARKED.get(name)
-        pattern = heading and re.compile(re.escape(heading) + r".*?(?=\n## |\Z)", re.S)
+        # Up to the next heading, or the next section's begin marker (kept).
+        pattern = heading and re.compile(re.escape(heading) + r".*?(?=\n## |\n<!-- |\Z)", re.S)
         if pattern and pattern.search(text):
             text = pattern.sub(lambda _: "\n".join(lines) + "\n", text, count=1)
         else:  # missing: appended, with markers unless it is one of UNMARKED
@@ -468,7 +500,7 @@ def main():
         if not a.e2e_runs:
             sys.exit("update_results.py: e2e needs --e2e-runs")
         lines = e2e_section(a.e2e_runs, meta)
-        if a.name:  # another matrix (the variable-length cells): its own section and heading
+        if a.name:  # another matrix (variable-length or training cells): its own section and heading
             lines[0] = f"## End to end: {meta.get('e2e_title', a.name)}"
             replace_section(a.results, a.name, lines)
             return

@@ -30,6 +30,13 @@ build(name, batch, seed, **options) -> (model, example input):
         hidden (768), heads (12), vocab (50257), max_len (1024), seq (16). generate()
         runs prefill and greedy decode steps.
 
+Training (bench/e2e/e2e_driver.cc --train does the same in C++):
+  training(name, model, batch) -> (target, loss function, optimizer) of one training
+        step: bert, MSE against batch x hidden fixed floats, Adam (lr 1e-4); a
+        torchvision classifier, cross entropy against batch fixed class indices of
+        1,000, SGD (lr 0.01, momentum 0.9). A step: loss_fn(model(x), target).backward(),
+        optimizer.step(), optimizer.zero_grad().
+
 Run as a script it prints what it builds: models.py NAME [--batch B] [KEY=VALUE...].
 """
 import math
@@ -207,6 +214,30 @@ def build(name, batch=1, seed=0, **options):
         raise ValueError(f"unknown model {name!r}: one of {', '.join(NAMES)} or a torchvision.models classifier")
     image = options.pop("image", 224)
     return make(**options).eval(), torch.randn(batch, 3, image, image)  # weights=None: random
+
+
+def training_target(kind, batch, hidden=768, seed=1):
+    """The fixed target of every training step: "classes", `batch` class indices of
+    1,000 (cross entropy); "vector", batch x hidden floats in [-0.5, 0.5) (MSE against a
+    tanh output). From its own generator, so it does not move the global seed."""
+    g = torch.Generator().manual_seed(seed)
+    if kind == "classes":
+        return torch.randint(0, 1000, (batch,), generator=g)
+    return torch.rand(batch, hidden, generator=g) - 0.5
+
+
+def training(name, model, batch):
+    """(target, loss function, optimizer) of the benchmarks' training step for `model`,
+    made by build(name, batch, ...). bert: MSE against a "vector" target, Adam (lr 1e-4);
+    a torchvision classifier: cross entropy against "classes", SGD (lr 0.01, momentum
+    0.9). Raises ValueError for the other models (lstm, unet, gpt2)."""
+    if name == "bert":
+        target = training_target("vector", batch, model.pool.out_features)
+        return target, torch.nn.functional.mse_loss, torch.optim.Adam(model.parameters(), lr=1e-4)
+    if name in ("lstm", "unet", "gpt2"):
+        raise ValueError(f"no training step for {name!r}: bert or a torchvision classifier")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return training_target("classes", batch), torch.nn.functional.cross_entropy, optimizer
 
 
 def main(argv):

@@ -1,11 +1,13 @@
 // bench/e2e/e2e_driver.cc: one cell of the end-to-end benchmark: T threads x N
-// inferences of one shared TorchScript module, under whatever allocator this process
-// runs with; prints one JSON line.
+// inferences of one shared TorchScript module (or, with --train, T threads x N training
+// steps, each thread training its own copy), under whatever allocator this process runs
+// with; prints one JSON line.
 //
 //   e2e_driver --model M.pt --input M.input.pt --reference REF [--write-reference]
 //              [--threads T] [--warmup W] [--iterations N] [--label NAME]
 //              [--iterations-api none|explicit|torch] [--torch-lib libreplayalloc_torch.so]
 //              [--lengths L1,L2,...]
+//              [--train --target M.target.pt [--optimizer sgd|adam]]
 //
 // The allocator is chosen outside the program (bench/e2e/run_e2e.py): nothing (glibc),
 // LD_PRELOAD of jemalloc, tcmalloc, mimalloc or libreplayalloc_preload.so, or, with
@@ -35,6 +37,8 @@
 // along dimension 1 (a sequence of token ids), L drawn per inference from the list by
 // a fixed pseudo-random sequence per thread (the same in every run); the reference
 // holds one output per length, stacked.
+//
+// --train: training steps instead of inferences (Note [Training cells]).
 #include <dlfcn.h>
 #include <sys/resource.h>
 
@@ -49,6 +53,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <string>
@@ -63,7 +69,8 @@ using end_fn = int (*)();
 
 struct options {
   std::string model, input, reference, label = "unnamed", api = "none", torch_lib;
-  bool write_reference = false;
+  std::string target, optimizer = "sgd";  // --train only
+  bool write_reference = false, train = false;
   int threads = 1, warmup = 5, iterations = 10;
   std::vector<std::int64_t> lengths;  // empty: the input as it is
 };
@@ -98,6 +105,9 @@ options parse(int argc, char** argv) {
     else if (a == "--label") o.label = value();
     else if (a == "--iterations-api") o.api = value();
     else if (a == "--torch-lib") o.torch_lib = value();
+    else if (a == "--train") o.train = true;
+    else if (a == "--target") o.target = value();
+    else if (a == "--optimizer") o.optimizer = value();
     else if (a == "--lengths") {
       const std::string v = value();
       for (std::size_t at = 0; at < v.size();) {
@@ -114,6 +124,10 @@ options parse(int argc, char** argv) {
   if (o.threads < 1 || o.iterations < 1) die("--threads and --iterations must be at least 1");
   if (o.api != "none" && o.api != "explicit" && o.api != "torch") die("--iterations-api: none, explicit or torch");
   if (o.api == "torch" && o.torch_lib.empty()) die("--iterations-api torch needs --torch-lib");
+  if (o.train && o.target.empty()) die("--train needs --target (make_models.py writes M.target.pt)");
+  if (o.train && !o.lengths.empty()) die("--lengths is for inference cells, not --train");
+  if (!o.train && !o.target.empty()) die("--target is for --train");
+  if (o.optimizer != "sgd" && o.optimizer != "adam") die("--optimizer: sgd or adam");
   return o;
 }
 
@@ -194,6 +208,208 @@ int length_index(int t, int i, std::size_t n) {
   return static_cast<int>((z ^ (z >> 31)) % n);
 }
 
+using stats_fn = std::size_t (*)(char*, std::size_t);
+
+// An exception's message; a c10::Error's without its backtrace (run_e2e.py keeps the
+// last lines of stderr, which a backtrace would fill).
+const char* message(const std::exception& e) {
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
+  return e.what();
+}
+
+// The plan key: "e2e/<model file name>", shared by every thread of the cell.
+std::string cell_key(const options& o) { return "e2e/" + o.model.substr(o.model.find_last_of('/') + 1); }
+
+// replayalloc's statistics as JSON, or "null" when this process runs without it.
+std::string stats_json(stats_fn stats) {
+  std::string json = "null";
+  if (stats != nullptr) {
+    std::vector<char> buf(1 << 16);
+    const std::size_t len = stats(buf.data(), buf.size());
+    if (len > 0 && len < buf.size()) json.assign(buf.data(), len);
+  }
+  return json;
+}
+
+// What the process spent over the timed phase.
+struct timed_phase {
+  double wall_s = 0, cpu_s = 0;
+  long minor_faults = 0;
+};
+
+// Runs worker(t) for t = 0..threads-1 on threads of their own and measures the timed
+// phase. pre: `sync` expects threads + 1 parties; every worker arrives twice (warm-up
+// done, then timed phase starts), or arrive_and_drop()s for the arrivals it will not
+// make (a worker that failed), so the phase never waits for a dead thread.
+timed_phase run_workers(int threads, std::barrier<>& sync, const std::function<void(int)>& worker) {
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker, t);
+  sync.arrive_and_wait();
+  rusage r0{}, r1{};
+  getrusage(RUSAGE_SELF, &r0);
+  const auto t0 = clock_type::now();
+  sync.arrive_and_wait();
+  for (auto& th : pool) th.join();
+  timed_phase p;
+  p.wall_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  getrusage(RUSAGE_SELF, &r1);
+  auto secs = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6; };
+  p.cpu_s = secs(r1.ru_utime) - secs(r0.ru_utime) + secs(r1.ru_stime) - secs(r0.ru_stime);
+  p.minor_faults = r1.ru_minflt - r0.ru_minflt;
+  return p;
+}
+
+// Prints the cell's JSON line and returns its exit status (1 when an output differs
+// from the reference). `all`: every timed inference's (or step's) milliseconds.
+// `extra`: more keys (", \"k\": v"), placed before "iterations_api".
+int print_line(const options& o, const std::string& key, const std::vector<double>& all, const timed_phase& p,
+               const check_state& chk, const std::string& stats, const std::string& extra) {
+  const double n = static_cast<double>(all.size());
+  std::printf(
+      "{\"label\": \"%s\", \"model\": \"%s\", \"threads\": %d, \"warmup\": %d, \"iterations\": %d, "
+      "\"throughput\": %.6g, \"p50_ms\": %.6g, \"p99_ms\": %.6g, \"mean_ms\": %.6g, \"wall_s\": %.6g, "
+      "\"cpu_ms_per_inference\": %.6g, \"minor_faults_per_inference\": %.6g, \"peak_rss_mib\": %.6g, "
+      "\"outputs_checked\": %ld, \"outputs_bit_identical\": %ld, \"outputs_wrong\": %ld, \"max_abs_diff\": %.3g%s, "
+      "\"iterations_api\": \"%s\", \"replayalloc\": %s}\n",
+      o.label.c_str(), key.c_str() + 4, o.threads, o.warmup, o.iterations, n / p.wall_s, percentile(all, 0.5),
+      percentile(all, 0.99), std::accumulate(all.begin(), all.end(), 0.0) / n, p.wall_s, 1e3 * p.cpu_s / n,
+      static_cast<double>(p.minor_faults) / n, static_cast<double>(status_kib("VmHWM:")) / 1024.0, chk.checked,
+      chk.bit_identical, chk.wrong, chk.max_abs_diff, extra.c_str(), o.api.c_str(), stats.c_str());
+  std::fflush(stdout);
+  if (chk.wrong > 0) {
+    std::fprintf(stderr, "e2e_driver: %ld of %ld outputs differ from the reference (max |diff| %.3g)\n", chk.wrong,
+                 chk.checked, chk.max_abs_diff);
+    return 1;
+  }
+  return 0;
+}
+
+// Note [Training cells]
+// --train: each of the T threads loads its own copy of the module (a step changes the
+// weights, so threads cannot share one; make_models.py's train_* files are traced in
+// training mode with parameters that require grad) and makes its own optimizer, then
+// runs W warm-up and N timed steps, all of the same fixed batch (--input) towards the
+// same fixed target (--target). A step: forward; loss (cross entropy when the target
+// holds class indices, MSE when it holds floats); backward; optimizer step (sgd: lr
+// 0.01, momentum 0.9; adam: lr 1e-4); zero_grad (libtorch 1.13's C++ zero_grad zeroes
+// the gradients in place). One replayalloc iteration per step, around all of it; the
+// loss is read and dropped inside it, so nothing a step makes outlives the step but the
+// first step's optimizer state. Backward runs on the calling thread (CPU autograd).
+// Timing and figures are the inference cells', per step (the keys' "inference" reads
+// "step"). Correctness: the reference holds every step's loss and, last, a checksum of
+// the trained parameters (the sum of their absolute values); every thread of every run
+// must match it, bit-identical or within 1e-4 relative. It depends on W + N, so
+// run_e2e.py keeps one reference per model and step count.
+int run_training(const options& o, begin_fn begin, end_fn end, stats_fn stats) {
+  const std::string key = cell_key(o);
+  std::vector<torch::jit::script::Module> copies;
+  torch::Tensor input, target;
+  try {
+    for (int t = 0; t < o.threads; ++t) copies.push_back(torch::jit::load(o.model));
+    input = torch::jit::load(o.input).forward({}).toTensor();
+    target = torch::jit::load(o.target).forward({}).toTensor();
+  } catch (const c10::Error& e) {
+    die(std::string("cannot load the model, its input or its target: ") + e.what_without_backtrace());
+  }
+  for (auto& m : copies) {
+    m.train();
+    for (const torch::Tensor& p : m.parameters()) {
+      if (!p.requires_grad()) die(o.model + " is not trainable (a parameter without requires_grad): see make_models.py train_*");
+    }
+  }
+  const bool classes = !torch::isFloatingType(target.scalar_type());
+  const int steps = o.warmup + o.iterations;
+  check_state chk;
+  if (!o.write_reference) {
+    chk.reference = load_reference(o.reference);
+    if (chk.reference.dim() != 1 || chk.reference.size(0) != steps + 1) {
+      die("the reference " + o.reference + " is not that of " + std::to_string(steps) + " steps (one per W + N)");
+    }
+  }
+
+  const auto threads = static_cast<std::size_t>(o.threads);
+  std::vector<std::vector<double>> ms(threads);
+  std::vector<std::vector<float>> losses(threads);  // per step, then the checksum
+  // Per thread, outside the worker: the checksum and the optimizer state's release
+  // happen after the timed phase (run_workers measures until the threads end).
+  std::vector<std::vector<torch::Tensor>> params(threads);
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers(threads);
+  std::barrier<> sync(o.threads + 1);
+  std::atomic<bool> failed{false};
+  auto worker = [&](int t) {
+    int passed = 0;  // barriers passed
+    try {
+      const auto u = static_cast<std::size_t>(t);
+      torch::jit::script::Module& m = copies[u];
+      for (const torch::Tensor& p : m.parameters()) params[u].push_back(p);
+      std::unique_ptr<torch::optim::Optimizer>& optimizer = optimizers[u];
+      if (o.optimizer == "adam") {
+        optimizer = std::make_unique<torch::optim::Adam>(params[u], torch::optim::AdamOptions(1e-4));
+      } else {
+        optimizer = std::make_unique<torch::optim::SGD>(params[u], torch::optim::SGDOptions(0.01).momentum(0.9));
+      }
+      std::vector<torch::jit::IValue> in{input};
+      auto step = [&] {
+        if (begin != nullptr) begin(key.c_str());
+        float value = 0;
+        {
+          const torch::Tensor y = m.forward(in).toTensor();
+          const torch::Tensor loss =
+              classes ? torch::nn::functional::cross_entropy(y, target) : torch::mse_loss(y, target);
+          loss.backward();
+          optimizer->step();
+          optimizer->zero_grad();
+          value = loss.item<float>();
+        }
+        if (end != nullptr) end();
+        return value;
+      };
+      auto& mine = losses[u];
+      mine.reserve(static_cast<std::size_t>(steps + 1));
+      for (int i = 0; i < o.warmup; ++i) mine.push_back(step());
+      sync.arrive_and_wait();  // warm-up done
+      ++passed;
+      sync.arrive_and_wait();  // timed phase starts
+      ++passed;
+      auto& times = ms[u];
+      times.reserve(static_cast<std::size_t>(o.iterations));
+      for (int i = 0; i < o.iterations; ++i) {
+        const auto t0 = clock_type::now();
+        mine.push_back(step());
+        times.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "e2e_driver: thread %d: %s\n", t, message(e));
+      failed = true;
+      if (passed < 2) sync.arrive_and_drop();
+    }
+  };
+  const timed_phase phase = run_workers(o.threads, sync, worker);
+  if (failed) return 2;
+  const std::string replayalloc_stats = stats_json(stats);  // the steps', not the checks'
+
+  torch::NoGradGuard no_grad;
+  for (std::size_t t = 0; t < threads; ++t) {
+    double checksum = 0;
+    for (const torch::Tensor& p : params[t]) checksum += p.abs().sum().item<double>();
+    losses[t].push_back(static_cast<float>(checksum));
+  }
+  if (o.write_reference) {
+    chk.reference = torch::tensor(losses[0]);
+    save_reference(o.reference, chk.reference);
+  }
+  for (const auto& mine : losses) {
+    for (std::size_t i = 0; i < mine.size(); ++i) check(chk, torch::tensor(mine[i]), static_cast<int>(i));
+  }
+  std::vector<double> all;
+  for (const auto& v : ms) all.insert(all.end(), v.begin(), v.end());
+  const std::string extra =
+      std::string(", \"mode\": \"train\", \"optimizer\": \"") + o.optimizer + "\", \"loss\": \"" +
+      (classes ? "cross_entropy" : "mse") + "\"" + ", \"first_loss\": " + std::to_string(losses[0].front()) +
+      ", \"last_loss\": " + std::to_string(losses[0][static_cast<std::size_t>(steps - 1)]);
+  return print_line(o, key, all, phase, chk, replayalloc_stats, extra);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -215,13 +431,13 @@ int main(int argc, char** argv) {
     if (install == nullptr || begin == nullptr || end == nullptr) die(o.torch_lib + " lacks the replayalloc_torch_* functions");
     if (install() != 0) die("replayalloc_torch_install failed");
   }
-  using stats_fn = std::size_t (*)(char*, std::size_t);
   stats_fn stats = nullptr;
   if (o.api == "torch") {
     stats = reinterpret_cast<stats_fn>(dlsym(dlopen(o.torch_lib.c_str(), RTLD_NOW | RTLD_NOLOAD), "replayalloc_stats_json"));
   } else {
     stats = reinterpret_cast<stats_fn>(dlsym(RTLD_DEFAULT, "replayalloc_stats_json"));
   }
+  if (o.train) return run_training(o, begin, end, stats);
 
   torch::jit::script::Module model, input_module;
   torch::Tensor input;
@@ -236,8 +452,7 @@ int main(int argc, char** argv) {
 
   check_state chk;
   if (!o.write_reference) chk.reference = load_reference(o.reference);
-  std::string key = o.model.substr(o.model.find_last_of('/') + 1);
-  key = "e2e/" + key;
+  const std::string key = cell_key(o);
 
   std::vector<std::vector<double>> ms(static_cast<std::size_t>(o.threads));
   std::barrier<> sync(o.threads + 1);
@@ -260,6 +475,7 @@ int main(int argc, char** argv) {
     }
   }
   auto worker = [&](int t) {
+    int passed = 0;  // barriers passed
     try {
       torch::NoGradGuard no_grad;
       std::vector<torch::jit::IValue> in{input};
@@ -293,7 +509,9 @@ int main(int argc, char** argv) {
         check(chk, y, which);
       }
       sync.arrive_and_wait();  // warm-up done
+      ++passed;
       sync.arrive_and_wait();  // timed phase starts
+      ++passed;
       auto& mine = ms[static_cast<std::size_t>(t)];
       mine.reserve(static_cast<std::size_t>(o.iterations));
       for (int i = 0; i < o.iterations; ++i) {
@@ -304,50 +522,16 @@ int main(int argc, char** argv) {
         check(chk, y, which);
       }
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "e2e_driver: thread %d: %s\n", t, e.what());
+      std::fprintf(stderr, "e2e_driver: thread %d: %s\n", t, message(e));
       failed = true;
+      if (passed < 2) sync.arrive_and_drop();  // a warm-up that failed must not hang the others
     }
   };
 
-  std::vector<std::thread> pool;
-  for (int t = 0; t < o.threads; ++t) pool.emplace_back(worker, t);
-  sync.arrive_and_wait();
-  rusage r0{}, r1{};
-  getrusage(RUSAGE_SELF, &r0);
-  const auto t0 = clock_type::now();
-  sync.arrive_and_wait();
-  for (auto& th : pool) th.join();
-  const double wall_s = std::chrono::duration<double>(clock_type::now() - t0).count();
-  getrusage(RUSAGE_SELF, &r1);
+  const timed_phase phase = run_workers(o.threads, sync, worker);
   if (failed) return 2;
 
   std::vector<double> all;
   for (const auto& v : ms) all.insert(all.end(), v.begin(), v.end());
-  const double n = static_cast<double>(all.size());
-  auto secs = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6; };
-  const double cpu_s = secs(r1.ru_utime) - secs(r0.ru_utime) + secs(r1.ru_stime) - secs(r0.ru_stime);
-
-  std::string stats_json = "null";
-  if (stats != nullptr) {
-    std::vector<char> buf(1 << 16);
-    const std::size_t len = stats(buf.data(), buf.size());
-    if (len > 0 && len < buf.size()) stats_json.assign(buf.data(), len);
-  }
-  std::printf(
-      "{\"label\": \"%s\", \"model\": \"%s\", \"threads\": %d, \"warmup\": %d, \"iterations\": %d, "
-      "\"throughput\": %.6g, \"p50_ms\": %.6g, \"p99_ms\": %.6g, \"mean_ms\": %.6g, \"wall_s\": %.6g, "
-      "\"cpu_ms_per_inference\": %.6g, \"minor_faults_per_inference\": %.6g, \"peak_rss_mib\": %.6g, "
-      "\"outputs_checked\": %ld, \"outputs_bit_identical\": %ld, \"outputs_wrong\": %ld, \"max_abs_diff\": %.3g, "
-      "\"iterations_api\": \"%s\", \"replayalloc\": %s}\n",
-      o.label.c_str(), key.c_str() + 4, o.threads, o.warmup, o.iterations, n / wall_s, percentile(all, 0.5),
-      percentile(all, 0.99), std::accumulate(all.begin(), all.end(), 0.0) / n, wall_s, 1e3 * cpu_s / n,
-      static_cast<double>(r1.ru_minflt - r0.ru_minflt) / n, static_cast<double>(status_kib("VmHWM:")) / 1024.0,
-      chk.checked, chk.bit_identical, chk.wrong, chk.max_abs_diff, o.api.c_str(), stats_json.c_str());
-  std::fflush(stdout);
-  if (chk.wrong > 0) {
-    std::fprintf(stderr, "e2e_driver: %ld of %ld outputs differ from the reference (max |diff| %.3g)\n", chk.wrong,
-                 chk.checked, chk.max_abs_diff);
-    return 1;
-  }
-  return 0;
+  return print_line(o, key, all, phase, chk, stats_json(stats), "");
 }

@@ -25,6 +25,13 @@ Cells: MODEL:THREADS[:WARMUP:ITERATIONS], comma-separated; models are made by
 scripts/make_models.py into BUILD_DIR/models on first use. Every output is compared
 with the glibc reference; a run whose outputs differ (or that fails) makes this script
 exit 1 after all runs (its line says why).
+
+Training cells: a model of TRAIN (make_models.py's train_* files), e.g.
+train_resnet18:1:10:20, runs WARMUP + ITERATIONS training steps instead of inferences
+(e2e_driver --train, Note [Training cells]): each of the THREADS threads trains its own
+copy; an iteration of replayalloc per step. Its reference is the losses of every step
+(one reference per model and step count); its record carries "mode": "train".
+bench/run_training.sh runs them.
 """
 import argparse
 import importlib.util
@@ -56,6 +63,17 @@ FULL_CELLS = ("mobilenet_v3_large:1:10:40,mobilenet_v3_large:2:10:30,mobilenet_v
 # Models whose cells change shape per inference: the driver's --lengths (a prefix of
 # the input's token ids, drawn per inference from these lengths).
 VARLEN = {"bert_varlen": ",".join(str(16 * k) for k in range(1, 17))}  # 16..256
+
+# Models whose cells are training steps (e2e_driver --train, beside MODEL.pt the
+# MODEL.target.pt that make_models.py writes): the optimizer of each.
+TRAIN = {"train_resnet18": "sgd", "train_mobilenet_v3_small": "sgd", "train_bert": "adam"}
+
+
+def reference_name(cell):
+    """The reference file of a cell: per model; a training cell's per model and step count."""
+    if cell["model"] in TRAIN:
+        return f"{cell['model']}.steps{cell['warmup'] + cell['iterations']}.ref"
+    return f"{cell['model']}.ref"
 
 
 def parse_cells(spec):
@@ -129,8 +147,8 @@ def main():
     subprocess.run([python, os.path.join(root, "scripts", "make_models.py"), models_dir] + models, check=True)
     ref_dir = os.path.join(build, "e2e-refs")
     os.makedirs(ref_dir, exist_ok=True)
-    for m in models:  # a fresh reference per invocation, from this build's glibc run
-        ref = os.path.join(ref_dir, f"{m}.ref")
+    for name in sorted({reference_name(c) for c in cells}):  # fresh, from this build's glibc run
+        ref = os.path.join(ref_dir, name)
         if os.path.exists(ref):
             os.remove(ref)
 
@@ -149,7 +167,7 @@ def main():
         for r in range(rounds):
             order = allocators[r % len(allocators):] + allocators[:r % len(allocators)]
             for c in cells:
-                ref = os.path.join(ref_dir, f"{c['model']}.ref")
+                ref = os.path.join(ref_dir, reference_name(c))
                 for x in order:
                     env_extra, args = setups[x]
                     cmd = [driver, "--model", os.path.join(models_dir, f"{c['model']}.pt"),
@@ -158,6 +176,9 @@ def main():
                            "--iterations", str(c["iterations"]), "--label", x] + args
                     if c["model"] in VARLEN:
                         cmd += ["--lengths", VARLEN[c["model"]]]
+                    if c["model"] in TRAIN:
+                        cmd += ["--train", "--target", os.path.join(models_dir, f"{c['model']}.target.pt"),
+                                "--optimizer", TRAIN[c["model"]]]
                     if x == "glibc" and not os.path.exists(ref):
                         cmd.append("--write-reference")
                     env = dict(base_env, **env_extra)
@@ -177,6 +198,8 @@ def main():
                     rec = {"allocator": x, "round": r + 1, "cell": f"{c['model']}/T{c['threads']}",
                            "model": c["model"], "threads": c["threads"], "rc": rc, "run": line,
                            "seconds": round(time.time() - t0, 2)}
+                    if c["model"] in TRAIN:
+                        rec["mode"] = "train"
                     if rc != 0 or line is None:
                         failures += 1
                         rec["error"] = stderr.strip().splitlines()[-3:] if stderr.strip() else ["no output"]
