@@ -474,8 +474,9 @@ void engine::end_record_impl(domain_state& d) {
       }
     } else if (replays() && !e.failed) {
       // Auto mode saw the period repeat three times before its first iteration: one
-      // recording is enough.
-      const std::uint32_t needed = e.automatic ? 1 : opts_.record_iterations;
+      // recording is enough for its first regime (a later structure has not been seen
+      // to repeat: Note [Regimes]).
+      const std::uint32_t needed = e.automatic && !e.any_plan() ? 1 : opts_.record_iterations;
       if (g.recordings >= needed) {
         to_plan = g.env;
       } else if (e.recordings >= opts_.record_limit && !e.any_plan()) {
@@ -719,16 +720,18 @@ void engine::end_replay(domain_state& d) {
     std::lock_guard<std::mutex> lock(e.mu);
     e.structure_deviations = (e.structure_deviations << 1) | (other_structure ? 1u : 0u);
     if (e.regimes[r].version == v) {  // `v` is installed, so alive: its plan may be read
+      if (grew) ++e.regimes[r].grown_in_a_row;
       if (!other_structure) {
         if (!deviated) {
           e.failures.store(0, std::memory_order_relaxed);
           e.regimes[r].confirmed = true;
+          e.regimes[r].grown_in_a_row = 0;
         }
         e.learn_regime(r);
       } else if (const int other = e.consistent_regime(r, first_miss_at, first_miss_size); other >= 0) {
         e.learn_regime(other);
         explained = true;
-      } else if (grew && replays() && !e.failed &&
+      } else if (grew && replays() && !e.failed && e.regimes[r].grown_in_a_row == 1 &&
                  first_too_large_at == first_miss_at &&
                  (predicted = predicted_envelope(e.regimes[r], first_too_large_at, first_too_large_size)) != nullptr) {
         // Note [Predicted plans]: the larger shape, planned from the fitted sizes at
@@ -740,7 +743,12 @@ void engine::end_replay(domain_state& d) {
         grow_wanted = true;
         e.learn_regime(r);
       } else {
-        grow_wanted = grew && e.uses >= e.probe_quiet_until;
+        // A predicted plan that was outgrown at once is followed by a recording. A
+        // plan outgrown 4 times in a row without replaying an iteration cleanly in
+        // between does not settle (the sizes follow no shape it can learn): from then
+        // on an outgrown iteration is a deviation like any other, and those in a row
+        // retire the plan and set the key aside (Note [Setting aside]).
+        grow_wanted = grew && e.uses >= e.probe_quiet_until && e.regimes[r].grown_in_a_row < 4;
         if (grow_wanted) e.regimes[r].grow_wanted = true;
         // Alike: the iteration left the plan at the same slot as the last one that did.
         const bool alike = first_miss_at == e.last_first_miss;

@@ -100,6 +100,7 @@ struct regime {
   std::uint64_t lower_bound_bytes = 0;
   bool grow_wanted = false;         // a request outgrew the plan: record once more, merge
   bool confirmed = false;           // an iteration replayed its plan without deviating
+  std::uint32_t grown_in_a_row = 0; // replays that outgrew it since the last clean one
   // Note [Predicted plans] (trace/size_model.h): the sizes of its recent recordings.
   std::vector<size_sample> samples;
 };

@@ -73,7 +73,9 @@ std::optional<size_model> fit_size_model(const std::vector<size_sample>& samples
   size_model m;
   m.param = static_cast<std::uint32_t>(param);
   for (std::size_t j : at) m.x_max = std::max(m.x_max, static_cast<double>(samples[j][param]));
-  const std::size_t degree = std::min<std::size_t>(2, at.size() - 1);
+  // One recorded shape more than the degree needs checks the fit.
+  if (at.size() < 3) return std::nullopt;
+  const std::size_t degree = std::min<std::size_t>(2, at.size() - 2);
   m.coef.resize(n);
   std::vector<std::pair<double, double>> pts;
   for (std::size_t i = 0; i < n; ++i) {

@@ -13,9 +13,10 @@
 //    an affine function of the length or the batch).
 //  * Every allocation's size is fitted as a polynomial in x through the recorded points,
 //    of degree up to 2 (attention scores grow with the square of the length), at most
-//    one less than the distinct x recorded; with more points than the degree needs,
-//    the fit must reproduce every recording exactly (to the byte after rounding up to 16)
-//    or there is no model. Sizes that never changed are constants.
+//    two less than the distinct x recorded: at least one recording more than the
+//    polynomial was made through must be reproduced (within 16 bytes), every one must,
+//    or there is no model. So a model needs three recorded shapes (a line, checked),
+//    four for a square. Sizes that never changed are constants.
 //  * When a replayed iteration outgrows its slots, the first request that outgrew one
 //    gives x: its slot's fitted size is solved for the request. Only when that was the
 //    iteration's first miss (every request before it met its own slot, so the slot is
@@ -64,7 +65,7 @@ struct size_model {
   std::optional<double> solve(std::size_t i, std::uint64_t size) const;
 };
 
-// The model of `samples` (see the Note), or nullopt: fewer than two distinct x, or a
+// The model of `samples` (see the Note), or nullopt: fewer than three distinct x, or a
 // fit that does not reproduce the recordings.
 std::optional<size_model> fit_size_model(const std::vector<size_sample>& samples);
 

@@ -21,6 +21,8 @@ TEST(SizeModel, FitsLinesAndSquaresAndSolvesForTheLength) {
   add_size_sample(s, encoder(64));  // the same sizes: kept once
   EXPECT_EQ(s.size(), 2u);
   add_size_sample(s, encoder(48));
+  EXPECT_FALSE(fit_size_model(s).has_value()) << "three shapes check a line; the scores are no line";
+  add_size_sample(s, encoder(16));
   const std::optional<size_model> m = fit_size_model(s);
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->param, 0u);  // the input: the first size that changes
@@ -40,14 +42,14 @@ TEST(SizeModel, FitsLinesAndSquaresAndSolvesForTheLength) {
   EXPECT_FALSE(m->solve(3, 32 * 4096).has_value()) << "not beyond the largest length recorded";
 }
 
-TEST(SizeModel, TwoShapesFitALine) {
-  std::vector<size_sample> s = {encoder(32), encoder(64)};
-  const std::optional<size_model> m = fit_size_model(s);
+TEST(SizeModel, ThreeShapesCheckALine) {
+  // Without the scores every size is a line in the length: three shapes fit and check it.
+  auto linear = [](std::uint64_t L) { return size_sample{L * 1024, 65536, L * 4096}; };
+  EXPECT_FALSE(fit_size_model({linear(32), linear(64)}).has_value()) << "two shapes check nothing";
+  const std::optional<size_model> m = fit_size_model({linear(32), linear(64), linear(48)});
   ASSERT_TRUE(m.has_value());
-  // The line through the scores at 32 and 64 underestimates them at 128: the plan it
-  // makes is too small there, which costs fallbacks, never memory.
-  EXPECT_LT(m->size_at(2, 128 * 1024.0), 16u * 128 * 128);
-  EXPECT_EQ(m->size_at(3, 128 * 1024.0), 128u * 4096);
+  EXPECT_EQ(m->size_at(2, 128 * 1024.0), 128u * 4096);
+  EXPECT_EQ(m->size_at(1, 128 * 1024.0), 65536u);
 }
 
 TEST(SizeModel, RefusesWhatTheShapeDoesNotExplain) {
@@ -56,7 +58,7 @@ TEST(SizeModel, RefusesWhatTheShapeDoesNotExplain) {
   // Two samples at the same x that differ elsewhere: a second dimension changed.
   size_sample other = encoder(32);
   other[3] += 4096;
-  EXPECT_FALSE(fit_size_model({encoder(32), other, encoder(64)}).has_value());
+  EXPECT_FALSE(fit_size_model({encoder(32), other, encoder(64), encoder(48)}).has_value());
   // Four shapes that no parabola goes through.
   std::vector<size_sample> s = {encoder(16), encoder(32), encoder(64)};
   size_sample cubic = encoder(128);
