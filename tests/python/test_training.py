@@ -220,6 +220,25 @@ class Training(unittest.TestCase):
         self.assertGreaterEqual(planned, 0.90, label)
         self.assertGreaterEqual(run.share(WARM)[1], 0.90, label)
 
+    def test_a_training_step_trace_for_the_report(self):
+        # replayalloc.save_trace writes a step's recording for `replayalloc report`'s
+        # training split (Note [Training memory]): forward, backward and optimizer ops
+        # tagged, gradients and momentum buffers made in the first step.
+        import tempfile
+        key = "train/cnn/trace"
+        train("cnn", key=key, set_to_none=False)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "step.csv")
+            replayalloc.save_trace(key, path)
+            with open(path) as f:
+                lines = f.read().splitlines()
+            self.assertEqual(lines[0], "id,size,align,alloc_at,free_at,op")
+            ops = {line.rsplit(",", 1)[1] for line in lines[1:]}
+            self.assertTrue(any("backward" in op for op in ops), sorted(ops))
+            self.assertTrue(any(op.startswith("Optimizer.") for op in ops) or "aten::clone" in ops, sorted(ops))
+            with self.assertRaises(RuntimeError):
+                replayalloc.save_trace("train/never-recorded", os.path.join(d, "none.csv"))
+
     def test_cnn_sgd_momentum_zero_grad_in_place(self):
         self.steady("cnn", "SGD with momentum", set_to_none=False)
 

@@ -136,3 +136,13 @@ def stats(device: bool = False) -> dict:
     if device and not hasattr(lib, "replayalloc_cuda_stats_json"):
         raise RuntimeError(f"replayalloc: {library_path()} was built without CUDA: no device statistics")
     return _json(lib.replayalloc_cuda_stats_json if device else lib.replayalloc_stats_json)
+
+
+def save_trace(key: str, path: str) -> None:
+    """Writes the last recording of `key` to `path` (.csv: CSV, else the binary format),
+    for `replayalloc report`, `viz` and `predict` (a training step's memory split: the
+    README's Training section). Raises when the key has no recording yet."""
+    lib = load()
+    if lib.replayalloc_save_trace(key.encode(), os.fsencode(path)) != 0:
+        raise RuntimeError(f"replayalloc: no trace of {key!r} written to {path} (no recording of it yet, "
+                           "or the file could not be written: the library's message says which)")
