@@ -33,7 +33,6 @@ input's size (torchvision's image side; bert's or lstm's sequence length).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import sys
 
@@ -54,13 +53,41 @@ def _bytes(tensors) -> int:
     return total
 
 
+def _install(args) -> bool:
+    """replayalloc as libtorch's CPU allocator; False (said) when it cannot be."""
+    import replayalloc
+    import replayalloc.torch as rt
+    try:
+        replayalloc.load(args.library)
+        rt.install_cpu()
+    except (OSError, RuntimeError) as e:
+        print(f"record_trace: {e}", file=sys.stderr)
+        return False
+    return True
+
+
+def _save(key, output):
+    """Saves the last recording of `key`: (its absolute path, its rows or -1 when not
+    CSV), or (None, 0) when it could not be saved (said)."""
+    import replayalloc
+    out = os.path.abspath(output)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    try:
+        replayalloc.save_trace(key, out)
+    except RuntimeError as e:
+        print(f"record_trace: {e}", file=sys.stderr)
+        return None, 0
+    with open(out) as f:
+        rows = sum(1 for _ in f) - 1 if out.endswith(".csv") else -1
+    return out, rows
+
+
 def record_training(args) -> int:
     """main() for --train: records a steady-state training step (the module docstring)."""
     import json
 
     import torch
     import models
-    import replayalloc
     import replayalloc.torch as rt
 
     options = {k: v for k, v in (("layers", args.layers), ("image", args.image), ("seq", args.seq)) if v is not None}
@@ -70,14 +97,8 @@ def record_training(args) -> int:
     except ValueError as e:
         print(f"record_trace: {e}", file=sys.stderr)
         return 2
-    try:
-        lib = replayalloc.load(args.library)
-        rt.install_cpu()
-    except (OSError, RuntimeError) as e:
-        print(f"record_trace: {e}", file=sys.stderr)
+    if not _install(args):
         return 2
-    lib.replayalloc_save_trace.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
-    lib.replayalloc_save_trace.restype = ctypes.c_int
 
     key = f"{args.model}/train/bs{args.batch}"
     for _ in range(args.warmup + 1):
@@ -89,13 +110,9 @@ def record_training(args) -> int:
             value = loss.item()
             del loss  # nothing the step made outlives it
     rt.uninstall_cpu()
-    out = os.path.abspath(args.output)
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    if lib.replayalloc_save_trace(key.encode(), out.encode()) != 0:
-        print(f"record_trace: replayalloc could not save the trace of {key} to {out}", file=sys.stderr)
+    out, rows = _save(key, args.output)
+    if out is None:
         return 1
-    with open(out) as f:
-        rows = sum(1 for _ in f) - 1 if out.endswith(".csv") else -1
     print(f"record_trace: {key}: {rows if rows >= 0 else '?'} allocations (loss {value:.4g}) -> {out}")
     if args.state_json:
         params = list(model.parameters())
@@ -155,7 +172,6 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     import models
-    import replayalloc
     import replayalloc.torch as rt
 
     torch.set_num_threads(args.threads)
@@ -167,14 +183,8 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"record_trace: {e}", file=sys.stderr)
         return 2
-    try:
-        lib = replayalloc.load(args.library)
-        rt.install_cpu()
-    except (OSError, RuntimeError) as e:
-        print(f"record_trace: {e}", file=sys.stderr)
+    if not _install(args):
         return 2
-    lib.replayalloc_save_trace.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
-    lib.replayalloc_save_trace.restype = ctypes.c_int
 
     key = f"{args.model}/bs{args.batch}"
     with torch.no_grad():
@@ -183,13 +193,9 @@ def main(argv=None) -> int:
                 y = model(x)
             del y  # the output outlives the iteration, as in a serving loop
     rt.uninstall_cpu()
-    out = os.path.abspath(args.output)
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    if lib.replayalloc_save_trace(key.encode(), out.encode()) != 0:
-        print(f"record_trace: replayalloc could not save the trace of {key} to {out}", file=sys.stderr)
+    out, rows = _save(key, args.output)
+    if out is None:
         return 1
-    with open(out) as f:
-        rows = sum(1 for _ in f) - 1 if out.endswith(".csv") else -1
     print(f"record_trace: {key}: {rows if rows >= 0 else '?'} allocations -> {out}")
     return 0
 

@@ -11,30 +11,21 @@
 
 #include <bit>
 #include <cstdint>
-#include <map>
 #include <random>
 #include <string>
 
 #include "backend/slab_range.h"
 #include "replayalloc/replayalloc.hpp"
-#include "support/pattern.h"
+#include "support/block_ledger.h"
 
 namespace {
 
 using replayalloc::detail::backend::in_slab_range;
-using replayalloc::testing::fill;
-using replayalloc::testing::intact;
-
-struct block {
-  unsigned char* p;
-  std::size_t n;
-  std::uint64_t tag;
-};
 
 struct counts {
   std::uint64_t requests = 0;
   std::uint64_t in_slab = 0;
-  int bad = 0;  // overwritten or overlapping blocks
+  std::uint64_t bad = 0;  // overwritten or overlapping blocks (block_ledger.h)
 };
 
 class program {
@@ -45,15 +36,15 @@ class program {
   // layer's two bits of `extra` say (0-3).
   void run(const std::string& key, int variant, unsigned extra = 0) {
     replayalloc::Iteration it(key);
-    unsigned char* x = make(48 << 10);
+    void* x = make(48 << 10);
     for (int layer = 0; layer < 6; ++layer) {
-      unsigned char* h = make(96 << 10);
+      void* h = make(96 << 10);
       for (int w = 0; w < variant; ++w) {
-        unsigned char* ws = make((20 + 4 * variant + w) << 10);
+        void* ws = make((20 + 4 * variant + w) << 10);
         drop(ws);
       }
       for (unsigned n = (extra >> (2 * layer)) & 3u; n > 0; --n) drop(make(12345 + tag_ % 1000));
-      unsigned char* y = make(48 << 10);
+      void* y = make(48 << 10);
       drop(h);
       drop(x);
       x = y;
@@ -64,27 +55,20 @@ class program {
   counts c;
 
  private:
-  unsigned char* make(std::size_t n) {
-    auto* p = static_cast<unsigned char*>(replayalloc_malloc(n));
-    block b{p, n, ++tag_};
-    fill(p, n, b.tag);
-    const auto a = reinterpret_cast<std::uintptr_t>(p);
-    auto next = live_.lower_bound(a);
-    if (next != live_.end() && next->first < a + n) ++c.bad;
-    if (next != live_.begin() && std::prev(next)->first + std::prev(next)->second.n > a) ++c.bad;
-    live_[a] = b;
+  void* make(std::size_t n) {
+    void* p = replayalloc_malloc(n);
+    c.bad += !ledger_.admit({p, n, ++tag_}, 16);
     ++c.requests;
     c.in_slab += in_slab_range(p);
     return p;
   }
-  void drop(unsigned char* p) {
-    auto it = live_.find(reinterpret_cast<std::uintptr_t>(p));
-    if (!intact(it->second.p, it->second.n, it->second.tag)) ++c.bad;
+  void drop(void* p) {
+    const replayalloc::testing::checked_block b = ledger_.blocks().at(reinterpret_cast<std::uintptr_t>(p));
+    c.bad += !ledger_.take(b);
     replayalloc_free(p);
-    live_.erase(it);
   }
 
-  std::map<std::uintptr_t, block> live_;
+  replayalloc::testing::block_ledger ledger_;
   std::uint64_t tag_ = 0;
 };
 
