@@ -35,9 +35,12 @@ struct block {
 class mailbox {
  public:
   void put(block b) {
+    outstanding_.fetch_add(1);
     std::lock_guard<std::mutex> lock(mu_);
     blocks_.push_back(b);
   }
+  // Blocks put and not yet freed (some may be in another thread's hands, being freed).
+  int outstanding() const { return outstanding_.load(); }
   // Frees (after checking) every block in the box. Returns false on corruption.
   bool drain() {
     std::vector<block> mine;
@@ -49,11 +52,13 @@ class mailbox {
     for (const block& b : mine) {
       ok = ok && intact(b.p, b.size, b.tag);
       replayalloc_free(b.p);
+      outstanding_.fetch_sub(1);
     }
     return ok;
   }
 
  private:
+  std::atomic<int> outstanding_{0};
   std::mutex mu_;
   std::vector<block> blocks_;
 };
@@ -110,10 +115,11 @@ TEST(ConcurrentReplay, EightThreadsEachReplayOnTheirOwnSlab) {
   constexpr int k_iterations = 150;
   mailbox box;
   std::atomic<int> corrupt{0};
-  std::atomic<std::uint64_t> in_slab{0}, total{0};
+  std::atomic<std::uint64_t> in_slab{0}, total{0}, late{0};
   // Once warm, all threads hold their first block at the same moment: the addresses
-  // must all differ (one slab each).
-  std::barrier sync(k_threads);
+  // must all differ (one slab each). Before that moment every block of the mailbox has
+  // been freed (`drained`), so a first block can miss its slot only by a recording.
+  std::barrier drained(k_threads), sync(k_threads);
   std::mutex firsts_mu;
   std::set<void*> firsts;
 
@@ -135,6 +141,11 @@ TEST(ConcurrentReplay, EightThreadsEachReplayOnTheirOwnSlab) {
       for (int i = 0; i < k_iterations; ++i) {
         const bool chaos = i % 3 == 2;
         const bool meet = i == 10;
+        if (meet) drained.arrive_and_wait();
+        // A block another thread still holds (put in the mailbox, not yet freed) may sit
+        // on this iteration's slot: the miss is right (overlap_live), and how often it
+        // happens is the scheduler's doing, so such iterations are counted apart.
+        const bool clean = box.outstanding() == 0;
         auto hold = [&] {
           if (!meet) return;
           {
@@ -146,7 +157,8 @@ TEST(ConcurrentReplay, EightThreadsEachReplayOnTheirOwnSlab) {
         if (!run_iteration("stress", rng, chaos, box, (t + 1) * 1000000ull + i * 100, &first, hold)) {
           ++corrupt;
         }
-        if (!chaos) {
+        if (!chaos && !clean) ++late;
+        if (!chaos && clean) {
           ++total;
           if (in_slab_range(first)) ++in_slab;
         }
@@ -167,16 +179,18 @@ TEST(ConcurrentReplay, EightThreadsEachReplayOnTheirOwnSlab) {
   const std::uint64_t recordings = replayalloc::stats().recordings - before.recordings;
   const replayalloc::Stats end = replayalloc::stats();
   std::printf("chaos in 1 of 3 iterations: %llu recordings (%llu probes), %llu regimes, %llu plans, %llu no-slab "
-              "fallbacks, %llu of %llu other iterations from the slab\n",
+              "fallbacks, %llu of %llu other iterations from the slab (%llu more began with late frees pending)\n",
               static_cast<unsigned long long>(recordings), static_cast<unsigned long long>(end.probes - before.probes),
               static_cast<unsigned long long>(end.regimes), static_cast<unsigned long long>(end.plans - before.plans),
               static_cast<unsigned long long>(end.fallback_no_slab - before.fallback_no_slab),
-              static_cast<unsigned long long>(in_slab.load()), static_cast<unsigned long long>(total.load()));
-  // Besides the recorded ones, an iteration's first block may miss its slot when a
-  // block of the chaos the mailbox holds still sits on it (freed late by another
-  // thread: overlap_live), which the threads' timing decides (seen under TSAN).
-  EXPECT_LE(recordings, 24u);
-  EXPECT_GE(in_slab.load() + 32, total.load());
+              static_cast<unsigned long long>(in_slab.load()), static_cast<unsigned long long>(total.load()),
+              static_cast<unsigned long long>(late.load()));
+  // Without the backoff a probe would follow most of the ~400 chaos iterations; with it,
+  // 6-21 were seen (a chaos structure that happens to repeat becomes a regime of its
+  // own, and the probes that find it again do not back off).
+  EXPECT_LE(recordings, 40u);
+  // Besides the recorded iterations, a few may mispredict a regime.
+  EXPECT_GE(in_slab.load() + recordings + 8, total.load());
 }
 
 TEST(ConcurrentReplay, ThreadsComingAndGoingWithOpenIterations) {
