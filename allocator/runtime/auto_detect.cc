@@ -12,24 +12,30 @@ void period_detector::reset() {
   sizes_.clear();
   live_.clear();
   life_.clear();
+  blocks_.clear();
   by_shape_ = false;
+  quiet_ = false;
+  quiet_level_ = 0;
+  quiet_run_ = 0;
   base_ = count_;
   period_ = 0;
   boundary_ = 0;
   signature_ = 0;
 }
 
-bool period_detector::observe(std::uint64_t size, std::uint64_t live) {
+bool period_detector::observe(std::uint64_t size, std::uint64_t live, std::uint32_t live_blocks) {
   if (sizes_.size() >= history_) {  // keep the newer half
     const std::size_t drop = sizes_.size() / 2;
     sizes_.erase(sizes_.begin(), sizes_.begin() + static_cast<std::ptrdiff_t>(drop));
     live_.erase(live_.begin(), live_.begin() + static_cast<std::ptrdiff_t>(drop));
     life_.erase(life_.begin(), life_.begin() + static_cast<std::ptrdiff_t>(drop));
+    blocks_.erase(blocks_.begin(), blocks_.begin() + static_cast<std::ptrdiff_t>(drop));
     base_ += drop;
   }
   sizes_.push_back(size);
   live_.push_back(live);
   life_.push_back(0);
+  blocks_.push_back(live_blocks);
   ++count_;
   // A search scans up to a third of the history back, so it runs every 16 allocations
   // while the history is short and every history/64 once it is long: a stream with no
@@ -39,7 +45,7 @@ bool period_detector::observe(std::uint64_t size, std::uint64_t live) {
   if (detect()) return true;
   if (count_ < next_shape_) return false;
   next_shape_ = count_ + shape_every;
-  return detect_shape();
+  return detect_shape() || detect_quiet();
 }
 
 void period_detector::settle(std::uint64_t pos) {
@@ -133,6 +139,81 @@ bool period_detector::detect_shape() {
   return true;
 }
 
+// Note [Iterations between quiet points].
+bool period_detector::detect_quiet() {
+  if (quiet_rejections_ >= 2) return false;
+  // The newest 512, 1,024, .. quiet_window allocations: the least count over a longer
+  // window may be one of the program's start (weights not yet made).
+  for (std::size_t window = 512; window <= quiet_window; window *= 2) {
+    if (detect_quiet(window)) return true;
+    if (window >= sizes_.size()) break;
+  }
+  return false;
+}
+
+bool period_detector::detect_quiet(std::size_t window) {
+  const std::size_t n = sizes_.size();
+  if (n < 8 * min_quiet_piece) return false;
+  const std::size_t from = n > window ? n - window : 0;
+  std::uint32_t level = UINT32_MAX;
+  for (std::size_t i = from; i < n; ++i) level = std::min(level, blocks_[i]);
+  // Runs at the least count: a request's first allocation may follow the last one's
+  // epilogue (its output serialized: made and freed at that count), so the cut is the
+  // last allocation of each run, with runs as long as most are.
+  std::uint32_t cuts[quiet_window / min_quiet_piece + 2];
+  std::uint32_t runs[std::size(cuts)];
+  std::size_t k = 0;
+  for (std::size_t i = from + 1; i < n && k < std::size(cuts); ++i) {
+    if (blocks_[i] != level || blocks_[i - 1] == level) continue;
+    std::uint32_t run = 1;
+    while (i + run < n && blocks_[i + run] == level && run < 8) ++run;
+    if (i + run >= n) break;  // the newest run may not be over
+    cuts[k] = static_cast<std::uint32_t>(i);
+    runs[k++] = run;
+  }
+  if (k < 9) return false;
+  std::uint32_t tally[9] = {};
+  for (std::size_t j = 0; j < k; ++j) ++tally[runs[j]];
+  const std::uint32_t run = static_cast<std::uint32_t>(std::max_element(tally + 1, tally + 9) - tally);
+  for (std::size_t j = 0; j < k; ++j) cuts[j] += std::min(run, runs[j]) - 1;
+  std::size_t shortest = SIZE_MAX, longest = 0;
+  for (std::size_t j = 0; j + 1 < k; ++j) {
+    const std::size_t len = cuts[j + 1] - cuts[j];
+    if (len < min_quiet_piece) return false;
+    std::uint64_t bytes = 0;
+    for (std::size_t i = cuts[j]; i < cuts[j + 1]; ++i) bytes += sizes_[i];
+    if (bytes < min_period_bytes) return false;
+    shortest = std::min(shortest, len);
+    longest = std::max(longest, len);
+  }
+  if (longest > 4 * shortest) return false;
+  std::size_t lengths[8];
+  int distinct = 0;
+  for (std::size_t j = k - 9; j + 1 < k; ++j) {
+    const std::size_t len = cuts[j + 1] - cuts[j];
+    if (std::find(lengths, lengths + distinct, len) == lengths + distinct) lengths[distinct++] = len;
+  }
+  if (distinct > quiet_lengths) return false;
+  quiet_ = true;
+  quiet_level_ = level;
+  quiet_run_ = run;
+  by_shape_ = false;
+  period_ = static_cast<std::uint32_t>(longest);
+  boundary_ = base_ + cuts[k - 1];
+  // Named after the count and the structure of the shortest piece's start (its first
+  // symbols are known: they are at least max_life old), so one program finds the same
+  // key from run to run whichever shapes it saw first.
+  std::uint64_t h = fnv1a(fnv_offset, 0x9a1e7);
+  h = fnv1a(h, level);
+  for (std::size_t j = 0; j + 1 < k; ++j) {
+    if (cuts[j + 1] - cuts[j] != shortest) continue;
+    for (std::size_t i = cuts[j]; i < cuts[j] + std::min<std::size_t>(8, shortest); ++i) h = fnv1a(h, symbol(i));
+    break;
+  }
+  signature_ = h;
+  return true;
+}
+
 bool period_detector::rejected(std::size_t p) const {
   for (std::uint32_t r : rejected_) {
     if (r == p) return true;
@@ -141,7 +222,11 @@ bool period_detector::rejected(std::size_t p) const {
 }
 
 void period_detector::reject_current() {
-  if (period_ != 0 && rejected_.size() < 64) rejected_.push_back(period_);
+  if (quiet_) {
+    ++quiet_rejections_;
+  } else if (period_ != 0 && rejected_.size() < 64) {
+    rejected_.push_back(period_);
+  }
   reset();
 }
 

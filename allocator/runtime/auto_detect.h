@@ -27,6 +27,29 @@
 // repeated inside an inference is the shorter run, as with sizes. The key is named
 // after the symbols, not the sizes, so every shape of the program is one key; its
 // recordings agree in structure and are planned as their envelope (Note [Envelope]).
+//
+// Note [Iterations between quiet points]: a program whose structure itself changes
+// with the shape (PyTorch: the kernels of a longer sequence allocate more workspaces,
+// so a BERT-like encoder makes 32, 40, 48 or 54 watched allocations per request as the
+// length crosses 64, 124 and 252) repeats neither sizes nor one structure, but its
+// requests still begin where the fewest watched blocks are live: between two
+// requests only what outlives a request (its output, held until the next one's is
+// made) and what lives for good (weights) are live; inside one, an activation always
+// is too. When neither search finds a period, the detector takes the least count of
+// live watched blocks over the newest 512 allocations (or 1,024, .., `quiet_window`,
+// the shortest window that shows the pieces below) and cuts the stream where it is
+// reached: at the last allocation of each run at that count, runs as long as most
+// are (a request's output serialized after it returns, made and freed at that count,
+// belongs to the request before; the next one begins with the allocation after). It is taken
+// for the program's iteration only when it looks like one: at least 8 pieces, each of
+// at least `min_quiet_piece` allocations and min_period_bytes, the longest at most 4
+// times the shortest, and at most max_regimes lengths among the newest 8 (each length
+// a structure: a regime of the key, runtime/engine.h). Iterations then begin and end
+// at that count (auto_thread.cc), not after a number of allocations, and the first
+// request's size picks the regime (Note [Regimes]: the structures of one shape range).
+// Where it can be wrong: a program whose activations fall below REPLAYALLOC_MIN_SIZE
+// mid-request reaches the count there too, and its pieces are parts of requests; they
+// deviate and are given up like any period that does not hold (auto_thread.cc).
 #pragma once
 
 #include <cstdint>
@@ -45,19 +68,30 @@ inline constexpr std::uint64_t min_period_bytes = std::uint64_t{256} << 10;
 inline constexpr std::uint8_t max_life = 64;
 inline constexpr std::uint64_t shape_every = 512;
 inline constexpr std::size_t shape_periods = 8;  // periods alike before one of structure is taken
+// Note [Iterations between quiet points].
+inline constexpr std::size_t quiet_window = 4096;
+inline constexpr std::uint32_t min_quiet_piece = 16;
+inline constexpr int quiet_lengths = 4;  // max_regimes (runtime/engine.h)
 
 class period_detector {
  public:
   explicit period_detector(std::uint32_t history = 16384) : history_(history) {}
 
-  // One allocation of `size` bytes, with `live` bytes (of watched allocations) live
-  // just before it. Returns true when a period was found by this call.
-  bool observe(std::uint64_t size, std::uint64_t live);
+  // One allocation of `size` bytes, with `live` bytes in `live_blocks` watched blocks
+  // live just before it. Returns true when a period was found by this call.
+  bool observe(std::uint64_t size, std::uint64_t live, std::uint32_t live_blocks = 0);
   // The allocation observed at stream position `pos` was freed now (Note [Periods
   // whose sizes change]).
   void settle(std::uint64_t pos);
   // True when the period found is one of structure: its sizes vary.
   bool by_shape() const { return by_shape_; }
+  // Note [Iterations between quiet points]: true when iterations begin where
+  // quiet_level() watched blocks are live, not every period() allocations (period()
+  // is then the longest piece seen).
+  bool quiet() const { return quiet_; }
+  std::uint32_t quiet_level() const { return quiet_level_; }
+  // Allocations in a row at that count where an iteration begins (the last of them).
+  std::uint32_t quiet_run() const { return quiet_run_; }
 
   bool found() const { return period_ != 0; }
   std::uint32_t period() const { return period_; }
@@ -75,6 +109,8 @@ class period_detector {
  private:
   bool detect();
   bool detect_shape();
+  bool detect_quiet();
+  bool detect_quiet(std::size_t window);
   template <class Value>
   std::size_t best_period(std::size_t n, Value value, std::size_t periods, std::size_t probe) const;
   std::uint8_t symbol(std::size_t i) const;
@@ -87,7 +123,13 @@ class period_detector {
   // Per observed allocation: 0 while live, else its lifetime in watched allocations,
   // capped at max_life (which also stands for "still live after max_life").
   std::vector<std::uint8_t, backend::internal_allocator<std::uint8_t>> life_;
+  // Per observed allocation: watched blocks live just before it.
+  std::vector<std::uint32_t, backend::internal_allocator<std::uint32_t>> blocks_;
   bool by_shape_ = false;
+  bool quiet_ = false;
+  std::uint32_t quiet_level_ = 0;
+  std::uint32_t quiet_run_ = 0;
+  std::uint32_t quiet_rejections_ = 0;  // quiet iterations given up; 2 end the search
   std::uint64_t next_detect_ = 0;  // stream positions of the next searches
   std::uint64_t next_shape_ = 0;
   std::uint64_t count_ = 0;    // allocations observed (the stream position)
@@ -127,6 +169,11 @@ struct auto_state {
   std::uint64_t watch_start = 0;
   std::uint64_t resting = 0;
   std::uint32_t rests = 0;
+  // Note [Iterations between quiet points]: slow-path allocations in a row made at
+  // the quiet count, and the slab hits of the iteration when the last was counted (a
+  // hit in between breaks the row).
+  std::uint32_t at_quiet = 0;
+  std::uint32_t at_quiet_handed = 0;
 
   static constexpr std::size_t filter_buckets = 8192;
   static std::size_t bucket(const void* p) {

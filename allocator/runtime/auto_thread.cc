@@ -31,17 +31,37 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
     if (--a.resting == 0) a.watch_start = a.det.count();
     return;
   }
+  // Note [Iterations between quiet points]: the row of allocations made at the quiet
+  // count; one whose last reaches the detector's run begins an iteration.
+  if (a.det.quiet()) {
+    const domain_state& d = t.host;
+    const bool slab = t.auto_iteration && d.ph == phase::replay;
+    const std::uint32_t handed = slab ? d.cursor.handed : 0;
+    const std::uint64_t live = a.live.size() + (slab ? d.cursor.handed - d.cursor.freed_here : 0);
+    if (handed != a.at_quiet_handed) a.at_quiet = 0;
+    a.at_quiet = live <= a.det.quiet_level() ? a.at_quiet + 1 : 0;
+    a.at_quiet_handed = handed;
+  }
   if (t.auto_iteration) {
     const domain_state& d = t.host;
     const bool replaying = d.ph == phase::replay;
-    const bool done = replaying
-                          ? d.cursor.next >= d.cursor.count || d.cursor.handed + t.auto_count >= a.det.period()
-                          : t.auto_count >= a.det.period();
+    // Note [Iterations between quiet points]: such an iteration ends where as few
+    // watched blocks are live as where it began: those of the backend (tracked in
+    // `live` throughout) and the slab blocks it handed out and has not freed.
+    const std::uint64_t made = (replaying ? d.cursor.handed : 0) + t.auto_count;
+    // (A block freed by another thread is not seen here: past 4 times the longest piece
+    // the iteration ends anyway, as a poor one.)
+    const bool done =
+        a.det.quiet() ? made >= min_quiet_piece &&
+                            (a.at_quiet >= a.det.quiet_run() || made >= 4 * std::uint64_t{a.det.period()})
+        : replaying ? d.cursor.next >= d.cursor.count || d.cursor.handed + t.auto_count >= a.det.period()
+                    : t.auto_count >= a.det.period();
     if (done) {
       // A replayed iteration that served less than (100 - DEVIATION_PERCENT)% of the
-      // period from the slab did not repeat the period.
+      // period (of what it made, between quiet points) from the slab did not repeat it.
+      const std::uint64_t expected = a.det.quiet() ? made : a.det.period();
       const bool poor = replaying && std::uint64_t{d.cursor.handed} * 100 <
-                                         std::uint64_t{a.det.period()} * (100 - opts_.deviation_percent);
+                                         expected * (100 - opts_.deviation_percent);
       // A period of structure (Note [Periods whose sizes change]) whose key failed once
       // (a plan retired, a recording of another structure) was taken where the program
       // only looked periodic: it is given up at once, not after many poor iterations.
@@ -60,23 +80,34 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
         a.watch_start = a.det.count();
         return;
       }
-      begin_impl(t, a.key);
+      begin_impl(t, a.key, size);
       t.auto_iteration = true;
       t.auto_count = 0;
+      a.at_quiet = 0;
+      a.at_quiet_handed = 0;
     }
     ++t.auto_count;
     return;
   }
-  if (a.det.found() && a.det.count() == a.det.next_boundary()) {
-    a.live.clear();
-    a.live_bytes = 0;
-    a.filter_clear();
-    std::snprintf(a.key, sizeof a.key, "auto/%016llx/p%u",
-                  static_cast<unsigned long long>(a.det.signature()), a.det.period());
-    REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations%s; iterations of '%s' begin",
-                    t.thread_no, a.det.period(), a.det.by_shape() ? " (in structure; sizes vary)" : "",
-                    a.key);
-    begin_impl(t, a.key);  // finds or makes the key's entry
+  if (a.det.found() && (a.det.quiet() ? a.at_quiet >= a.det.quiet_run() : a.det.count() == a.det.next_boundary())) {
+    if (a.det.quiet()) {
+      // The watched blocks stay tracked: their count says where iterations end.
+      std::snprintf(a.key, sizeof a.key, "auto/%016llx/q%u", static_cast<unsigned long long>(a.det.signature()),
+                    a.det.quiet_level());
+      REPLAYALLOC_LOG(info, "auto: thread %u begins its requests where %u watched blocks are live (run %u; pieces of up "
+                      "to %u allocations; structure and sizes vary); iterations of '%s' begin",
+                      t.thread_no, a.det.quiet_level(), a.det.quiet_run(), a.det.period(), a.key);
+    } else {
+      a.live.clear();
+      a.live_bytes = 0;
+      a.filter_clear();
+      std::snprintf(a.key, sizeof a.key, "auto/%016llx/p%u",
+                    static_cast<unsigned long long>(a.det.signature()), a.det.period());
+      REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations%s; iterations of '%s' begin",
+                      t.thread_no, a.det.period(), a.det.by_shape() ? " (in structure; sizes vary)" : "",
+                      a.key);
+    }
+    begin_impl(t, a.key, size);  // finds or makes the key's entry
     if (t.entry != nullptr) {
       std::lock_guard<std::mutex> lock(t.entry->mu);
       t.entry->automatic = true;
@@ -84,9 +115,11 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
     t.auto_iteration = true;
     t.auto_count = 1;
     a.rests = 0;
+    a.at_quiet = 0;
+    a.at_quiet_handed = 0;
     return;
   }
-  a.det.observe(size, a.live_bytes);
+  a.det.observe(size, a.live_bytes, static_cast<std::uint32_t>(a.live.size()));
   // Note [Auto mode rests]: watching costs a hash-map update per watched allocation
   // and free, and a stream that has shown no period in four histories' worth of
   // allocations (65,536 by default) most likely has none (random sizes, shapes that
@@ -108,11 +141,19 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
   }
 }
 
+// Outside auto iterations, and inside those between quiet points (Note [Iterations
+// between quiet points]: their ends are counted from `live`).
+static bool tracking(const thread_state& t) {
+  return t.autod != nullptr && !t.marks_own && t.autod->resting == 0 &&
+         (!t.auto_iteration || t.autod->det.quiet());
+}
+
 void engine::auto_track(thread_state& t, const void* p, std::size_t size) {
-  if (t.autod == nullptr || t.auto_iteration || t.marks_own || t.autod->resting > 0) return;
+  if (!tracking(t)) return;
   reentry_guard guard;
-  // The allocation just observed (auto_before_alloc) is the stream's newest.
-  const watched_block b{size, t.autod->det.count() - 1};
+  // The allocation just observed (auto_before_alloc) is the stream's newest; one made
+  // inside an iteration was not observed, and has no lifetime to settle.
+  const watched_block b{size, t.auto_iteration ? UINT64_MAX : t.autod->det.count() - 1};
   auto [it, fresh] = t.autod->live.try_emplace(p, b);
   if (fresh) t.autod->filter_add(p);
   if (!fresh) {
@@ -123,7 +164,7 @@ void engine::auto_track(thread_state& t, const void* p, std::size_t size) {
 }
 
 void engine::auto_untrack(thread_state& t, const void* p) {
-  if (t.autod == nullptr || t.auto_iteration || t.marks_own || t.autod->resting > 0) return;
+  if (!tracking(t)) return;
   reentry_guard guard;
   auto it = t.autod->live.find(p);
   if (it == t.autod->live.end()) return;
@@ -131,6 +172,19 @@ void engine::auto_untrack(thread_state& t, const void* p) {
   t.autod->det.settle(it->second.pos);
   t.autod->live.erase(it);
   t.autod->filter_remove(p);
+  // Note [Iterations between quiet points]: the free that brings a replayed iteration
+  // down to the quiet count (a block that outlived the last request, served by the
+  // backend as planned) ends its replay: the rest goes to the slow path, so that the
+  // next request's first allocation reaches auto_before_alloc and begins the next
+  // iteration there, even when this one's plan was longer than the request.
+  domain_state& d = t.host;
+  if (t.auto_iteration && d.ph == phase::replay && !d.masked) {
+    const replay_cursor& c = d.cursor;
+    if (c.handed + t.auto_count >= min_quiet_piece &&
+        t.autod->live.size() + (c.handed - c.freed_here) <= t.autod->det.quiet_level()) {
+      d.cursor.count = d.cursor.next;
+    }
+  }
 }
 
 }  // namespace replayalloc::detail

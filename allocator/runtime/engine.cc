@@ -163,7 +163,7 @@ int engine::end(thread_state& t) {
   return end_impl(t);
 }
 
-int engine::begin_impl(thread_state& t, const char* key) {
+int engine::begin_impl(thread_state& t, const char* key, std::size_t first_size) {
   if (t.depth > 0) {
     ++t.depth;
     return REPLAYALLOC_NESTED;
@@ -177,11 +177,11 @@ int engine::begin_impl(thread_state& t, const char* key) {
     return 0;
   }
   t.entry = entry_for(key, domain_kind::host, &host_slabs(opts_.prefault));
-  domain_begin(t.host, t.entry, nullptr);
+  domain_begin(t.host, t.entry, nullptr, first_size);
   return 0;
 }
 
-void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
+void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::size_t first_size) {
   reentry_guard guard;
   d.ph = phase::none;
   d.no_slab = false;
@@ -190,6 +190,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
   d.probing = false;
   d.growing = false;
   d.marked[0] = d.marked[1] = -1;
+  d.first_size = first_size;
   bump(d.iterations);
   if (e == nullptr || opts_.mode == run_mode::off) return;
   // The version is claimed from under the key's mutex: once that is released another
@@ -209,6 +210,9 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context) {
     }
     // Note [Regimes]: the regime this iteration is predicted to follow.
     int predicted = e->predict_regime();
+    if (first_size != 0 && predicted != record_marker) {
+      if (const int by_size = e->regime_for_first_size(first_size, predicted); by_size >= 0) predicted = by_size;
+    }
     // A marked context records; while another thread records, the regime last
     // replayed there is served.
     if (predicted == record_marker && e->recording) predicted = e->probe_from;
@@ -440,6 +444,7 @@ void engine::end_record_impl(domain_state& d) {
     regime& g = e.regimes[r];
     ++g.recordings;
     g.last_seen = e.uses;
+    if (!shared->allocations.empty()) g.saw_first(shared->allocations.front().size);
     if (shared->allocations.size() <= max_sampled_allocations) {  // Note [Predicted plans]
       size_sample sizes(shared->allocations.size());
       for (std::size_t i = 0; i < sizes.size(); ++i) sizes[i] = shared->allocations[i].size;
@@ -728,8 +733,10 @@ void engine::end_replay(domain_state& d) {
           e.regimes[r].grown_in_a_row = 0;
         }
         e.learn_regime(r);
+        e.regimes[r].saw_first(d.first_size);
       } else if (const int other = e.consistent_regime(r, first_miss_at, first_miss_size); other >= 0) {
         e.learn_regime(other);
+        e.regimes[other].saw_first(d.first_size);
         explained = true;
       } else if (grew && replays() && !e.failed && e.regimes[r].grown_in_a_row == 1 &&
                  first_too_large_at == first_miss_at &&
@@ -839,9 +846,12 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
     });
     if (p == nullptr) {
       errno = ENOMEM;
-    } else if (zero) {
-      std::memset(p, 0, size);
+      return nullptr;
     }
+    if (zero) std::memset(p, 0, size);
+    // Note [Iterations between quiet points] (runtime/auto_detect.h): an auto
+    // iteration that ends where few blocks are live counts its backend blocks.
+    if (watched && !backend::in_slab_range(p)) auto_track(t, p, size);
     return p;
   }
   void* p = zero && align <= malloc_align ? backend::fallback_calloc(size)

@@ -103,6 +103,15 @@ struct regime {
   std::uint32_t grown_in_a_row = 0; // replays that outgrew it since the last clean one
   // Note [Predicted plans] (trace/size_model.h): the sizes of its recent recordings.
   std::vector<size_sample> samples;
+  // The least and largest first request of the iterations known to follow it (0: none
+  // known): a key's structures often split its shapes into ranges (Note [Regimes]).
+  std::uint64_t first_lo = 0;
+  std::uint64_t first_hi = 0;
+  void saw_first(std::uint64_t size) {
+    if (size == 0) return;
+    first_lo = first_lo == 0 ? size : std::min(first_lo, size);
+    first_hi = std::max(first_hi, size);
+  }
 };
 
 struct key_entry {
@@ -148,6 +157,11 @@ struct key_entry {
   // Note [Regimes]. All REQUIRE mu held.
   int find_regime(std::uint64_t shape) const;
   int predict_regime() const;    // -1: nothing to predict from
+  // The regime an iteration whose first request is `size` bytes follows, when the
+  // key's regimes split the first sizes into ranges: the one whose least first size
+  // is the largest at or below `size` (the least one when none is), `predicted` on a
+  // tie. -1: fewer than two regimes with first sizes told apart.
+  int regime_for_first_size(std::uint64_t size, int predicted) const;
   void learn_regime(int r);      // the iteration just ended followed r (-1: unknown)
   void forget_regime(int r);     // its slot is reused: no prediction names it
   // The iteration just ended followed a regime not known: marks the context it came
@@ -201,7 +215,9 @@ class engine {
   void unregister_domain(domain_state& d);
   key_entry* entry_for(std::string_view key, domain_kind kind, slab_source* source,
                        placement_adjuster adjust = nullptr, void* adjust_arg = nullptr);
-  void domain_begin(domain_state& d, key_entry* e, void* context);
+  // `first_size`: the iteration's first request, when known at its beginning (auto
+  // mode); it picks the regime (Note [Regimes]). 0: not known.
+  void domain_begin(domain_state& d, key_entry* e, void* context, std::size_t first_size = 0);
   void domain_end(domain_state& d);
   void record_alloc(domain_state& d, const void* p, std::size_t size, std::size_t align);
   void record_free(domain_state& d, const void* p);
@@ -231,7 +247,7 @@ class engine {
 
  private:
   engine();
-  int begin_impl(thread_state& t, const char* key);
+  int begin_impl(thread_state& t, const char* key, std::size_t first_size = 0);
   int end_impl(thread_state& t);
   void auto_before_alloc(thread_state& t, std::size_t size);
   void auto_track(thread_state& t, const void* p, std::size_t size);
@@ -331,8 +347,12 @@ inline void* alloc_below_min(thread_state& t, std::size_t size, std::size_t alig
 // goes to engine::free_backend. pre: check mode off, not in the engine.
 inline bool free_backend_plain(thread_state& t, void* p) {
   if (!t.registered || t.host.ph == phase::record) [[unlikely]] return false;
-  // Auto mode watching this thread: only frees of blocks it may be watching.
-  if (t.autod != nullptr && !t.auto_iteration && !t.marks_own && t.autod->maybe_live(p)) return false;
+  // Auto mode watching this thread (or counting its live blocks: Note [Iterations
+  // between quiet points]): only frees of blocks it may be watching.
+  if (t.autod != nullptr && (!t.auto_iteration || t.autod->det.quiet()) && !t.marks_own &&
+      t.autod->maybe_live(p)) {
+    return false;
+  }
   bump(t.host.frees);
   if (backend::plain_free_fn plain = backend::g_plain_free.load(std::memory_order_relaxed)) [[likely]] {
     plain(p);

@@ -148,6 +148,23 @@ int key_entry::predict_regime() const {
   return best;
 }
 
+int key_entry::regime_for_first_size(std::uint64_t size, int predicted) const {
+  int floor = -1, least = -1, known = 0;
+  for (int r = 0; r < max_regimes; ++r) {
+    const regime& g = regimes[r];
+    if (g.env == nullptr || g.first_lo == 0) continue;
+    ++known;
+    if (least < 0 || g.first_lo < regimes[least].first_lo) least = r;
+    if (g.first_lo <= size && (floor < 0 || g.first_lo > regimes[floor].first_lo)) floor = r;
+  }
+  if (known < 2) return -1;
+  const int pick = floor >= 0 ? floor : least;
+  if (predicted >= 0 && regimes[predicted].env != nullptr && regimes[predicted].first_lo == regimes[pick].first_lo) {
+    return predicted;
+  }
+  return pick;
+}
+
 void key_entry::learn_regime(int r) {
   // A structure seen once is not yet known to repeat: nothing is predicted to come
   // after it, nor it after anything (a probe's one-off iteration would otherwise send

@@ -42,6 +42,7 @@ struct domain_state {
   bool probing = false; // this iteration records as a probe (Note [Regimes])
   bool growing = false; // this iteration records because regime's plan was outgrown
   std::int8_t marked[2] = {-1, -1};  // the marked context this iteration records for
+  std::uint64_t first_size = 0;      // its first request, when known at its beginning (auto mode)
   trace_recorder* recorder = nullptr;
   std::uint64_t misses_at_begin = 0;
   key_entry* deviation_entry = nullptr;  // the key deviating_in_a_row counts for

@@ -8,8 +8,9 @@
 #  2. the same kind of model in an unmodified Python loop (auto_varlen.py, a BERT-like
 #     encoder through libtorch, Debian's python3): outputs identical with and without
 #     the library; the share served from a slab is printed, not asserted (PyTorch's
-#     stream of allocations of at least 4 KiB changes its length with the shape, which
-#     this detector does not yet follow). Skipped without torch.
+#     structure changes with the shape: its iterations are found between quiet points,
+#     Note [Iterations between quiet points], but replay still deviates from the
+#     recordings, README "Dynamic shapes"). Skipped without torch.
 # Usage: run_auto_varlen.sh PRELOAD_LIBRARY VARLEN_SERVICE
 set -uo pipefail
 lib=$1 prog=$2

@@ -154,5 +154,99 @@ TEST(PeriodDetector, RandomSizesFreedAtOnceHaveNoPeriodOfStructure) {
   EXPECT_FALSE(d.found());
 }
 
+// Note [Iterations between quiet points]: a model whose kernels allocate more
+// workspaces past some sequence lengths (one more per layer past 64, two more past
+// 128) repeats neither sizes nor one structure. Its requests begin where only the
+// weights and the last request's output are live; iterations are found there, with
+// the structures as pieces of different lengths, and the same key whatever the order
+// of lengths.
+struct shifting_model {
+  period_detector& d;
+  std::uint64_t live = 0;
+  std::uint32_t blocks_live = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;  // (position, size) by handle
+  std::size_t out = SIZE_MAX;  // the last request's output, freed after the next is made
+  std::size_t alloc(std::uint64_t size) {
+    d.observe(size, live, blocks_live);
+    live += size;
+    ++blocks_live;
+    blocks.emplace_back(d.count() - 1, size);
+    return blocks.size() - 1;
+  }
+  void release(std::size_t h) {
+    d.settle(blocks[h].first);
+    live -= blocks[h].second;
+    --blocks_live;
+  }
+  void weights(int n) {
+    for (int i = 0; i < n; ++i) alloc(1 << 20);
+  }
+  void request(std::uint64_t seq, int layers) {
+    const std::uint64_t hidden = 1024;
+    std::size_t x = alloc(seq * hidden);
+    for (int l = 0; l < layers; ++l) {
+      const std::size_t qkv = alloc(3 * seq * hidden);
+      for (std::uint64_t w = 0; w < 1 + (seq > 64) + 2 * (seq > 128); ++w) release(alloc(512 << 10));
+      const std::size_t ctx = alloc(seq * hidden);
+      release(qkv);
+      const std::size_t y = alloc(seq * hidden);
+      release(ctx);
+      release(x);
+      x = y;
+    }
+    if (out != SIZE_MAX) release(out);
+    out = x;
+    release(alloc(seq * hidden));  // the output serialized, at the quiet count
+  }
+};
+
+TEST(PeriodDetector, FindsIterationsBetweenQuietPointsWhenTheStructureChangesWithTheShape) {
+  std::uint64_t sig[2] = {0, 0};
+  for (int run = 0; run < 2; ++run) {
+    period_detector d;
+    shifting_model m{d};
+    m.weights(40);
+    std::mt19937_64 rng(run + 7);
+    int requests = 0;
+    while (!d.found() && requests < 400) {
+      m.request(16 + rng() % 241, 4);
+      ++requests;
+    }
+    ASSERT_TRUE(d.found()) << "run " << run;
+    EXPECT_TRUE(d.quiet());
+    EXPECT_FALSE(d.by_shape());
+    EXPECT_EQ(d.quiet_level(), 41u);  // the weights and the last output
+    // The serialized output is made and freed at that count too: a run of 2, the
+    // request beginning at its last.
+    EXPECT_EQ(d.quiet_run(), 2u);
+    EXPECT_LE(requests, 120);
+    // The longest piece, a request past 128: its input, 4 layers of 3 + 4
+    // workspaces, and its output serialized (past 64: 26; up to 64: 18).
+    EXPECT_EQ(d.period(), 1u + 4 * 7 + 1);
+    sig[run] = d.signature();
+  }
+  EXPECT_EQ(sig[0], sig[1]);
+}
+
+TEST(PeriodDetector, RandomLifetimesHaveNoQuietPoints) {
+  period_detector d;
+  std::mt19937_64 rng(5);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> live;  // (position, size)
+  std::uint64_t bytes = 0;
+  for (int i = 0; i < 40000 && !d.found(); ++i) {
+    const std::uint64_t size = 4096 + rng() % (1 << 20);
+    d.observe(size, bytes, static_cast<std::uint32_t>(live.size()));
+    live.emplace_back(d.count() - 1, size);
+    bytes += size;
+    while (!live.empty() && rng() % 2 == 0) {  // free a random live block or none
+      const std::size_t k = rng() % live.size();
+      d.settle(live[k].first);
+      bytes -= live[k].second;
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+  EXPECT_FALSE(d.found());
+}
+
 }  // namespace
 }  // namespace replayalloc::detail
