@@ -93,16 +93,19 @@ TEST(PeriodDetector, ANonRepeatingStreamFindsNothing) {
 struct encoder_stream {
   period_detector& d;
   std::uint64_t live = 0;
+  std::uint32_t blocks_live = 0;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;  // (position, size) by handle
   std::size_t alloc(std::uint64_t size) {
-    d.observe(size, live);
+    d.observe(size, live, blocks_live);
     live += size;
+    ++blocks_live;
     blocks.emplace_back(d.count() - 1, size);
     return blocks.size() - 1;
   }
   void release(std::size_t h) {
     d.settle(blocks[h].first);
     live -= blocks[h].second;
+    --blocks_live;
   }
   // One inference at sequence length `seq`: 1 + 6 x layers allocations.
   void inference(std::uint64_t seq, int layers) {
@@ -160,24 +163,8 @@ TEST(PeriodDetector, RandomSizesFreedAtOnceHaveNoPeriodOfStructure) {
 // weights and the last request's output are live; iterations are found there, with
 // the structures as pieces of different lengths, and the same key whatever the order
 // of lengths.
-struct shifting_model {
-  period_detector& d;
-  std::uint64_t live = 0;
-  std::uint32_t blocks_live = 0;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;  // (position, size) by handle
+struct shifting_model : encoder_stream {
   std::size_t out = SIZE_MAX;  // the last request's output, freed after the next is made
-  std::size_t alloc(std::uint64_t size) {
-    d.observe(size, live, blocks_live);
-    live += size;
-    ++blocks_live;
-    blocks.emplace_back(d.count() - 1, size);
-    return blocks.size() - 1;
-  }
-  void release(std::size_t h) {
-    d.settle(blocks[h].first);
-    live -= blocks[h].second;
-    --blocks_live;
-  }
   void weights(int n) {
     for (int i = 0; i < n; ++i) alloc(1 << 20);
   }
@@ -204,7 +191,7 @@ TEST(PeriodDetector, FindsIterationsBetweenQuietPointsWhenTheStructureChangesWit
   std::uint64_t sig[2] = {0, 0};
   for (int run = 0; run < 2; ++run) {
     period_detector d;
-    shifting_model m{d};
+    shifting_model m{{d}};
     m.weights(40);
     std::mt19937_64 rng(run + 7);
     int requests = 0;
