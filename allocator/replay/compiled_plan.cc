@@ -7,7 +7,7 @@ namespace replayalloc::detail {
 
 compiled_plan compile_plan(const trace& t, const placement& p, const planner_options& o,
                            const std::vector<bool>* managed,
-                           const std::vector<std::uint64_t>* least) {
+                           const std::vector<std::uint64_t>* least, std::uint64_t min_size) {
   compiled_plan c;
   const auto& all = t.allocations;
   c.slots.resize(all.size());
@@ -28,7 +28,7 @@ compiled_plan compile_plan(const trace& t, const placement& p, const planner_opt
   for (std::uint32_t i = 0; i < all.size(); ++i) {
     slot& s = c.slots[i];
     s.size = all[i].size;
-    s.least = least != nullptr && i < least->size() ? std::min((*least)[i], s.size) : s.size;
+    s.least = std::max(least != nullptr && i < least->size() ? std::min((*least)[i], s.size) : s.size, min_size);
     s.offset = p.offsets[i];
     s.overlap_begin = static_cast<std::uint32_t>(c.overlaps.size());
     s.overlap_count = 0;

@@ -73,9 +73,14 @@ struct compiled_plan {
 // Builds the compiled form. pre: validate(t, p, o) is OK. `managed`, when given,
 // marks (one flag per allocation) the slots out of the slab that managed memory serves.
 // `least`, when given, is least_served() of the envelope `t` is (Note [Envelope]);
-// without it every slot serves exactly its size.
+// without it every slot serves exactly its size. No slot serves a request below
+// `min_size` (REPLAYALLOC_MIN_SIZE, Note [Below the minimum size]): the inline entry
+// point sends an over-aligned request to the hit before asking the minimum (PyTorch's
+// CPU allocator asks posix_memalign(64) for every tensor, a few bytes too), and a slot
+// that scales would otherwise serve it, taking the slot of the allocation the plan
+// expects there.
 compiled_plan compile_plan(const trace& t, const placement& p, const planner_options& o,
                            const std::vector<bool>* managed = nullptr,
-                           const std::vector<std::uint64_t>* least = nullptr);
+                           const std::vector<std::uint64_t>* least = nullptr, std::uint64_t min_size = 0);
 
 }  // namespace replayalloc::detail

@@ -111,6 +111,7 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
     if (t.entry != nullptr) {
       std::lock_guard<std::mutex> lock(t.entry->mu);
       t.entry->automatic = true;
+      t.entry->at_quiet = a.det.quiet();
     }
     t.auto_iteration = true;
     t.auto_count = 1;

@@ -189,6 +189,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
   d.regime = -1;
   d.probing = false;
   d.growing = false;
+  d.sizing = false;
   d.marked[0] = d.marked[1] = -1;
   d.first_size = first_size;
   bump(d.iterations);
@@ -210,8 +211,13 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
     }
     // Note [Regimes]: the regime this iteration is predicted to follow.
     int predicted = e->predict_regime();
+    // Note [Regimes by first size] (keys.cc): a first size no regime is known to
+    // serve records, unless such recordings found nothing lately (probe back-off).
+    bool size_unknown = false;
     if (first_size != 0 && predicted != record_marker) {
-      if (const int by_size = e->regime_for_first_size(first_size, predicted); by_size >= 0) predicted = by_size;
+      const key_entry::first_size_pick by_size = e->regime_for_first_size(first_size, predicted);
+      if (by_size.regime >= 0) predicted = by_size.regime;
+      size_unknown = by_size.unknown && e->uses >= e->probe_quiet_until;
     }
     // A marked context records; while another thread records, the regime last
     // replayed there is served.
@@ -221,7 +227,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
     regime* g = r >= 0 ? &e->regimes[r] : nullptr;
     const bool planned = g != nullptr && g->version != nullptr && replays();
     d.probing = false;
-    if (!planned || (!e->recording && (e->probe_left > 0 || g->grow_wanted))) {
+    if (!planned || (!e->recording && (e->probe_left > 0 || g->grow_wanted || size_unknown))) {
       // No plan for it yet; or a probe after a deviation; or a request outgrew the
       // plan (its recording grows the envelope, Note [Envelope]): this iteration
       // records (its requests go to the backend). One thread records a key at a time;
@@ -230,7 +236,8 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
       e->recording = true;
       d.regime = r;
       d.growing = planned && g->grow_wanted;
-      d.probing = !d.growing && (marked || e->probe_left > 0);
+      d.sizing = size_unknown && !d.growing;
+      d.probing = !d.growing && !d.sizing && (marked || e->probe_left > 0);
       if (d.probing && !marked) --e->probe_left;
       d.marked[0] = marked ? e->history[0] : -1;
       d.marked[1] = marked ? e->history[1] : -1;
@@ -439,6 +446,7 @@ void engine::end_record_impl(domain_state& d) {
     if (r < 0) {
       e.learn_regime(-1);
       if (d.probing) finish_probe(e, d, -1);
+      if (d.sizing) e.probe_result(false);  // no regime to join: the size stays unknown
       return;
     }
     regime& g = e.regimes[r];
@@ -453,6 +461,9 @@ void engine::end_record_impl(domain_state& d) {
     // A recording for growth that found no larger shape of its regime (an iteration of
     // another regime outgrew the slots it was replayed on) backs off like a probe.
     if (d.growing) e.probe_result(r == d.regime && grew);
+    // Note [Regimes by first size]: the size is now in the range of the regime the
+    // recording joined or started.
+    if (d.sizing) e.probe_result(true);
     if (d.growing && r != d.regime && e.regimes[d.regime].grow_wanted) {
       // Recorded because a request outgrew the plan of regime d.regime, but this
       // iteration had another structure. A plan from a file that never replayed
@@ -613,7 +624,7 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
   // plans pre-fault as usual (REPLAYALLOC_PREFAULT).
   const bool probation = e.kind == domain_kind::host && e.failures.load(std::memory_order_relaxed) != 0;
   v->source = probation ? &host_probation_slabs() : e.source;
-  v->plan = compile_plan(tr, p, po, managed.empty() ? nullptr : &managed, least);
+  v->plan = compile_plan(tr, p, po, managed.empty() ? nullptr : &managed, least, opts_.min_size);
   v->key = e.key;
   v->from_file = from_file;
   v->id = plans_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -735,8 +746,10 @@ void engine::end_replay(domain_state& d) {
         e.learn_regime(r);
         e.regimes[r].saw_first(d.first_size);
       } else if (const int other = e.consistent_regime(r, first_miss_at, first_miss_size); other >= 0) {
+        // Learned for the prediction; not for the other regime's first sizes: an
+        // explanation is a guess (Note [Regimes by first size] takes ranges only from
+        // recordings and clean replays).
         e.learn_regime(other);
-        e.regimes[other].saw_first(d.first_size);
         explained = true;
       } else if (grew && replays() && !e.failed && e.regimes[r].grown_in_a_row == 1 &&
                  first_too_large_at == first_miss_at &&
@@ -785,6 +798,16 @@ void engine::end_replay(domain_state& d) {
   // iteration of another planned regime is a wrong prediction, not a deviation; one
   // that outgrew its slots is one only when it does not grow the plan.
   const bool counted = (deviated || (grew && !grow_wanted)) && !explained;
+  if (deviated || grew) {
+    // What a deviation looked like (REPLAYALLOC_VERBOSE=3): where it left the plan, and
+    // what was made of it.
+    REPLAYALLOC_LOG(debug, "'%s' regime %d: replay %s (planned %u, handed %u, misses %llu; first miss at slot %u, "
+                    "%llu bytes; first request %llu bytes): %s",
+                    e.key.c_str(), r, grew ? "outgrew its slots" : "deviated", planned, handed,
+                    static_cast<unsigned long long>(misses), first_miss_at,
+                    static_cast<unsigned long long>(first_miss_size), static_cast<unsigned long long>(d.first_size),
+                    explained ? "another regime's" : grow_wanted ? "the plan grows" : counted ? "counted" : "not counted");
+  }
   if (d.deviation_entry != d.entry) {
     d.deviation_entry = d.entry;
     d.deviating_in_a_row = 0;

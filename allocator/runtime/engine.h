@@ -107,6 +107,8 @@ struct regime {
   // known): a key's structures often split its shapes into ranges (Note [Regimes]).
   std::uint64_t first_lo = 0;
   std::uint64_t first_hi = 0;
+  // Whether its plan's first slot serves a first request of `size` bytes.
+  bool first_slot_fits(std::uint64_t size) const;
   void saw_first(std::uint64_t size) {
     if (size == 0) return;
     first_lo = first_lo == 0 ? size : std::min(first_lo, size);
@@ -137,6 +139,7 @@ struct key_entry {
   bool recording = false;           // a thread is recording this key
   bool failed = false;              // planning failed: pass through from now on
   bool automatic = false;           // auto mode's key: its period was already seen thrice
+  bool at_quiet = false;            // auto mode's key whose iterations begin at quiet points
   std::uint32_t recordings = 0;     // since the key's last plan, of any structure
   int probe_from = -1;              // the regime whose replay deviated
   bool probe_found_other = false;   // a probe recording found another regime
@@ -157,11 +160,14 @@ struct key_entry {
   // Note [Regimes]. All REQUIRE mu held.
   int find_regime(std::uint64_t shape) const;
   int predict_regime() const;    // -1: nothing to predict from
-  // The regime an iteration whose first request is `size` bytes follows, when the
-  // key's regimes split the first sizes into ranges: the one whose least first size
-  // is the largest at or below `size` (the least one when none is), `predicted` on a
-  // tie. -1: fewer than two regimes with first sizes told apart.
-  int regime_for_first_size(std::uint64_t size, int predicted) const;
+  // Note [Regimes by first size]: the regime an iteration whose first request is
+  // `size` bytes follows (-1: no regime has first sizes; use the prediction), and
+  // whether no regime is known to serve that size (the iteration should record).
+  struct first_size_pick {
+    int regime = -1;
+    bool unknown = false;
+  };
+  first_size_pick regime_for_first_size(std::uint64_t size, int predicted) const;
   void learn_regime(int r);      // the iteration just ended followed r (-1: unknown)
   void forget_regime(int r);     // its slot is reused: no prediction names it
   // The iteration just ended followed a regime not known: marks the context it came

@@ -148,21 +148,78 @@ int key_entry::predict_regime() const {
   return best;
 }
 
-int key_entry::regime_for_first_size(std::uint64_t size, int predicted) const {
-  int floor = -1, least = -1, known = 0;
+// Note [Regimes by first size]: in auto mode an iteration's first request is known
+// when it begins, and a key whose structure changes with the shape (a kernel that
+// takes more workspaces past some length) splits its first sizes into ranges, one per
+// regime: the least and largest first request seen to follow each. The iteration
+// follows:
+//  * a regime whose range holds `size` (of several, the one whose least first size is
+//    the largest; `predicted` when it is one of them);
+//  * above every range, the regime with the largest one, when its plan's first slot
+//    fits `size` (a scaling slot's growth headroom); else the size is unknown;
+//  * below every range, the regime with the least one, when its first slot fits;
+//  * between two ranges: unknown.
+// An unknown size records (engine.cc, domain_begin) rather than replay a plan of
+// another structure or one it outgrows: the recording joins the regime of its
+// structure, whose range then holds the size, and grows its envelope when larger
+// (Note [Envelope]). Gaps between ranges close as sizes in them are recorded (each
+// such recording halves a gap on average), so a key with R regimes over lengths 1..L
+// records about R log2 L times before every first size is known. A recording that
+// finds no regime to join (a structure past max_regimes) backs off like a probe. With
+// one regime and one first size (fixed shapes) nothing changes. All this holds for
+// iterations that begin at quiet points (Note [Iterations between quiet points]),
+// where the first allocation is a request's; iterations cut by a count of allocations
+// may begin a few allocations off it, so there the first size only chooses among two
+// or more regimes (the one whose least first size is the largest at or below it) and
+// is never unknown.
+bool regime::first_slot_fits(std::uint64_t size) const {
+  if (version == nullptr || version->plan.slots.empty()) return false;
+  const slot& s = version->plan.slots.front();
+  return s.offset != not_in_slab && size <= s.size && size >= s.least;
+}
+
+key_entry::first_size_pick key_entry::regime_for_first_size(std::uint64_t size, int predicted) const {
+  int holds = -1, top = -1, bottom = -1;
   for (int r = 0; r < max_regimes; ++r) {
     const regime& g = regimes[r];
     if (g.env == nullptr || g.first_lo == 0) continue;
-    ++known;
-    if (least < 0 || g.first_lo < regimes[least].first_lo) least = r;
-    if (g.first_lo <= size && (floor < 0 || g.first_lo > regimes[floor].first_lo)) floor = r;
+    if (top < 0 || g.first_hi > regimes[top].first_hi) top = r;
+    if (bottom < 0 || g.first_lo < regimes[bottom].first_lo) bottom = r;
+    if (g.first_lo <= size && size <= g.first_hi && (holds < 0 || g.first_lo > regimes[holds].first_lo)) holds = r;
   }
-  if (known < 2) return -1;
-  const int pick = floor >= 0 ? floor : least;
-  if (predicted >= 0 && regimes[predicted].env != nullptr && regimes[predicted].first_lo == regimes[pick].first_lo) {
-    return predicted;
+  // Iterations cut by count (a period) may begin off their request's first
+  // allocation, so their first sizes pick only among two or more regimes, and are
+  // never unknown.
+  if (!at_quiet) {
+    int known = 0, floor = -1;
+    for (int r = 0; r < max_regimes; ++r) {
+      const regime& g = regimes[r];
+      if (g.env == nullptr || g.first_lo == 0) continue;
+      ++known;
+      if (g.first_lo <= size && (floor < 0 || g.first_lo > regimes[floor].first_lo)) floor = r;
+    }
+    if (known < 2) return {};
+    const int pick = floor >= 0 ? floor : bottom;
+    const bool tie = predicted >= 0 && regimes[predicted].env != nullptr &&
+                     regimes[predicted].first_lo == regimes[pick].first_lo;
+    return {tie ? predicted : pick, false};
   }
-  return pick;
+  if (holds >= 0) {
+    const bool predicted_holds = predicted >= 0 && regimes[predicted].env != nullptr &&
+                                 regimes[predicted].first_lo <= size && size <= regimes[predicted].first_hi;
+    return {predicted_holds ? predicted : holds, false};
+  }
+  if (top < 0) return {};
+  if (size > regimes[top].first_hi) return {top, !regimes[top].first_slot_fits(size)};
+  if (size < regimes[bottom].first_lo) return {bottom, !regimes[bottom].first_slot_fits(size)};
+  // Between two ranges: the regime below, recorded.
+  int below = -1;
+  for (int r = 0; r < max_regimes; ++r) {
+    const regime& g = regimes[r];
+    if (g.env == nullptr || g.first_lo == 0 || g.first_hi > size) continue;
+    if (below < 0 || g.first_hi > regimes[below].first_hi) below = r;
+  }
+  return {below >= 0 ? below : bottom, true};
 }
 
 void key_entry::learn_regime(int r) {

@@ -41,6 +41,7 @@ struct domain_state {
   int regime = -1;      // the regime of entry this iteration replays, or was predicted
   bool probing = false; // this iteration records as a probe (Note [Regimes])
   bool growing = false; // this iteration records because regime's plan was outgrown
+  bool sizing = false;  // this iteration records: no regime serves its first size
   std::int8_t marked[2] = {-1, -1};  // the marked context this iteration records for
   std::uint64_t first_size = 0;      // its first request, when known at its beginning (auto mode)
   trace_recorder* recorder = nullptr;

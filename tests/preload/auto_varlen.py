@@ -5,6 +5,7 @@ Run plain, it prints a digest of its outputs. Run with libreplayalloc_preload.so
 preloaded (auto mode, the default), it also prints what replayalloc did after the
 warm-up: the share of allocations of at least REPLAYALLOC_MIN_SIZE served from a slab,
 minor page faults per request and the plans made. run_auto_varlen.sh compares the runs.
+Either way it prints the time the requests after the warm-up took (bench/preload/run_python_varlen.sh).
 Usage: auto_varlen.py REQUESTS WARMUP
 """
 import ctypes
@@ -14,6 +15,7 @@ import os
 import random
 import resource
 import sys
+import time
 
 import torch
 
@@ -40,13 +42,20 @@ def stats():
 digest = hashlib.sha256()
 with torch.no_grad():
     for i, x in enumerate(inputs):
-        if i == warmup and stats_json is not None:
-            s0, f0 = stats(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        if i == warmup:
+            r0, c0 = resource.getrusage(resource.RUSAGE_SELF), time.thread_time()
+            t0, f0 = time.perf_counter(), r0.ru_minflt
+            if stats_json is not None:
+                s0 = stats()
         y = model(x)
         digest.update(y.numpy().tobytes())
+elapsed = time.perf_counter() - t0
+cpu = time.thread_time() - c0  # the serving thread's CPU time (other threads may spin)
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
 print("digest", digest.hexdigest())
+print(f"timed {elapsed:.4f} s, cpu {cpu:.4f} s, {faults} minor faults for the {requests - warmup} requests after the warm-up")
 if stats_json is not None:
-    s1, f1 = stats(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    s1 = stats()
     d = {k: s1[k] - s0[k] for k in ("allocations", "below_min_size", "slab_hits", "fallbacks",
                                     "backend_planned", "passthrough", "plans", "recordings")}
     large = d["allocations"] - d["below_min_size"]
@@ -54,7 +63,7 @@ if stats_json is not None:
     share = d["slab_hits"] / large if large else 0.0
     print(f"after {warmup} warm-up requests, {n} more (sequence length 16..256): {d['slab_hits']} of {large} "
           f"allocations >= REPLAYALLOC_MIN_SIZE from a slab ({100 * share:.1f}%), "
-          f"{(f1 - f0) / n:.0f} minor page faults per request; plans {s1['plans']} ({d['plans']} after the "
+          f"{faults / n:.0f} minor page faults per request; plans {s1['plans']} ({d['plans']} after the "
           f"warm-up), grown {s1['plans_grown']}, recordings {s1['recordings']}, auto rests {s1['auto_rests']}, "
           f"slab {s1['slab_bytes'] / 2**20:.1f} MiB")
     print("slab share", f"{share:.4f}")

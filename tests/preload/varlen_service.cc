@@ -5,7 +5,15 @@
 // marks nothing. Every block is filled with a pattern and checked before its free.
 // Prints "corruptions N", the share of allocations of at least 4 KiB served from a
 // slab over the second half of the requests, and replayalloc's statistics.
-// Usage: varlen_service REQUESTS
+//
+// With "shifting", the requests look like PyTorch's (tests/preload/auto_varlen.py):
+// weights live throughout, the last output lives until the next request's is made,
+// every block comes from posix_memalign(64) as c10's CPU allocator asks, a few
+// bytes-long blocks among them, and the structure changes with the length (a kernel
+// that takes one more 512 KiB workspace past lengths 64 and 128), so neither the sizes
+// nor the structure repeat: auto mode must find iterations between quiet points and
+// choose their regime by their first request (Note [Regimes by first size]).
+// Usage: varlen_service REQUESTS [shifting]
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -34,8 +42,16 @@ struct block {
   unsigned char tag;
 };
 
+bool g_aligned = false;  // posix_memalign(64), as c10's CPU allocator
+
 block make(std::size_t n, unsigned char tag) {
-  auto* p = static_cast<unsigned char*>(std::malloc(n));
+  void* m = nullptr;
+  if (g_aligned) {
+    if (posix_memalign(&m, 64, n) != 0) m = nullptr;
+  } else {
+    m = std::malloc(n);
+  }
+  auto* p = static_cast<unsigned char*>(m);
   if (p == nullptr) std::abort();
   std::memset(p, tag, n);
   if (g_count && n >= 4096) ++g_big;
@@ -55,21 +71,48 @@ void drop(const block& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: varlen_service REQUESTS\n");
+  const bool shifting = argc == 3 && std::strcmp(argv[2], "shifting") == 0;
+  if (argc != 2 && !shifting) {
+    std::fprintf(stderr, "usage: varlen_service REQUESTS [shifting]\n");
     return 2;
   }
   const int requests = std::atoi(argv[1]);
+  g_aligned = shifting;
   using stats_fn = std::size_t (*)(char*, std::size_t);
   auto stats = reinterpret_cast<stats_fn>(dlsym(RTLD_DEFAULT, "replayalloc_stats_json"));
   char before[4096] = "", after[4096] = "";
   std::mt19937_64 rng(99);
   const std::size_t hidden = 1024;
+  block weights[8], out{};
+  if (shifting) {
+    for (int w = 0; w < 8; ++w) weights[w] = make(256 << 10, static_cast<unsigned char>(200 + w));
+  }
   for (int r = 0; r < requests; ++r) {
     if (r == requests / 2 && stats != nullptr) stats(before, sizeof before);
     g_count = r >= requests / 2;
     const std::size_t seq = 16 + rng() % 241;
     const auto tag = static_cast<unsigned char>(r);
+    if (shifting) {
+      block x = make(seq * hidden, tag);
+      for (int l = 0; l < 4; ++l) {
+        // A few bytes where the plan expects a block that scales: never its slot (Note
+        // [Below the minimum size]; a slot that scales serves any size up to its own).
+        drop(make(248, tag + 7));
+        block qkv = make(3 * seq * hidden, tag + 1);
+        for (std::size_t w = 0; w < 1 + (seq > 64) + (seq > 128); ++w) drop(make(512 << 10, tag + 3));
+        block scores = make(16 * seq * seq, tag + 2), ctx = make(seq * hidden, tag + 4);
+        drop(scores);
+        drop(qkv);
+        block h = make(4 * seq * hidden, tag + 5), y = make(seq * hidden, tag + 6);
+        drop(h);
+        drop(ctx);
+        drop(x);
+        x = y;
+      }
+      if (out.p != nullptr) drop(out);
+      out = x;
+      continue;
+    }
     block x = make(seq * hidden, tag);
     for (int l = 0; l < 4; ++l) {
       block qkv = make(3 * seq * hidden, tag + 1), scores = make(16 * seq * seq, tag + 2);
@@ -85,6 +128,10 @@ int main(int argc, char** argv) {
       x = y;
     }
     drop(x);
+  }
+  if (out.p != nullptr) drop(out);
+  if (shifting) {
+    for (const block& w : weights) drop(w);
   }
   std::printf("corruptions %d\n", g_bad);
   if (stats != nullptr) {
