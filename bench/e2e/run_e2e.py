@@ -2,7 +2,7 @@
 """bench/e2e/run_e2e.py: the end-to-end benchmark: real models under every allocator.
 
   run_e2e.py --build BUILD_DIR --out RUNS.jsonl [--quick] [--rounds R] [--cells SPEC]
-             [--allocators a,b,...]
+             [--allocators a,b,...] [--libdir DIR]
 
 For each round, for each cell (model x threads), every allocator runs the cell in a
 process of its own (bench/e2e/e2e_driver), the allocators' order rotated by one each
@@ -93,15 +93,15 @@ def parse_cells(spec):
     return cells
 
 
-def allocator_setup(name, build):
+def allocator_setup(name, build, libdir=LIBDIR):
     """(extra environment, driver arguments) for one allocator."""
     preload = os.path.join(build, "hooks", "libreplayalloc_preload.so")
     torch_lib = os.path.join(build, "integrations", "pytorch", "libreplayalloc_torch.so")
     table = {
         "glibc": ({}, []),
-        "jemalloc": ({"LD_PRELOAD": f"{LIBDIR}/libjemalloc.so.2"}, []),
-        "tcmalloc": ({"LD_PRELOAD": f"{LIBDIR}/libtcmalloc_minimal.so.4"}, []),
-        "mimalloc": ({"LD_PRELOAD": f"{LIBDIR}/libmimalloc.so.2"}, []),
+        "jemalloc": ({"LD_PRELOAD": f"{libdir}/libjemalloc.so.2"}, []),
+        "tcmalloc": ({"LD_PRELOAD": f"{libdir}/libtcmalloc_minimal.so.4"}, []),
+        "mimalloc": ({"LD_PRELOAD": f"{libdir}/libmimalloc.so.2"}, []),
         "replay-auto": ({"LD_PRELOAD": preload}, []),
         "replay-explicit": ({"LD_PRELOAD": preload}, ["--iterations-api", "explicit"]),
         "replay-torch": ({}, ["--iterations-api", "torch", "--torch-lib", torch_lib]),
@@ -122,6 +122,8 @@ def main():
     ap.add_argument("--cells")
     ap.add_argument("--allocators", default=",".join(ALLOCATORS))
     ap.add_argument("--timeout", type=int, default=600, help="seconds per run before it is killed")
+    ap.add_argument("--libdir", default=LIBDIR,
+                    help="where jemalloc, tcmalloc and mimalloc are (bench/gpu/run_manycore.sh carries them)")
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -137,7 +139,7 @@ def main():
     driver = os.path.join(build, "bench", "e2e", "e2e_driver")
     if not os.access(driver, os.X_OK):
         sys.exit(f"run_e2e.py: {driver} not built (ninja -C {build} e2e_driver)")
-    setups = {x: allocator_setup(x, build) for x in allocators}
+    setups = {x: allocator_setup(x, build, a.libdir) for x in allocators}
 
     models_dir = os.path.join(build, "models")
     models = sorted({c["model"] for c in cells})

@@ -6,6 +6,13 @@ process). The models are scripts/models.py's: resnet50 (torchvision) and bert (t
 BERT-like encoder at BERT-base's size, 12 layers, sequence 128). Random weights, fixed
 seeds, no downloads. Each timed iteration is the forward pass plus
 torch.cuda.synchronize(), so latency is what a request waits for.
+
+With --train, each timed iteration is one training step instead (scripts/models.py
+training(): forward, loss, backward(), the optimizer's step, zero_grad(); SGD with
+momentum for resnet50, Adam for bert), one replayalloc iteration per step; the line
+then carries a checksum of every parameter after the last step, compared with the
+default allocator's (cuDNN deterministic, so the same kernels run under every
+allocator).
 """
 import argparse
 import contextlib
@@ -18,11 +25,24 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 
 
-def build(model, batch):
+def build(model, batch, train=False):
     import models  # scripts/models.py; it imports torch, so only once the allocator is chosen
 
     m, x = models.build(model, batch)
-    return m.cuda(), x.cuda()
+    m, x = m.cuda(), x.cuda()
+    if not train:
+        return m, x, None
+    m.train()
+    target, loss_fn, opt = models.training(model, m, batch)  # the optimizer over the CUDA parameters
+    target = target.cuda()
+
+    def step():
+        loss = loss_fn(m(x), target)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return m, x, step
 
 
 def check_package(library):
@@ -55,6 +75,7 @@ def main():
     ap.add_argument("--reference")
     ap.add_argument("--library")
     ap.add_argument("--check-package", action="store_true")
+    ap.add_argument("--train", action="store_true", help="time training steps, not inferences")
     a = ap.parse_args()
     if a.check_package:
         return check_package(a.library)
@@ -65,17 +86,18 @@ def main():
         rt.use_for_cuda(a.library)
     import torch
     torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
     torch.cuda.init()
     free0, total = torch.cuda.mem_get_info()
-    m, x = build(a.model, a.batch)
-    key = f"{a.model}/bs{a.batch}"
+    m, x, step = build(a.model, a.batch, a.train)
+    key = f"{a.model}/bs{a.batch}" + ("/train" if a.train else "")
     times = []
-    with torch.inference_mode():
+    with torch.inference_mode() if not a.train else contextlib.nullcontext():
         for i in range(a.warmup + a.iters):
             ctx = rt.iteration(key) if rt else contextlib.nullcontext()
             t0 = time.perf_counter()
             with ctx:
-                y = m(x)
+                y = step() if a.train else m(x)
             torch.cuda.synchronize()
             t1 = time.perf_counter()
             if i == a.warmup and rt:
@@ -86,6 +108,7 @@ def main():
     times.sort()
     out = {
         "allocator": a.allocator, "model": a.model, "batch": a.batch, "round": a.round,
+        "mode": "train" if a.train else "inference",
         "iters": a.iters,
         "p50_ms": statistics.median(times),
         "p99_ms": times[min(len(times) - 1, int(0.99 * len(times)))],
@@ -103,6 +126,9 @@ def main():
         out["slab_mib"] = s["slab_bytes"] / 2**20
         out["lower_bound_mib"] = s["lower_bound_bytes"] / 2**20
         out["fallbacks"] = timed["fallbacks"]
+    if a.train:  # what must not change: every parameter after the last step
+        with torch.no_grad():
+            y = torch.cat([p.detach().float().flatten() for p in m.parameters()])
     y = y.float().cpu()
     if a.reference:
         if os.path.exists(a.reference):

@@ -4,9 +4,12 @@
 #   2. the Python package's use_for_cuda on the real PyTorch there;
 #   3. the benchmark: torchvision ResNet-50 and a BERT-base-like encoder, batch 1 and
 #      8, under PyTorch's caching allocator, backend:cudaMallocAsync and replayalloc's
-#      pluggable allocator, each in its own process, alternated round by round.
+#      pluggable allocator, each in its own process, alternated round by round;
+#   4. training steps of both models at batch 8 (issue 16) under the caching allocator
+#      and replayalloc's, parameters after the last step compared.
 # Results go to $OUT (or bench/gpu/out): gpu_tests.log, gpu_results.jsonl,
-# gpu_results.md.  ROUNDS (default 2) and ITERS (default 200) set the size.
+# gpu_results.md.  ROUNDS (default 2), ITERS (default 200) and TRAIN_ITERS (default 50)
+# set the size.
 set -uo pipefail
 # shellcheck source=../lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -21,6 +24,7 @@ export PYTHONUNBUFFERED=1
 LIB="$PWD/.gpu/libreplayalloc_cuda.so"
 ROUNDS=${ROUNDS:-2}
 ITERS=${ITERS:-200}
+TRAIN_ITERS=${TRAIN_ITERS:-50}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee -a "$OUT/device.txt"
@@ -48,6 +52,20 @@ for round in $(seq 1 "$ROUNDS"); do
           || echo "{\"allocator\": \"$alloc\", \"model\": \"$model\", \"batch\": $batch, \"round\": $round, \"error\": \"exit $?\"}" >> "$OUT/gpu_results.jsonl"
         tail -n 1 "$OUT/gpu_results.jsonl"
       done
+    done
+  done
+done
+echo "== training steps (issue 16): forward, loss, backward, optimizer step, zero_grad; batch 8"
+for round in $(seq 1 "$ROUNDS"); do
+  for model in resnet50 bert; do
+    ref="$OUT/ref_${model}_train.pt"
+    order="default replayalloc"
+    [ $((round % 2)) -eq 0 ] && order="replayalloc default"
+    for alloc in $order; do
+      timeout 300 "$PY" bench/gpu/bench_torch.py --train --allocator "$alloc" --model "$model" --batch 8 \
+        --iters "$TRAIN_ITERS" --round "$round" --reference "$ref" --library "$LIB" >> "$OUT/gpu_results.jsonl" \
+        || echo "{\"allocator\": \"$alloc\", \"model\": \"$model\", \"mode\": \"train\", \"round\": $round, \"error\": \"exit $?\"}" >> "$OUT/gpu_results.jsonl"
+      tail -n 1 "$OUT/gpu_results.jsonl"
     done
   done
 done

@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Turns gpu_results.jsonl into the markdown table of bench/RESULTS.md (medians over rounds)."""
+"""Turns gpu_results.jsonl into the markdown table of bench/RESULTS.md (medians over rounds).
+Training cells (bench_torch.py --train) are the model's name with /train; their
+throughput is samples per second over training steps, and "outputs equal" compares
+every parameter after the last step with the default allocator's."""
 import collections
 import json
 import statistics
@@ -11,7 +14,7 @@ cells = collections.defaultdict(list)
 errors = [r for r in rows if "error" in r]
 for r in rows:
     if "error" not in r:
-        cells[(r["model"], r["batch"], r["allocator"])].append(r)
+        cells[(r["model"] + ("/train" if r.get("mode") == "train" else ""), r["batch"], r["allocator"])].append(r)
 
 def med(rs, k):
     v = [r[k] for r in rs if k in r]
