@@ -38,8 +38,10 @@ TORCH=$("$PY" -c 'import torch, os; print(os.path.dirname(torch.__file__))')
 ABI=$("$PY" -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))')
 echo "torch $("$PY" -c 'import torch; print(torch.__version__)') at $TORCH (C++11 ABI $ABI); $(nproc) cores" | tee "$OUT/manycore_machine.txt"
 lscpu | sed -n 's/^Model name: *//p' | tee -a "$OUT/manycore_machine.txt"
+inc=$TORCH/include
+[ -d "$inc" ] || inc=/usr/include  # Debian's torch keeps its headers there (a try-out here)
 g++ -std=c++20 -O2 -D_GLIBCXX_USE_CXX11_ABI="$ABI" bench/e2e/e2e_driver.cc -o "$mc/bench/e2e/e2e_driver" \
-  -I"$TORCH/include" -I"$TORCH/include/torch/csrc/api/include" \
+  -I"$inc" -I"$inc/torch/csrc/api/include" \
   -L"$TORCH/lib" -Wl,-rpath,"$TORCH/lib" -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed \
   -pthread -ldl || die "e2e_driver did not build against $TORCH"
 
