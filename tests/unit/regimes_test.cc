@@ -16,6 +16,7 @@
 
 #include "backend/slab_range.h"
 #include "replayalloc/replayalloc.hpp"
+#include "runtime/engine.h"
 #include "support/block_ledger.h"
 
 namespace {
@@ -182,3 +183,49 @@ TEST(Regimes, MoreStructuresThanAKeyKeepsCostBoundedPlans) {
 }
 
 }  // namespace
+
+// Note [Regimes by first size] (runtime/keys.cc): which regime an iteration whose first
+// request is known follows, and when no regime is known to serve that size (it then
+// records). Regimes without a plan: no first slot fits anything.
+TEST(Regimes, FirstSizesPickTheirRangesRegimeAndRecordOutsideEveryRange) {
+  using replayalloc::detail::key_entry;
+  key_entry e;
+  e.at_quiet = true;
+  const auto add = [&](int r, std::uint64_t lo, std::uint64_t hi) {
+    e.regimes[r].env = std::make_shared<replayalloc::envelope>();
+    e.regimes[r].saw_first(lo);
+    e.regimes[r].saw_first(hi);
+  };
+  EXPECT_EQ(e.regime_for_first_size(4096, -1).regime, -1) << "no ranges yet: the prediction decides";
+  add(0, 16 << 10, 64 << 10);   // lengths 16..64
+  add(1, 90 << 10, 125 << 10);  // 90..125
+  add(2, 126 << 10, 255 << 10); // 126..255
+  const auto pick = [&](std::uint64_t size, int predicted = -1) { return e.regime_for_first_size(size, predicted); };
+  EXPECT_EQ(pick(40 << 10).regime, 0);
+  EXPECT_FALSE(pick(40 << 10).unknown);
+  EXPECT_EQ(pick(100 << 10).regime, 1);
+  EXPECT_EQ(pick(200 << 10).regime, 2);
+  EXPECT_TRUE(pick(70 << 10).unknown) << "between two ranges";
+  EXPECT_EQ(pick(70 << 10).regime, 0) << "the regime below the gap";
+  EXPECT_TRUE(pick(256 << 10).unknown) << "above every range, past a first slot that serves nothing";
+  EXPECT_EQ(pick(256 << 10).regime, 2);
+  EXPECT_TRUE(pick(8 << 10).unknown) << "below every range";
+  e.regimes[1].saw_first(70 << 10);  // a recording at 70 joined regime 1
+  EXPECT_EQ(pick(70 << 10).regime, 1);
+  EXPECT_FALSE(pick(70 << 10).unknown);
+  add(3, 30 << 10, 40 << 10);  // overlapping ranges: the one whose least first size is largest, or the prediction
+  EXPECT_EQ(pick(35 << 10).regime, 3);
+  EXPECT_EQ(pick(35 << 10, 0).regime, 0);
+
+  // Iterations cut by a count of allocations: never unknown, and one regime decides nothing.
+  key_entry counted;
+  counted.regimes[0].env = std::make_shared<replayalloc::envelope>();
+  counted.regimes[0].saw_first(16 << 10);
+  EXPECT_EQ(counted.regime_for_first_size(1 << 20, -1).regime, -1);
+  EXPECT_FALSE(counted.regime_for_first_size(1 << 20, -1).unknown);
+  counted.regimes[1].env = std::make_shared<replayalloc::envelope>();
+  counted.regimes[1].saw_first(128 << 10);
+  EXPECT_EQ(counted.regime_for_first_size(1 << 20, -1).regime, 1);
+  EXPECT_EQ(counted.regime_for_first_size(8 << 10, -1).regime, 0);
+  EXPECT_FALSE(counted.regime_for_first_size(8 << 10, -1).unknown);
+}
