@@ -125,6 +125,9 @@ machine_meta() {
   echo "compiler=$("$(cache_value "$1" CMAKE_CXX_COMPILER)" --version | head -n1)"
 }
 
+# median: the median of the numbers on standard input, one per line.
+median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
 # ---- Results -----------------------------------------------------------------------------
 
 # update_results SECTION ARGS...: bench/update_results.py, which writes one section of

@@ -45,7 +45,6 @@ for ((r = 0; r < rounds; ++r)); do
     done
   done
 done
-median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 {
   echo "## Contention: the allocator alone under many threads"
   echo

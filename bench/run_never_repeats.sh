@@ -42,7 +42,6 @@ for ((r = 0; r < rounds; ++r)); do
     run_one "$name" >> "$tmp/$name"
   done
 done
-median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 je=$(cut -d' ' -f1 "$tmp/jemalloc" | median)
 {
   echo "## Never repeats: the cost where nothing can be replayed"

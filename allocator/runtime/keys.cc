@@ -179,25 +179,20 @@ bool regime::first_slot_fits(std::uint64_t size) const {
 }
 
 key_entry::first_size_pick key_entry::regime_for_first_size(std::uint64_t size, int predicted) const {
-  int holds = -1, top = -1, bottom = -1;
+  int holds = -1, top = -1, bottom = -1, floor = -1, known = 0;
   for (int r = 0; r < max_regimes; ++r) {
     const regime& g = regimes[r];
     if (g.env == nullptr || g.first_lo == 0) continue;
+    ++known;
     if (top < 0 || g.first_hi > regimes[top].first_hi) top = r;
     if (bottom < 0 || g.first_lo < regimes[bottom].first_lo) bottom = r;
+    if (g.first_lo <= size && (floor < 0 || g.first_lo > regimes[floor].first_lo)) floor = r;
     if (g.first_lo <= size && size <= g.first_hi && (holds < 0 || g.first_lo > regimes[holds].first_lo)) holds = r;
   }
   // Iterations cut by count (a period) may begin off their request's first
   // allocation, so their first sizes pick only among two or more regimes, and are
   // never unknown.
   if (!at_quiet) {
-    int known = 0, floor = -1;
-    for (int r = 0; r < max_regimes; ++r) {
-      const regime& g = regimes[r];
-      if (g.env == nullptr || g.first_lo == 0) continue;
-      ++known;
-      if (g.first_lo <= size && (floor < 0 || g.first_lo > regimes[floor].first_lo)) floor = r;
-    }
     if (known < 2) return {};
     const int pick = floor >= 0 ? floor : bottom;
     const bool tie = predicted >= 0 && regimes[predicted].env != nullptr &&

@@ -46,7 +46,6 @@ for ((r = 0; r < rounds; ++r)); do
     run_one "$name" >> "$tmp/$name"
   done
 done
-median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 ref=$(cut -d' ' -f4 "$tmp/glibc" | head -n 1)
 identical=yes
 for name in "${names[@]}"; do

@@ -19,13 +19,17 @@ lib=$1 prog=$2
 here=$(cd "$(dirname "$0")" && pwd)
 fail=0
 . "$here/plan_checks.sh"
+share_at_least() {  # share_at_least NAME MIN OUTPUT: its "slab share" line is at least MIN
+  local share
+  share=$(awk '/^slab share/ {print $3}' <<<"$3")
+  awk -v s="${share:-0}" -v m="$2" 'BEGIN { exit !(s >= m) }' && echo "ok    $1: slab share $share >= $2" \
+    || { echo "FAIL  $1: slab share $share < $2"; echo "$3"; fail=1; }
+}
 
 out=$(LD_PRELOAD="$lib" "$prog" 400 2>&1); rc=$?
 clean native "$out" $rc
-share=$(awk '/^slab share/ {print $3}' <<<"$out")
 echo "native: $(grep '^slab share' <<<"$out")"
-awk -v s="${share:-0}" 'BEGIN { exit !(s >= 0.90) }' && echo "ok    native: slab share $share >= 0.90" \
-  || { echo "FAIL  native: slab share $share < 0.90"; echo "$out"; fail=1; }
+share_at_least native 0.90 "$out"
 expect native "$out" plans -le 8
 expect native "$out" recordings -le 12
 
@@ -35,10 +39,8 @@ expect native "$out" recordings -le 12
 #     tiny block may take a scaling slot; 94% when first sizes do not choose regimes.
 out=$(LD_PRELOAD="$lib" "$prog" 400 shifting 2>&1); rc=$?
 clean shifting "$out" $rc
-share=$(awk '/^slab share/ {print $3}' <<<"$out")
 echo "shifting: $(grep '^slab share' <<<"$out")"
-awk -v s="${share:-0}" 'BEGIN { exit !(s >= 0.95) }' && echo "ok    shifting: slab share $share >= 0.95" \
-  || { echo "FAIL  shifting: slab share $share < 0.95"; echo "$out"; fail=1; }
+share_at_least shifting 0.95 "$out"
 expect shifting "$out" recordings -le 24
 
 py=/usr/bin/python3
@@ -51,9 +53,7 @@ if $py -c 'import torch' 2>/dev/null; then
     echo "FAIL  python: outputs differ"; fail=1
   fi
   echo "python: $(grep '^after' <<<"$pre")"
-  pshare=$(awk '/^slab share/ {print $3}' <<<"$pre")
-  awk -v s="${pshare:-0}" 'BEGIN { exit !(s >= 0.80) }' && echo "ok    python: slab share $pshare >= 0.80" \
-    || { echo "FAIL  python: slab share $pshare < 0.80"; echo "$pre"; fail=1; }
+  share_at_least python 0.80 "$pre"
 else
   echo "skip  python: torch not importable by $py"
 fi
