@@ -45,6 +45,7 @@
 #include "device_domain.h"
 #include "replayalloc/export.h"
 #include "runtime_table.h"
+#include "runtime/thread_state.h"
 #include "support/reentry.h"
 
 #define RA_HOOK extern "C" REPLAYALLOC_EXPORT

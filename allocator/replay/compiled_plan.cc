@@ -34,6 +34,7 @@ compiled_plan compile_plan(const trace& t, const placement& p, const planner_opt
     s.overlap_count = 0;
     s.offset_row = 0;
     s.free_rank = no_rank;
+    s.need_rank = no_rank;
     if (s.offset == not_in_slab) {
       const bool m = managed != nullptr && i < managed->size() && (*managed)[i];
       s.offset_row = static_cast<std::uint32_t>(m ? backend_kind::managed : backend_kind::ordinary);
@@ -73,6 +74,29 @@ compiled_plan compile_plan(const trace& t, const placement& p, const planner_opt
   });
   c.free_order.assign(by_free.begin(), by_free.end());
   for (std::uint32_t r = 0; r < c.free_order.size(); ++r) c.slots[c.free_order[r]].free_rank = r;
+  c.row_begin.assign(c.offset_rows.size() + 1, 0);
+  for (const slot& s : c.slots) {
+    if (s.offset != not_in_slab) ++c.row_begin[s.offset_row + 1];
+  }
+  for (std::size_t r = 1; r < c.row_begin.size(); ++r) c.row_begin[r] += c.row_begin[r - 1];
+  c.row_slots.resize(c.row_begin.back());
+  {
+    std::vector<std::uint32_t> fill(c.row_begin.begin(), c.row_begin.end() - 1);
+    for (std::uint32_t i = 0; i < c.slots.size(); ++i) {
+      if (c.slots[i].offset != not_in_slab) c.row_slots[fill[c.slots[i].offset_row]++] = i;
+    }
+  }
+  for (slot& s : c.slots) {
+    s.need_rank = 0;
+    for (std::uint32_t k = 0; k < s.overlap_count; ++k) {
+      const std::uint32_t rank = c.slots[c.overlaps[s.overlap_begin + k]].free_rank;
+      if (rank == no_rank) {
+        s.need_rank = no_rank;
+        break;
+      }
+      s.need_rank = std::max(s.need_rank, rank + 1);
+    }
+  }
   return c;
 }
 

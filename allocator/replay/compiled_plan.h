@@ -48,10 +48,13 @@ struct slot {
   std::uint64_t offset;         // in the slab, or not_in_slab (served by the backend)
   std::uint32_t overlap_begin;  // [overlap_begin, +overlap_count) in overlaps
   std::uint32_t overlap_count;
-  // In the slab: the row of `offset` in a slab's owner table. Not in the slab: the
-  // backend_kind that serves it.
+  // In the slab: the row of `offset` (compiled_plan::offset_rows). Not in the slab:
+  // the backend_kind that serves it.
   std::uint32_t offset_row;
   std::uint32_t free_rank;      // position in free_order, or no_rank
+  // Note [Freed prefix] (slot_record.h): one more than the largest free_rank of the
+  // slots in this slot's overlap list (0: none), or no_rank when one of them has none.
+  std::uint32_t need_rank;
 };
 
 struct compiled_plan {
@@ -62,6 +65,10 @@ struct compiled_plan {
                       std::equal_to<std::uint64_t>,
                       backend::internal_allocator<std::pair<const std::uint64_t, std::uint32_t>>>
       offset_rows;                   // distinct slot offset -> row
+  // The slots of each row, in allocation order: row r's are
+  // row_slots[row_begin[r], row_begin[r + 1]). Note [Finding a freed block].
+  ivector<std::uint32_t> row_begin;
+  ivector<std::uint32_t> row_slots;
   std::uint64_t slab_bytes = 0;
   std::uint64_t lower_bound_bytes = 0;
   std::uint64_t signature = 0;

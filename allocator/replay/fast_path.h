@@ -1,39 +1,46 @@
 // replayalloc/replay/fast_path.h: the hot path. Read this file first.
 //
-// Layer: replay. A thread replaying an iteration holds a cursor into its plan and a
-// slab of its own. A malloc that asks for what the recording asked for next is
-// served at the slab's base plus the slot's offset; a free of the slot the recording
-// freed next marks it dead. Everything else (a size the plan did not expect, a slot
-// whose bytes are still in use, a free from another thread) takes one [[unlikely]]
-// branch into slow_path.cc.
+// Layer: replay. A thread replaying an iteration holds a cursor into its slab's slot
+// records (replay/slot_record.h) and a free cursor into the slab's recorded order of
+// frees. A malloc that fits the record at the cursor, when the thread has seen the
+// frees of every earlier slot on its bytes (Note [Freed prefix]), is served at the
+// record's address; a free of the block the recording freed next marks it dead.
+// Everything else (a size the plan did not expect, a free out of order, a slot whose
+// earlier sharers' frees were not seen in order, a free from another thread) takes
+// one [[unlikely]] branch into slow_path.cc, which checks the overlap lists
+// themselves.
 //
-// Cost: a replayed 4 KiB malloc+free pair is 93.0 instructions through the C API and
-// 99.0 through the preload library (callgrind, the benchmark loop's 8 included; one
-// overlap-list entry per slot; the capacity range of Note [Envelope] added 2 to each;
-// jemalloc's own pair is 77.1 at 64 B and 112.2 at 4 KiB): the entry points in
-// runtime/api.cc are these functions inline, with no stack frame, then one tail call
-// to the slow path. The figures live in tests/perf/instruction_budget.txt; the test
-// perf.instruction_counts fails when one rises more than 5% above it.
-// bench/RESULTS.md has the table against other allocators and the command.
+// Cost: a replayed 4 KiB malloc+free pair is 37.1 instructions through the C API and
+// 40.1 through the preload library (callgrind, the benchmark loop's 8.1 included;
+// jemalloc's own pair is 77.1 at 64 B and 112.2 at 4 KiB): the hit is one record read,
+// two compares, one store of a constant state word; the predicted free one pair read,
+// two compares, one store. The entry points in runtime/api.cc are these functions
+// inline, with no stack frame, then one tail call to the slow path. The figures live
+// in tests/perf/instruction_budget.txt; the test perf.instruction_counts fails when
+// one rises more than 5% above it. bench/RESULTS.md has the table against other
+// allocators and the command.
 //
 // Thread-safety contract:
-//  * The cursor is thread-local; only its thread reads or writes it.
-//  * The compiled plan is immutable and shared read-only.
-//  * Slot state words (slab::state) are written by the owning thread when it hands a
-//    slot out (relaxed: a thread that later frees the block learned the pointer
+//  * The cursors are thread-local; only their thread reads or writes them.
+//  * The compiled plan is immutable and shared read-only; so are a slab's records but
+//    for their state words.
+//  * State words (slot_record::state) are written by the owning thread when it hands
+//    a slot out (relaxed: a thread that later frees the block learned the pointer
 //    through the program's own synchronisation, which orders the store before its
 //    free) and when it frees one (release). Another thread frees with a release CAS
 //    (slow path). The overlap check reads with acquire, so bytes freed by another
-//    thread are reused only after that thread's last access to them.
-//  * slab::slot_at is written by the owner at hand-out, read by remote frees.
+//    thread are reused only after that thread's last access to them; the hit's
+//    freed-prefix test needs no read at all, since it counts only this thread's frees.
 // Never here: locks, syscalls, allocation, logging, exceptions, virtual calls.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 
 #include "replay/slab_pool.h"
+#include "replay/slot_record.h"
 #include "support/config.h"
 
 namespace replayalloc::detail {
@@ -48,26 +55,41 @@ enum class miss_reason : unsigned {
   count
 };
 
+// What a closed cursor points at: a slot that serves nothing, and a free that matches
+// no block (replay/slot_record.h).
+inline constinit slot_record g_closed_slot{unservable_least, 0, nullptr, UINTPTR_MAX, {0}, 0};
+inline constinit free_entry g_closed_free{reinterpret_cast<const std::uint8_t*>(1), &g_closed_slot};
+
 struct replay_cursor {
-  // Hot: read on every call.
-  const slot* slots = nullptr;
-  const std::uint32_t* overlaps = nullptr;
-  const std::uint32_t* free_order = nullptr;
-  std::atomic<std::uint32_t>* state = nullptr;
-  std::atomic<std::uint32_t>* slot_at = nullptr;
-  std::uint8_t* base = nullptr;
-  std::uint32_t next = 0;        // next slot expected
-  std::uint32_t count = 0;       // slots in the plan; 0 when not replaying
-  std::uint32_t free_next = 0;   // next free expected (rank in free_order)
-  std::uint32_t free_count = 0;
-  std::uint32_t live_tag = 0;    // (epoch << 2) | slot_live
-  std::uint32_t handed = 0;      // slots handed out this iteration
-  std::uint32_t freed_here = 0;  // of which freed by this thread during the iteration
+  // Hot: read on every call. `cur` is the record of the slot expected next and
+  // `free_cur` the free expected next (Note [Freed prefix], slot_record.h). Both point
+  // at the closed records above whenever the hit must not serve: no iteration
+  // replays, check mode hides the plan, the plan is cut short, or (`cur` only) the
+  // thread is inside the engine (runtime/thread_state.h: reentry_guard). While `cur`
+  // is open it alone says where the cursor is; the slow path reads `next` after
+  // close_cursor() and moves the cursor by `next` before open_cursor().
+  const slot_record* cur = &g_closed_slot;
+  const free_entry* free_cur = &g_closed_free;
   std::uint64_t hit_bytes = 0;
-  // Cold: set at iteration begin, or counted on the slow path. The counters are
-  // cumulative for the thread; atomics (relaxed, single writer) so that statistics
-  // can be read from any thread.
+  // Cold: set at iteration begin, or kept by the slow path.
+  const slot* slots = nullptr;   // the plan's
+  const std::uint32_t* overlaps = nullptr;
+  slot_record* recs = nullptr;   // the slab's
+  free_entry* first_frees = nullptr;   // the slab's two copies of the order of frees
+  free_entry* second_frees = nullptr;
+  std::uint32_t next = 0;        // next slot expected, while `cur` is closed
+  std::uint32_t count = 0;       // slots in the plan (fewer once cut short); 0 when not replaying
+  std::uint32_t free_count = 0;  // ranks in the order of frees
+  std::uint32_t dead_prefix = 0; // Note [Freed prefix]: every rank below it is dead
+  bool serving = false;          // replaying with the plan visible: `cur` may open
+  bool guarded = false;          // closed by the engine's reentry guard (host cursor)
+  std::uint32_t published = 0;   // `cur`'s index when the slow path last opened it
+  const free_entry* free_published = &g_closed_free;  // `free_cur` when last set
+  const free_entry* free_saved = &g_closed_free;      // where `free_cur` was, while hidden
+  std::uint32_t handed = 0;      // slots handed out this iteration (to `published`)
+  std::uint32_t freed_here = 0;  // of which freed by this thread (to `free_published`)
   slab* current = nullptr;
+  std::uint8_t* base = nullptr;
   std::uint32_t resync_window = 8;
   std::uint64_t bypass_below = 0;  // below_min_size()'s threshold
   backend_kind last_kind = backend_kind::ordinary;  // of the last request the slab declined
@@ -84,6 +106,8 @@ struct replay_cursor {
   // grew to (Note [Predicted plans], trace/size_model.h).
   std::uint32_t first_too_large_at = 0;
   std::uint64_t first_too_large_size = 0;
+  // Cumulative for the thread; atomics (relaxed, single writer) so that statistics
+  // can be read from any thread.
   std::atomic<std::uint64_t> misses[static_cast<unsigned>(miss_reason::count)] = {};
   std::atomic<std::uint64_t> miss_bytes{0};
   std::atomic<std::uint64_t> backend_planned{0};  // outliving slots, served as planned
@@ -93,6 +117,87 @@ struct replay_cursor {
   std::atomic<std::uint64_t> invalid_frees{0};    // slab-range pointers that are no block
   std::atomic<std::uint64_t> double_frees{0};     // blocks freed that were not live
 };
+
+// ---- Opening and closing the cursor (slow path and iteration boundaries only) --------
+
+inline bool cursor_open(const replay_cursor& c) { return c.cur != &g_closed_slot; }
+
+// The allocation cursor's position and hand-outs, brought up to date with the hits
+// served since it was last opened; then closed: `next` is where it stands.
+inline void close_cursor(replay_cursor& c) {
+  if (!cursor_open(c)) return;
+  const auto pos = static_cast<std::uint32_t>(c.cur - c.recs);
+  c.handed += pos - c.published;
+  c.next = pos;
+  c.cur = &g_closed_slot;
+}
+
+// Opens the allocation cursor at `next` when the hit may serve there.
+inline void open_cursor(replay_cursor& c) {
+  if (c.serving && !c.guarded && c.next < c.count) {
+    c.cur = c.recs + c.next;
+    c.published = c.next;
+  } else {
+    c.cur = &g_closed_slot;
+  }
+}
+
+// The free cursor's rank, and whether it lies in the first copy of the free order.
+inline std::uint32_t free_rank_of(const replay_cursor& c, const free_entry* f, bool* first) {
+  *first = f >= c.first_frees;
+  return static_cast<std::uint32_t>(f - (*first ? c.first_frees : c.second_frees));
+}
+
+// Counts the predicted frees served since `free_cur` was last set.
+inline void sync_frees(replay_cursor& c) {
+  c.freed_here += static_cast<std::uint32_t>(c.free_cur - c.free_published);
+  c.free_published = c.free_cur;
+}
+
+// Moves the free cursor to `rank` (the slow path): into the first copy when every rank
+// below it is dead, else the second (Note [Freed prefix]).
+inline void set_free_rank(replay_cursor& c, std::uint32_t rank) {
+  sync_frees(c);
+  // A free cursor in the first copy is itself a dead prefix.
+  if (c.free_cur != &g_closed_free && c.free_cur >= c.first_frees) {
+    c.dead_prefix = std::max(c.dead_prefix, static_cast<std::uint32_t>(c.free_cur - c.first_frees));
+  }
+  c.free_cur = (rank <= c.dead_prefix ? c.first_frees : c.second_frees) + rank;
+  c.free_published = c.free_cur;
+}
+
+// Hides the plan from the hit and the predicted free (check mode), and shows it again.
+inline void hide_plan(replay_cursor& c) {
+  close_cursor(c);
+  c.serving = false;
+  sync_frees(c);
+  c.free_saved = c.free_cur;
+  c.free_cur = c.free_published = &g_closed_free;
+}
+inline void show_plan(replay_cursor& c) {
+  c.serving = true;
+  c.free_cur = c.free_published = c.free_saved;
+  open_cursor(c);
+}
+
+// Live figures for readers outside the slow path (auto mode): slots handed out and
+// freed by this thread this iteration, and the allocation cursor's position.
+inline std::uint32_t cursor_next(const replay_cursor& c) {
+  return cursor_open(c) ? static_cast<std::uint32_t>(c.cur - c.recs) : c.next;
+}
+inline std::uint32_t cursor_handed(const replay_cursor& c) {
+  return c.handed + (cursor_open(c) ? cursor_next(c) - c.published : 0);
+}
+inline std::uint32_t cursor_freed(const replay_cursor& c) {
+  return c.freed_here + static_cast<std::uint32_t>(c.free_cur - c.free_published);
+}
+
+// Ends the plan at the cursor: the rest of the iteration goes to the slow path.
+inline void cut_plan_at_cursor(replay_cursor& c) {
+  close_cursor(c);
+  c.count = c.next;
+  open_cursor(c);
+}
 
 // Adds n to a counter only this thread writes (no locked instruction).
 inline void bump(std::atomic<std::uint64_t>& a, std::uint64_t n = 1) {
@@ -118,38 +223,32 @@ void replay_free_slow(replay_cursor& c, void* p, slab* s);
 
 // True when slot i's bytes may be in use: live, or passed over while busy.
 REPLAYALLOC_ALWAYS_INLINE bool slot_occupied(const replay_cursor& c, std::uint32_t i) {
-  return (c.state[i].load(std::memory_order_acquire) | 2u) == (c.live_tag | 2u);
+  return (c.recs[i].state.load(std::memory_order_acquire) | 2u) == (slot_live | 2u);  // live or blocked
 }
 
-// The hit: the slot at the cursor, when `size` fits its capacity (Note [Envelope]:
-// a slot serves any request up to the largest its allocation was recorded at, never a
-// larger one: DESIGN invariant 7), meets `align`, and no earlier slot on its bytes is
-// occupied. Returns null otherwise, having changed
-// nothing; the caller then takes its slow path (replay_malloc_slow and its backend).
-// No calls, so callers that tail-call their slow path need no stack frame.
-// pre: align is a power of two >= malloc_align. c.count is 0 when not replaying.
+// The hit: the slot at the cursor, when `size` fits its range (Note [Envelope]: a
+// slot serves any request up to the largest its allocation was recorded at, never a
+// larger one: DESIGN invariant 7), its block meets `align`, and every earlier slot on
+// its bytes is known dead because the thread has seen their frees (Note [Freed
+// prefix]). Returns null otherwise, having changed nothing; the caller then takes its
+// slow path (replay_malloc_slow and its backend), which checks the overlap lists
+// themselves. No calls, so callers that tail-call their slow path need no stack frame.
+// pre: align is a power of two >= malloc_align. A closed cursor serves nothing.
 REPLAYALLOC_ALWAYS_INLINE void* replay_try_hit(replay_cursor& c, std::size_t size,
                                                std::size_t align) {
-  const std::uint32_t i = c.next;
-  if (i >= c.count) [[unlikely]] return nullptr;
-  const slot& s = c.slots[i];
-  // not_in_slab has every low bit set, so an unplanned slot fails this test too.
-  if (size > s.size || size < s.least || (s.offset & (align - 1)) != 0) [[unlikely]] return nullptr;
-  // Locals: the acquire loads below would otherwise make the compiler reload the
-  // cursor's fields from TLS after each one.
-  std::atomic<std::uint32_t>* const state = c.state;
-  const std::uint32_t live = c.live_tag;
-  const std::uint32_t* o = c.overlaps + s.overlap_begin;
-  const std::uint32_t* const end = o + s.overlap_count;
-  for (; o != end; ++o) {
-    if ((state[*o].load(std::memory_order_acquire) | 2u) == (live | 2u)) [[unlikely]] return nullptr;
+  const slot_record* r = c.cur;
+  std::uint8_t* const p = r->ptr;
+  if (size - r->least > r->span) [[unlikely]] return nullptr;
+  if (r->need > reinterpret_cast<std::uintptr_t>(c.free_cur)) [[unlikely]] return nullptr;
+  if (align > malloc_align && (reinterpret_cast<std::uintptr_t>(p) & (align - 1)) != 0) [[unlikely]] {
+    return nullptr;
   }
-  state[i].store(live, std::memory_order_relaxed);
-  c.slot_at[s.offset_row].store(i, std::memory_order_relaxed);
-  c.next = i + 1;
-  ++c.handed;
+  const_cast<slot_record*>(r)->state.store(slot_live, std::memory_order_relaxed);
+  c.cur = r + 1;
   c.hit_bytes += size;
-  return c.base + s.offset;
+  // A slot the hit serves is in a slab: the caller need not test for null.
+  if (p == nullptr) __builtin_unreachable();
+  return p;
 }
 
 // Replays one allocation: the hit, else the slow path, else `fallback(size, align,
@@ -162,21 +261,16 @@ REPLAYALLOC_ALWAYS_INLINE void* replay_malloc(replay_cursor& c, std::size_t size
   return p != nullptr ? p : fallback(size, align, c.last_kind);
 }
 
-// The predicted free: p is the slot the recording freed next, and it is live.
-// Returns false, having changed nothing, otherwise. No calls.
-// pre: p lies in a slab range (host: backend::in_slab_range).
+// The predicted free: p is the block of the rank the free cursor is at, and it is live.
+// Returns false, having changed nothing, otherwise. No calls. Any pointer may be asked
+// (a block's address is never a closed or sentinel entry's).
 REPLAYALLOC_ALWAYS_INLINE bool replay_try_free(replay_cursor& c, void* p) {
-  const std::uint32_t r = c.free_next;
-  if (r >= c.free_count) [[unlikely]] return false;
-  const std::uint32_t i = c.free_order[r];
-  const std::uint32_t live = c.live_tag;
-  if (p != c.base + c.slots[i].offset || c.state[i].load(std::memory_order_relaxed) != live)
-      [[unlikely]] {
-    return false;
-  }
-  c.state[i].store(live + 1, std::memory_order_release);  // live -> dead
-  c.free_next = r + 1;
-  ++c.freed_here;
+  const free_entry* f = c.free_cur;
+  if (p != f->ptr) [[unlikely]] return false;
+  slot_record* r = f->rec;
+  if (r->state.load(std::memory_order_relaxed) != slot_live) [[unlikely]] return false;
+  r->state.store(slot_dead, std::memory_order_release);
+  c.free_cur = f + 1;
   return true;
 }
 

@@ -1,5 +1,6 @@
 #include "replay/slab_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <new>
@@ -13,6 +14,47 @@ namespace replayalloc::detail {
 namespace {
 
 std::atomic<std::size_t> g_host_slab_limit{SIZE_MAX};
+
+// A slot the hit never serves: no request fits it, no free cursor reaches its `need`.
+void make_unservable(slot_record& r) {
+  r.least = unservable_least;
+  r.span = 0;
+  r.need = UINTPTR_MAX;
+}
+
+// The slab's replay state (slot_record.h), resolved to its base.
+void fill_records(const compiled_plan& plan, slab* s) {
+  const std::size_t n = plan.slots.size();
+  const std::uint32_t m = s->free_count;
+  free_entry* first = s->first_frees();
+  free_entry* second = s->second_frees();
+  for (std::size_t i = 0; i <= n; ++i) {
+    slot_record* r = new (&s->recs[i]) slot_record{};
+    r->index = static_cast<std::uint32_t>(i);
+    r->state.store(0, std::memory_order_relaxed);
+    make_unservable(*r);
+    r->ptr = nullptr;
+    if (i == n) continue;  // the end: serves nothing
+    const slot& sl = plan.slots[i];
+    if (sl.offset == not_in_slab) continue;
+    r->ptr = s->base + sl.offset;
+    // A block the malloc family hands out is at least malloc_align aligned; a slot that
+    // is not (a plan file may ask for less) is left to the slow path.
+    if (sl.offset % malloc_align != 0 || sl.need_rank == no_rank) continue;
+    r->least = sl.least;
+    r->span = sl.size - sl.least;
+    r->need = sl.need_rank == 0 ? 0 : reinterpret_cast<std::uintptr_t>(first + sl.need_rank);
+  }
+  // Sentinels: an address no block has (odd), and the end record (never live).
+  static constexpr std::uintptr_t no_block = 1;
+  for (free_entry* copy : {first, second}) {
+    for (std::uint32_t k = 0; k < m; ++k) {
+      const std::uint32_t i = plan.free_order[k];
+      copy[k] = free_entry{s->recs[i].ptr, &s->recs[i]};
+    }
+    copy[m] = free_entry{reinterpret_cast<const std::uint8_t*>(no_block), &s->recs[n]};
+  }
+}
 
 class host_slab_source final : public slab_source {
  public:
@@ -120,15 +162,15 @@ slab* plan_version::finish(slab_claim c, void* context, const char** why) {
   slab* s = c.s;
   if (s == nullptr) {
     const std::size_t n_slots = plan.slots.size();
-    const std::size_t n_rows = plan.offset_rows.size();
+    const std::size_t n_frees = plan.free_order.size();
     void* mem = source->map(plan.slab_bytes, why);
-    void* state = backend::fallback_calloc((n_slots + 1) * sizeof(std::atomic<std::uint32_t>));
-    void* rows = backend::fallback_calloc((n_rows + 1) * sizeof(std::atomic<std::uint32_t>));
+    void* recs = backend::fallback_alloc((n_slots + 1) * sizeof(slot_record), alignof(slot_record));
+    void* frees = backend::fallback_alloc(2 * (n_frees + 1) * sizeof(free_entry), alignof(free_entry));
     void* obj = backend::fallback_alloc(sizeof(slab), alignof(slab));
-    if (mem == nullptr || state == nullptr || rows == nullptr || obj == nullptr) {
+    if (mem == nullptr || recs == nullptr || frees == nullptr || obj == nullptr) {
       if (mem != nullptr) source->unmap(mem, plan.slab_bytes);
-      if (state != nullptr) backend::fallback_free(state);
-      if (rows != nullptr) backend::fallback_free(rows);
+      if (recs != nullptr) backend::fallback_free(recs);
+      if (frees != nullptr) backend::fallback_free(frees);
       if (obj != nullptr) backend::fallback_free(obj);
       if (mem != nullptr) *why = "no memory for a slab's bookkeeping";
       bool last = false;
@@ -147,21 +189,33 @@ slab* plan_version::finish(slab_claim c, void* context, const char** why) {
     s->base = static_cast<std::uint8_t*>(mem);
     s->mapped = plan.slab_bytes;
     s->version = this;
-    s->state = static_cast<std::atomic<std::uint32_t>*>(state);
-    s->slot_at = static_cast<std::atomic<std::uint32_t>*>(rows);
+    s->recs = static_cast<slot_record*>(recs);
+    s->frees = static_cast<free_entry*>(frees);
+    s->free_count = static_cast<std::uint32_t>(n_frees);
+    fill_records(plan, s);
     source->set_owner(mem, plan.slab_bytes, s);
   }
   source->on_acquire(s, context);
-  // A new epoch: every state word from the previous iteration now reads "not handed
-  // out". Before the epoch field wraps, clear the words instead.
-  std::uint32_t tag = s->live_tag.load(std::memory_order_relaxed) + 4;
-  if (tag < 4) {
-    for (std::size_t i = 0; i < plan.slots.size(); ++i) s->state[i].store(0, std::memory_order_relaxed);
-    tag = 4 | slot_live;
+  // Every slot reads "not reached" again. No other thread reads these words now: the
+  // slab came back drained (every block freed), and its next block is handed out
+  // after this returns.
+  for (std::size_t i = 0; i < plan.slots.size(); ++i) {
+    s->recs[i].state.store(slot_unreached, std::memory_order_relaxed);
   }
   s->refs.store(0, std::memory_order_relaxed);
-  s->live_tag.store(tag, std::memory_order_release);
   return s;
+}
+
+slot_record* slab::live_block_at(std::uint64_t offset, bool* planned) const {
+  const compiled_plan& plan = version->plan;
+  const auto row = plan.offset_rows.find(offset);
+  if (planned != nullptr) *planned = row != plan.offset_rows.end();
+  if (row == plan.offset_rows.end()) return nullptr;
+  const std::uint32_t* b = plan.row_slots.data() + plan.row_begin[row->second];
+  const std::uint32_t* e = plan.row_slots.data() + plan.row_begin[row->second + 1];
+  const std::uint32_t* it = std::partition_point(
+      b, e, [&](std::uint32_t i) { return recs[i].state.load(std::memory_order_acquire) == slot_dead; });
+  return it == e ? nullptr : &recs[*it];
 }
 
 void plan_version::release(slab* s) {
@@ -221,8 +275,8 @@ std::uint32_t plan_version::slab_count() {
 void plan_version::destroy(slab* s) {
   source->set_owner(s->base, s->mapped, nullptr);
   source->unmap(s->base, s->mapped);
-  backend::fallback_free(s->state);
-  backend::fallback_free(s->slot_at);
+  backend::fallback_free(s->recs);
+  backend::fallback_free(s->frees);
   s->~slab();
   backend::fallback_free(s);
   --slabs_;

@@ -1,8 +1,9 @@
 // replayalloc/replay/slab_pool.h: slabs, and the pool of slabs of one plan.
 //
 // Layer: replay. A slab is one plan's memory: slab_bytes of the reserved range plus
-// two small arrays of per-slab replay state (a state word per slot, the slot last
-// handed out at each offset). A slab serves one iteration at a time; the pool hands
+// its replay state: a record per slot (slot_record.h: its address in this slab, its
+// state word), the recorded order of frees resolved to this slab (two copies: Note
+// [Freed prefix]). A slab serves one iteration at a time; the pool hands
 // a free slab to each iteration that begins (making one on first use, up to
 // REPLAYALLOC_MAX_SLABS), and takes it back when the iteration has ended and every
 // block it handed out has been freed (Note [Slab lifetime]).
@@ -26,13 +27,15 @@
 #include <mutex>
 
 #include "replay/compiled_plan.h"
+#include "replay/slot_record.h"
 
 namespace replayalloc::detail {
 
 struct plan_version;
 
-// State word of a slot: (epoch << 2) | one of these. A word from an older epoch means
-// "not handed out in this iteration".
+// State word of a slot, reset to slot_unreached for every iteration the slab serves
+// (constants, so that the hit stores one and the predicted free compares with one).
+inline constexpr std::uint32_t slot_unreached = 0;  // not handed out or passed over yet
 inline constexpr std::uint32_t slot_live = 1;
 inline constexpr std::uint32_t slot_dead = 2;     // freed, or passed over safely
 inline constexpr std::uint32_t slot_blocked = 3;  // passed over while its bytes were busy
@@ -45,9 +48,20 @@ struct slab {
   // and an event recorded there when the slab went back to the pool.
   void* stream = nullptr;
   void* ready_event = nullptr;
-  std::atomic<std::uint32_t>* state = nullptr;    // one per slot
-  std::atomic<std::uint32_t>* slot_at = nullptr;  // one per offset row
-  std::atomic<std::uint32_t> live_tag{slot_live};  // (epoch << 2) | slot_live
+  // One per slot, then one that serves nothing (where the cursor stops at the end).
+  slot_record* recs = nullptr;
+  // The order of frees twice, each copy ending in a sentinel: [second | first], so that
+  // every address in the second is below every address in the first (Note [Freed
+  // prefix]).
+  free_entry* frees = nullptr;
+  std::uint32_t free_count = 0;  // ranks per copy
+  free_entry* first_frees() const { return frees + free_count + 1; }
+  free_entry* second_frees() const { return frees; }
+  // The record of the block at `offset` if one is live there: the first slot of the
+  // offset's row not dead (Note [Finding a freed block], compiled_plan.h); null when
+  // the offset is no slot's (*planned, when given, says which) or all are dead. The
+  // caller's compare-and-swap against the live tag says whether it is live. Any thread.
+  slot_record* live_block_at(std::uint64_t offset, bool* planned = nullptr) const;
   std::atomic<std::int64_t> refs{0};
   slab* next_free = nullptr;
 };
@@ -111,9 +125,9 @@ struct plan_version {
     slab* s = nullptr;  // a free slab; null: make a new one
   };
   bool claim(std::uint32_t max_slabs, slab_claim* c, const char** why);
-  // No lock held: makes the slab of a claim if it is new, and readies it (its epoch
-  // advanced). Null with *why set when memory ran out; the claim is then dropped (the
-  // version deleted if it was retired meanwhile and this was its last).
+  // No lock held: makes the slab of a claim if it is new, and readies it (its slots
+  // read "not reached" again). Null with *why set when memory ran out; the claim is
+  // then dropped (the version deleted if it was retired meanwhile and this was its last).
   slab* finish(slab_claim c, void* context, const char** why);
 
   // Returns a drained slab (refs reached zero).

@@ -42,9 +42,52 @@ bool overlaps_free(const replay_cursor& c, const slot& s) {
 void pass_over(replay_cursor& c, std::uint32_t j) {
   const slot& s = c.slots[j];
   const bool busy = s.offset != not_in_slab && !overlaps_free(c, s);
-  c.state[j].store((c.live_tag & ~3u) | (busy ? slot_blocked : slot_dead),
-                   std::memory_order_release);
+  c.recs[j].state.store(busy ? slot_blocked : slot_dead, std::memory_order_release);
 }
+
+// Note [Freed prefix] (slot_record.h): moves dead_prefix over the ranks whose slots
+// are dead. A slot passed over while its bytes were busy becomes dead here once the
+// slots it waited for are free (the same test pass_over() makes).
+void advance_dead_prefix(replay_cursor& c) {
+  while (c.dead_prefix < c.free_count) {
+    slot_record& r = *c.first_frees[c.dead_prefix].rec;
+    const std::uint32_t st = r.state.load(std::memory_order_acquire);
+    if (st != slot_dead) {
+      if (st != slot_blocked || !overlaps_free(c, c.slots[r.index])) return;
+      r.state.store(slot_dead, std::memory_order_release);
+    }
+    ++c.dead_prefix;
+  }
+}
+
+// Moves the dead prefix on (which also frees the slots passed over behind a block held
+// longer than recorded, once it is freed: without that, every later slot on those
+// bytes would wait for a free that never comes), and puts the free cursor back in the
+// first copy of the free order when the dead prefix has caught up with it, so that
+// hits are served without the overlap check again.
+void restore_free_prefix(replay_cursor& c) {
+  if (c.free_cur == &g_closed_free) return;
+  advance_dead_prefix(c);
+  if (c.free_cur >= c.first_frees) return;
+  const auto rank = static_cast<std::uint32_t>(c.free_cur - c.second_frees);
+  if (rank <= c.dead_prefix) set_free_rank(c, rank);
+}
+
+// Closes the allocation cursor for the slow path's work (if open), and opens it again
+// at the end: the slow path moves it by `next`.
+class cursor_scope {
+ public:
+  explicit cursor_scope(replay_cursor& c) : c_(c), was_open_(cursor_open(c)) { close_cursor(c); }
+  ~cursor_scope() {
+    if (was_open_) open_cursor(c_);
+  }
+  cursor_scope(const cursor_scope&) = delete;
+  cursor_scope& operator=(const cursor_scope&) = delete;
+
+ private:
+  replay_cursor& c_;
+  bool was_open_;
+};
 
 // The request goes to the domain's backend (the caller allocates it).
 REPLAYALLOC_COLD void* miss(replay_cursor& c, miss_reason why, std::size_t size) {
@@ -82,16 +125,16 @@ void* take(replay_cursor& c, std::uint32_t i, std::size_t size, std::size_t alig
     pass_over(c, i);
     return miss(c, miss_reason::alignment, size);
   }
+  slot_record& r = c.recs[i];
   if (!overlaps_free(c, s)) {
     // An earlier block on these bytes is still held (freed later than recorded).
-    c.state[i].store((c.live_tag & ~3u) | slot_blocked, std::memory_order_release);
+    r.state.store(slot_blocked, std::memory_order_release);
     return miss(c, miss_reason::overlap_live, size);
   }
-  c.state[i].store(c.live_tag, std::memory_order_relaxed);
-  c.slot_at[s.offset_row].store(i, std::memory_order_relaxed);
+  r.state.store(slot_live, std::memory_order_relaxed);
   ++c.handed;
   c.hit_bytes += size;
-  return c.base + s.offset;
+  return r.ptr;
 }
 
 }  // namespace
@@ -104,6 +147,8 @@ void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align) 
     c.last_kind = backend_kind::ordinary;
     return nullptr;
   }
+  const cursor_scope scope(c);
+  restore_free_prefix(c);
   if (c.next >= c.count) return miss(c, miss_reason::beyond_plan, size);
   const std::uint32_t lookahead = c.pending;
   c.pending = 0;
@@ -184,26 +229,27 @@ void replay_free_slow(replay_cursor& c, void* p, slab* s) {
   }
   const std::uint64_t off = static_cast<std::uint64_t>(static_cast<std::uint8_t*>(p) - s->base);
   const compiled_plan& plan = s->version->plan;
-  const auto row = plan.offset_rows.find(off);
-  if (row == plan.offset_rows.end()) {
+  bool planned = false;
+  slot_record* r = s->live_block_at(off, &planned);
+  if (!planned) {
     bump(c.invalid_frees);
     REPLAYALLOC_LOG(warning, "free(%p): not the start of a block (slab offset %llu); ignored", p,
                     static_cast<unsigned long long>(off));
     return;
   }
-  const std::uint32_t i = s->slot_at[row->second].load(std::memory_order_acquire);
-  const std::uint32_t live = s->live_tag.load(std::memory_order_acquire);
-  std::uint32_t expected = live;
-  if (!s->state[i].compare_exchange_strong(expected, live + 1, std::memory_order_acq_rel,
-                                           std::memory_order_relaxed)) {
+  std::uint32_t expected = slot_live;
+  if (r == nullptr || !r->state.compare_exchange_strong(expected, slot_dead, std::memory_order_acq_rel,
+                                                        std::memory_order_relaxed)) {
     bump(c.double_frees);
     REPLAYALLOC_LOG(warning, "free(%p): block is not live (double free?); ignored", p);
     return;
   }
   if (s == c.current) {
     ++c.freed_here;
-    const std::uint32_t rank = plan.slots[i].free_rank;
-    if (rank != no_rank) c.free_next = rank + 1;  // predict from here on
+    advance_dead_prefix(c);
+    // Predict from here on (the free cursor is never hidden while the plan is).
+    const std::uint32_t rank = plan.slots[r->index].free_rank;
+    if (rank != no_rank && c.free_cur != &g_closed_free) set_free_rank(c, rank + 1);
     return;
   }
   bump(c.remote_frees);

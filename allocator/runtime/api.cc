@@ -16,6 +16,7 @@
 using replayalloc::detail::engine;
 using replayalloc::detail::malloc_align;
 using replayalloc::detail::phase;
+using replayalloc::detail::slot_record;
 using replayalloc::detail::thread_state;
 using replayalloc::detail::tls_state;
 namespace backend = replayalloc::detail::backend;
@@ -79,12 +80,9 @@ bool valid_alignment(std::size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 std::size_t slab_usable(const void* p) {
   auto* s = static_cast<replayalloc::detail::slab*>(backend::chunk_owner(p));
   if (s == nullptr) return 0;
-  const auto& plan = s->version->plan;
   const std::uint64_t off = static_cast<const std::uint8_t*>(p) - s->base;
-  const auto row = plan.offset_rows.find(off);
-  if (row == plan.offset_rows.end()) return 0;
-  const std::uint32_t i = s->slot_at[row->second].load(std::memory_order_acquire);
-  return plan.slots[i].size;
+  const slot_record* r = s->live_block_at(off);
+  return r == nullptr ? 0 : s->version->plan.slots[r->index].size;
 }
 
 }  // namespace

@@ -36,8 +36,8 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
   if (a.det.quiet()) {
     const domain_state& d = t.host;
     const bool slab = t.auto_iteration && d.ph == phase::replay;
-    const std::uint32_t handed = slab ? d.cursor.handed : 0;
-    const std::uint64_t live = a.live.size() + (slab ? d.cursor.handed - d.cursor.freed_here : 0);
+    const std::uint32_t handed = slab ? cursor_handed(d.cursor) : 0;
+    const std::uint64_t live = a.live.size() + (slab ? handed - cursor_freed(d.cursor) : 0);
     if (handed != a.at_quiet_handed) a.at_quiet = 0;
     a.at_quiet = live <= a.det.quiet_level() ? a.at_quiet + 1 : 0;
     a.at_quiet_handed = handed;
@@ -48,19 +48,20 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
     // Note [Iterations between quiet points]: such an iteration ends where as few
     // watched blocks are live as where it began: those of the backend (tracked in
     // `live` throughout) and the slab blocks it handed out and has not freed.
-    const std::uint64_t made = (replaying ? d.cursor.handed : 0) + t.auto_count;
+    const std::uint32_t handed = replaying ? cursor_handed(d.cursor) : 0;
+    const std::uint64_t made = handed + t.auto_count;
     // (A block freed by another thread is not seen here: past 4 times the longest piece
     // the iteration ends anyway, as a poor one.)
     const bool done =
         a.det.quiet() ? made >= min_quiet_piece &&
                             (a.at_quiet >= a.det.quiet_run() || made >= 4 * std::uint64_t{a.det.period()})
-        : replaying ? d.cursor.next >= d.cursor.count || d.cursor.handed + t.auto_count >= a.det.period()
+        : replaying ? cursor_next(d.cursor) >= d.cursor.count || handed + t.auto_count >= a.det.period()
                     : t.auto_count >= a.det.period();
     if (done) {
       // A replayed iteration that served less than (100 - DEVIATION_PERCENT)% of the
       // period (of what it made, between quiet points) from the slab did not repeat it.
       const std::uint64_t expected = a.det.quiet() ? made : a.det.period();
-      const bool poor = replaying && std::uint64_t{d.cursor.handed} * 100 <
+      const bool poor = replaying && std::uint64_t{handed} * 100 <
                                          expected * (100 - opts_.deviation_percent);
       // A period of structure (Note [Periods whose sizes change]) whose key failed once
       // (a plan retired, a recording of another structure) was taken where the program
@@ -180,10 +181,10 @@ void engine::auto_untrack(thread_state& t, const void* p) {
   // iteration there, even when this one's plan was longer than the request.
   domain_state& d = t.host;
   if (t.auto_iteration && d.ph == phase::replay && !d.masked) {
-    const replay_cursor& c = d.cursor;
-    if (c.handed + t.auto_count >= min_quiet_piece &&
-        t.autod->live.size() + (c.handed - c.freed_here) <= t.autod->det.quiet_level()) {
-      d.cursor.count = d.cursor.next;
+    const std::uint32_t handed = cursor_handed(d.cursor);
+    if (handed + t.auto_count >= min_quiet_piece &&
+        t.autod->live.size() + (handed - cursor_freed(d.cursor)) <= t.autod->det.quiet_level()) {
+      cut_plan_at_cursor(d.cursor);
     }
   }
 }

@@ -9,6 +9,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "backend/backend.h"
+#include "runtime/thread_state.h"
 #include "support/log.h"
 #include "support/reentry.h"
 

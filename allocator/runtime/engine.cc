@@ -41,18 +41,13 @@ std::uint64_t total_misses(const replay_cursor& c) {
 // (Note [Check mode]); the slow path unmasks around its own work.
 void mask(domain_state& d) {
   if (!check::enabled() || d.masked || d.ph != phase::replay || d.kind != domain_kind::host) return;
-  replay_cursor& c = d.cursor;
-  d.masked_count = c.count;
-  d.masked_free_count = c.free_count;
-  c.count = 0;
-  c.free_count = 0;
+  hide_plan(d.cursor);
   d.masked = true;
 }
 
 void unmask(domain_state& d) {
   if (!d.masked) return;
-  d.cursor.count = d.masked_count;
-  d.cursor.free_count = d.masked_free_count;
+  show_plan(d.cursor);
   d.masked = false;
 }
 
@@ -288,21 +283,23 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
   const compiled_plan& p = v->plan;
   c.slots = p.slots.data();
   c.overlaps = p.overlaps.data();
-  c.free_order = p.free_order.data();
-  c.state = s->state;
-  c.slot_at = s->slot_at;
+  c.recs = s->recs;
+  c.first_frees = s->first_frees();
+  c.second_frees = s->second_frees();
   c.base = s->base;
   c.next = 0;
   c.count = static_cast<std::uint32_t>(p.slots.size());
-  c.free_next = 0;
+  c.free_count = s->free_count;
+  c.dead_prefix = 0;
   c.pending = 0;
   c.mismatched = false;
-  c.free_count = static_cast<std::uint32_t>(p.free_order.size());
-  c.live_tag = s->live_tag.load(std::memory_order_relaxed);
   c.handed = 0;
   c.freed_here = 0;
   c.hit_bytes = 0;
   c.current = s;
+  c.free_cur = c.free_published = c.first_frees;
+  c.serving = true;
+  open_cursor(c);
   d.version = v;
   d.misses_at_begin = total_misses(c);
   c.grown = 0;
@@ -700,16 +697,19 @@ void engine::end_replay(domain_state& d) {
   // counts them). One larger block among the same shapes is a deviation; a shape
   // change makes every allocation that scales with it larger.
   const bool grew = c.grown >= 2;
+  // Stop replaying before the slab may go back to the pool.
+  close_cursor(c);
+  sync_frees(c);
+  c.serving = false;
+  c.free_cur = c.free_published = c.free_saved = &g_closed_free;
   const std::uint32_t handed = c.handed;
   bump(d.slab_hits, handed);
   bump(d.hit_bytes, c.hit_bytes);
   bump(d.frees, c.freed_here);
-  // Stop replaying before the slab may go back to the pool.
   const std::int64_t pending = static_cast<std::int64_t>(c.handed) - c.freed_here;
   c.count = 0;
   c.next = 0;
   c.free_count = 0;
-  c.free_next = 0;
   c.current = nullptr;
   c.base = nullptr;
   if (s->refs.fetch_add(pending, std::memory_order_acq_rel) + pending == 0) v->release(s);

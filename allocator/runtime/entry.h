@@ -4,8 +4,10 @@
 // (hooks/preload.cc) inlines them into its malloc and free, so an interposed call
 // costs no extra call, PLT or TLS lookup over the C API's. Three cases are served
 // here, everything else by one call into api.cc:
-//   * the replay hit (replay/fast_path.h): a slot of the plan;
-//   * a slab block freed as the recording freed it;
+//   * the replay hit (replay/fast_path.h): a slot of the plan (the cursor is closed
+//     outside a replaying iteration and inside the engine, so nothing else is asked);
+//   * a slab block freed as the recording freed it (asked first, of any pointer: it
+//     matches only that block);
 //   * a backend block freed that neither a recording nor auto mode's watcher needs
 //     to see (engine.h: free_backend_plain): straight to jemalloc's free.
 // A request below REPLAYALLOC_MIN_SIZE (95% of the calls of a Python inference loop)
@@ -17,7 +19,7 @@
 //
 // Cost (callgrind, instructions per malloc+free pair, the benchmark loop's 8
 // included): below the minimum, 120.1 at 64 B through the C API and 137.1 through the
-// preload library (jemalloc's own pair: 77.1); the replay hit at 4 KiB, 93.0 and 99.0.
+// preload library (jemalloc's own pair: 77.1); the replay hit at 4 KiB, 37.1 and 40.1.
 // The figures live in tests/perf/instruction_budget.txt; the test
 // perf.instruction_counts fails when one rises more than 5% above it.
 #pragma once
@@ -48,15 +50,17 @@ REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align)
     count_below_min(t, size);
     return backend::g_plain_malloc.load(std::memory_order_relaxed)(size < malloc_align ? malloc_align : size);
   }
-  if (t.host.ph == phase::replay && !in_engine()) [[likely]] {
-    if (void* p = replay_try_hit(t.host.cursor, size, align)) [[likely]] return p;
-  }
+  // The cursor is closed outside a replaying iteration and inside the engine
+  // (reentry_guard), so the hit asks nothing else.
+  if (void* p = replay_try_hit(t.host.cursor, size, align)) [[likely]] return p;
   return entry_alloc_slow(size, align);
 }
 
 REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
+  // The predicted free first: it matches only the block of the free cursor's rank.
+  if (replay_try_free(tls_state.host.cursor, ptr)) [[likely]] return;
   if (backend::in_slab_range(ptr)) {
-    if (replay_try_free(tls_state.host.cursor, ptr)) [[likely]] return;
+    // fall through to the slow path
   } else if (ptr != nullptr && !check::enabled() && !in_engine() && free_backend_plain(tls_state, ptr)) {
     return;
   }

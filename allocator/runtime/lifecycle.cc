@@ -83,6 +83,9 @@ void engine::postfork_child() {
   thread_state& t = tls_state;
   if (t.depth > 0) {
     replay_cursor& c = t.host.cursor;
+    c.serving = false;
+    c.cur = &g_closed_slot;
+    c.free_cur = c.free_published = c.free_saved = &g_closed_free;
     c.count = 0;
     c.free_count = 0;
     c.current = nullptr;

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "replay/fast_path.h"
+#include "support/reentry.h"
 #include "support/config.h"
 
 namespace replayalloc::detail {
@@ -49,11 +50,9 @@ struct domain_state {
   key_entry* deviation_entry = nullptr;  // the key deviating_in_a_row counts for
   std::uint32_t deviating_in_a_row = 0;
   bool last_deviated = false;            // the last replayed iteration deviated
-  // Check mode (runtime/check.h): the cursor's counts, hidden so that every request
-  // takes the slow path, while `masked`.
+  // Check mode (runtime/check.h): the plan is hidden from the cursor (hide_plan()) so
+  // that every request takes the slow path, while `masked`.
   bool masked = false;
-  std::uint32_t masked_count = 0;
-  std::uint32_t masked_free_count = 0;
 
   std::atomic<std::uint64_t> slab_hits{0};
   std::atomic<std::uint64_t> hit_bytes{0};
@@ -93,5 +92,29 @@ struct thread_state {
 };
 
 extern constinit thread_local thread_state tls_state REPLAYALLOC_TLS_IE;
+
+// Invariant 5's guard (support/reentry.h counts the depth). While the thread is inside
+// the engine, its host cursor is closed, so that an allocation made from there (by the
+// engine's libraries) never takes a slot: the inline hit asks nothing else. Every
+// region the engine's code runs in takes this guard, never the depth alone.
+class reentry_guard {
+ public:
+  reentry_guard() noexcept {
+    if (reentry_depth++ == 0) {
+      replay_cursor& c = tls_state.host.cursor;
+      close_cursor(c);
+      c.guarded = true;
+    }
+  }
+  ~reentry_guard() {
+    if (--reentry_depth == 0) {
+      replay_cursor& c = tls_state.host.cursor;
+      c.guarded = false;
+      open_cursor(c);
+    }
+  }
+  reentry_guard(const reentry_guard&) = delete;
+  reentry_guard& operator=(const reentry_guard&) = delete;
+};
 
 }  // namespace replayalloc::detail

@@ -1,10 +1,11 @@
-// replayalloc/support/reentry.h: the thread-local guard of invariant 5.
+// replayalloc/support/reentry.h: the thread-local depth of invariant 5's guard.
 //
 // Layer: support. While a thread is inside the engine's slow paths (recording,
 // planning, making a slab, printing statistics), any allocation it makes, directly
 // or from a library the engine calls, must not come back into the engine: with the
-// LD_PRELOAD library that would re-enter the engine's locks. The guard marks those
-// regions; the entry points send re-entrant calls straight to the backend.
+// LD_PRELOAD library that would re-enter the engine's locks. The guard
+// (runtime/thread_state.h: reentry_guard) marks those regions and counts them here;
+// the entry points send re-entrant calls straight to the backend.
 #pragma once
 
 #include "support/config.h"
@@ -12,14 +13,6 @@
 namespace replayalloc::detail {
 
 inline thread_local int reentry_depth REPLAYALLOC_TLS_IE = 0;
-
-class reentry_guard {
- public:
-  reentry_guard() noexcept { ++reentry_depth; }
-  ~reentry_guard() { --reentry_depth; }
-  reentry_guard(const reentry_guard&) = delete;
-  reentry_guard& operator=(const reentry_guard&) = delete;
-};
 
 inline bool in_engine() noexcept { return reentry_depth != 0; }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "runtime/domain.h"
 #include "runtime_table.h"
 
 namespace replayalloc::detail {

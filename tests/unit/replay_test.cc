@@ -190,6 +190,54 @@ TEST(Replay, BlockHeldPastItsRecordedFreeIsNeverHandedOutAgain) {
   EXPECT_EQ(after.fallback_overlap_live - before.fallback_overlap_live, 2u);
 }
 
+// Note [Freed prefix] (replay/slot_record.h): the hit hands a slot out without reading
+// state words when the thread has seen the frees of every earlier slot on its bytes.
+// A free out of order moves the free cursor past a block still live; the slot after
+// must still see that block.
+TEST(Replay, AFreeOutOfOrderNeverLetsALaterSlotOntoABlockStillLive) {
+  // Recorded: 3 is planned on 1's bytes (and perhaps 2's): both were freed before it.
+  const std::vector<step> rec = {A(1, 131072), A(2, 65536), F(1), F(2), A(3, 131072), F(3)};
+  warm_up("freed-prefix", rec);
+  const std::vector<void*> planned = iteration("freed-prefix", rec, 40);
+  for (void* p : planned) ASSERT_TRUE(in_slab_range(p));
+  // Now 2 is freed first (the free cursor, expecting 1, is moved past 1 by the
+  // prediction) and 1 is held: 3 must not be placed on 1's bytes. run_steps checks
+  // 1's pattern before freeing it.
+  const std::vector<step> out_of_order = {A(1, 131072), A(2, 65536), F(2), A(3, 131072), F(3), F(1)};
+  const replayalloc::Stats before = replayalloc::stats();
+  const std::vector<void*> ptrs = iteration("freed-prefix", out_of_order, 41);
+  const replayalloc::Stats after = replayalloc::stats();
+  const auto a1 = reinterpret_cast<std::uintptr_t>(ptrs[0]);
+  const auto a3 = reinterpret_cast<std::uintptr_t>(ptrs[2]);
+  EXPECT_TRUE(a3 + 131072 <= a1 || a1 + 131072 <= a3) << "block 3 was placed on live block 1";
+  EXPECT_EQ(after.fallback_overlap_live - before.fallback_overlap_live, 1u);
+  // The next iteration in the recorded order replays wholly from the slab again.
+  const replayalloc::Stats before_clean = replayalloc::stats();
+  EXPECT_EQ(iteration("freed-prefix", rec, 42), planned);
+  EXPECT_EQ(replayalloc::stats().fallbacks, before_clean.fallbacks);
+}
+
+// A block held past its recorded free makes the slot after it on its bytes fall back
+// (it is passed over, blocked). Once that block is freed, the slots after the one
+// passed over are served from the slab again: the one passed over is found free.
+TEST(Replay, SlotsAfterABlockHeldLongerAreServedOnceItIsFreed) {
+  const std::vector<step> rec = {A(1, 65536), F(1), A(2, 65536), F(2),
+                                 A(3, 65536), F(3), A(4, 65536), F(4)};
+  warm_up("held-then-freed", rec);
+  const std::vector<void*> planned = iteration("held-then-freed", rec, 50);
+  ASSERT_EQ(planned[0], planned[1]) << "the plan should reuse the bytes";
+  const std::vector<step> held = {A(1, 65536), A(2, 65536), F(1), F(2),
+                                  A(3, 65536), F(3), A(4, 65536), F(4)};
+  const replayalloc::Stats before = replayalloc::stats();
+  const std::vector<void*> ptrs = iteration("held-then-freed", held, 51);
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_FALSE(in_slab_range(ptrs[1])) << "block 2 was placed on live block 1";
+  EXPECT_TRUE(in_slab_range(ptrs[2]));
+  EXPECT_TRUE(in_slab_range(ptrs[3]));
+  EXPECT_EQ(after.fallbacks - before.fallbacks, 1u);
+  EXPECT_EQ(after.slab_hits - before.slab_hits, 3u);
+}
+
 TEST(Replay, BlockFreedOnAnotherThreadIsAccountedAndTheSlabReused) {
   warm_up("remote", k_model);
   const replayalloc::Stats before = replayalloc::stats();
