@@ -142,12 +142,6 @@ inline void open_cursor(replay_cursor& c) {
   }
 }
 
-// The free cursor's rank, and whether it lies in the first copy of the free order.
-inline std::uint32_t free_rank_of(const replay_cursor& c, const free_entry* f, bool* first) {
-  *first = f >= c.first_frees;
-  return static_cast<std::uint32_t>(f - (*first ? c.first_frees : c.second_frees));
-}
-
 // Counts the predicted frees served since `free_cur` was last set.
 inline void sync_frees(replay_cursor& c) {
   c.freed_here += static_cast<std::uint32_t>(c.free_cur - c.free_published);

@@ -39,8 +39,10 @@ void fill_records(const compiled_plan& plan, slab* s) {
     if (sl.offset == not_in_slab) continue;
     r->ptr = s->base + sl.offset;
     // A block the malloc family hands out is at least malloc_align aligned; a slot that
-    // is not (a plan file may ask for less) is left to the slow path.
-    if (sl.offset % malloc_align != 0 || sl.need_rank == no_rank) continue;
+    // is not (a plan file may ask for less) is left to the slow path. So is a slot that
+    // serves no size at all: smaller than the minimum size, which raised its least above
+    // it (a plan made with a lower REPLAYALLOC_MIN_SIZE); its span would wrap.
+    if (sl.offset % malloc_align != 0 || sl.need_rank == no_rank || sl.least > sl.size) continue;
     r->least = sl.least;
     r->span = sl.size - sl.least;
     r->need = sl.need_rank == 0 ? 0 : reinterpret_cast<std::uintptr_t>(first + sl.need_rank);

@@ -68,7 +68,13 @@ void advance_dead_prefix(replay_cursor& c) {
 void restore_free_prefix(replay_cursor& c) {
   if (c.free_cur == &g_closed_free) return;
   advance_dead_prefix(c);
-  if (c.free_cur >= c.first_frees) return;
+  if (c.free_cur >= c.first_frees) {
+    // Ranks the dead prefix passed are freed already (or passed over): the next free
+    // the recording predicts is past them.
+    const auto rank = static_cast<std::uint32_t>(c.free_cur - c.first_frees);
+    if (rank < c.dead_prefix) set_free_rank(c, c.dead_prefix);
+    return;
+  }
   const auto rank = static_cast<std::uint32_t>(c.free_cur - c.second_frees);
   if (rank <= c.dead_prefix) set_free_rank(c, rank);
 }

@@ -10,6 +10,7 @@
 #include <new>
 
 #include "backend/backend.h"
+#include "replay/fast_path.h"
 #include "replay/slab_pool.h"
 
 namespace {
@@ -135,6 +136,39 @@ TEST(SlabPool, ARetiredVersionRefusesClaimsAndTheSlabLimitHolds) {
   EXPECT_EQ(plan_versions_alive(), before + 1);
   v->release(b);
   EXPECT_EQ(plan_versions_alive(), before);
+}
+
+// A slot smaller than the minimum size (a plan made under a lower REPLAYALLOC_MIN_SIZE,
+// loaded under a higher one) has its least raised above its size: the hit must serve
+// it nothing, whatever the size asked (its size range would otherwise wrap around and
+// take any request, however large, onto 1 KiB of slab).
+TEST(SlabPool, ASlotBelowTheMinimumSizeServesNothingFromTheHit) {
+  using namespace replayalloc::detail;
+  counting_source src;
+  plan_version* v = make_version(src);
+  compiled_plan& p = v->plan;
+  p.slots.push_back(slot{1024, 4096, 0, 0, 0, 0, 0, 0});  // least raised to the minimum
+  p.slots.push_back(slot{2048, 2048, 2048, 0, 0, 1, 1, 0});  // an ordinary slot
+  p.offset_rows.emplace(0, 0);
+  p.offset_rows.emplace(2048, 1);
+  p.row_begin = {0, 1, 2};
+  p.row_slots = {0, 1};
+  p.free_order = {0, 1};
+  slab* s = take(v);
+  ASSERT_NE(s, nullptr);
+  replay_cursor c;
+  c.recs = s->recs;
+  c.first_frees = s->first_frees();
+  c.second_frees = s->second_frees();
+  c.free_cur = c.first_frees;
+  c.cur = &s->recs[0];
+  for (std::size_t size : {std::size_t{16}, std::size_t{1024}, std::size_t{4096}, std::size_t{1} << 20}) {
+    EXPECT_EQ(replay_try_hit(c, size, malloc_align), nullptr) << size << " bytes";
+  }
+  c.cur = &s->recs[1];
+  EXPECT_EQ(replay_try_hit(c, 2048, malloc_align), s->base + 2048) << "the ordinary slot still hits";
+  v->retire();
+  v->release(s);
 }
 
 }  // namespace
