@@ -59,9 +59,8 @@ REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align)
 REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
   // The predicted free first: it matches only the block of the free cursor's rank.
   if (replay_try_free(tls_state.host.cursor, ptr)) [[likely]] return;
-  if (backend::in_slab_range(ptr)) {
-    // fall through to the slow path
-  } else if (ptr != nullptr && !check::enabled() && !in_engine() && free_backend_plain(tls_state, ptr)) {
+  if (!backend::in_slab_range(ptr) && ptr != nullptr && !check::enabled() && !in_engine() &&
+      free_backend_plain(tls_state, ptr)) {
     return;
   }
   entry_free_slow(ptr);
