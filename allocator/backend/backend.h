@@ -46,8 +46,9 @@ void release_free_memory() noexcept;
 // size >= malloc_align), to call inline: jemalloc's, once use_fast_entry_points() found
 // them; null otherwise (the libc backend; AddressSanitizer builds, whose blocks
 // fallback_alloc must unpoison), and then fallback_alloc/fallback_free serve.
-using plain_malloc_fn = void* (*)(std::size_t);
-using plain_free_fn = void (*)(void*);
+// noexcept, so that the entry points (noexcept themselves) may tail-call them.
+using plain_malloc_fn = void* (*)(std::size_t) noexcept;
+using plain_free_fn = void (*)(void*) noexcept;
 extern std::atomic<plain_malloc_fn> g_plain_malloc;
 extern std::atomic<plain_free_fn> g_plain_free;
 

@@ -11,7 +11,7 @@
 // themselves.
 //
 // Cost: a replayed 4 KiB malloc+free pair is 37.1 instructions through the C API and
-// 40.1 through the preload library (callgrind, the benchmark loop's 8.1 included;
+// 39.1 through the preload library (callgrind, the benchmark loop's 8.1 included;
 // jemalloc's own pair is 77.1 at 64 B and 112.2 at 4 KiB): the hit is one record read,
 // two compares, one store of a constant state word; the predicted free one pair read,
 // two compares, one store. The entry points in runtime/api.cc are these functions

@@ -33,7 +33,7 @@ namespace replayalloc::detail {
 
 // Everything the hit does not serve: requests below the minimum size, outside a
 // replaying iteration, re-entrant calls, misses.
-void* entry_alloc_slow(std::size_t size, std::size_t align) {
+void* entry_alloc_slow(std::size_t size, std::size_t align) noexcept {
   thread_state& t = tls_state;
   // Re-entrant calls (the engine allocating, also while it is being made) go straight
   // to the backend without touching the engine (invariant 5).
@@ -49,7 +49,7 @@ void* entry_alloc_slow(std::size_t size, std::size_t align) {
   return engine::get().alloc_slow(t, size, align, false);
 }
 
-void entry_free_slow(void* ptr) {
+void entry_free_slow(void* ptr) noexcept {
   if (ptr == nullptr) return;
   thread_state& t = tls_state;
   if (check::enabled() && !in_engine()) [[unlikely]] {

@@ -145,7 +145,7 @@ class period_detector {
 // Every free of a backend block on a watching thread would otherwise be a hash lookup
 // (~75 instructions, on a path jemalloc serves in ~35). `pages` counts the live
 // watched blocks by a hash of the page their first byte is on: a free whose bucket
-// is 0 was certainly not watched and skips the lookup (engine.h: free_backend_plain).
+// is 0 was certainly not watched and skips the lookup (engine.h: free_backend_watched).
 // Requests below REPLAYALLOC_MIN_SIZE (>= 4 KiB by default in the preload library)
 // come from jemalloc slabs of their own size classes, so their pages are never a
 // watched block's first page; only hash collisions send them to the lookup.

@@ -25,6 +25,7 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
     void* mem = backend::fallback_alloc(sizeof(auto_state), alignof(auto_state));
     if (mem == nullptr) return;
     t.autod = new (mem) auto_state(opts_.auto_history);
+    refresh_watched_gate(t);
   }
   auto_state& a = *t.autod;
   if (a.resting > 0) {  // Note [Auto mode rests]

@@ -118,7 +118,7 @@ const char* engine::op_name_locked(std::uint32_t op) {
 void engine::abandon_recording(domain_state& d, const char* what) {
   REPLAYALLOC_LOG(warning, "out of memory while %s '%s'; this iteration passes through",
                   what, d.entry != nullptr ? d.entry->key.c_str() : "?");
-  d.ph = phase::none;
+  set_phase(d, phase::none);
   if (d.entry != nullptr) {
     std::lock_guard<std::mutex> lock(d.entry->mu);
     d.entry->recording = false;
@@ -147,6 +147,7 @@ int engine::begin(thread_state& t, const char* key) {
     t.auto_iteration = false;
   }
   t.marks_own = true;
+  refresh_watched_gate(t);
   return begin_impl(t, key);
 }
 
@@ -178,7 +179,7 @@ int engine::begin_impl(thread_state& t, const char* key, std::size_t first_size)
 
 void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::size_t first_size) {
   reentry_guard guard;
-  d.ph = phase::none;
+  set_phase(d, phase::none);
   d.no_slab = false;
   d.entry = e;
   d.regime = -1;
@@ -257,7 +258,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
       d.recorder = new (mem) trace_recorder;
     }
     d.recorder->begin(tls_state.thread_no);
-    d.ph = phase::record;
+    set_phase(d, phase::record);
     return;
   }
   slab* s = claimed ? v->finish(claim, context, &why) : nullptr;
@@ -306,7 +307,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
   c.too_large_at = 0;
   c.first_miss_at = 0;
   c.first_too_large_at = 0;
-  d.ph = phase::replay;
+  set_phase(d, phase::replay);
   mask(d);
 }
 
@@ -331,7 +332,7 @@ void engine::domain_end(domain_state& d) {
   unmask(d);
   if (d.ph == phase::record) end_record(d);
   if (d.ph == phase::replay) end_replay(d);
-  d.ph = phase::none;
+  set_phase(d, phase::none);
   if (d.entry != nullptr) d.entry->users.fetch_sub(1, std::memory_order_release);
   d.entry = nullptr;
   d.version = nullptr;

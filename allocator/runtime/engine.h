@@ -348,23 +348,17 @@ inline void* alloc_below_min(thread_state& t, std::size_t size, std::size_t alig
   return p;
 }
 
-// A free of a backend block (outside the slab range) that neither a recording nor
-// auto mode's watcher needs to see; false (nothing done) otherwise, and the caller
-// goes to engine::free_backend. pre: check mode off, not in the engine.
-inline bool free_backend_plain(thread_state& t, void* p) {
-  if (!t.registered || t.host.ph == phase::record) [[unlikely]] return false;
-  // Auto mode watching this thread (or counting its live blocks: Note [Iterations
-  // between quiet points]): only frees of blocks it may be watching.
-  if (t.autod != nullptr && (!t.auto_iteration || t.autod->det.quiet()) && !t.marks_own &&
-      t.autod->maybe_live(p)) {
-    return false;
-  }
+// A free of a backend block (outside the slab range) while auto mode watches the thread
+// and nothing else needs to see it (the plain-free gate holds gate_watched alone): when
+// the watcher cannot be watching p, straight to the backend's free; false (nothing
+// done) otherwise, and the caller goes to engine::free_backend.
+inline bool free_backend_watched(thread_state& t, void* p) {
+  if (t.free_gate != gate_watched) return false;
+  // Only frees of blocks it may be watching (or counting: Note [Iterations between
+  // quiet points]).
+  if ((!t.auto_iteration || t.autod->det.quiet()) && t.autod->maybe_live(p)) return false;
   bump(t.host.frees);
-  if (backend::plain_free_fn plain = backend::g_plain_free.load(std::memory_order_relaxed)) [[likely]] {
-    plain(p);
-  } else {
-    backend::fallback_free(p);
-  }
+  backend::g_plain_free.load(std::memory_order_relaxed)(p);
   return true;
 }
 

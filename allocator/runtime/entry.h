@@ -9,7 +9,7 @@
 //   * a slab block freed as the recording freed it (asked first, of any pointer: it
 //     matches only that block);
 //   * a backend block freed that neither a recording nor auto mode's watcher needs
-//     to see (engine.h: free_backend_plain): straight to jemalloc's free.
+//     to see (thread_state.h: Note [The plain-free gate]): straight to jemalloc's free.
 // A request below REPLAYALLOC_MIN_SIZE (95% of the calls of a Python inference loop)
 // goes to jemalloc's malloc from here, before anything else is looked at. The question
 // is below_min_size() (Note [Below the minimum size] in replay/fast_path.h), the one
@@ -18,8 +18,12 @@
 // conditions on every call would cost two instructions more.
 //
 // Cost (callgrind, instructions per malloc+free pair, the benchmark loop's 8
-// included): below the minimum, 120.1 at 64 B through the C API and 137.1 through the
-// preload library (jemalloc's own pair: 77.1); the replay hit at 4 KiB, 37.1 and 40.1.
+// included): below the minimum, 102.1 at 64 B through the C API and 104.3 through the
+// preload library (jemalloc's own pair: 77.1); the replay hit at 4 KiB, 37.1 and 39.1.
+// The 25 over jemalloc's own below the minimum: the TLS block's address (1), the size
+// test (2), three counters (3), glibc's 16-byte alignment for requests under 16 B (3),
+// the predicted-free test (4), the slab range (4), null (2), the plain-free gate (3),
+// the two indirect tail calls' loads (3).
 // The figures live in tests/perf/instruction_budget.txt; the test
 // perf.instruction_counts fails when one rises more than 5% above it.
 #pragma once
@@ -36,8 +40,10 @@
 namespace replayalloc::detail {
 
 // Out of line (api.cc), hidden: everything the inline paths below do not serve.
-REPLAYALLOC_NOINLINE void* entry_alloc_slow(std::size_t size, std::size_t align);
-REPLAYALLOC_NOINLINE void entry_free_slow(void* ptr);
+// noexcept (the allocation interface never throws), so that the noexcept entry points
+// of the preload library tail-call them.
+REPLAYALLOC_NOINLINE void* entry_alloc_slow(std::size_t size, std::size_t align) noexcept;
+REPLAYALLOC_NOINLINE void entry_free_slow(void* ptr) noexcept;
 
 // pre: align is a power of two >= malloc_align and <= max_slot_align.
 REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align) {
@@ -57,11 +63,17 @@ REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align)
 }
 
 REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
+  thread_state& t = tls_state;
   // The predicted free first: it matches only the block of the free cursor's rank.
-  if (replay_try_free(tls_state.host.cursor, ptr)) [[likely]] return;
-  if (!backend::in_slab_range(ptr) && ptr != nullptr && !check::enabled() && !in_engine() &&
-      free_backend_plain(tls_state, ptr)) {
-    return;
+  if (replay_try_free(t.host.cursor, ptr)) [[likely]] return;
+  if (!backend::in_slab_range(ptr) && ptr != nullptr) [[likely]] {
+    // A backend block: straight to the backend's free when nothing needs to see it
+    // (Note [The plain-free gate], runtime/thread_state.h), a tail call.
+    if (t.free_gate == 0) [[likely]] {
+      bump(t.host.frees);
+      return backend::g_plain_free.load(std::memory_order_relaxed)(ptr);
+    }
+    if (free_backend_watched(t, ptr)) return;
   }
   entry_free_slow(ptr);
 }

@@ -91,7 +91,7 @@ void engine::postfork_child() {
     c.current = nullptr;
     c.base = nullptr;
     t.host.masked = false;
-    t.host.ph = phase::none;
+    set_phase(t.host, phase::none);
     t.host.entry = nullptr;
     t.host.version = nullptr;
     t.depth = 0;
@@ -109,6 +109,11 @@ void engine::register_thread(thread_state& t) {
   t.small_below = backend::g_plain_malloc.load(std::memory_order_relaxed) != nullptr && !check::enabled()
                       ? opts_.min_size
                       : 0;
+  // Note [The plain-free gate] (thread_state.h): ready when the backend has a plain
+  // free and check mode is off (both fixed before any thread registers).
+  if (backend::g_plain_free.load(std::memory_order_relaxed) != nullptr && !check::enabled()) {
+    t.free_gate &= ~gate_unready;
+  }
   t.host.kind = domain_kind::host;
   pthread_setspecific(g_exit_key, &t);
   {
@@ -171,6 +176,8 @@ void engine::on_thread_exit(thread_state& t) {
   t.auto_iteration = false;
   t.registered = false;
   t.exited = true;
+  t.free_gate |= gate_unready;
+  refresh_watched_gate(t);
 }
 
 }  // namespace replayalloc::detail

@@ -68,6 +68,9 @@ struct domain_state {
   domain_state* prev = nullptr;
 };
 
+// thread_state::free_gate's bits (Note [The plain-free gate]).
+inline constexpr std::uint32_t gate_unready = 1, gate_recording = 2, gate_engine = 4, gate_watched = 8;
+
 struct thread_state {
   domain_state host;  // first, so the host cursor sits at the TLS block's start
   bool registered = false;
@@ -82,6 +85,19 @@ struct thread_state {
   // backend has a plain malloc and check mode is off; else 0, and the slow path asks
   // below_min_size() itself (so does an empty request when the option is 0).
   std::uint64_t small_below = 0;
+  // Note [The plain-free gate]: 0 when a free of a backend block (outside the slab
+  // range) needs nothing but the backend's own free and the `frees` count, so that the
+  // inline entry point asks one word instead of five conditions (runtime/entry.h). Each
+  // bit is a reason to look closer, kept in step by the code that changes the reason:
+  //   gate_unready   the thread is not registered, check mode is on, or the backend
+  //                  has no plain free (engine::register_thread, on_thread_exit);
+  //   gate_recording the host domain records (set_phase());
+  //   gate_engine    the thread is inside the engine (reentry_guard);
+  //   gate_watched   auto mode watches the thread (refresh_watched_gate()): then
+  //                  free_backend_watched asks the watcher's filter.
+  // Only the thread reads or writes it. A bit left set where it need not be costs a
+  // slower free, never a wrong one: every reason's path frees the block the same way.
+  std::uint32_t free_gate = gate_unready;
   key_entry* entry = nullptr;  // the open iteration's host key
   // Auto mode (runtime/auto_detect.h): the thread's watcher, whether the open
   // iteration is one auto mode began, and the allocations its slow path saw.
@@ -104,6 +120,7 @@ class reentry_guard {
       replay_cursor& c = tls_state.host.cursor;
       close_cursor(c);
       c.guarded = true;
+      tls_state.free_gate |= gate_engine;
     }
   }
   ~reentry_guard() {
@@ -111,10 +128,27 @@ class reentry_guard {
       replay_cursor& c = tls_state.host.cursor;
       c.guarded = false;
       open_cursor(c);
+      tls_state.free_gate &= ~gate_engine;
     }
   }
   reentry_guard(const reentry_guard&) = delete;
   reentry_guard& operator=(const reentry_guard&) = delete;
 };
+
+// Sets a domain's phase; the host's also keeps the plain-free gate in step. pre: d is
+// the calling thread's.
+inline void set_phase(domain_state& d, phase p) {
+  d.ph = p;
+  thread_state& t = tls_state;
+  if (&d == &t.host) {
+    t.free_gate = p == phase::record ? t.free_gate | gate_recording : t.free_gate & ~gate_recording;
+  }
+}
+
+// Keeps gate_watched in step with auto mode: set while the thread has a watcher and
+// marks no iteration of its own.
+inline void refresh_watched_gate(thread_state& t) {
+  t.free_gate = t.autod != nullptr && !t.marks_own ? t.free_gate | gate_watched : t.free_gate & ~gate_watched;
+}
 
 }  // namespace replayalloc::detail

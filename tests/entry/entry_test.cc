@@ -1,5 +1,5 @@
-// The entry points' shortcuts (runtime/entry.h, engine.h: alloc_below_min and
-// free_backend_plain; backend: jemalloc's own malloc/free, release_free_memory; auto
+// The entry points' shortcuts (runtime/entry.h, engine.h: alloc_below_min; the
+// plain-free gate of thread_state.h and free_backend_watched; backend: jemalloc's own malloc/free, release_free_memory; auto
 // mode's free filter). Run with REPLAYALLOC_MIN_SIZE=1K (tests/CMakeLists.txt): the
 // shortcuts must serve exactly what the engine's slow path served, count it the same
 // way, and never disturb a replay.
@@ -15,6 +15,7 @@
 #include "backend/slab_range.h"
 #include "replayalloc/replayalloc.hpp"
 #include "runtime/auto_detect.h"
+#include "runtime/thread_state.h"
 #include "support/pattern.h"
 
 namespace {
@@ -97,6 +98,70 @@ TEST(Entry, BelowMinimumOutsideIterationsAndCalloc) {
   EXPECT_EQ(after.below_min_size - before.below_min_size, 10u);
   EXPECT_EQ(after.passthrough - before.passthrough, 10u);
   EXPECT_EQ(after.frees - before.frees, 10u);
+}
+
+// Note [The plain-free gate]: `frees` counts the program's frees, served by the gate's
+// shortcut or not, never the engine's own (its recorder, planner and slab pool free
+// backend blocks while the key records, plans and replays). Recording iterations must
+// still see their frees: the plan that follows reuses the bytes of blocks freed early.
+TEST(Entry, FreesCountTheProgramsOwnAcrossRecordingPlanningAndReplay) {
+  constexpr int kBlocks = 48;
+  const replayalloc::Stats before = replayalloc::stats();
+  for (int i = 0; i < 4; ++i) {
+    replayalloc::Iteration it("entry/counted");
+    for (int b = 0; b < kBlocks; ++b) {
+      void* p = replayalloc_malloc(kMin * 4);
+      ASSERT_NE(p, nullptr);
+      fill(p, kMin * 4, b);
+      void* q = replayalloc_malloc(100);  // below the minimum
+      ASSERT_NE(q, nullptr);
+      replayalloc_free(q);
+      ASSERT_TRUE(intact(p, kMin * 4, b));
+      replayalloc_free(p);  // freed at once: one slot's bytes serve every block
+    }
+  }
+  const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_EQ(after.frees - before.frees, 4u * kBlocks * 2) << "the engine's own frees were counted";
+  EXPECT_EQ(after.slab_hits - before.slab_hits, 2u * kBlocks) << "iterations 3 and 4 replay (2 recordings)";
+}
+
+// Note [The plain-free gate]: open (0) exactly while a backend block's free needs
+// nothing but the backend and the count. Inside the engine its frees are the engine's
+// (uncounted; under the preload library they come through the interposed free), while
+// a key records its frees are recorded; both close the gate, and it opens again after.
+TEST(Entry, ThePlainFreeGateOpensOnlyWhenNothingNeedsToSeeTheFree) {
+  using replayalloc::detail::gate_engine;
+  using replayalloc::detail::gate_recording;
+  using replayalloc::detail::gate_unready;
+  using replayalloc::detail::tls_state;
+  replayalloc_free(replayalloc_malloc(64));  // registers the thread
+  // Sanitizer builds keep the backend's plain free null (fallback_free unpoisons):
+  // their gate stays closed for that reason alone.
+  const std::uint32_t idle =
+      replayalloc::detail::backend::g_plain_free.load() != nullptr ? 0u : gate_unready;
+  EXPECT_EQ(tls_state.free_gate, idle) << "registered, idle";
+#if !defined(__SANITIZE_ADDRESS__)
+  // (Not under GCC's UBSan: it reports binding a reference to an extern initial-exec
+  // thread_local, inlined into an executable, as binding to null.)
+  {
+    replayalloc::detail::reentry_guard outer;
+    EXPECT_EQ(tls_state.free_gate, idle | gate_engine);
+    {
+      replayalloc::detail::reentry_guard inner;
+      EXPECT_EQ(tls_state.free_gate, idle | gate_engine);
+    }
+    EXPECT_EQ(tls_state.free_gate, idle | gate_engine) << "the outer guard still holds";
+  }
+  EXPECT_EQ(tls_state.free_gate, idle);
+#endif
+  for (int i = 0; i < 3; ++i) {
+    {
+      replayalloc::Iteration it("entry/gate");
+      replayalloc_free(replayalloc_malloc(kMin * 2));
+      EXPECT_EQ(tls_state.free_gate, idle | (i < 2 ? gate_recording : 0u)) << "iteration " << i;
+    }
+    EXPECT_EQ(tls_state.free_gate, idle) << "after iteration " << i;
+  }
 }
 
 // The backend's fast entry points are in use (this build links jemalloc) and keep
