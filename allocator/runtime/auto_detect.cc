@@ -14,6 +14,7 @@ void period_detector::reset() {
   life_.clear();
   blocks_.clear();
   by_shape_ = false;
+  sizes_recur_ = false;
   quiet_ = false;
   quiet_level_ = 0;
   quiet_run_ = 0;
@@ -37,14 +38,19 @@ bool period_detector::observe(std::uint64_t size, std::uint64_t live, std::uint3
   life_.push_back(0);
   blocks_.push_back(live_blocks);
   ++count_;
-  // A search scans up to a third of the history back, so it runs every 16 allocations
-  // while the history is short and every history/64 once it is long: a stream with no
-  // period costs a few instructions per allocation, not the whole history each time.
+  // A search of sizes scans up to a third of the history back, so it runs every 16
+  // allocations while the history is short and every history/16 once it is long; the
+  // searches of structure and quiet points (up to quiet_window back, several passes)
+  // every shape_every, and every history/8 once that is longer. A stream with no
+  // period then costs ~150 instructions per allocation in searches (callgrind,
+  // bench/micro/never_repeats.cc; ~500 with every history/64 and every 512), and a
+  // period is found at most a sixteenth (of sizes) or an eighth (of structure) of the
+  // history's allocations after it would have been found on every allocation.
   if (period_ != 0 || count_ < next_detect_) return false;
   next_detect_ = count_ + std::max<std::uint64_t>(16, sizes_.size() / 64);
   if (detect()) return true;
   if (count_ < next_shape_) return false;
-  next_shape_ = count_ + shape_every;
+  next_shape_ = count_ + std::max<std::uint64_t>(shape_every, sizes_.size() / 8);
   return detect_shape() || detect_quiet();
 }
 
@@ -68,7 +74,7 @@ std::uint8_t period_detector::symbol(std::size_t i) const {
 // interpreters' start-up loops, which also repeat, do not. Returns the period, or 0.
 template <class Value>
 std::size_t period_detector::best_period(std::size_t n, Value value, std::size_t periods,
-                                         std::size_t probe) const {
+                                         std::size_t probe, int* matches) const {
   std::size_t best_p = 0, best_run = 0;
   int candidates = 0;
   for (std::size_t q = n - 1; q-- > probe - 1 && candidates < 256 && periods * (n - 1 - q) <= n;) {
@@ -96,13 +102,16 @@ std::size_t period_detector::best_period(std::size_t n, Value value, std::size_t
       best_p = p;
     }
   }
+  if (matches != nullptr) *matches = candidates;
   return best_p;
 }
 
 // A period of sizes: three periods alike.
 bool period_detector::detect() {
   const std::size_t n = sizes_.size();
-  const std::size_t p = best_period(n, [this](std::size_t i) { return sizes_[i]; }, 3, 1);
+  int matches = 0;
+  const std::size_t p = best_period(n, [this](std::size_t i) { return sizes_[i]; }, 3, 1, &matches);
+  if (matches >= 2) sizes_recur_ = true;
   if (p == 0) return false;
   found_at(p, n, false);
   return true;

@@ -101,6 +101,10 @@ class period_detector {
   std::uint64_t count() const { return count_; }
   // A stable name for the period's sequence of sizes.
   std::uint64_t signature() const { return signature_; }
+  // Note [Auto mode rests]: true once some search of sizes since the last reset found
+  // the newest size at least twice before it (a stream that repeats anything does;
+  // random sizes almost never).
+  bool sizes_recur() const { return sizes_recur_; }
   void reset();
   // The current period did not hold up (its iterations kept deviating): forget it and
   // never pick it again.
@@ -112,7 +116,8 @@ class period_detector {
   bool detect_quiet();
   bool detect_quiet(std::size_t window);
   template <class Value>
-  std::size_t best_period(std::size_t n, Value value, std::size_t periods, std::size_t probe) const;
+  std::size_t best_period(std::size_t n, Value value, std::size_t periods, std::size_t probe,
+                          int* matches = nullptr) const;
   std::uint8_t symbol(std::size_t i) const;
   void found_at(std::size_t p, std::size_t end, bool by_shape);
   bool rejected(std::size_t p) const;
@@ -126,6 +131,7 @@ class period_detector {
   // Per observed allocation: watched blocks live just before it.
   std::vector<std::uint32_t, backend::internal_allocator<std::uint32_t>> blocks_;
   bool by_shape_ = false;
+  bool sizes_recur_ = false;
   bool quiet_ = false;
   std::uint32_t quiet_level_ = 0;
   std::uint32_t quiet_run_ = 0;

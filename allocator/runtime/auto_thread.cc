@@ -124,12 +124,16 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
   }
   a.det.observe(size, a.live_bytes, static_cast<std::uint32_t>(a.live.size()));
   // Note [Auto mode rests]: watching costs a hash-map update per watched allocation
-  // and free, and a stream that has shown no period in four histories' worth of
-  // allocations (65,536 by default) most likely has none (random sizes, shapes that
-  // change every request): the thread stops watching for as many allocations again,
-  // doubling with each rest in a row up to 64 times, then watches afresh. While it
-  // rests its allocations and frees go to the backend after one counter.
-  const std::uint64_t budget = std::uint64_t{4} * opts_.auto_history;
+  // and free, and the searches (~1,000 instructions per watched allocation in all,
+  // bench/micro/never_repeats.cc under callgrind), and a stream that has shown no
+  // period in four histories' worth of allocations (65,536 by default) most likely has
+  // none (shapes that change every request, structures that never settle): the thread
+  // stops watching for as many allocations again, doubling with each rest in a row up
+  // to 64 times, then watches afresh. A stream in which no search of sizes ever found
+  // the newest size twice before it (random sizes: nothing recurs, so nothing can be
+  // planned) rests after one history's worth already. While it rests its allocations
+  // and frees go to the backend after one counter.
+  const std::uint64_t budget = std::uint64_t{a.det.sizes_recur() ? 4u : 1u} * opts_.auto_history;
   if (!a.det.found() && a.det.count() - a.watch_start >= budget) {
     a.resting = budget << std::min<std::uint32_t>(a.rests, 6);
     ++a.rests;

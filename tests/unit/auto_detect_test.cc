@@ -85,6 +85,25 @@ TEST(PeriodDetector, ANonRepeatingStreamFindsNothing) {
   EXPECT_FALSE(d.found());
 }
 
+// Note [Auto mode rests]: a stream in which no size recurs (random sizes, as a request
+// stream with nothing to plan) says so, and auto mode rests after one history instead
+// of four; one whose sizes recur (a period, or a start-up loop) says so within a few
+// searches, and keeps the longer watch.
+TEST(PeriodDetector, SaysWhetherAnySizeRecurs) {
+  std::mt19937_64 rng(7);
+  period_detector random_sizes;
+  for (int i = 0; i < 16384; ++i) random_sizes.observe(4096 + rng() % (1u << 20), 1 << 20);
+  EXPECT_FALSE(random_sizes.found());
+  EXPECT_FALSE(random_sizes.sizes_recur()) << "16,384 random sizes in 1 MiB";
+
+  const stream s = periodic(37, 12);
+  period_detector d;
+  for (std::size_t i = 0; i < s.sizes.size(); ++i) d.observe(s.sizes[i], s.live[i]);
+  EXPECT_TRUE(d.found());
+  EXPECT_TRUE(d.sizes_recur());
+  d.reset();
+  EXPECT_FALSE(d.sizes_recur()) << "a rest starts the watch afresh";
+}
 
 // Note [Periods whose sizes change]: an encoder fed a new sequence length on every
 // request repeats no size but its structure; the period is the whole inference (not
