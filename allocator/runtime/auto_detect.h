@@ -64,7 +64,8 @@ namespace replayalloc::detail {
 // The least a period must allocate to be taken for an iteration (see detect()).
 inline constexpr std::uint64_t min_period_bytes = std::uint64_t{256} << 10;
 // Note [Periods whose sizes change]: lifetimes are told apart up to this many watched
-// allocations; the search for a period of structure runs every shape_every observed.
+// allocations; the search for a period of structure runs every shape_every observed,
+// or every history/8 once the history is longer (period_detector::observe).
 inline constexpr std::uint8_t max_life = 64;
 inline constexpr std::uint64_t shape_every = 512;
 inline constexpr std::size_t shape_periods = 8;  // periods alike before one of structure is taken

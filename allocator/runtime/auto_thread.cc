@@ -148,6 +148,47 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
   }
 }
 
+void engine::auto_before_alloc_safe(thread_state& t, std::size_t size) noexcept {
+  try {
+    auto_before_alloc(t, size);
+  } catch (const std::bad_alloc&) {
+    auto_out_of_memory(t);
+  }
+}
+
+void engine::auto_track_safe(thread_state& t, const void* p, std::size_t size) noexcept {
+  try {
+    auto_track(t, p, size);
+  } catch (const std::bad_alloc&) {
+    auto_out_of_memory(t);
+  }
+}
+
+// The watcher's history or its table of live blocks could not grow (the detector's
+// arrays may differ in length by one now): both are dropped, and the thread rests as
+// after a stream with no period, so that it does not fail again at once.
+void engine::auto_out_of_memory(thread_state& t) noexcept {
+  reentry_guard guard;
+  auto_state* a = t.autod;
+  if (a == nullptr) return;
+  if (t.auto_iteration) {  // a rest never ends an iteration: end it now
+    t.auto_iteration = false;
+    try {
+      end_impl(t);
+    } catch (const std::bad_alloc&) {
+    }
+  }
+  a->live.clear();
+  a->live_bytes = 0;
+  a->filter_clear();
+  a->det.reset();
+  a->resting = std::uint64_t{opts_.auto_history} << std::min<std::uint32_t>(a->rests, 6);
+  ++a->rests;
+  auto_rests_.fetch_add(1, std::memory_order_relaxed);
+  REPLAYALLOC_LOG(warning, "auto: out of memory watching thread %u; not watched for the next %llu allocations",
+                  t.thread_no, static_cast<unsigned long long>(a->resting));
+}
+
 // Outside auto iterations, and inside those between quiet points (Note [Iterations
 // between quiet points]: their ends are counted from `live`).
 static bool tracking(const thread_state& t) {

@@ -347,7 +347,13 @@ void engine::record_alloc(domain_state& d, const void* p, std::size_t size, std:
   if (op == 0 && (d.entry == nullptr || d.entry->failures.load(std::memory_order_relaxed) == 0)) {
     if (untagged_op_source f = g_untagged_op_source.load(std::memory_order_acquire)) op = f();
   }
-  d.recorder->record_alloc(p, size, static_cast<std::uint32_t>(align), op);
+  try {
+    d.recorder->record_alloc(p, size, static_cast<std::uint32_t>(align), op);
+  } catch (const std::bad_alloc&) {
+    // The recording's arrays cannot grow: the block stays the backend's, and the
+    // iteration passes through (a later one records again).
+    abandon_recording(d, "recording");
+  }
 }
 
 void engine::record_free(domain_state& d, const void* p) {
@@ -796,13 +802,20 @@ void engine::end_replay(domain_state& d) {
     }
   }
   if (predicted != nullptr) {
-    const auto t0 = std::chrono::steady_clock::now();
-    make_plan(e, *predicted, v);
-    plans_predicted_.fetch_add(1, std::memory_order_relaxed);
-    REPLAYALLOC_LOG(info, "'%s': plan predicted for a larger shape from fitted sizes in %lld us (Note [Predicted plans])",
-                    e.key.c_str(),
-                    static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                               std::chrono::steady_clock::now() - t0).count()));
+    try {
+      const auto t0 = std::chrono::steady_clock::now();
+      make_plan(e, *predicted, v);
+      plans_predicted_.fetch_add(1, std::memory_order_relaxed);
+      REPLAYALLOC_LOG(info, "'%s': plan predicted for a larger shape from fitted sizes in %lld us (Note [Predicted plans])",
+                      e.key.c_str(),
+                      static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                 std::chrono::steady_clock::now() - t0).count()));
+    } catch (const std::bad_alloc&) {
+      // No memory to plan the larger shape: it records when it comes, as without a
+      // prediction.
+      REPLAYALLOC_LOG(warning, "'%s': out of memory predicting a plan; the larger shape will be recorded",
+                      e.key.c_str());
+    }
   }
   // Deviation is counted per thread: a thread whose every iteration deviates has a
   // program that changed; threads that deviate now and then, interleaved, do not. An
@@ -840,13 +853,28 @@ void engine::end_replay(domain_state& d) {
   if (retire) retire_dropped(e, v, from_file, why);
 }
 
-void* engine::alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero) {
-  if (!check::enabled() || in_engine()) return alloc_slow_unchecked(t, size, align, zero);
-  unmask(t.host);
-  void* p = alloc_slow_unchecked(t, size, align, zero);
-  mask(t.host);  // the phase may have changed (auto mode begins and ends iterations)
-  if (p != nullptr) check::on_alloc(p, size, t.op, t.thread_no, backend::in_slab_range(p));
-  return p;
+void* engine::alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero) noexcept {
+  try {
+    if (!check::enabled() || in_engine()) return alloc_slow_unchecked(t, size, align, zero);
+    unmask(t.host);
+    void* p = alloc_slow_unchecked(t, size, align, zero);
+    mask(t.host);  // the phase may have changed (auto mode begins and ends iterations)
+    if (p != nullptr) check::on_alloc(p, size, t.op, t.thread_no, backend::in_slab_range(p));
+    return p;
+  } catch (const std::bad_alloc&) {
+    // The last resort: the engine's own memory ran out where nothing nearer caught it
+    // (the recording, the watcher and planning do). The allocation interface never
+    // throws, so the backend serves the request, as the engine would have.
+    mask(t.host);  // check mode: hidden again if it was shown (a no-op otherwise)
+    reentry_guard guard;
+    void* p = zero && align <= malloc_align ? backend::fallback_calloc(size) : backend::fallback_alloc(size, align);
+    if (p == nullptr) {
+      errno = ENOMEM;
+    } else if (zero && align > malloc_align) {
+      std::memset(p, 0, size);
+    }
+    return p;
+  }
 }
 
 void engine::free_checked(thread_state& t, void* p) {
@@ -872,7 +900,7 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
   // before calling here when it can).
   if (below_min_size(t.host.cursor, size)) return alloc_below_min(t, size, align, zero);
   const bool watched = opts_.mode == run_mode::automatic;
-  if (watched) auto_before_alloc(t, size);
+  if (watched) auto_before_alloc_safe(t, size);
   domain_state& d = t.host;
   if (d.ph == phase::replay) {
     void* p = replay_malloc(d.cursor, size, align, [](std::size_t n, std::size_t a, backend_kind) {
@@ -885,7 +913,7 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
     if (zero) std::memset(p, 0, size);
     // Note [Iterations between quiet points] (runtime/auto_detect.h): an auto
     // iteration that ends where few blocks are live counts its backend blocks.
-    if (watched && !backend::in_slab_range(p)) auto_track(t, p, size);
+    if (watched && !backend::in_slab_range(p)) auto_track_safe(t, p, size);
     return p;
   }
   void* p = zero && align <= malloc_align ? backend::fallback_calloc(size)
@@ -902,7 +930,7 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
     bump(d.passthrough);
   }
   if (d.ph == phase::record) record_alloc(d, p, size, align);
-  if (watched) auto_track(t, p, size);
+  if (watched) auto_track_safe(t, p, size);
   return p;
 }
 

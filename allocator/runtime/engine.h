@@ -208,7 +208,7 @@ class engine {
   int begin(thread_state& t, const char* key);
   int end(thread_state& t);
   // Every host allocation the fast path does not serve. pre: align power of two >= 16.
-  void* alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero);
+  void* alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero) noexcept;
   // A host free of a pointer outside the slab range.
   void free_backend(thread_state& t, void* p);
   // Check mode (runtime/check.h): every host free not made by the engine itself.
@@ -257,6 +257,11 @@ class engine {
   int end_impl(thread_state& t);
   void auto_before_alloc(thread_state& t, std::size_t size);
   void auto_track(thread_state& t, const void* p, std::size_t size);
+  // The two above, where the watcher's memory may run out: it then rests (Note [Auto
+  // mode rests]) with its history dropped, and the allocation is served all the same.
+  void auto_before_alloc_safe(thread_state& t, std::size_t size) noexcept;
+  void auto_track_safe(thread_state& t, const void* p, std::size_t size) noexcept;
+  void auto_out_of_memory(thread_state& t) noexcept;
   void auto_untrack(thread_state& t, const void* p);
   void end_record(domain_state& d);
   void end_record_impl(domain_state& d);

@@ -172,6 +172,7 @@ void engine::on_thread_exit(thread_state& t) {
     t.autod->~auto_state();
     backend::fallback_free(t.autod);
     t.autod = nullptr;
+    refresh_watched_gate(t);  // before anything can free: free_backend_watched reads autod
   }
   t.auto_iteration = false;
   t.registered = false;

@@ -201,5 +201,81 @@ TEST_F(Bounds, OutOfMemoryInsideTheEngineFallsBackAndKeepsServing) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// The same on a new thread each time, whose recorder is made fresh and must grow while
+// the engine's memory runs out: the allocation is served all the same (the allocation
+// interface never throws: without the catch the process ends in std::terminate), the
+// recording is abandoned, and every block keeps its bytes.
+TEST_F(Bounds, OutOfMemoryOnAFreshThreadWhileRecordingNeverThrows) {
+  EXPECT_EXIT(
+      {
+        start(1000, std::uint64_t{1} << 40);
+        std::uint64_t tag = 1;
+        for (int failures = 1; failures <= 40; ++failures) {
+          std::thread([&] {
+            const std::string key = "oomthread" + std::to_string(failures);
+            // The recorder exists (made by the first allocation); its arrays must grow
+            // past their first capacity while the engine's memory is gone.
+            replayalloc_iteration_begin(key.c_str());
+            std::vector<std::pair<void*, std::uint64_t>> held;
+            for (int i = 0; i < 200; ++i) {
+              if (i == 1) backend::fail_engine_allocations(failures);
+              void* p = replayalloc_malloc(8192);
+              REQUIRE(p != nullptr);
+              fill(p, 8192, tag + static_cast<std::uint64_t>(i));
+              held.emplace_back(p, tag + static_cast<std::uint64_t>(i));
+            }
+            for (auto& [p, t] : held) {
+              REQUIRE(intact(p, 8192, t));
+              replayalloc_free(p);
+            }
+            replayalloc_iteration_end();
+            tag += 200;
+            backend::fail_engine_allocations(0);
+            for (int i = 0; i < 4; ++i) REQUIRE(iteration(key, 16384, tag++));
+          }).join();
+        }
+        REQUIRE(stats().slab_hits > 0);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// Auto mode: a thread that marks nothing, its watcher's history and table growing.
+TEST_F(Bounds, OutOfMemoryWhileAutoModeWatchesAFreshThreadNeverThrows) {
+  EXPECT_EXIT(
+      {
+        std::uint64_t tag = 1;
+        options o;
+        o.mode = run_mode::automatic;
+        o.min_size = 0;
+        o.verbose = 0;
+        REQUIRE(set_process_options(o));
+        for (int failures = 1; failures <= 24; failures += 3) {
+          std::thread([&] {
+            std::vector<std::pair<void*, std::size_t>> held;
+            for (int i = 0; i < 3000; ++i) {
+              // The watcher exists by then; its history and table must grow.
+              if (i == 40) backend::fail_engine_allocations(failures);
+              const std::size_t n = 4096 + 512 * static_cast<std::size_t>(i % 7);
+              void* p = replayalloc_malloc(n);
+              REQUIRE(p != nullptr);
+              fill(p, n, tag + static_cast<std::uint64_t>(i));
+              held.emplace_back(p, n);
+              if (held.size() > 3) {
+                REQUIRE(intact(held.front().first, held.front().second, tag + static_cast<std::uint64_t>(i) - 3));
+                replayalloc_free(held.front().first);
+                held.erase(held.begin());
+              }
+            }
+            for (auto& [p, n] : held) replayalloc_free(p);
+            backend::fail_engine_allocations(0);
+          }).join();
+          tag += 3000;
+        }
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 }  // namespace
 }  // namespace replayalloc::detail
