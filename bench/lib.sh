@@ -135,6 +135,24 @@ median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] 
 # a section a script composed). Needs no torch: the first python3 on PATH.
 update_results() { python3 "$root/bench/update_results.py" "$@"; }
 
+# run_e2e_section BUILD PYTHON ROUNDS CELLS NAME TITLE COMMAND [RESULTS]: runs
+# bench/e2e/run_e2e.py over CELLS and writes its RESULTS.md section NAME ("End to end:
+# TITLE"), saying COMMAND made it; returns run_e2e.py's status. pre: scratch_dir.
+run_e2e_section() {
+  local build=$1 py=$2 rounds=$3 cells=$4 name=$5 title=$6 cmd=$7 results_file=${8:-$root/bench/RESULTS.md}
+  local status=0
+  machine_meta "$build" > "$tmp/meta"
+  {
+    echo "e2e_cmd=$cmd, i.e. bench/e2e/run_e2e.py --rounds $rounds --cells $cells"
+    echo "e2e_title=$title"
+    echo "torch_version=$("$py" -c 'import torch; print(torch.__version__)')"
+  } >> "$tmp/meta"
+  (cd "$root" && "$py" bench/e2e/run_e2e.py --build "$build" --out "$tmp/runs.jsonl" --rounds "$rounds" --cells "$cells") || status=$?
+  echo "load_after=$(load_average)" >> "$tmp/meta"
+  update_results e2e "$results_file" --meta "$tmp/meta" --e2e-runs "$tmp/runs.jsonl" --name "$name"
+  return $status
+}
+
 # scratch_dir: makes a temporary folder, $tmp, removed when the script exits (an EXIT
 # trap: a script that sets one of its own removes $tmp there).
 scratch_dir() {

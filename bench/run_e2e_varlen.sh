@@ -13,14 +13,8 @@ cmake --build "$build" --target e2e_driver replayalloc_preload replayalloc_torch
 py=$(torch_python) || exit 1
 scratch_dir
 cells="bert_varlen:1:10:30,bert_varlen:2:10:20,bert_varlen:4:8:10"
-machine_meta "$build" > "$tmp/meta"
-{
-  echo "e2e_cmd=bench/run_e2e_varlen.sh $rounds, i.e. bench/e2e/run_e2e.py --rounds $rounds --cells $cells"
-  echo "e2e_title=shapes that change (a sequence length drawn per inference from 16..256)"
-  echo "torch_version=$("$py" -c 'import torch; print(torch.__version__)')"
-} >> "$tmp/meta"
 status=0
-(cd "$root" && "$py" bench/e2e/run_e2e.py --build "$build" --out "$tmp/runs.jsonl" --rounds "$rounds" --cells "$cells") || status=$?
-echo "load_after=$(load_average)" >> "$tmp/meta"
-update_results e2e "$root/bench/RESULTS.md" --meta "$tmp/meta" --e2e-runs "$tmp/runs.jsonl" --name e2e-varlen
+run_e2e_section "$build" "$py" "$rounds" "$cells" e2e-varlen \
+  "shapes that change (a sequence length drawn per inference from 16..256)" \
+  "bench/run_e2e_varlen.sh $rounds" || status=$?
 exit $status

@@ -17,14 +17,8 @@ build=$root/build
 cmake --build "$build" --target e2e_driver replayalloc_preload replayalloc_torch_shared > /dev/null || die "build failed"
 py=$(torch_python) || exit 1
 scratch_dir
-machine_meta "$build" > "$tmp/meta"
-{
-  echo "e2e_cmd=bench/run_steady_state.sh $rounds $cells, i.e. bench/e2e/run_e2e.py --rounds $rounds --cells $cells"
-  echo "e2e_title=the first 20 inferences of a fresh process (no warm-up: time to steady state)"
-  echo "torch_version=$("$py" -c 'import torch; print(torch.__version__)')"
-} >> "$tmp/meta"
 status=0
-(cd "$root" && "$py" bench/e2e/run_e2e.py --build "$build" --out "$tmp/runs.jsonl" --rounds "$rounds" --cells "$cells") || status=$?
-echo "load_after=$(load_average)" >> "$tmp/meta"
-update_results e2e "$root/bench/RESULTS.md" --meta "$tmp/meta" --e2e-runs "$tmp/runs.jsonl" --name e2e-steady
+run_e2e_section "$build" "$py" "$rounds" "$cells" e2e-steady \
+  "the first 20 inferences of a fresh process (no warm-up: time to steady state)" \
+  "bench/run_steady_state.sh $rounds $cells" || status=$?
 exit $status

@@ -28,15 +28,8 @@ scratch_dir
 # on one core here (ResNet-18 ~0.27 s a step, MobileNetV3-Small ~0.15 s, the encoder
 # ~1.1 s).
 cells=${CELLS:-train_resnet18:1:12:30,train_mobilenet_v3_small:1:16:50,train_bert:1:10:10}
-machine_meta "$build" > "$tmp/meta"
-{
-  echo "e2e_cmd=bench/run_training.sh $rounds, i.e. bench/e2e/run_e2e.py --rounds $rounds --cells $cells"
-  echo "e2e_title=training steps"
-  echo "torch_version=$("$py" -c 'import torch; print(torch.__version__)')"
-} >> "$tmp/meta"
 status=0
-(cd "$root" && "$py" bench/e2e/run_e2e.py --build "$build" --out "$tmp/runs.jsonl" --rounds "$rounds" --cells "$cells") || status=$?
-echo "load_after=$(load_average)" >> "$tmp/meta"
-update_results e2e "$results_md" --meta "$tmp/meta" --e2e-runs "$tmp/runs.jsonl" --name e2e-training
+run_e2e_section "$build" "$py" "$rounds" "$cells" e2e-training "training steps" \
+  "bench/run_training.sh $rounds" "$results_md" || status=$?
 echo "run_training.sh: wrote the section \"End to end: training steps\" of $(rel "$results_md")"
 exit $status

@@ -135,17 +135,23 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
   // and frees go to the backend after one counter.
   const std::uint64_t budget = std::uint64_t{a.det.sizes_recur() ? 4u : 1u} * opts_.auto_history;
   if (!a.det.found() && a.det.count() - a.watch_start >= budget) {
-    a.resting = budget << std::min<std::uint32_t>(a.rests, 6);
-    ++a.rests;
-    a.live.clear();
-    a.live_bytes = 0;
-    a.filter_clear();
-    a.det.reset();
-    auto_rests_.fetch_add(1, std::memory_order_relaxed);
+    auto_rest(a, budget);
     REPLAYALLOC_LOG(info, "auto: thread %u shows no period in %llu allocations; not watched for the next %llu",
                     t.thread_no, static_cast<unsigned long long>(budget),
                     static_cast<unsigned long long>(a.resting));
   }
+}
+
+// Note [Auto mode rests]: the watcher drops its history and its table of live blocks
+// and skips the next `budget` allocations, doubled for each rest in a row (up to 64x).
+void engine::auto_rest(auto_state& a, std::uint64_t budget) noexcept {
+  a.resting = budget << std::min<std::uint32_t>(a.rests, 6);
+  ++a.rests;
+  a.live.clear();
+  a.live_bytes = 0;
+  a.filter_clear();
+  a.det.reset();
+  auto_rests_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void engine::auto_before_alloc_safe(thread_state& t, std::size_t size) noexcept {
@@ -178,13 +184,7 @@ void engine::auto_out_of_memory(thread_state& t) noexcept {
     } catch (const std::bad_alloc&) {
     }
   }
-  a->live.clear();
-  a->live_bytes = 0;
-  a->filter_clear();
-  a->det.reset();
-  a->resting = std::uint64_t{opts_.auto_history} << std::min<std::uint32_t>(a->rests, 6);
-  ++a->rests;
-  auto_rests_.fetch_add(1, std::memory_order_relaxed);
+  auto_rest(*a, opts_.auto_history);
   REPLAYALLOC_LOG(warning, "auto: out of memory watching thread %u; not watched for the next %llu allocations",
                   t.thread_no, static_cast<unsigned long long>(a->resting));
 }
