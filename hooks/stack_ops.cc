@@ -14,10 +14,12 @@
 // pointers, so frames of libraries built without them do not derail it); frames
 // inside this library (hooks, C API, engine) are skipped, the next
 // REPLAYALLOC_STACK_DEPTH return addresses hashed. A stack seen for the first time
-// is symbolized once (Abseil's symbolizer: the ELF symbol tables, demangled; no
-// malloc) and its name interned with the engine's op ids; later ones cost the walk
-// and one hash lookup. Names are per-process strings: traces and plans compare the
-// names, never the addresses, so they match across runs despite ASLR.
+// keeps its addresses and becomes a deferred op (Note [Deferred op names] in
+// runtime/engine.h): it is symbolized (Abseil's symbolizer: the ELF symbol tables,
+// demangled; no malloc) only when a name is read, a trace or plan written, never on
+// the recorded iteration's path. Later ones cost the walk and one hash lookup. Names
+// are per-process strings: traces and plans compare the names, never the addresses,
+// so they match across runs despite ASLR.
 #include <dlfcn.h>
 #include <link.h>
 #include <unwind.h>
@@ -38,7 +40,6 @@ namespace {
 
 constexpr int max_depth = 16;       // REPLAYALLOC_STACK_DEPTH's upper bound
 constexpr int max_walk = 64;        // frames walked in all (ours included)
-constexpr std::size_t name_cap = 640;
 
 // [lo, hi): this library's loaded segments, found once.
 std::atomic<std::uintptr_t> g_lo{0}, g_hi{0};
@@ -108,6 +109,29 @@ void frame_name(std::uintptr_t pc, char* out, int cap) {
   std::snprintf(out, cap, "0x%" PRIxPTR, pc);
 }
 
+// One stack's frames, kept for its name. Immutable once made and never freed: the
+// engine's namer reads it without a lock.
+struct frames {
+  int n;
+  std::uintptr_t pcs[max_depth];
+};
+
+// Note [Deferred op names]: the token is the stack's frames.
+void name_frames(std::uint64_t token, char* out, std::size_t cap) {
+  const auto* f = reinterpret_cast<const frames*>(static_cast<std::uintptr_t>(token));
+  std::size_t len = 0;
+  out[0] = '\0';
+  for (int i = 0; i < f->n && len + 8 < cap; ++i) {
+    if (i > 0) {
+      std::memcpy(out + len, " <- ", 4);
+      len += 4;
+    }
+    frame_name(f->pcs[i], out + len, static_cast<int>(cap - len));
+    len += std::strlen(out + len);
+  }
+  out[len] = '\0';
+}
+
 std::mutex g_mu;
 absl::flat_hash_map<std::uint64_t, std::uint32_t>* g_ops = nullptr;  // stack hash -> op id
 
@@ -126,24 +150,16 @@ std::uint32_t stack_op() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_ops == nullptr) g_ops = new absl::flat_hash_map<std::uint64_t, std::uint32_t>;  // never freed
   if (auto it = g_ops->find(h); it != g_ops->end()) return it->second;
-  char name[name_cap];
-  std::size_t len = 0;
-  for (int i = 0; i < w.n && len + 8 < sizeof name; ++i) {
-    if (i > 0) {
-      std::memcpy(name + len, " <- ", 4);
-      len += 4;
-    }
-    frame_name(w.pcs[i], name + len, static_cast<int>(sizeof name - len));
-    len += std::strlen(name + len);
-  }
-  name[len] = '\0';
-  const std::uint32_t op = engine::get().op_id(std::string_view(name, len));
+  auto* f = new frames{w.n, {}};  // never freed: the op may be named at exit
+  std::memcpy(f->pcs, w.pcs, sizeof(std::uintptr_t) * static_cast<std::size_t>(w.n));
+  const std::uint32_t op = engine::get().op_id_deferred(reinterpret_cast<std::uintptr_t>(f));
   g_ops->emplace(h, op);
   return op;
 }
 
-// Installs the tagger; stores one pointer, allocates nothing, makes no engine.
+// Installs the tagger and its namer; stores two pointers, allocates nothing, makes no engine.
 [[gnu::constructor]] void install_stack_ops() {
+  g_deferred_op_namer.store(&name_frames, std::memory_order_release);
   g_untagged_op_source.store(&stack_op, std::memory_order_release);
 }
 

@@ -15,6 +15,8 @@
 #include <cstring>
 #include <new>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "backend/backend.h"
 #include "backend/slab_range.h"
 #include "planner/planner.h"
@@ -110,9 +112,52 @@ const char* op_name_for_check(std::uint32_t op) { return engine::get().op_name_l
 const char* engine::op_name_locked(std::uint32_t op) {
   // Called while reporting, possibly with the engine's mutex held by this thread.
   if (!mu_.try_lock()) return "?";
-  const char* n = op < op_names_.size() ? op_names_[op].c_str() : "unknown";
+  reentry_guard guard;
+  const char* n = op < op_names_.size() ? op_name_of_locked(op).c_str() : "unknown";
   mu_.unlock();
   return n;
+}
+
+const std::string& engine::op_name_of_locked(std::uint32_t op) {
+  auto it = op_pending_.find(op);
+  if (it == op_pending_.end()) return op_names_[op];
+  char name[768];
+  name[0] = '\0';
+  if (deferred_op_namer f = g_deferred_op_namer.load(std::memory_order_acquire)) f(it->second, name, sizeof name);
+  name[sizeof name - 1] = '\0';
+  std::string& n = op_names_[op];
+  n = name[0] != '\0' ? name : "unknown";
+  op_pending_.erase(it);
+  // Two stacks may share a name (frames beyond the depth differ); the first id keeps
+  // the name's entry, as op_id() would have given it.
+  op_ids_.emplace(n, op);
+  return n;
+}
+
+std::uint32_t engine::op_id_deferred(std::uint64_t token) {
+  reentry_guard guard;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = op_tokens_.find(token); it != op_tokens_.end()) return it->second;
+  const auto id = static_cast<std::uint32_t>(op_names_.size());
+  op_names_.push_back(absl::StrCat("\x01", id));
+  op_pending_.emplace(id, token);
+  op_tokens_.emplace(token, id);
+  return id;
+}
+
+trace engine::with_op_names(const trace& t) {
+  reentry_guard guard;
+  trace out = t;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (std::string& name : out.ops) {
+    std::uint32_t id = 0;
+    if (name.size() < 2 || name[0] != '\x01' || !absl::SimpleAtoi(absl::string_view(name).substr(1), &id) ||
+        id >= op_names_.size()) {
+      continue;
+    }
+    name = op_name_of_locked(id);
+  }
+  return out;
 }
 
 void engine::abandon_recording(domain_state& d, const char* what) {
@@ -393,6 +438,7 @@ void engine::finish_probe(key_entry& e, const domain_state& d, int r) {
 
 void engine::end_record_impl(domain_state& d) {
   key_entry& e = *d.entry;
+  // Deferred ops keep their placeholders here (Note [Deferred op names]).
   trace tr = d.recorder->finish(e.key, [this](std::uint32_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     return id < op_names_.size() ? op_names_[id] : std::string("unknown");

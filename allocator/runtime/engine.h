@@ -200,6 +200,20 @@ struct domain_hooks {
 using untagged_op_source = std::uint32_t (*)();
 inline std::atomic<untagged_op_source> g_untagged_op_source{nullptr};
 
+// Note [Deferred op names]: a call-stack tag costs a symbolization per new stack
+// (Abseil's symbolizer over the libraries' symbol tables, ~0.5 ms each in libtorch),
+// and the first recording of a model meets hundreds of new stacks: named while
+// recording, they made the first recorded inference 2.2x slower (bench/RESULTS.md,
+// e2e-steady). So the source interns a stack as a deferred op (op_id_deferred: a
+// token the namer understands, e.g. its frames) and the engine names it the first
+// time a name is read: a trace or plan file written, a check report. A recorded
+// trace holds a deferred op as the placeholder "\x01<op id>" in its op table; every
+// trace that leaves the engine passes through with_op_names(). The namer must not
+// allocate through the engine (it runs under the reentry guard) and takes no lock
+// the engine's callers may hold.
+using deferred_op_namer = void (*)(std::uint64_t token, char* out, std::size_t cap);
+inline std::atomic<deferred_op_namer> g_deferred_op_namer{nullptr};
+
 class engine {
  public:
   static engine& get();
@@ -233,6 +247,11 @@ class engine {
   void register_thread(thread_state& t);
 
   std::uint32_t op_id(std::string_view name);
+  // Note [Deferred op names]: an op named later by g_deferred_op_namer(token); the
+  // same token gives the same op.
+  std::uint32_t op_id_deferred(std::uint64_t token);
+  // `t` with each deferred op of its table named. Cold: symbolizes.
+  trace with_op_names(const trace& t);
   // An op's name for a report; "?" when the engine's mutex is busy.
   const char* op_name_locked(std::uint32_t op);
   // Process-wide statistics; with `only`, those of one kind of domain.
@@ -304,6 +323,11 @@ class engine {
   absl::flat_hash_map<std::string, key_entry*> keys_;
   std::vector<std::string> op_names_{"unknown"};
   absl::flat_hash_map<std::string, std::uint32_t> op_ids_{{"unknown", 0}};
+  // Note [Deferred op names]: op id -> token while unnamed; token -> op id.
+  absl::flat_hash_map<std::uint32_t, std::uint64_t> op_pending_;
+  absl::flat_hash_map<std::uint64_t, std::uint32_t> op_tokens_;
+  // Names a deferred op. REQUIRES: mu_ held.
+  const std::string& op_name_of_locked(std::uint32_t op);
   domain_state* domains_ = nullptr;
   std::uint32_t next_thread_no_ = 0;
   std::uint64_t use_clock_ = 0;  // under mu_: key_entry::last_used

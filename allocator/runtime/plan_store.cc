@@ -148,7 +148,7 @@ void engine::save_plan(key_entry& e, const trace& tr, const placement& p,
   planner_options po;
   po.slot_align = opts_.slot_align;
   const std::string path = plan_path(dir, e);
-  plan_file f = make_plan_file(tr, p, po);
+  plan_file f = make_plan_file(with_op_names(tr), p, po);  // Note [Deferred op names]
   if (std::any_of(least.begin(), least.end(), [](std::uint64_t l) { return l == 1; })) f.least = least;
   const absl::Status st = write_plan_file(f, path);
   if (!st.ok()) {
@@ -175,7 +175,7 @@ int engine::save_trace(std::string_view key, const std::string& path) {
                     key.data());
     return -1;
   }
-  const absl::Status st = write_trace_file(*tr, path);
+  const absl::Status st = write_trace_file(with_op_names(*tr), path);
   if (!st.ok()) {
     REPLAYALLOC_LOG(error, "save_trace: %.*s", static_cast<int>(st.message().size()),
                     st.message().data());

@@ -6,7 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -15,6 +17,7 @@
 
 #include "backend/slab_range.h"
 #include "replayalloc/replayalloc.hpp"
+#include "runtime/engine.h"
 #include "support/pattern.h"
 #include "trace/trace_io.h"
 
@@ -523,6 +526,51 @@ TEST(Api, SavedTraceCarriesSizesLifetimesAndOps) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(replayalloc_save_trace("never-run", path.c_str()), -1);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(), ::testing::HasSubstr("no recording"));
+}
+
+// Note [Deferred op names]: a call-stack tag (the LD_PRELOAD library's) is named when a
+// trace is written, not while its iteration records; the trace on file carries the
+// name, and each op is named once.
+std::atomic<int> g_namings{0};
+void name_for_test(std::uint64_t token, char* out, std::size_t cap) {
+  g_namings.fetch_add(1);
+  std::snprintf(out, cap, "frame_%llu <- caller", static_cast<unsigned long long>(token));
+}
+
+TEST(Api, DeferredOpsAreNamedWhenATraceIsWrittenNotWhileRecording) {
+  using replayalloc::detail::engine;
+  using replayalloc::detail::g_deferred_op_namer;
+  const auto before = g_deferred_op_namer.exchange(&name_for_test);
+  const std::uint32_t a_op = engine::get().op_id_deferred(4242);
+  const std::uint32_t b_op = engine::get().op_id_deferred(4343);
+  EXPECT_EQ(engine::get().op_id_deferred(4242), a_op);
+  EXPECT_NE(a_op, b_op);
+  {
+    replayalloc::Iteration it("deferred-ops");
+    void* a;
+    {
+      replayalloc::OpScope op(a_op);
+      a = replayalloc_malloc(1000);
+    }
+    replayalloc::OpScope op(b_op);
+    void* b = replayalloc_malloc(2000);
+    replayalloc_free(a);
+    replayalloc_free(b);
+  }
+  EXPECT_EQ(g_namings.load(), 0) << "a deferred op was named while its iteration recorded";
+  const std::string path = ::testing::TempDir() + "/deferred.csv";
+  ASSERT_EQ(replayalloc_save_trace("deferred-ops", path.c_str()), 0);
+  absl::StatusOr<replayalloc::trace> t = replayalloc::read_trace_file(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->allocations.size(), 2u);
+  EXPECT_EQ(t->ops[t->allocations[0].op], "frame_4242 <- caller");
+  EXPECT_EQ(t->ops[t->allocations[1].op], "frame_4343 <- caller");
+  EXPECT_EQ(g_namings.load(), 2);
+  // Named once: a second trace, and op_id() of the name, find the same op.
+  ASSERT_EQ(replayalloc_save_trace("deferred-ops", path.c_str()), 0);
+  EXPECT_EQ(g_namings.load(), 2);
+  EXPECT_EQ(replayalloc_op_id("frame_4242 <- caller"), a_op);
+  g_deferred_op_namer.store(before);
 }
 
 }  // namespace
