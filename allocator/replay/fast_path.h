@@ -10,8 +10,8 @@
 // one [[unlikely]] branch into slow_path.cc, which checks the overlap lists
 // themselves.
 //
-// Cost: a replayed 4 KiB malloc+free pair is 37.1 instructions through the C API and
-// 39.1 through the preload library (callgrind, the benchmark loop's 8.1 included;
+// Cost: a replayed 4 KiB malloc+free pair is 38.1 instructions through the C API and
+// 40.1 through the preload library (callgrind, the benchmark loop's 8.1 included;
 // jemalloc's own pair is 77.1 at 64 B and 112.2 at 4 KiB): the hit is one record read,
 // two compares, one store of a constant state word; the predicted free one pair read,
 // two compares, one store. The entry points in runtime/api.cc are these functions
@@ -221,7 +221,7 @@ REPLAYALLOC_ALWAYS_INLINE void bump(std::atomic<std::uint64_t>& a, std::uint64_t
 // the cursor's bypass_below: the option, at least 1 (an empty request is never
 // planned), set when the domain is registered (runtime/lifecycle.cc); 0, so that
 // nothing is below it, until then. The host's inline entry point alone reads the
-// answer precomputed (thread_state::small_below, runtime/entry.h says why).
+// answer precomputed (thread_state::small_span, runtime/entry.h says why).
 REPLAYALLOC_ALWAYS_INLINE bool below_min_size(const replay_cursor& c, std::size_t size) {
   return size < c.bypass_below;
 }

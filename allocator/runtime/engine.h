@@ -388,7 +388,7 @@ inline bool free_backend_watched(thread_state& t, void* p) {
   // quiet points]).
   if ((!t.auto_iteration || t.autod->det.quiet()) && t.autod->maybe_live(p)) return false;
   bump(t.host.frees);
-  backend::g_plain_free.load(std::memory_order_relaxed)(p);
+  t.plain_free(p);  // the gate is past gate_unready: the thread copied the backend's
   return true;
 }
 

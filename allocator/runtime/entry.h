@@ -13,17 +13,18 @@
 // A request below REPLAYALLOC_MIN_SIZE (95% of the calls of a Python inference loop)
 // goes to jemalloc's malloc from here, before anything else is looked at. The question
 // is below_min_size() (Note [Below the minimum size] in replay/fast_path.h), the one
-// every path asks; here its answer comes precomputed, thread_state::small_below (0
+// every path asks; here its answer comes precomputed, thread_state::small_span (0
 // where this path may not serve: no plain malloc, check mode), since asking those two
 // conditions on every call would cost two instructions more.
 //
 // Cost (callgrind, instructions per malloc+free pair, the benchmark loop's 8
-// included): below the minimum, 102.1 at 64 B through the C API and 104.3 through the
-// preload library (jemalloc's own pair: 77.1); the replay hit at 4 KiB, 37.1 and 39.1.
-// The 25 over jemalloc's own below the minimum: the TLS block's address (1), the size
-// test (2), three counters (3), glibc's 16-byte alignment for requests under 16 B (3),
-// the predicted-free test (4), the slab range (4), null (2), the plain-free gate (3),
-// the two indirect tail calls' loads (3).
+// included): below the minimum, 97.1 at 64 B through the C API and 99.3 through the
+// preload library (jemalloc's own pair: 77.1); the replay hit at 4 KiB, 38.1 and 40.1.
+// The 22 over jemalloc's own below the minimum: the TLS block's address (2, once per
+// side), the size test (3), three counters (3), the predicted-free test (3), the slab
+// range (4), null (2), the plain-free gate (3), the two tail jumps (2). Left: the
+// counters are the statistics; the predicted free goes first because the replayed
+// pair needs it first; the null test keeps free(NULL) out of the `frees` count.
 // The figures live in tests/perf/instruction_budget.txt; the test
 // perf.instruction_counts fails when one rises more than 5% above it.
 #pragma once
@@ -52,9 +53,11 @@ REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align)
   // watched, in any phase, so straight to the backend's malloc (it never calls back
   // into replayalloc, so this is safe inside the engine too). Counted first so the
   // call is a tail call.
-  if (size < t.small_below && align <= malloc_align) [[likely]] {
+  // One compare for malloc_align <= size < the minimum: a smaller request (glibc's
+  // alignment rounds it up) takes the slow path, which serves it the same way.
+  if (size - malloc_align < t.small_span && align <= malloc_align) [[likely]] {
     count_below_min(t, size);
-    return backend::g_plain_malloc.load(std::memory_order_relaxed)(size < malloc_align ? malloc_align : size);
+    return t.plain_malloc(size);
   }
   // The cursor is closed outside a replaying iteration and inside the engine
   // (reentry_guard), so the hit asks nothing else.
@@ -71,7 +74,7 @@ REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
     // (Note [The plain-free gate], runtime/thread_state.h), a tail call.
     if (t.free_gate == 0) [[likely]] {
       bump(t.host.frees);
-      return backend::g_plain_free.load(std::memory_order_relaxed)(ptr);
+      return t.plain_free(ptr);
     }
     if (free_backend_watched(t, ptr)) return;
   }

@@ -78,13 +78,21 @@ struct thread_state {
   std::uint32_t depth = 0;  // open iterations (nested ones join the outermost)
   std::uint32_t op = 0;
   std::uint32_t thread_no = 0;
-  // Requests below this (and aligned as malloc aligns) go straight to the backend's
-  // own malloc from the inline entry point (runtime/entry.h): below_min_size() of the
-  // host cursor, answered ahead for that path (Note [Below the minimum size] in
-  // replay/fast_path.h). REPLAYALLOC_MIN_SIZE once the thread is registered, when the
-  // backend has a plain malloc and check mode is off; else 0, and the slow path asks
-  // below_min_size() itself (so does an empty request when the option is 0).
-  std::uint64_t small_below = 0;
+  // Requests of malloc_align bytes or more below REPLAYALLOC_MIN_SIZE (and aligned as
+  // malloc aligns) go straight to the backend's own malloc from the inline entry point
+  // (runtime/entry.h), tested as one unsigned compare, size - malloc_align <
+  // small_span: below_min_size() of the host cursor, answered ahead for that path
+  // (Note [Below the minimum size] in replay/fast_path.h). REPLAYALLOC_MIN_SIZE -
+  // malloc_align once the thread is registered, when the backend has a plain malloc
+  // and check mode is off; else 0, and the slow path asks below_min_size() itself (so
+  // does a request under malloc_align bytes, which glibc's alignment rounds up).
+  std::uint64_t small_span = 0;
+  // The backend's plain malloc and free (backend::g_plain_malloc/free), copied when
+  // the thread registers, so that the inline entry points jump through this block
+  // (one instruction) rather than load a shared atomic first. Used only where
+  // small_span and the plain-free gate say the backend has them.
+  void* (*plain_malloc)(std::size_t) noexcept = nullptr;
+  void (*plain_free)(void*) noexcept = nullptr;
   // Note [The plain-free gate]: 0 when a free of a backend block (outside the slab
   // range) needs nothing but the backend's own free and the `frees` count, so that the
   // inline entry point asks one word instead of five conditions (runtime/entry.h). Each
