@@ -58,6 +58,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "backend/backend.h"
+#include "support/live_filter.h"
 
 namespace replayalloc::detail {
 
@@ -149,13 +150,8 @@ class period_detector {
 // A thread's watcher (engine.cc): the detector, and the watched blocks live now (their
 // bytes are the detector's "live" input, so frees of watched blocks must be seen).
 //
-// Every free of a backend block on a watching thread would otherwise be a hash lookup
-// (~75 instructions, on a path jemalloc serves in ~35). `pages` counts the live
-// watched blocks by a hash of the page their first byte is on: a free whose bucket
-// is 0 was certainly not watched and skips the lookup (engine.h: free_backend_watched).
-// Requests below REPLAYALLOC_MIN_SIZE (>= 4 KiB by default in the preload library)
-// come from jemalloc slabs of their own size classes, so their pages are never a
-// watched block's first page; only hash collisions send them to the lookup.
+// Every free of a backend block on a watching thread would otherwise be a hash lookup:
+// `filter` (Note [Live filters], support/live_filter.h) says which it can skip.
 // A watched block: its size and its position in the detector's stream.
 struct watched_block {
   std::uint64_t size;
@@ -182,18 +178,7 @@ struct auto_state {
   std::uint32_t at_quiet = 0;
   std::uint32_t at_quiet_handed = 0;
 
-  static constexpr std::size_t filter_buckets = 8192;
-  static std::size_t bucket(const void* p) {
-    const std::uintptr_t page = reinterpret_cast<std::uintptr_t>(p) >> 12;
-    return (page ^ (page >> 13) ^ (page >> 26)) & (filter_buckets - 1);
-  }
-  // True when p may be a live watched block.
-  bool maybe_live(const void* p) const { return pages[bucket(p)] != 0; }
-  void filter_add(const void* p) { ++pages[bucket(p)]; }  // pre: p newly in `live`
-  void filter_remove(const void* p) { --pages[bucket(p)]; }  // pre: p just left `live`
-  void filter_clear() { std::memset(pages, 0, sizeof pages); }
-  // 32-bit counts: a bucket never overflows (live blocks < 2^32).
-  std::uint32_t pages[filter_buckets] = {};
+  live_filter filter;  // of `live`
 };
 
 }  // namespace replayalloc::detail

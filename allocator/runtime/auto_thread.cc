@@ -102,7 +102,7 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
     } else {
       a.live.clear();
       a.live_bytes = 0;
-      a.filter_clear();
+      a.filter.clear();
       std::snprintf(a.key, sizeof a.key, "auto/%016llx/p%u",
                     static_cast<unsigned long long>(a.det.signature()), a.det.period());
       REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations%s; iterations of '%s' begin",
@@ -149,7 +149,7 @@ void engine::auto_rest(auto_state& a, std::uint64_t budget) noexcept {
   ++a.rests;
   a.live.clear();
   a.live_bytes = 0;
-  a.filter_clear();
+  a.filter.clear();
   a.det.reset();
   auto_rests_.fetch_add(1, std::memory_order_relaxed);
 }
@@ -203,7 +203,7 @@ void engine::auto_track(thread_state& t, const void* p, std::size_t size) {
   // inside an iteration was not observed, and has no lifetime to settle.
   const watched_block b{size, t.auto_iteration ? UINT64_MAX : t.autod->det.count() - 1};
   auto [it, fresh] = t.autod->live.try_emplace(p, b);
-  if (fresh) t.autod->filter_add(p);
+  if (fresh) t.autod->filter.add(p);
   if (!fresh) {
     t.autod->live_bytes -= it->second.size;
     it->second = b;
@@ -219,7 +219,7 @@ void engine::auto_untrack(thread_state& t, const void* p) {
   t.autod->live_bytes -= it->second.size;
   t.autod->det.settle(it->second.pos);
   t.autod->live.erase(it);
-  t.autod->filter_remove(p);
+  t.autod->filter.remove(p);
   // Note [Iterations between quiet points]: the free that brings a replayed iteration
   // down to the quiet count (a block that outlived the last request, served by the
   // backend as planned) ends its replay: the rest goes to the slow path, so that the

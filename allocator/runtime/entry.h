@@ -76,7 +76,7 @@ REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
       bump(t.host.frees);
       return t.plain_free(ptr);
     }
-    if (free_backend_watched(t, ptr)) return;
+    if (free_backend_filtered(t, ptr)) return;
   }
   entry_free_slow(ptr);
 }

@@ -160,6 +160,9 @@ void engine::add_domain_hooks(const domain_hooks& h) {
 }
 
 void engine::on_thread_exit(thread_state& t) {
+  // First: the recorder and the watcher go below, and free_backend_filtered reads
+  // them while the gate holds only their bits.
+  t.free_gate |= gate_unready;
   if (t.depth > 0) {
     t.depth = 1;
     end_impl(t);
@@ -174,12 +177,11 @@ void engine::on_thread_exit(thread_state& t) {
     t.autod->~auto_state();
     backend::fallback_free(t.autod);
     t.autod = nullptr;
-    refresh_watched_gate(t);  // before anything can free: free_backend_watched reads autod
+    refresh_watched_gate(t);  // before anything can free: free_backend_filtered reads autod
   }
   t.auto_iteration = false;
   t.registered = false;
   t.exited = true;
-  t.free_gate |= gate_unready;
   refresh_watched_gate(t);
 }
 

@@ -99,12 +99,15 @@ struct thread_state {
   // bit is a reason to look closer, kept in step by the code that changes the reason:
   //   gate_unready   the thread is not registered, check mode is on, or the backend
   //                  has no plain free (engine::register_thread, on_thread_exit);
-  //   gate_recording the host domain records (set_phase());
+  //   gate_recording the host domain records (set_phase()): then
+  //                  free_backend_filtered asks the recording's filter;
   //   gate_engine    the thread is inside the engine (reentry_guard);
   //   gate_watched   auto mode watches the thread (refresh_watched_gate()): then
-  //                  free_backend_watched asks the watcher's filter.
+  //                  free_backend_filtered asks the watcher's filter.
   // Only the thread reads or writes it. A bit left set where it need not be costs a
   // slower free, never a wrong one: every reason's path frees the block the same way.
+  // gate_recording and gate_watched may be set only while their recorder and watcher
+  // exist (free_backend_filtered reads them when no other bit is set).
   std::uint32_t free_gate = gate_unready;
   key_entry* entry = nullptr;  // the open iteration's host key
   // Auto mode (runtime/auto_detect.h): the thread's watcher, whether the open

@@ -5,6 +5,7 @@ namespace replayalloc::detail {
 void trace_recorder::begin(std::uint32_t thread) {
   allocs_.clear();
   live_.clear();
+  filter_.clear();
   clock_ = 0;
   thread_ = thread;
 }
@@ -22,7 +23,11 @@ void trace_recorder::record_alloc(const void* p, std::uint64_t size, std::uint32
   allocs_.push_back(a);
   // If p is already in the map, another thread freed the earlier block and the
   // backend reused its address: the earlier block stays "outliving".
-  live_[p] = id;
+  if (const auto [it, fresh] = live_.try_emplace(p, id); fresh) {
+    filter_.add(p);
+  } else {
+    it->second = id;
+  }
 }
 
 bool trace_recorder::record_free(const void* p) {
@@ -30,6 +35,7 @@ bool trace_recorder::record_free(const void* p) {
   if (it == live_.end()) return false;
   allocs_[it->second].free_at = clock_++;
   live_.erase(it);
+  filter_.remove(p);
   return true;
 }
 

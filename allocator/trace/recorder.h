@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "backend/backend.h"
+#include "support/live_filter.h"
 #include "trace/trace.h"
 
 namespace replayalloc::detail {
@@ -26,6 +27,9 @@ class trace_recorder {
   // True when p was allocated in this recording and was live.
   bool record_free(const void* p);
   std::size_t size() const { return allocs_.size(); }
+  // False when record_free(p) would certainly find nothing (Note [Live filters]): the
+  // inline free skips it.
+  bool maybe_live(const void* p) const { return filter_.maybe_live(p); }
 
   // Ends the recording. `op_name(id)` names the op ids passed to record_alloc; the
   // trace's op table holds only the ops that appear, "unknown" first.
@@ -38,6 +42,7 @@ class trace_recorder {
                       std::equal_to<const void*>,
                       backend::internal_allocator<std::pair<const void* const, std::uint32_t>>>
       live_;
+  live_filter filter_;  // of live_
   std::uint64_t clock_ = 0;
   std::uint32_t thread_ = 0;
 };
@@ -58,6 +63,7 @@ trace trace_recorder::finish(std::string key, OpName op_name) {
   }
   allocs_.clear();
   live_.clear();
+  filter_.clear();
   clock_ = 0;
   return t;
 }

@@ -1,6 +1,6 @@
 // The entry points' shortcuts (runtime/entry.h, engine.h: alloc_below_min; the
-// plain-free gate of thread_state.h and free_backend_watched; backend: jemalloc's own malloc/free, release_free_memory; auto
-// mode's free filter). Run with REPLAYALLOC_MIN_SIZE=1K (tests/CMakeLists.txt): the
+// plain-free gate of thread_state.h and free_backend_filtered; backend: jemalloc's own
+// malloc/free, release_free_memory; the live filters of recordings and auto mode). Run with REPLAYALLOC_MIN_SIZE=1K (tests/CMakeLists.txt): the
 // shortcuts must serve exactly what the engine's slow path served, count it the same
 // way, and never disturb a replay.
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -16,7 +17,9 @@
 #include "replayalloc/replayalloc.hpp"
 #include "runtime/auto_detect.h"
 #include "runtime/thread_state.h"
+#include "support/live_filter.h"
 #include "support/pattern.h"
+#include "trace/recorder.h"
 
 namespace {
 
@@ -230,29 +233,50 @@ TEST(Entry, RecordedPagesAreReturnedWhenTheSlabIsMade) {
   EXPECT_LT(jemalloc_dirty_bytes(), std::uint64_t{4} << 20) << "the recordings' pages were kept";
 }
 
-// Auto mode's free filter: a bucket is non-zero exactly while a watched block whose
-// first page hashes to it is live.
-TEST(Entry, AutoModeFreeFilterCountsLiveWatchedBlocks) {
-  using replayalloc::detail::auto_state;
-  auto* a = new auto_state(64);
+// Note [Live filters]: a bucket is non-zero exactly while a block whose first page
+// hashes to it is in the table.
+TEST(Entry, LiveFilterCountsLiveBlocks) {
+  auto* f = new replayalloc::detail::live_filter;
   auto* p = reinterpret_cast<const void*>(std::uintptr_t{0x7f0000100000});
   auto* q = reinterpret_cast<const void*>(std::uintptr_t{0x7f0000100800});  // same page
+  auto* r = reinterpret_cast<const void*>(std::uintptr_t{0x7f0000200000});  // another bucket
+  EXPECT_FALSE(f->maybe_live(p));
+  f->add(p);
+  f->add(q);
+  EXPECT_TRUE(f->maybe_live(p));
+  EXPECT_TRUE(f->maybe_live(q));
+  EXPECT_FALSE(f->maybe_live(r));
+  f->remove(p);
+  EXPECT_TRUE(f->maybe_live(q)) << "one block of the bucket is still live";
+  f->remove(q);
+  EXPECT_FALSE(f->maybe_live(q));
+  f->add(r);
+  f->clear();
+  EXPECT_FALSE(f->maybe_live(r));
+  delete f;
+}
+
+// The recorder's filter follows its table of live blocks, also when the backend hands
+// out an address again that the recording still holds (another thread freed it): one
+// entry, so one free empties the bucket; a recording's end clears it.
+TEST(Entry, RecorderFilterFollowsItsLiveBlocks) {
+  auto* rec = new replayalloc::detail::trace_recorder;
+  auto* p = reinterpret_cast<const void*>(std::uintptr_t{0x7f0000100000});
   auto* r = reinterpret_cast<const void*>(std::uintptr_t{0x7f0000200000});
-  ASSERT_NE(auto_state::bucket(p), auto_state::bucket(r));
-  EXPECT_FALSE(a->maybe_live(p));
-  a->filter_add(p);
-  a->filter_add(q);
-  EXPECT_TRUE(a->maybe_live(p));
-  EXPECT_TRUE(a->maybe_live(q));
-  EXPECT_FALSE(a->maybe_live(r));
-  a->filter_remove(p);
-  EXPECT_TRUE(a->maybe_live(q)) << "one block of the bucket is still live";
-  a->filter_remove(q);
-  EXPECT_FALSE(a->maybe_live(q));
-  a->filter_add(r);
-  a->filter_clear();
-  EXPECT_FALSE(a->maybe_live(r));
-  delete a;
+  rec->begin(0);
+  EXPECT_FALSE(rec->maybe_live(p));
+  rec->record_alloc(p, 8192, 16, 0);
+  rec->record_alloc(p, 8192, 16, 0);  // reused address: the earlier block outlives
+  rec->record_alloc(r, 8192, 16, 0);
+  EXPECT_TRUE(rec->maybe_live(p));
+  EXPECT_TRUE(rec->record_free(p));
+  EXPECT_FALSE(rec->maybe_live(p)) << "a freed block's bucket still counts";
+  EXPECT_FALSE(rec->record_free(p));
+  EXPECT_TRUE(rec->maybe_live(r));
+  const replayalloc::trace t = rec->finish("filter", [](std::uint32_t) { return std::string("unknown"); });
+  EXPECT_EQ(t.allocations.size(), 3u);
+  EXPECT_FALSE(rec->maybe_live(r)) << "the recording ended with r live; its bucket still counts";
+  delete rec;
 }
 
 }  // namespace
