@@ -31,10 +31,10 @@ inline replayalloc::detail::slab* host_owner(const void* p) {
 
 namespace replayalloc::detail {
 
-// Everything the hit does not serve: requests below the minimum size, outside a
-// replaying iteration, re-entrant calls, misses.
-void* entry_alloc_slow(std::size_t size, std::size_t align) noexcept {
-  thread_state& t = tls_state;
+namespace {
+
+// Everything entry_alloc_slow does not serve at its top.
+REPLAYALLOC_NOINLINE void* alloc_slow_rest(thread_state& t, std::size_t size, std::size_t align) noexcept {
   // Re-entrant calls (the engine allocating, also while it is being made) go straight
   // to the backend without touching the engine (invariant 5).
   if (in_engine()) [[unlikely]] {
@@ -47,6 +47,23 @@ void* entry_alloc_slow(std::size_t size, std::size_t align) noexcept {
     return alloc_below_min(t, size, align, false);
   }
   return engine::get().alloc_slow(t, size, align, false);
+}
+
+}  // namespace
+
+// Everything the hit does not serve: requests below the minimum size, outside a
+// replaying iteration, re-entrant calls, misses.
+void* entry_alloc_slow(std::size_t size, std::size_t align) noexcept {
+  thread_state& t = tls_state;
+  // A request under malloc_align bytes, which the inline test leaves here (entry.h):
+  // the inline path's shortcut, rounded up as glibc aligns (~200,000 of them in a
+  // TorchScript model's first inferences), with no stack frame (the rest is a tail
+  // call). small_span != 0: registered, check mode off, a plain malloc.
+  if (size < malloc_align && t.small_span != 0 && align <= malloc_align) {
+    count_below_min(t, size);
+    return t.plain_malloc(malloc_align);
+  }
+  return alloc_slow_rest(t, size, align);
 }
 
 void entry_free_slow(void* ptr) noexcept {

@@ -107,8 +107,8 @@ measure() {  # NAME
     replay_preload_4096)
       run_case "$1" "$library" "$program" 4096 $pairs $iterations
       [[ $in_slab == "$npairs" ]] || fail "$1: only ${in_slab:-?} of $npairs pairs were slab hits" ;;
-    below_min_preload_64)
-      run_case "$1" "$library" "$program" 64 $pairs $iterations
+    below_min_preload_64 | below_min_preload_8)
+      run_case "$1" "$library" "$program" "${1##*_}" $pairs $iterations
       [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
     jemalloc_64) run_case "$1" "" "$hotpath" jemalloc 64 $pairs $iterations pairs ;;
     jemalloc_4096) run_case "$1" "" "$hotpath" jemalloc 4096 $pairs $iterations pairs ;;
