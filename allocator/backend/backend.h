@@ -35,6 +35,11 @@ inline bool inject_failure() noexcept {
 // nothing changes). Call once, under the reentry guard; the engine does, when made.
 bool use_fast_entry_points() noexcept;
 
+// Keeps the pages of freed blocks of 8 MiB and more for the next block, as for every
+// other size (jemalloc: Note [The fallback's huge blocks] in jemalloc_backend.cc), unless
+// the program's MALLOC_CONF chose otherwise. Call once, under the reentry guard.
+void keep_huge_pages() noexcept;
+
 // Gives the backend's free pages back to the system (jemalloc: flushes this thread's
 // cache and purges every arena; glibc: malloc_trim). Slow (madvise): called once per
 // host slab made (replay/slab_pool.cc), so that the pages the slab's iterations used

@@ -18,6 +18,8 @@ std::atomic<plain_free_fn> g_plain_free{nullptr};
 
 bool use_fast_entry_points() noexcept { return true; }  // malloc and free already
 
+void keep_huge_pages() noexcept {}  // glibc's own thresholds (mallopt) stay the program's
+
 void release_free_memory() noexcept { ::malloc_trim(0); }
 
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept {

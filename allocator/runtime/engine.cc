@@ -95,6 +95,7 @@ engine& engine::get() {
 engine::engine() : opts_(process_options()) {
   reentry_guard guard;
   backend::use_fast_entry_points();
+  backend::keep_huge_pages();
   if (opts_.mode != run_mode::off) slabs_ok_ = backend::reserve_slab_range(opts_.reserve_bytes);
   set_host_slab_limit(opts_.max_slab_memory);
   start_lifecycle();  // lifecycle.cc: thread exit and fork

@@ -106,6 +106,17 @@ int main() {
     std::fprintf(stderr, "probe: replayalloc is not preloaded\n");
     return 2;
   }
+  // Note [The fallback's huge blocks]: the preloaded library's malloc_conf reaches
+  // the jemalloc it loaded (its symbol interposes jemalloc's own weak one).
+  using mallctl_fn = int (*)(const char*, void*, size_t*, void*, size_t);
+  auto mallctl = reinterpret_cast<mallctl_fn>(dlsym(RTLD_DEFAULT, "mallctl"));
+  size_t threshold = 1, len = sizeof threshold;
+  if (std::getenv("MALLOC_CONF") == nullptr &&
+      (mallctl == nullptr || mallctl("opt.oversize_threshold", &threshold, &len, nullptr, 0) != 0 ||
+       threshold != 0)) {
+    std::fprintf(stderr, "probe: jemalloc's opt.oversize_threshold is %zu, not replayalloc's 0\n", threshold);
+    ++g_bad;
+  }
   for (int i = 0; i < 10; ++i) iteration("probe/main", 10 + i, i == 6);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
