@@ -136,8 +136,12 @@ REPLAYALLOC_EXPORT void* operator new[](std::size_t n, std::align_val_t a,
 }
 REPLAYALLOC_EXPORT void operator delete(void* p) noexcept { replayalloc::detail::entry_free(p); }
 REPLAYALLOC_EXPORT void operator delete[](void* p) noexcept { replayalloc::detail::entry_free(p); }
-REPLAYALLOC_EXPORT void operator delete(void* p, std::size_t) noexcept { replayalloc::detail::entry_free(p); }
-REPLAYALLOC_EXPORT void operator delete[](void* p, std::size_t) noexcept { replayalloc::detail::entry_free(p); }
+REPLAYALLOC_EXPORT void operator delete(void* p, std::size_t n) noexcept {
+  replayalloc::detail::entry_free_sized(p, n);
+}
+REPLAYALLOC_EXPORT void operator delete[](void* p, std::size_t n) noexcept {
+  replayalloc::detail::entry_free_sized(p, n);
+}
 REPLAYALLOC_EXPORT void operator delete(void* p, std::align_val_t) noexcept { replayalloc::detail::entry_free(p); }
 REPLAYALLOC_EXPORT void operator delete[](void* p, std::align_val_t) noexcept { replayalloc::detail::entry_free(p); }
 REPLAYALLOC_EXPORT void operator delete(void* p, std::size_t, std::align_val_t) noexcept {

@@ -108,7 +108,8 @@ void engine::register_thread(thread_state& t) {
   // only when the backend has a plain malloc and check mode is off.
   t.plain_malloc = backend::g_plain_malloc.load(std::memory_order_relaxed);
   t.plain_free = backend::g_plain_free.load(std::memory_order_relaxed);
-  t.small_span = t.plain_malloc != nullptr && !check::enabled() && opts_.min_size > malloc_align
+  t.small_span = t.plain_malloc != nullptr && t.plain_free != nullptr && !check::enabled() &&
+                         opts_.min_size > malloc_align
                      ? opts_.min_size - malloc_align
                      : 0;
   // Note [The plain-free gate] (thread_state.h): ready when the backend has a plain

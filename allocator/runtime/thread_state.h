@@ -84,8 +84,9 @@ struct thread_state {
   // small_span: below_min_size() of the host cursor, answered ahead for that path
   // (Note [Below the minimum size] in replay/fast_path.h). REPLAYALLOC_MIN_SIZE -
   // malloc_align once the thread is registered, when the backend has a plain malloc
-  // and check mode is off; else 0, and the slow path asks below_min_size() itself (so
-  // does a request under malloc_align bytes, which glibc's alignment rounds up).
+  // and free and check mode is off; else 0, and the slow path asks below_min_size()
+  // itself (so does a request under malloc_align bytes, which glibc's alignment rounds
+  // up). C++'s sized delete asks the same of the size it is given (entry_free_sized).
   std::uint64_t small_span = 0;
   // The backend's plain malloc and free (backend::g_plain_malloc/free), copied when
   // the thread registers, so that the inline entry points jump through this block

@@ -5,13 +5,14 @@
 // the LD_PRELOAD library adds (its hooks, the iteration marks it exports) and, below
 // REPLAYALLOC_MIN_SIZE, the path to jemalloc's thread cache.
 //
-//   valgrind --tool=callgrind --collect-atstart=no \
-//     env LD_PRELOAD=libreplayalloc_preload.so ./preload_callgrind SIZE [PAIRS] [ITERATIONS]
+//   valgrind --tool=callgrind --collect-atstart=no env LD_PRELOAD=libreplayalloc_preload.so
+//     ./preload_callgrind SIZE [PAIRS] [ITERATIONS] [new]
 //
-// K iterations of M pairs `p = malloc(size); <p escapes>; free(p);`; when the preloaded
-// library exports replayalloc_iteration_begin/end (found with dlsym), each iteration is
-// marked with them (outside the collected part), so pairs of at least the minimum size
-// replay from the slab after the warm-up. Prints pairs=K*M and, under replayalloc,
+// K iterations of M pairs `p = malloc(size); <p escapes>; free(p);` (with `new`:
+// `p = operator new(size); ...; operator delete(p, size);`, C++'s sized delete); when
+// the preloaded library exports replayalloc_iteration_begin/end (found with dlsym),
+// each iteration is marked with them (outside the collected part), so pairs of at
+// least the minimum size replay from the slab after the warm-up. Prints pairs=K*M and, under replayalloc,
 // in_slab=the measured pairs whose block came from a slab (checked by run_micro.sh).
 #include <dlfcn.h>
 #include <valgrind/callgrind.h>
@@ -41,12 +42,13 @@ unsigned long long slab_hits(stats_fn stats) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s SIZE [PAIRS=256] [ITERATIONS=100]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s SIZE [PAIRS=256] [ITERATIONS=100] [new]\n", argv[0]);
     return 2;
   }
   const std::size_t size = std::strtoull(argv[1], nullptr, 10);
   const int m = argc > 2 ? std::atoi(argv[2]) : 256;
   const int k = argc > 3 ? std::atoi(argv[3]) : 100;
+  const bool cxx = argc > 4 && std::strcmp(argv[4], "new") == 0;
   if (size == 0 || m <= 0 || k <= 0) {
     std::fprintf(stderr, "preload_callgrind: size, pairs and iterations must be positive\n");
     return 2;
@@ -58,10 +60,18 @@ int main(int argc, char** argv) {
   auto iteration = [&](bool collect) {
     if (begin != nullptr) begin("preload_callgrind");
     if (collect) CALLGRIND_TOGGLE_COLLECT;
-    for (int i = 0; i < m; ++i) {
-      void* p = std::malloc(size);
-      escape(p);
-      std::free(p);
+    if (cxx) {
+      for (int i = 0; i < m; ++i) {
+        void* p = ::operator new(size);
+        escape(p);
+        ::operator delete(p, size);
+      }
+    } else {
+      for (int i = 0; i < m; ++i) {
+        void* p = std::malloc(size);
+        escape(p);
+        std::free(p);
+      }
     }
     if (collect) CALLGRIND_TOGGLE_COLLECT;
     if (end != nullptr) end();

@@ -5,6 +5,7 @@
 // under LD_PRELOAD; the program marks its iterations with the C API the library
 // exports. Run in-process, the test can also ask the slab range who owns a block.
 #include <cstdlib>
+#include <cstring>
 
 #include "backend/slab_range.h"
 #include "contract/replay_contract.h"
@@ -30,8 +31,86 @@ domain& preload() {
   return *d;
 }
 
-INSTANTIATE_TEST_SUITE_P(preload, ReplayContract, ::testing::Values(domain_param{"malloc", preload}),
+// The same library through C++'s operator new and sized delete (what libtorch's
+// containers call): sized delete has a path of its own (entry_free_sized in
+// runtime/entry.h).
+class preload_new_domain final : public domain {
+ public:
+  void begin(const std::string& key) override { replayalloc_iteration_begin(key.c_str()); }
+  void end() override { replayalloc_iteration_end(); }
+  void* alloc(std::size_t size) override { return ::operator new(size); }
+  void free(void* p, std::size_t size) override { ::operator delete(p, size); }
+  bool in_slab(const void* p) const override { return detail::backend::in_slab_range(p); }
+  Stats stats() const override { return replayalloc::stats(); }
+  std::uint64_t slab_memory() const override { return replayalloc::stats().mapped_bytes; }
+  std::size_t alignment() const override { return 16; }
+};
+
+domain& preload_new() {
+  static auto* d = new preload_new_domain;
+  return *d;
+}
+
+INSTANTIATE_TEST_SUITE_P(preload, ReplayContract,
+                         ::testing::Values(domain_param{"malloc", preload}, domain_param{"new", preload_new}),
                          domain_param_name);
+
+// Sized delete of blocks below the minimum while the thread records and replays: they
+// go straight to jemalloc (entry_free_sized), and the recording, the plan and the
+// replay of the planned blocks around them are those of unsized frees; `frees` counts
+// each. A planned (slab) block given a wrong, small size still goes back to its slot.
+TEST(PreloadSizedDelete, SmallBlocksBesideARecordingAndItsReplay) {
+  constexpr int kIterations = 6;
+  constexpr std::size_t kBig = 64 * 1024;
+  const Stats before = replayalloc::stats();
+  void* last_big[4] = {};
+  for (int i = 0; i < kIterations; ++i) {  // no allocation but these (frees are counted)
+    replayalloc::Iteration it("preload/sized-delete");
+    void* big[4] = {};
+    for (int b = 0; b < 4; ++b) {
+      void* p = ::operator new(kBig * (b + 1));
+      std::memset(p, 0x40 + b, kBig * (b + 1));
+      big[b] = p;
+      for (std::size_t n : {16, 24, 100, 1000, 4000}) {  // below the 4 KiB minimum
+        auto* q = static_cast<unsigned char*>(::operator new(n));
+        std::memset(q, 0x11, n);
+        ::operator delete(q, n);
+      }
+    }
+    for (int b = 0; b < 4; ++b) {
+      const auto* q = static_cast<const unsigned char*>(big[b]);
+      for (std::size_t k = 0; k < kBig * (b + 1); k += 4096) ASSERT_EQ(q[k], 0x40 + b) << "iteration " << i;
+    }
+    if (i == kIterations - 1) std::memcpy(last_big, big, sizeof big);
+    for (int b = 0; b < 4; ++b) {
+      // The last iteration frees its largest block with a wrong size: undefined in the
+      // program, safe here (the slab range is asked first).
+      const std::size_t told = i == kIterations - 1 && b == 3 ? 64 : kBig * (b + 1);
+      ::operator delete(big[b], told);
+    }
+  }
+  const Stats after = replayalloc::stats();
+  EXPECT_GE(after.plans, before.plans + 1);
+  EXPECT_GE(after.slab_hits - before.slab_hits, 4u * 2) << "the planned blocks were not replayed";
+  for (void* p : last_big) EXPECT_TRUE(detail::backend::in_slab_range(p));
+  // Recording and planning free blocks of their own too: at least the test's.
+  EXPECT_GE(after.frees - before.frees, std::uint64_t{kIterations} * 4 * 6);
+  EXPECT_EQ(after.invalid_frees, before.invalid_frees);
+  EXPECT_EQ(after.double_frees, before.double_frees);
+  // The slab's slots are free again: the next iteration replays all four.
+  const Stats replay_before = replayalloc::stats();
+  {
+    replayalloc::Iteration it("preload/sized-delete");
+    for (int b = 0; b < 4; ++b) {
+      void* p = ::operator new(kBig * (b + 1));
+      for (std::size_t n : {16, 24, 100, 1000, 4000}) ::operator delete(::operator new(n), n);
+      ::operator delete(p, kBig * (b + 1));
+    }
+  }
+  const Stats replay_after = replayalloc::stats();
+  EXPECT_EQ(replay_after.slab_hits - replay_before.slab_hits, 4u);
+  EXPECT_EQ(replay_after.frees - replay_before.frees, 4u * 6) << "a sized delete was not counted";
+}
 
 }  // namespace
 }  // namespace replayalloc::contract

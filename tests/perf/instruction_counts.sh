@@ -110,6 +110,9 @@ measure() {  # NAME
     below_min_preload_64 | below_min_preload_8)
       run_case "$1" "$library" "$program" "${1##*_}" $pairs $iterations
       [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
+    below_min_preload_new_64)
+      run_case "$1" "$library" "$program" 64 $pairs $iterations new
+      [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
     jemalloc_64) run_case "$1" "" "$hotpath" jemalloc 64 $pairs $iterations pairs ;;
     jemalloc_4096) run_case "$1" "" "$hotpath" jemalloc 4096 $pairs $iterations pairs ;;
     loop_baseline) run_case "$1" "" "$hotpath" baseline 4096 $pairs $iterations pairs ;;
@@ -120,7 +123,7 @@ measure() {  # NAME
 per_pair() { awk -v i="$1" -v p="$2" 'BEGIN { printf "%.1f", i / p }'; }
 
 echo "== instructions per malloc+free pair (callgrind, $iterations x $pairs pairs; budget: ${budget#"$here"/})"
-printf '  %-22s %9s %9s %9s  %-6s %s\n' case measured budget "+5%" "" "(Ir / pairs)"
+printf '  %-24s %9s %9s %9s  %-6s %s\n' case measured budget "+5%" "" "(Ir / pairs)"
 failures=()
 notes=()
 for name in "${cases[@]}"; do
@@ -136,12 +139,12 @@ for name in "${cases[@]}"; do
     verdict=below
     notes+=("$name: $got instructions per pair, more than 5% below its budget of $fig: lower the figure")
   fi
-  printf '  %-22s %9s %9s %9s  %-6s (%s / %s)\n' "$name" "$got" "$fig" "$limit" "$verdict" "$ir" "$npairs"
+  printf '  %-24s %9s %9s %9s  %-6s (%s / %s)\n' "$name" "$got" "$fig" "$limit" "$verdict" "$ir" "$npairs"
 done
 echo "reference, not checked:"
 for name in jemalloc_64 jemalloc_4096 loop_baseline; do
   measure "$name"
-  printf '  %-22s %9s %26s(%s / %s)\n' "$name" "$(per_pair "$ir" "$npairs")" "" "$ir" "$npairs"
+  printf '  %-24s %9s %26s(%s / %s)\n' "$name" "$(per_pair "$ir" "$npairs")" "" "$ir" "$npairs"
 done
 
 for n in "${notes[@]}"; do
