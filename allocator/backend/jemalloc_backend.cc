@@ -37,20 +37,29 @@
 // allocates the same large tensors every time: under jemalloc alone a TorchScript
 // ResNet-50 takes ~9,300 page faults per inference in steady state (tcmalloc ~430),
 // and replayalloc pays them whenever the fallback serves (recording, the iterations
-// before auto mode finds the period, whatever a plan does not cover). So the fallback
-// keeps them in the ordinary arenas, whose dirty pages decay over dirty_decay_ms
-// (10 s) like those of every other size: oversize_threshold:0 (ResNet-50 under
-// jemalloc alone: 431 faults per inference, peak RSS 304 -> 301 MiB). jemalloc reads
-// this symbol once, at its initialisation; it is weak, so a program that defines its
-// own `malloc_conf` keeps it, and MALLOC_CONF (read after it) overrides it
-// (MALLOC_CONF=oversize_threshold:8388608 restores jemalloc's default). One quirk of
-// 5.3: arena 0 is made before the option is applied and keeps purging blocks of 8 MiB
-// and more at the free, so keep_huge_pages() sets its threshold to that of the other
-// arenas when the option is 0 (a 16 MiB block freed and allocated again on the main
-// thread: 4,097 faults each time before, 0 after).
+// before auto mode finds the period, whatever a plan does not cover). So the LD_PRELOAD
+// library, which owns the process's malloc and keeps jemalloc as its private fallback,
+// keeps them in the ordinary arenas, whose dirty pages decay over dirty_decay_ms (10 s)
+// like those of every other size: oversize_threshold:0 (ResNet-50 under jemalloc alone:
+// 431 faults per inference, peak RSS 304 -> 301 MiB). jemalloc reads this symbol once,
+// at its initialisation, through its GOT: the first definition in the dynamic linker's
+// search order wins, weak or not, so the program's own executable keeps its
+// `malloc_conf` but one defined in a shared library it loads does not; MALLOC_CONF
+// (read after it) overrides it (MALLOC_CONF=oversize_threshold:8388608 restores
+// jemalloc's default). Only the preload library defines it: a program linking the C API
+// library links jemalloc too, which then serves the program's own malloc, and its
+// defaults stay the program's (MALLOC_CONF=oversize_threshold:0 gives it the same).
+// jemalloc before 5.2 has no such option (it would print an error at start-up). One
+// quirk of 5.3: arena 0 is made before the option is applied and keeps purging blocks
+// of 8 MiB and more at the free, so keep_huge_pages() sets its threshold to that of the
+// other arenas when the option is 0, whoever set it (a 16 MiB block freed and allocated
+// again on the main thread: 4,097 faults each time before, 0 after).
+#if defined(REPLAYALLOC_PRELOAD_DEFAULTS) && \
+    (JEMALLOC_VERSION_MAJOR > 5 || (JEMALLOC_VERSION_MAJOR == 5 && JEMALLOC_VERSION_MINOR >= 2))
 extern "C" {
 __attribute__((weak, visibility("default"))) const char* malloc_conf = "oversize_threshold:0";
 }
+#endif
 
 namespace replayalloc::detail::backend {
 namespace {

@@ -4,7 +4,6 @@
 // shortcuts must serve exactly what the engine's slow path served, count it the same
 // way, and never disturb a replay.
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <jemalloc/jemalloc.h>
 
 #include <cstdint>
@@ -232,37 +231,6 @@ TEST(Entry, RecordedPagesAreReturnedWhenTheSlabIsMade) {
   iteration();  // replayed: its slab made at its begin
   ASSERT_EQ(replayalloc::stats().slab_hits, hits + kBlocks);
   EXPECT_LT(jemalloc_dirty_bytes(), std::uint64_t{4} << 20) << "the recordings' pages were kept";
-}
-
-long minor_faults() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_minflt;
-}
-
-// Note [The fallback's huge blocks]: a block of 8 MiB or more that goes back to the
-// fallback keeps its pages for the next one (jemalloc's own default purges them at the
-// free, and every page faults in again), unless MALLOC_CONF says otherwise. On the
-// main thread: jemalloc's arena 0, which the option alone does not reach.
-TEST(Entry, FallbackKeepsTheFreedPagesOfHugeBlocks) {
-  namespace be = replayalloc::detail::backend;
-  if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
-  (void)replayalloc::stats();  // the engine is made (and tunes the fallback)
-  std::size_t threshold = 1;
-  std::size_t len = sizeof threshold;
-  ASSERT_EQ(mallctl("opt.oversize_threshold", &threshold, &len, nullptr, 0), 0);
-  EXPECT_EQ(threshold, 0u) << "jemalloc did not read replayalloc's malloc_conf";
-  constexpr std::size_t kSize = std::size_t{32} << 20;
-  for (int round = 0; round < 2; ++round) {
-    void* p = be::fallback_alloc(kSize, 16);
-    ASSERT_NE(p, nullptr);
-    const long before = minor_faults();
-    std::memset(p, round + 1, kSize);
-    const long faults = minor_faults() - before;
-    be::fallback_free(p);
-    // The first round faults its 8,192 pages in; the second reuses them.
-    if (round == 1) EXPECT_LT(faults, 512) << "a freed 32 MiB block's pages were given back at once";
-  }
 }
 
 // Note [Live filters]: a bucket is non-zero exactly while a block whose first page
