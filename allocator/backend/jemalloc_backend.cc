@@ -10,6 +10,7 @@
 #include <jemalloc/jemalloc.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 
@@ -138,10 +139,29 @@ void keep_huge_pages() noexcept {
   mallctl("arena.0.oversize_threshold", nullptr, nullptr, &never, sizeof never);
 }
 
-void release_free_memory() noexcept {
+namespace {
+template <class T>
+bool read_ctl(const char* name, T* value) noexcept {
+  std::size_t len = sizeof *value;
+  return mallctl(name, value, &len, nullptr, 0) == 0 && len == sizeof *value;
+}
+}  // namespace
+
+void release_free_memory(std::size_t slab_bytes) noexcept {
   mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
+  // The dirty pages of every arena (MALLCTL_ARENAS_ALL), after refreshing the
+  // statistics; when they cannot be read, purge as if they were few.
+  char name[48];
+  std::uint64_t epoch = 1;
+  std::size_t len = sizeof epoch;
+  std::size_t pdirty = 0, page = 0;
+  std::snprintf(name, sizeof name, "stats.arenas.%u.pdirty", static_cast<unsigned>(MALLCTL_ARENAS_ALL));
+  const bool known = mallctl("epoch", &epoch, &len, &epoch, len) == 0 && read_ctl(name, &pdirty) &&
+                     read_ctl("arenas.page", &page) && page != 0;
+  if (known && pdirty > 2 * (slab_bytes / page)) {
+    return;  // mostly the program's other free pages: jemalloc's decay returns them
+  }
   // "arena.<MALLCTL_ARENAS_ALL>.purge": every arena's unused dirty pages.
-  char name[32];
   std::snprintf(name, sizeof name, "arena.%u.purge", static_cast<unsigned>(MALLCTL_ARENAS_ALL));
   mallctl(name, nullptr, nullptr, nullptr, 0);
 }

@@ -20,7 +20,10 @@ bool use_fast_entry_points() noexcept { return true; }  // malloc and free alrea
 
 void keep_huge_pages() noexcept {}  // glibc's own thresholds (mallopt) stay the program's
 
-void release_free_memory() noexcept { ::malloc_trim(0); }
+void release_free_memory(std::size_t slab_bytes) noexcept {
+  // glibc's free bytes (all arenas); trimmed only when they are mostly the slab's.
+  if (static_cast<std::size_t>(::mallinfo2().fordblks) <= 2 * slab_bytes) ::malloc_trim(0);
+}
 
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
   if (inject_failure()) [[unlikely]] return nullptr;

@@ -65,8 +65,9 @@ class host_slab_source final : public slab_source {
     // The iterations this slab will serve were served by the backend until now
     // (recorded, or passed through while other threads held the slabs): their blocks
     // are free there but their pages resident. Give them back before the slab's pages
-    // are faulted in, so peak RSS is not both (one purge per slab made).
-    if (purge_) backend::release_free_memory();
+    // are faulted in, so peak RSS is not both (one purge per slab made, when those
+    // pages are most of what the backend holds free: backend.h).
+    if (purge_) backend::release_free_memory(bytes);
     bool over = false;
     void* p = backend::map_slab(bytes, bytes, prefault_,
                                 g_host_slab_limit.load(std::memory_order_relaxed), &over);

@@ -233,6 +233,44 @@ TEST(Entry, RecordedPagesAreReturnedWhenTheSlabIsMade) {
   EXPECT_LT(jemalloc_dirty_bytes(), std::uint64_t{4} << 20) << "the recordings' pages were kept";
 }
 
+// ...but a slab that is small against the backend's free pages leaves them alone: they
+// are mostly the rest of the program's, which it would fault back in, and jemalloc's
+// decay returns the recording's few within seconds (backend::release_free_memory).
+TEST(Entry, ASmallSlabLeavesTheProgramsOtherFreePagesAlone) {
+  namespace be = replayalloc::detail::backend;
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  std::vector<void*> others;  // 128 MiB of the program's own, freed: dirty in jemalloc
+  for (int i = 0; i < 128; ++i) {
+    void* p = be::fallback_alloc(kMiB, 16);
+    ASSERT_NE(p, nullptr);
+    std::memset(p, i, kMiB);
+    others.push_back(p);
+  }
+  for (void* p : others) be::fallback_free(p);
+  ASSERT_GE(jemalloc_dirty_bytes(), std::uint64_t{48} << 20) << "jemalloc did not keep the freed pages";
+  auto iteration = [] {
+    replayalloc::Iteration it("entry/small-slab");
+    std::vector<void*> blocks;
+    for (int i = 0; i < 4; ++i) {
+      void* p = replayalloc_malloc(64 * 1024);
+      std::memset(p, i, 64 * 1024);
+      blocks.push_back(p);
+    }
+    for (void* p : blocks) replayalloc_free(p);
+  };
+  const std::uint64_t dirty_before = jemalloc_dirty_bytes();
+  const std::uint64_t plans = replayalloc::stats().plans;
+  iteration();  // recorded
+  iteration();  // recorded again: planned at its end
+  ASSERT_EQ(replayalloc::stats().plans, plans + 1);
+  const std::uint64_t hits = replayalloc::stats().slab_hits;
+  iteration();  // replayed: its 256 KiB slab made at its begin
+  ASSERT_EQ(replayalloc::stats().slab_hits, hits + 4);
+  // A purge leaves under 4 MiB (the test above); decay alone keeps most of them.
+  EXPECT_GE(jemalloc_dirty_bytes(), dirty_before / 2)
+      << "a 256 KiB slab gave back the program's free pages (" << (dirty_before >> 20) << " MiB)";
+}
+
 // Note [Live filters]: a bucket is non-zero exactly while a block whose first page
 // hashes to it is in the table.
 TEST(Entry, LiveFilterCountsLiveBlocks) {
