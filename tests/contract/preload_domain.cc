@@ -21,40 +21,38 @@
 namespace replayalloc::contract {
 namespace {
 
+// Through malloc and free, or (cxx) through C++'s operator new and sized delete, what
+// libtorch's containers call: sized delete has a path of its own (entry_free_sized in
+// runtime/entry.h).
 class preload_domain final : public domain {
  public:
+  explicit preload_domain(bool cxx) : cxx_(cxx) {}
   void begin(const std::string& key) override { replayalloc_iteration_begin(key.c_str()); }
   void end() override { replayalloc_iteration_end(); }
-  void* alloc(std::size_t size) override { return std::malloc(size); }  // the hook
-  void free(void* p, std::size_t) override { std::free(p); }
+  void* alloc(std::size_t size) override { return cxx_ ? ::operator new(size) : std::malloc(size); }  // the hooks
+  void free(void* p, std::size_t size) override {
+    if (cxx_) {
+      ::operator delete(p, size);
+    } else {
+      std::free(p);
+    }
+  }
   bool in_slab(const void* p) const override { return detail::backend::in_slab_range(p); }
   Stats stats() const override { return replayalloc::stats(); }
   std::uint64_t slab_memory() const override { return replayalloc::stats().mapped_bytes; }
   std::size_t alignment() const override { return 16; }
+
+ private:
+  bool cxx_;
 };
 
 domain& preload() {
-  static auto* d = new preload_domain;
+  static auto* d = new preload_domain(false);
   return *d;
 }
 
-// The same library through C++'s operator new and sized delete (what libtorch's
-// containers call): sized delete has a path of its own (entry_free_sized in
-// runtime/entry.h).
-class preload_new_domain final : public domain {
- public:
-  void begin(const std::string& key) override { replayalloc_iteration_begin(key.c_str()); }
-  void end() override { replayalloc_iteration_end(); }
-  void* alloc(std::size_t size) override { return ::operator new(size); }
-  void free(void* p, std::size_t size) override { ::operator delete(p, size); }
-  bool in_slab(const void* p) const override { return detail::backend::in_slab_range(p); }
-  Stats stats() const override { return replayalloc::stats(); }
-  std::uint64_t slab_memory() const override { return replayalloc::stats().mapped_bytes; }
-  std::size_t alignment() const override { return 16; }
-};
-
 domain& preload_new() {
-  static auto* d = new preload_new_domain;
+  static auto* d = new preload_domain(true);
   return *d;
 }
 
