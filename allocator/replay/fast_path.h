@@ -112,7 +112,6 @@ struct replay_cursor {
   std::atomic<std::uint64_t> miss_bytes{0};
   std::atomic<std::uint64_t> backend_planned{0};  // outliving slots, served as planned
   std::atomic<std::uint64_t> bypassed{0};         // below min_size (or empty)
-  std::atomic<std::uint64_t> bypassed_bytes{0};
   std::atomic<std::uint64_t> remote_frees{0};     // slab blocks freed outside their iteration
   std::atomic<std::uint64_t> invalid_frees{0};    // slab-range pointers that are no block
   std::atomic<std::uint64_t> double_frees{0};     // blocks freed that were not live

@@ -149,7 +149,6 @@ void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align) 
   if (below_min_size(c, size)) {
     // Never recorded, never planned: straight to the backend, the cursor untouched.
     bump(c.bypassed);
-    bump(c.bypassed_bytes, size);
     c.last_kind = backend_kind::ordinary;
     return nullptr;
   }

@@ -60,7 +60,7 @@ void* entry_alloc_slow(std::size_t size, std::size_t align) noexcept {
   // TorchScript model's first inferences), with no stack frame (the rest is a tail
   // call). small_span != 0: registered, check mode off, a plain malloc.
   if (size < malloc_align && t.small_span != 0 && align <= malloc_align) {
-    count_below_min(t, size);
+    count_below_min(t);
     return t.plain_malloc(malloc_align);
   }
   return alloc_slow_rest(t, size, align);
@@ -180,7 +180,6 @@ REPLAYALLOC_EXPORT void replayalloc_free_sized(void* ptr, size_t size) {
     engine::get().free_backend(t, ptr);
     return;
   }
-  replayalloc::detail::bump(t.host.frees);
   backend::fallback_free_sized(ptr, size, malloc_align);
 }
 

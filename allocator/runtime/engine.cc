@@ -983,7 +983,6 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
 
 void engine::free_backend(thread_state& t, void* p) {
   if (!t.registered) [[unlikely]] register_thread(t);
-  bump(t.host.frees);
   if (t.host.ph == phase::record && !in_engine()) record_free(t.host, p);
   if (t.autod != nullptr && !in_engine()) auto_untrack(t, p);
   backend::fallback_free(p);

@@ -350,11 +350,10 @@ class engine {
 };
 
 // A host request served below REPLAYALLOC_MIN_SIZE, counted as pass-through below the
-// minimum (stats(): below_min is in both).
-inline void count_below_min(thread_state& t, std::size_t size) {
-  bump(t.host.below_min);
-  bump(t.host.backend_bytes, size);
-}
+// minimum (stats(): below_min is in both). Its bytes are not counted: one instruction
+// on the inline path, for a figure no one needs (bytes_from_backend counts the
+// requests at or above the minimum).
+inline void count_below_min(thread_state& t) { bump(t.host.below_min); }
 
 // The two requests the preload library sees most (95% of the calls of a Python
 // inference loop), inline so that they cost little more than jemalloc's own fast path:
@@ -375,7 +374,7 @@ inline void* alloc_below_min(thread_state& t, std::size_t size, std::size_t alig
     return nullptr;
   }
   if (zero && align > malloc_align) std::memset(p, 0, size);
-  count_below_min(t, size);
+  count_below_min(t);
   return p;
 }
 
@@ -394,7 +393,6 @@ inline bool free_backend_filtered(thread_state& t, void* p) {
   if ((g & gate_watched) != 0 && (!t.auto_iteration || t.autod->det.quiet()) && t.autod->filter.maybe_live(p)) {
     return false;
   }
-  bump(t.host.frees);
   t.plain_free(p);  // the gate is past gate_unready: the thread copied the backend's
   return true;
 }

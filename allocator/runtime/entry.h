@@ -18,17 +18,15 @@
 // conditions on every call would cost two instructions more.
 //
 // Cost (callgrind, instructions per malloc+free pair, the benchmark loop's 8
-// included): below the minimum, 97.1 at 64 B through the C API and 99.3 through the
-// preload library (jemalloc's own pair: 77.1); the replay hit at 4 KiB, 38.1 and 40.1.
-// The 22 over jemalloc's own below the minimum: the TLS block's address (2, once per
-// side), the size test (3), three counters (3), the predicted-free test (3), the slab
-// range (4), null (2), the plain-free gate (3), the two tail jumps (2). Left: the
-// counters are the statistics; the predicted free goes first because the replayed
-// pair needs it first; the null test keeps free(NULL) out of the `frees` count.
-// C++'s operator new and sized delete below the minimum (entry_free_sized): 103.3
-// through the preload library (jemalloc's own: 144.1).
-// The figures live in tests/perf/instruction_budget.txt; the test
-// perf.instruction_counts fails when one rises more than 5% above it.
+// included): see tests/perf/instruction_budget.txt, the one place the figures are
+// kept (the test perf.instruction_counts fails when one rises more than 5% above it).
+// Below the minimum, what this file adds to jemalloc's own malloc and free: the TLS
+// block's address (once per side), the size test (3), the count (1), the predicted
+// free (3), the gate's range (4: slab range, null, check mode, re-entry, recording
+// and the watcher in one compare) and the two tail jumps. Left, deliberately: the
+// count of requests below the minimum (one instruction, the statistics'
+// below_min_size); the predicted free goes first because the replayed pair needs it
+// first. Neither a small request's bytes nor a backend block's free is counted.
 #pragma once
 
 #include <cstddef>
@@ -58,7 +56,7 @@ REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align)
   // One compare for malloc_align <= size < the minimum: a smaller request (glibc's
   // alignment rounds it up) takes the slow path, which serves it the same way.
   if (size - malloc_align < t.small_span && align <= malloc_align) [[likely]] {
-    count_below_min(t, size);
+    count_below_min(t);
     return t.plain_malloc(size);
   }
   // The cursor is closed outside a replaying iteration and inside the engine
@@ -71,15 +69,13 @@ REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
   thread_state& t = tls_state;
   // The predicted free first: it matches only the block of the free cursor's rank.
   if (replay_try_free(t.host.cursor, ptr)) [[likely]] return;
-  if (!backend::in_slab_range(ptr) && ptr != nullptr) [[likely]] {
-    // A backend block: straight to the backend's free when nothing needs to see it
-    // (Note [The plain-free gate], runtime/thread_state.h), a tail call.
-    if (t.free_gate == 0) [[likely]] {
-      bump(t.host.frees);
-      return t.plain_free(ptr);
-    }
-    if (free_backend_filtered(t, ptr)) return;
+  // Outside the gate's range (Note [The plain-free gate], runtime/thread_state.h): a
+  // backend block (or null) that nothing needs to see, straight to the backend's
+  // free, a tail call.
+  if (reinterpret_cast<std::uintptr_t>(ptr) - t.look_from >= t.look_span) [[likely]] {
+    return t.plain_free(ptr);
   }
+  if (!backend::in_slab_range(ptr) && ptr != nullptr && free_backend_filtered(t, ptr)) return;
   entry_free_slow(ptr);
 }
 
@@ -95,7 +91,6 @@ REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
 REPLAYALLOC_ALWAYS_INLINE void entry_free_sized(void* ptr, std::size_t size) {
   thread_state& t = tls_state;
   if (size - malloc_align < t.small_span && !backend::in_slab_range(ptr) && ptr != nullptr) [[likely]] {
-    bump(t.host.frees);
     return t.plain_free(ptr);
   }
   entry_free(ptr);

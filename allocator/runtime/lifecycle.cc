@@ -115,7 +115,7 @@ void engine::register_thread(thread_state& t) {
   // Note [The plain-free gate] (thread_state.h): ready when the backend has a plain
   // free and check mode is off (both fixed before any thread registers).
   if (t.plain_free != nullptr && !check::enabled()) {
-    t.free_gate &= ~gate_unready;
+    set_free_gate(t, t.free_gate & ~gate_unready);
   }
   t.host.kind = domain_kind::host;
   pthread_setspecific(g_exit_key, &t);
@@ -163,7 +163,7 @@ void engine::add_domain_hooks(const domain_hooks& h) {
 void engine::on_thread_exit(thread_state& t) {
   // First: the recorder and the watcher go below, and free_backend_filtered reads
   // them while the gate holds only their bits.
-  t.free_gate |= gate_unready;
+  set_free_gate(t, t.free_gate | gate_unready);
   if (t.depth > 0) {
     t.depth = 1;
     end_impl(t);

@@ -154,7 +154,7 @@ void add_domain(Stats& s, const domain_state& d) {
   s.bytes_from_slab += ld(d.hit_bytes);
   s.passthrough += ld(d.passthrough) + ld(d.below_min) + ld(c.bypassed);
   s.below_min_size += ld(d.below_min) + ld(c.bypassed);
-  s.bytes_from_backend += ld(d.backend_bytes) + ld(c.miss_bytes) + ld(c.bypassed_bytes);
+  s.bytes_from_backend += ld(d.backend_bytes) + ld(c.miss_bytes);
   s.fallback_no_slab += ld(d.no_slab_fallbacks);
   s.fallback_size_mismatch += ld(c.misses[static_cast<unsigned>(miss_reason::size_mismatch)]);
   s.fallback_beyond_plan += ld(c.misses[static_cast<unsigned>(miss_reason::beyond_plan)]);

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "backend/slab_range.h"
 #include "replay/fast_path.h"
 #include "support/reentry.h"
 #include "support/config.h"
@@ -95,9 +96,9 @@ struct thread_state {
   void* (*plain_malloc)(std::size_t) noexcept = nullptr;
   void (*plain_free)(void*) noexcept = nullptr;
   // Note [The plain-free gate]: 0 when a free of a backend block (outside the slab
-  // range) needs nothing but the backend's own free and the `frees` count, so that the
-  // inline entry point asks one word instead of five conditions (runtime/entry.h). Each
-  // bit is a reason to look closer, kept in step by the code that changes the reason:
+  // range) needs nothing but the backend's own free, so that the inline entry point
+  // asks one range instead of five conditions (runtime/entry.h). Each bit is a reason
+  // to look closer, kept in step by the code that changes the reason:
   //   gate_unready   the thread is not registered, check mode is on, or the backend
   //                  has no plain free (engine::register_thread, on_thread_exit);
   //   gate_recording the host domain records (set_phase()): then
@@ -105,11 +106,20 @@ struct thread_state {
   //   gate_engine    the thread is inside the engine (reentry_guard);
   //   gate_watched   auto mode watches the thread (refresh_watched_gate()): then
   //                  free_backend_filtered asks the watcher's filter.
-  // Only the thread reads or writes it. A bit left set where it need not be costs a
-  // slower free, never a wrong one: every reason's path frees the block the same way.
-  // gate_recording and gate_watched may be set only while their recorder and watcher
-  // exist (free_backend_filtered reads them when no other bit is set).
+  // The inline free asks the gate as a range of addresses, `look_from` and
+  // `look_span`: a pointer p with p - look_from >= look_span (unsigned) goes straight
+  // to the backend's free. While the gate is 0 the range is the slab range (so null,
+  // below it, goes to the backend's free too, which ignores it); while any bit is
+  // set it is every address. One subtraction and one compare answer "not a slab
+  // block, not null (or null: harmless), and nothing needs to see it".
+  // Only the thread reads or writes them, always through set_free_gate(). A bit left
+  // set where it need not be costs a slower free, never a wrong one: every reason's
+  // path frees the block the same way. gate_recording and gate_watched may be set
+  // only while their recorder and watcher exist (free_backend_filtered reads them
+  // when no other bit is set).
   std::uint32_t free_gate = gate_unready;
+  std::uintptr_t look_from = 0;
+  std::uintptr_t look_span = UINTPTR_MAX;
   key_entry* entry = nullptr;  // the open iteration's host key
   // Auto mode (runtime/auto_detect.h): the thread's watcher, whether the open
   // iteration is one auto mode began, and the allocations its slow path saw.
@@ -120,6 +130,20 @@ struct thread_state {
 };
 
 extern constinit thread_local thread_state tls_state REPLAYALLOC_TLS_IE;
+
+// Sets the plain-free gate (Note [The plain-free gate]) and the range the inline free
+// asks for it. The slab range is reserved when the engine is made, before any thread
+// registers (gate_unready is cleared only then), and never moves afterwards.
+inline void set_free_gate(thread_state& t, std::uint32_t gate) {
+  t.free_gate = gate;
+  if (gate == 0) {
+    t.look_from = backend::g_slab_range.base;
+    t.look_span = backend::g_slab_range.bytes;
+  } else {
+    t.look_from = 0;
+    t.look_span = UINTPTR_MAX;
+  }
+}
 
 // Invariant 5's guard (support/reentry.h counts the depth). While the thread is inside
 // the engine, its host cursor is closed, so that an allocation made from there (by the
@@ -132,7 +156,7 @@ class reentry_guard {
       replay_cursor& c = tls_state.host.cursor;
       close_cursor(c);
       c.guarded = true;
-      tls_state.free_gate |= gate_engine;
+      set_free_gate(tls_state, tls_state.free_gate | gate_engine);
     }
   }
   ~reentry_guard() {
@@ -140,7 +164,7 @@ class reentry_guard {
       replay_cursor& c = tls_state.host.cursor;
       c.guarded = false;
       open_cursor(c);
-      tls_state.free_gate &= ~gate_engine;
+      set_free_gate(tls_state, tls_state.free_gate & ~gate_engine);
     }
   }
   reentry_guard(const reentry_guard&) = delete;
@@ -153,14 +177,14 @@ inline void set_phase(domain_state& d, phase p) {
   d.ph = p;
   thread_state& t = tls_state;
   if (&d == &t.host) {
-    t.free_gate = p == phase::record ? t.free_gate | gate_recording : t.free_gate & ~gate_recording;
+    set_free_gate(t, p == phase::record ? t.free_gate | gate_recording : t.free_gate & ~gate_recording);
   }
 }
 
 // Keeps gate_watched in step with auto mode: set while the thread has a watcher and
 // marks no iteration of its own.
 inline void refresh_watched_gate(thread_state& t) {
-  t.free_gate = t.autod != nullptr && !t.marks_own ? t.free_gate | gate_watched : t.free_gate & ~gate_watched;
+  set_free_gate(t, t.autod != nullptr && !t.marks_own ? t.free_gate | gate_watched : t.free_gate & ~gate_watched);
 }
 
 }  // namespace replayalloc::detail

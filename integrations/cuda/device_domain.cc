@@ -115,13 +115,14 @@ void* device_alloc(std::size_t size, int device, cudaStream_t stream, device_api
       }
       if (dt.d.ph == phase::record) {
         void* p = backend_device_alloc(size, stream, backend_kind::ordinary, api);
-        bump(dt.d.backend_bytes, size);
         // As the host records: what replay would bypass (below REPLAYALLOC_MIN_SIZE)
-        // is not planned. (below_min counts as pass-through too: runtime/stats.cc.)
+        // is not planned. (below_min counts as pass-through too, its bytes nowhere:
+        // runtime/stats.cc.)
         if (below_min_size(dt.d.cursor, size)) {
           bump(dt.d.below_min);
         } else {
           bump(dt.d.passthrough);
+          bump(dt.d.backend_bytes, size);
           if (p != nullptr) domain_record_alloc(dt.d, p, size, device_align);
         }
         return p;
@@ -159,7 +160,6 @@ void device_free(void* p, int, cudaStream_t stream, device_api api) {
     replay_free(dt.d.cursor, p, [s](const void*) { return s; });
     return;
   }
-  bump(dt.d.frees);
   if (dt.d.ph == phase::record && !in_engine()) domain_record_free(dt.d, p);
   if (managed_free(p)) return;
   if (api == device_api::synchronous) {

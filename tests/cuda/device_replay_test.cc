@@ -223,7 +223,7 @@ TEST_F(Device, ThreadsThatOnlyPassThroughLeaveNoDanglingState) {
   }
   const replayalloc::Stats after = replayalloc::cuda::stats();
   EXPECT_EQ(after.passthrough - before.passthrough, 8u);
-  EXPECT_EQ(after.frees - before.frees, 8u);
+  EXPECT_EQ(after.frees - before.frees, 0u) << "frees counts slab blocks only";
 }
 
 TEST_F(Device, OutOfMemoryIsAClearErrorNotACrash) {

@@ -61,12 +61,12 @@ struct Stats {
   std::uint64_t backend_planned = 0;  ///< outlived the recording: backend, as planned
   std::uint64_t passthrough = 0;      ///< no replaying iteration, or below the minimum size
   std::uint64_t below_min_size = 0;   ///< of all allocations, those below REPLAYALLOC_MIN_SIZE
-  std::uint64_t frees = 0;
+  std::uint64_t frees = 0;            ///< slab blocks freed (a backend block's free is not counted)
   std::uint64_t remote_frees = 0;     ///< slab blocks freed outside their iteration
   std::uint64_t invalid_frees = 0;
   std::uint64_t double_frees = 0;
   std::uint64_t bytes_from_slab = 0;
-  std::uint64_t bytes_from_backend = 0;
+  std::uint64_t bytes_from_backend = 0;  ///< of the requests at or above REPLAYALLOC_MIN_SIZE
   std::uint64_t iterations = 0;
   std::uint64_t recordings = 0;
   std::uint64_t plans = 0;
