@@ -57,10 +57,13 @@ void release_free_memory(std::size_t slab_bytes) noexcept;
 // them; null otherwise (the libc backend; AddressSanitizer builds, whose blocks
 // fallback_alloc must unpoison), and then fallback_alloc/fallback_free serve.
 // noexcept, so that the entry points (noexcept themselves) may tail-call them.
+// Defined here (inline, so hidden in the libraries as their other definitions are)
+// rather than declared: the inline entry points jump through them with one
+// instruction, where an extern declaration costs a GOT load first.
 using plain_malloc_fn = void* (*)(std::size_t) noexcept;
 using plain_free_fn = void (*)(void*) noexcept;
-extern std::atomic<plain_malloc_fn> g_plain_malloc;
-extern std::atomic<plain_free_fn> g_plain_free;
+inline constinit std::atomic<plain_malloc_fn> g_plain_malloc{nullptr};
+inline constinit std::atomic<plain_free_fn> g_plain_free{nullptr};
 
 // pre: align is a power of two. Returns null on failure (errno untouched).
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept;

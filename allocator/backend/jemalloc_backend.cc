@@ -102,8 +102,6 @@ void* symbol_of(void* handle, const void* base, const char* name) noexcept {
 
 }  // namespace
 
-std::atomic<plain_malloc_fn> g_plain_malloc{nullptr};
-std::atomic<plain_free_fn> g_plain_free{nullptr};
 
 bool use_fast_entry_points() noexcept {
   if (g_je_free.load(std::memory_order_acquire) != nullptr) return true;

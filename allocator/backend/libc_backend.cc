@@ -13,9 +13,7 @@
 
 namespace replayalloc::detail::backend {
 
-std::atomic<plain_malloc_fn> g_plain_malloc{nullptr};  // fallback_alloc is malloc already
-std::atomic<plain_free_fn> g_plain_free{nullptr};
-
+// g_plain_malloc and g_plain_free stay null: fallback_alloc is malloc already.
 bool use_fast_entry_points() noexcept { return true; }  // malloc and free already
 
 void keep_huge_pages() noexcept {}  // glibc's own thresholds (mallopt) stay the program's

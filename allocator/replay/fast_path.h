@@ -13,8 +13,10 @@
 // Cost: a replayed 4 KiB malloc+free pair is 38.1 instructions through the C API and
 // 40.1 through the preload library (callgrind, the benchmark loop's 8.1 included;
 // jemalloc's own pair is 77.1 at 64 B and 112.2 at 4 KiB): the hit is one record read,
-// two compares, one store of a constant state word; the predicted free one pair read,
-// two compares, one store. The entry points in runtime/api.cc are these functions
+// two compares, one store of a constant state word, one add to the cursor; the
+// predicted free one pair read, two compares (one with the state word in memory), one
+// store, one add to the cursor (the entry point's gate range before it, runtime/
+// entry.h, is 4 more). The entry points in runtime/api.cc are these functions
 // inline, with no stack frame, then one tail call to the slow path. The figures live
 // in tests/perf/instruction_budget.txt; the test perf.instruction_counts fails when
 // one rises more than 5% above it. bench/RESULTS.md has the table against other
@@ -214,13 +216,41 @@ REPLAYALLOC_ALWAYS_INLINE void bump(std::atomic<std::uint64_t>& a, std::uint64_t
 #endif
 }
 
+// Moves a cursor (one only its thread reads or writes) to the next record: c = c + 1,
+// as one add to memory where the compiler would load, add and store (one instruction
+// of the replayed pair's ~30, on each side).
+template <class T>
+REPLAYALLOC_ALWAYS_INLINE void step(const T*& cur) {
+#if defined(__x86_64__) && !defined(REPLAYALLOC_UNDER_TSAN)
+  asm volatile("addq %1, %0" : "+m"(cur) : "i"(sizeof(T)));
+#else
+  ++cur;
+#endif
+}
+
+// True when the slot's state word holds `want` (a relaxed load): one compare with the
+// word in memory, which the compiler does not fold for an atomic load (one
+// instruction of the predicted free's ten).
+template <std::uint32_t want>
+REPLAYALLOC_ALWAYS_INLINE bool state_is(const slot_record& r) {
+#if defined(__x86_64__) && !defined(REPLAYALLOC_UNDER_TSAN)
+  static_assert(sizeof(r.state) == sizeof(std::uint32_t));
+  bool equal;
+  asm("cmpl %2, %1" : "=@cce"(equal) : "m"(r.state), "i"(want));
+  return equal;
+#else
+  return r.state.load(std::memory_order_relaxed) == want;
+#endif
+}
+
 // Note [Below the minimum size]: a request below REPLAYALLOC_MIN_SIZE, or of 0 bytes, is
 // never recorded, planned or watched by auto mode, in any domain or phase: its domain's
 // backend serves it. Every path asks this function, of the one copy of the threshold,
 // the cursor's bypass_below: the option, at least 1 (an empty request is never
 // planned), set when the domain is registered (runtime/lifecycle.cc); 0, so that
 // nothing is below it, until then. The host's inline entry point alone reads the
-// answer precomputed (thread_state::small_span, runtime/entry.h says why).
+// answer precomputed (g_small_span: Note [Below the minimum, inline] in
+// runtime/thread_state.h).
 REPLAYALLOC_ALWAYS_INLINE bool below_min_size(const replay_cursor& c, std::size_t size) {
   return size < c.bypass_below;
 }
@@ -247,15 +277,16 @@ REPLAYALLOC_ALWAYS_INLINE bool slot_occupied(const replay_cursor& c, std::uint32
 REPLAYALLOC_ALWAYS_INLINE void* replay_try_hit(replay_cursor& c, std::size_t size,
                                                std::size_t align) {
   const slot_record* r = c.cur;
-  std::uint8_t* const p = r->ptr;
   if (size - r->least > r->span) [[unlikely]] return nullptr;
   if (r->need > reinterpret_cast<std::uintptr_t>(c.free_cur)) [[unlikely]] return nullptr;
-  if (align > malloc_align && (reinterpret_cast<std::uintptr_t>(p) & (align - 1)) != 0) [[unlikely]] {
+  if (align > malloc_align && (reinterpret_cast<std::uintptr_t>(r->ptr) & (align - 1)) != 0) [[unlikely]] {
     return nullptr;
   }
   const_cast<slot_record*>(r)->state.store(slot_live, std::memory_order_relaxed);
-  c.cur = r + 1;
+  step(c.cur);
   c.hit_bytes += size;
+  // Read last, straight into the return register.
+  std::uint8_t* const p = r->ptr;
   // A slot the hit serves is in a slab: the caller need not test for null.
   if (p == nullptr) __builtin_unreachable();
   return p;
@@ -278,9 +309,9 @@ REPLAYALLOC_ALWAYS_INLINE bool replay_try_free(replay_cursor& c, void* p) {
   const free_entry* f = c.free_cur;
   if (p != f->ptr) [[unlikely]] return false;
   slot_record* r = f->rec;
-  if (r->state.load(std::memory_order_relaxed) != slot_live) [[unlikely]] return false;
+  if (!state_is<slot_live>(*r)) [[unlikely]] return false;
   r->state.store(slot_dead, std::memory_order_release);
-  c.free_cur = f + 1;
+  step(c.free_cur);
   return true;
 }
 

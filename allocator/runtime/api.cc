@@ -44,7 +44,7 @@ REPLAYALLOC_NOINLINE void* alloc_slow_rest(thread_state& t, std::size_t size, st
   }
   // Below the minimum size (nothing is until the thread is registered).
   if (below_min_size(t.host.cursor, size) && !check::enabled()) [[likely]] {
-    return alloc_below_min(t, size, align, false);
+    return alloc_below_min(size, align, false);
   }
   return engine::get().alloc_slow(t, size, align, false);
 }
@@ -58,10 +58,9 @@ void* entry_alloc_slow(std::size_t size, std::size_t align) noexcept {
   // A request under malloc_align bytes, which the inline test leaves here (entry.h):
   // the inline path's shortcut, rounded up as glibc aligns (~200,000 of them in a
   // TorchScript model's first inferences), with no stack frame (the rest is a tail
-  // call). small_span != 0: registered, check mode off, a plain malloc.
-  if (size < malloc_align && t.small_span != 0 && align <= malloc_align) {
-    count_below_min(t);
-    return t.plain_malloc(malloc_align);
+  // call). A span: check mode off, a plain malloc (Note [Below the minimum, inline]).
+  if (size < malloc_align && __atomic_load_n(&g_small_span, __ATOMIC_ACQUIRE) != 0 && align <= malloc_align) {
+    return backend::g_plain_malloc.load(std::memory_order_relaxed)(malloc_align);
   }
   return alloc_slow_rest(t, size, align);
 }
@@ -133,7 +132,7 @@ REPLAYALLOC_EXPORT void* replayalloc_calloc(size_t count, size_t size) {
   thread_state& t = tls_state;
   if (replayalloc::detail::below_min_size(t.host.cursor, bytes) && !replayalloc::detail::check::enabled())
       [[likely]] {
-    return replayalloc::detail::alloc_below_min(t, bytes, malloc_align, true);
+    return replayalloc::detail::alloc_below_min(bytes, malloc_align, true);
   }
   return engine::get().alloc_slow(t, bytes, malloc_align, true);
 }

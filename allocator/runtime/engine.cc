@@ -104,6 +104,11 @@ engine::engine() : opts_(process_options()) {
     check::enable(op_name_for_check);
     REPLAYALLOC_LOG(info, "REPLAYALLOC_CHECK: every host block is checked against a shadow record");
   }
+  // Note [Below the minimum, inline] (thread_state.h): last, once the backend's entry
+  // points and check mode are known.
+  const bool plain = backend::g_plain_malloc.load(std::memory_order_relaxed) != nullptr &&
+                     backend::g_plain_free.load(std::memory_order_relaxed) != nullptr;
+  set_small_span(plain && !check::enabled() && opts_.min_size > malloc_align ? opts_.min_size - malloc_align : 0);
 }
 
 namespace {
@@ -945,7 +950,7 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
   register_thread(t);
   // Below the minimum: never recorded, planned or watched (api.cc takes this path
   // before calling here when it can).
-  if (below_min_size(t.host.cursor, size)) return alloc_below_min(t, size, align, zero);
+  if (below_min_size(t.host.cursor, size)) return alloc_below_min(size, align, zero);
   const bool watched = opts_.mode == run_mode::automatic;
   if (watched) auto_before_alloc_safe(t, size);
   domain_state& d = t.host;

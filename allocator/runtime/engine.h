@@ -349,19 +349,14 @@ class engine {
   std::atomic<std::uint64_t> plans_predicted_{0};
 };
 
-// A host request served below REPLAYALLOC_MIN_SIZE, counted as pass-through below the
-// minimum (stats(): below_min is in both). Its bytes are not counted: one instruction
-// on the inline path, for a figure no one needs (bytes_from_backend counts the
-// requests at or above the minimum).
-inline void count_below_min(thread_state& t) { bump(t.host.below_min); }
-
 // The two requests the preload library sees most (95% of the calls of a Python
 // inference loop), inline so that they cost little more than jemalloc's own fast path:
 //
-// A host request below REPLAYALLOC_MIN_SIZE (or of 0 bytes) from a registered thread:
-// never recorded, planned or watched by auto mode, so it goes straight to the backend,
-// counted as engine::alloc_slow would count it. pre: t registered, check mode off.
-inline void* alloc_below_min(thread_state& t, std::size_t size, std::size_t align, bool zero) {
+// A host request below REPLAYALLOC_MIN_SIZE (or of 0 bytes): never recorded, planned
+// or watched by auto mode, so it goes straight to the backend, and is not counted, as
+// the inline path counts none (Note [Below the minimum, inline], thread_state.h).
+// pre: check mode off.
+inline void* alloc_below_min(std::size_t size, std::size_t align, bool zero) {
   void* p;
   backend::plain_malloc_fn plain = backend::g_plain_malloc.load(std::memory_order_relaxed);
   if (plain != nullptr && !zero && align <= malloc_align) [[likely]] {
@@ -374,7 +369,6 @@ inline void* alloc_below_min(thread_state& t, std::size_t size, std::size_t alig
     return nullptr;
   }
   if (zero && align > malloc_align) std::memset(p, 0, size);
-  count_below_min(t);
   return p;
 }
 
@@ -393,7 +387,8 @@ inline bool free_backend_filtered(thread_state& t, void* p) {
   if ((g & gate_watched) != 0 && (!t.auto_iteration || t.autod->det.quiet()) && t.autod->filter.maybe_live(p)) {
     return false;
   }
-  t.plain_free(p);  // the gate is past gate_unready: the thread copied the backend's
+  // The gate is past gate_unready: the backend has a plain free.
+  backend::g_plain_free.load(std::memory_order_relaxed)(p);
   return true;
 }
 

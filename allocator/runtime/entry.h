@@ -6,27 +6,31 @@
 // here, everything else by one call into api.cc:
 //   * the replay hit (replay/fast_path.h): a slot of the plan (the cursor is closed
 //     outside a replaying iteration and inside the engine, so nothing else is asked);
-//   * a slab block freed as the recording freed it (asked first, of any pointer: it
-//     matches only that block);
 //   * a backend block freed that neither a recording nor auto mode's watcher needs
-//     to see (thread_state.h: Note [The plain-free gate]): straight to jemalloc's free.
+//     to see (thread_state.h: Note [The plain-free gate]): straight to jemalloc's
+//     free (asked first: a slab block is never in that case);
+//   * a slab block freed as the recording freed it (it matches only that block).
 // A request below REPLAYALLOC_MIN_SIZE (95% of the calls of a Python inference loop)
 // goes to jemalloc's malloc from here, before anything else is looked at. The question
 // is below_min_size() (Note [Below the minimum size] in replay/fast_path.h), the one
-// every path asks; here its answer comes precomputed, thread_state::small_span (0
-// where this path may not serve: no plain malloc, check mode), since asking those two
-// conditions on every call would cost two instructions more.
+// every path asks; here its answer comes precomputed, process-wide, as g_small_span
+// (thread_state.h: Note [Below the minimum, inline]; 0 where this path may not serve:
+// no plain malloc, check mode), since asking those conditions on every call would
+// cost instructions more.
 //
 // Cost (callgrind, instructions per malloc+free pair, the benchmark loop's 8
 // included): see tests/perf/instruction_budget.txt, the one place the figures are
-// kept (the test perf.instruction_counts fails when one rises more than 5% above it).
-// Below the minimum, what this file adds to jemalloc's own malloc and free: the TLS
-// block's address (once per side), the size test (3), the count (1), the predicted
-// free (3), the gate's range (4: slab range, null, check mode, re-entry, recording
-// and the watcher in one compare) and the two tail jumps. Left, deliberately: the
-// count of requests below the minimum (one instruction, the statistics'
-// below_min_size); the predicted free goes first because the replayed pair needs it
-// first. Neither a small request's bytes nor a backend block's free is counted.
+// kept (the test perf.instruction_counts fails when one rises more than 5% above it,
+// and prints the instructions of replayalloc's own code apart).
+// Below the minimum, what this file adds to jemalloc's own malloc and free, 10
+// instructions: on the malloc side the size test (3: one lea, one compare with the
+// process-wide span, one branch) and the tail jump; on the free side the TLS block's
+// address, the gate's range (4: slab range, null, check mode, re-entry, recording and
+// the watcher in one subtraction and compare) and the tail jump. Nothing is counted
+// on this path (each count was one instruction more): not the request, its bytes or
+// its free. The gate's range goes before the predicted free, which costs the replayed
+// free those 4 instructions; the replayed pair pays for them with one-instruction
+// cursor steps and state compare (replay/fast_path.h: step(), state_is()).
 #pragma once
 
 #include <cstddef>
@@ -48,33 +52,33 @@ REPLAYALLOC_NOINLINE void entry_free_slow(void* ptr) noexcept;
 
 // pre: align is a power of two >= malloc_align and <= max_slot_align.
 REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align) {
-  thread_state& t = tls_state;
-  // Below the minimum (below_min_size(), answered ahead): never recorded, planned or
-  // watched, in any phase, so straight to the backend's malloc (it never calls back
-  // into replayalloc, so this is safe inside the engine too). Counted first so the
-  // call is a tail call.
-  // One compare for malloc_align <= size < the minimum: a smaller request (glibc's
-  // alignment rounds it up) takes the slow path, which serves it the same way.
-  if (size - malloc_align < t.small_span && align <= malloc_align) [[likely]] {
-    count_below_min(t);
-    return t.plain_malloc(size);
+  // Below the minimum (Note [Below the minimum, inline], thread_state.h): never
+  // recorded, planned or watched, in any phase, so straight to the backend's malloc
+  // (it never calls back into replayalloc, so this is safe inside the engine too), a
+  // tail call, before the TLS block is looked at. One compare for malloc_align <= size
+  // < the minimum: a smaller request (glibc's alignment rounds it up) takes the slow
+  // path, which serves it the same way.
+  if (small_request(size) && align <= malloc_align) [[likely]] {
+    return backend::g_plain_malloc.load(std::memory_order_relaxed)(size);
   }
   // The cursor is closed outside a replaying iteration and inside the engine
   // (reentry_guard), so the hit asks nothing else.
-  if (void* p = replay_try_hit(t.host.cursor, size, align)) [[likely]] return p;
+  if (void* p = replay_try_hit(tls_state.host.cursor, size, align)) [[likely]] return p;
   return entry_alloc_slow(size, align);
 }
 
 REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
   thread_state& t = tls_state;
-  // The predicted free first: it matches only the block of the free cursor's rank.
-  if (replay_try_free(t.host.cursor, ptr)) [[likely]] return;
   // Outside the gate's range (Note [The plain-free gate], runtime/thread_state.h): a
   // backend block (or null) that nothing needs to see, straight to the backend's
-  // free, a tail call.
+  // free, a tail call. Asked first: a slab block, the predicted free's included, is
+  // always inside the range, so this changes no answer, and it is the one test the
+  // most frequent free (a small block's) asks.
   if (reinterpret_cast<std::uintptr_t>(ptr) - t.look_from >= t.look_span) [[likely]] {
-    return t.plain_free(ptr);
+    return backend::g_plain_free.load(std::memory_order_relaxed)(ptr);
   }
+  // The predicted free: it matches only the block of the free cursor's rank.
+  if (replay_try_free(t.host.cursor, ptr)) [[likely]] return;
   if (!backend::in_slab_range(ptr) && ptr != nullptr && free_backend_filtered(t, ptr)) return;
   entry_free_slow(ptr);
 }
@@ -89,9 +93,8 @@ REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
 // the program) given for a slab block falls back to entry_free, which knows the slab.
 // Any other size: entry_free.
 REPLAYALLOC_ALWAYS_INLINE void entry_free_sized(void* ptr, std::size_t size) {
-  thread_state& t = tls_state;
-  if (size - malloc_align < t.small_span && !backend::in_slab_range(ptr) && ptr != nullptr) [[likely]] {
-    return t.plain_free(ptr);
+  if (small_request(size) && !backend::in_slab_range(ptr) && ptr != nullptr) [[likely]] {
+    return backend::g_plain_free.load(std::memory_order_relaxed)(ptr);
   }
   entry_free(ptr);
 }

@@ -104,17 +104,9 @@ void engine::register_thread(thread_state& t) {
   if (t.registered || t.exited) return;
   reentry_guard guard;
   t.registered = true;
-  // below_min_size() precomputed for the inline entry point (thread_state.h): there,
-  // only when the backend has a plain malloc and check mode is off.
-  t.plain_malloc = backend::g_plain_malloc.load(std::memory_order_relaxed);
-  t.plain_free = backend::g_plain_free.load(std::memory_order_relaxed);
-  t.small_span = t.plain_malloc != nullptr && t.plain_free != nullptr && !check::enabled() &&
-                         opts_.min_size > malloc_align
-                     ? opts_.min_size - malloc_align
-                     : 0;
   // Note [The plain-free gate] (thread_state.h): ready when the backend has a plain
   // free and check mode is off (both fixed before any thread registers).
-  if (t.plain_free != nullptr && !check::enabled()) {
+  if (backend::g_plain_free.load(std::memory_order_relaxed) != nullptr && !check::enabled()) {
     set_free_gate(t, t.free_gate & ~gate_unready);
   }
   t.host.kind = domain_kind::host;

@@ -79,22 +79,6 @@ struct thread_state {
   std::uint32_t depth = 0;  // open iterations (nested ones join the outermost)
   std::uint32_t op = 0;
   std::uint32_t thread_no = 0;
-  // Requests of malloc_align bytes or more below REPLAYALLOC_MIN_SIZE (and aligned as
-  // malloc aligns) go straight to the backend's own malloc from the inline entry point
-  // (runtime/entry.h), tested as one unsigned compare, size - malloc_align <
-  // small_span: below_min_size() of the host cursor, answered ahead for that path
-  // (Note [Below the minimum size] in replay/fast_path.h). REPLAYALLOC_MIN_SIZE -
-  // malloc_align once the thread is registered, when the backend has a plain malloc
-  // and free and check mode is off; else 0, and the slow path asks below_min_size()
-  // itself (so does a request under malloc_align bytes, which glibc's alignment rounds
-  // up). C++'s sized delete asks the same of the size it is given (entry_free_sized).
-  std::uint64_t small_span = 0;
-  // The backend's plain malloc and free (backend::g_plain_malloc/free), copied when
-  // the thread registers, so that the inline entry points jump through this block
-  // (one instruction) rather than load a shared atomic first. Used only where
-  // small_span and the plain-free gate say the backend has them.
-  void* (*plain_malloc)(std::size_t) noexcept = nullptr;
-  void (*plain_free)(void*) noexcept = nullptr;
   // Note [The plain-free gate]: 0 when a free of a backend block (outside the slab
   // range) needs nothing but the backend's own free, so that the inline entry point
   // asks one range instead of five conditions (runtime/entry.h). Each bit is a reason
@@ -130,6 +114,46 @@ struct thread_state {
 };
 
 extern constinit thread_local thread_state tls_state REPLAYALLOC_TLS_IE;
+
+// Note [Below the minimum, inline]: requests of malloc_align bytes or more below
+// REPLAYALLOC_MIN_SIZE (and aligned as malloc aligns) go straight to the backend's
+// own malloc from the inline entry point (runtime/entry.h), tested as one unsigned
+// compare with a process-wide figure, size - malloc_align < g_small_span:
+// below_min_size() of the host domain (Note [Below the minimum size] in
+// replay/fast_path.h), answered ahead for that path. REPLAYALLOC_MIN_SIZE -
+// malloc_align once the engine is made, when the backend has a plain malloc and free
+// (backend::g_plain_malloc/free) and check mode is off; else 0, and the slow path asks
+// below_min_size() itself (so does a request under malloc_align bytes, which glibc's
+// alignment rounds up). C++'s sized delete asks the same of the size it is given
+// (entry_free_sized). Nothing in it is per thread (the minimum, the backend and check
+// mode are the process's), so the test needs no TLS block, and none of these requests
+// is counted: each would cost the path one instruction more (runtime/entry.h).
+// Written once, with release order, by the engine's constructor after the backend's
+// entry points (set_small_span()); read by small_request().
+inline constinit std::uint64_t g_small_span = 0;
+
+inline void set_small_span(std::uint64_t span) { __atomic_store_n(&g_small_span, span, __ATOMIC_RELEASE); }
+
+// True when size - malloc_align < g_small_span (Note [Below the minimum, inline]): a
+// request the backend's plain malloc serves, which it can once this says so (the
+// release above orders g_plain_malloc's store before). One compare with the figure in
+// memory: an atomic load is never folded into the compare by the compiler, which
+// would cost one instruction more on 95% of a Python service's calls, so the load is
+// the compare's operand in asm. On x86-64 an aligned 8-byte load is atomic and loads
+// are not reordered with other loads; the asm is volatile, with a memory clobber, so
+// the compiler moves no load of the backend's entry points above it (it is the
+// entry point's first statement: nothing cached is lost). ThreadSanitizer builds use
+// the atomic load, which it understands.
+REPLAYALLOC_ALWAYS_INLINE bool small_request(std::size_t size) {
+  const std::uint64_t x = size - malloc_align;
+#if defined(__x86_64__) && !defined(REPLAYALLOC_UNDER_TSAN)
+  bool below;
+  asm volatile("cmpq %2, %1" : "=@ccb"(below) : "r"(x), "m"(g_small_span) : "memory");
+  return below;
+#else
+  return x < __atomic_load_n(&g_small_span, __ATOMIC_ACQUIRE);
+#endif
+}
 
 // Sets the plain-free gate (Note [The plain-free gate]) and the range the inline free
 // asks for it. The slab range is reserved when the engine is made, before any thread

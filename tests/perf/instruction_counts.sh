@@ -79,7 +79,30 @@ trap 'rm -rf "$tmp"' EXIT
 
 pairs=256       # per iteration: the plan's slots (replay), the loop's length
 iterations=100  # collected iterations
-# Runs one case under callgrind: sets ir, npairs, in_slab. Arguments: NAME PRELOAD PROGRAM ARGS...
+# Callgrind's exclusive Ir of an output file that is replayalloc's own: in its
+# libraries (the preload library), or in its functions (replayalloc_*,
+# replayalloc::*) where a program links it statically. The cost line after a `calls=`
+# line is the call's inclusive cost, which belongs to the callee, so it is skipped.
+own_ir() {
+  awk '
+    function named(s, table,   id, rest) {
+      if (!match(s, /^\([0-9]+\)/)) return s
+      id = substr(s, RSTART, RLENGTH); rest = substr(s, RLENGTH + 2)
+      if (rest != "") table[id] = rest
+      return table[id]
+    }
+    function mine() { return ob ~ /\/libreplayalloc[^\/]*$/ || fn ~ /^replayalloc(_|::)/ }
+    /^ob=/ { ob = named(substr($0, 4), obs); next }
+    /^cob=/ { named(substr($0, 5), obs); next }
+    /^fn=/ { fn = named(substr($0, 4), fns); next }
+    /^cfn=/ { named(substr($0, 5), fns); next }
+    /^calls=/ { skip = 1; next }
+    /^[0-9+*-]/ { if (skip) { skip = 0; next } if (mine()) n += $2 }
+    END { print n + 0 }' "$1"
+}
+# Runs one case under callgrind: sets ir, own (the Ir of replayalloc's own libraries:
+# what it adds to the backend's and the loop's), npairs, in_slab. Arguments: NAME
+# PRELOAD PROGRAM ARGS...
 run_case() {
   local name=$1 preload=$2
   shift 2
@@ -91,6 +114,7 @@ run_case() {
     fail "$name could not be measured"
   fi
   ir=$(awk '/^totals:/ { print $2; exit }' "$out")
+  own=$(own_ir "$out")
   npairs=$(sed -n 's/^pairs=//p' "$out.log")
   in_slab=$(sed -n 's/^in_slab=//p' "$out.log")
   if ! [[ $ir =~ ^[0-9]+$ && $npairs =~ ^[0-9]+$ ]] || ((npairs == 0)); then
@@ -114,6 +138,11 @@ measure() {  # NAME
       run_case "$1" "$library" "$program" 64 $pairs $iterations new
       [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
     jemalloc_64) run_case "$1" "" "$hotpath" jemalloc 64 $pairs $iterations pairs ;;
+    jemalloc_preload_64)  # jemalloc's own library preloaded under the preload cases' program
+      local je
+      je=$(ldconfig -p 2> /dev/null | awk '/libjemalloc\.so\.2 .*x86-64/ { print $NF; exit }')
+      [[ -n $je ]] || je=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+      run_case "$1" "$je" "$program" 64 $pairs $iterations ;;
     jemalloc_4096) run_case "$1" "" "$hotpath" jemalloc 4096 $pairs $iterations pairs ;;
     loop_baseline) run_case "$1" "" "$hotpath" baseline 4096 $pairs $iterations pairs ;;
     *) fail "$budget names case '$1', which this script does not know (see measure())" ;;
@@ -123,7 +152,7 @@ measure() {  # NAME
 per_pair() { awk -v i="$1" -v p="$2" 'BEGIN { printf "%.1f", i / p }'; }
 
 echo "== instructions per malloc+free pair (callgrind, $iterations x $pairs pairs; budget: ${budget#"$here"/})"
-printf '  %-24s %9s %9s %9s  %-6s %s\n' case measured budget "+5%" "" "(Ir / pairs)"
+printf '  %-24s %9s %9s %9s  %-6s %5s  %s\n' case measured budget "+5%" "" own "(Ir / pairs)"
 failures=()
 notes=()
 for name in "${cases[@]}"; do
@@ -139,10 +168,13 @@ for name in "${cases[@]}"; do
     verdict=below
     notes+=("$name: $got instructions per pair, more than 5% below its budget of $fig: lower the figure")
   fi
-  printf '  %-24s %9s %9s %9s  %-6s (%s / %s)\n' "$name" "$got" "$fig" "$limit" "$verdict" "$ir" "$npairs"
+  printf '  %-24s %9s %9s %9s  %-6s %5s  (%s / %s)\n' "$name" "$got" "$fig" "$limit" "$verdict" \
+    "$(per_pair "$own" "$npairs")" "$ir" "$npairs"
 done
+echo "  (own: the instructions of replayalloc's own code alone, per pair; the rest is the"
+echo "   backend's and the loop's. Below the minimum it is what replayalloc adds to jemalloc.)"
 echo "reference, not checked:"
-for name in jemalloc_64 jemalloc_4096 loop_baseline; do
+for name in jemalloc_64 jemalloc_preload_64 jemalloc_4096 loop_baseline; do
   measure "$name"
   printf '  %-24s %9s %26s(%s / %s)\n' "$name" "$(per_pair "$ir" "$npairs")" "" "$ir" "$npairs"
 done

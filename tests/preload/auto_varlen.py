@@ -58,7 +58,7 @@ if stats_json is not None:
     s1 = stats()
     d = {k: s1[k] - s0[k] for k in ("allocations", "below_min_size", "slab_hits", "fallbacks",
                                     "backend_planned", "passthrough", "plans", "recordings")}
-    large = d["allocations"] - d["below_min_size"]
+    large = d["allocations"] - d["below_min_size"]  # the host counts no request below the minimum
     n = requests - warmup
     share = d["slab_hits"] / large if large else 0.0
     print(f"after {warmup} warm-up requests, {n} more (sequence length 16..256): {d['slab_hits']} of {large} "

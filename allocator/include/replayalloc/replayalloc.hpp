@@ -49,7 +49,7 @@ class OpScope {
 
 /// A snapshot of the process-wide statistics (the same numbers as the JSON).
 struct Stats {
-  std::uint64_t allocations = 0;      ///< every allocation made through replayalloc
+  std::uint64_t allocations = 0;      ///< requests at or above REPLAYALLOC_MIN_SIZE (host: smaller ones are not counted)
   std::uint64_t slab_hits = 0;        ///< served from a slab
   std::uint64_t fallbacks = 0;        ///< replaying, but served by the backend (sum below)
   std::uint64_t fallback_size_mismatch = 0;
@@ -59,8 +59,8 @@ struct Stats {
   std::uint64_t fallback_no_slab = 0;
   std::uint64_t fallback_too_large = 0;  ///< larger than the slot's capacity (a new largest shape)
   std::uint64_t backend_planned = 0;  ///< outlived the recording: backend, as planned
-  std::uint64_t passthrough = 0;      ///< no replaying iteration, or below the minimum size
-  std::uint64_t below_min_size = 0;   ///< of all allocations, those below REPLAYALLOC_MIN_SIZE
+  std::uint64_t passthrough = 0;      ///< no replaying iteration (or the CUDA domain's below the minimum)
+  std::uint64_t below_min_size = 0;   ///< the CUDA domain's requests below its minimum (the host counts none)
   std::uint64_t frees = 0;            ///< slab blocks freed (a backend block's free is not counted)
   std::uint64_t remote_frees = 0;     ///< slab blocks freed outside their iteration
   std::uint64_t invalid_frees = 0;
