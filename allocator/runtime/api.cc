@@ -170,13 +170,12 @@ REPLAYALLOC_EXPORT void replayalloc_free(void* ptr) { replayalloc::detail::entry
 
 REPLAYALLOC_EXPORT void replayalloc_free_sized(void* ptr, size_t size) {
   if (ptr == nullptr) return;
-  thread_state& t = tls_state;
-  if (backend::in_slab_range(ptr) || replayalloc::detail::check::enabled()) {
+  // A slab block, or a backend block that something must see (Note [The plain-free
+  // gate]: check mode, a recording, auto mode's watcher, the engine, a thread not yet
+  // registered): the free that knows them all. Otherwise the size spares jemalloc its
+  // lookup.
+  if (backend::in_slab_range(ptr) || tls_state.free_gate != 0) {
     replayalloc_free(ptr);
-    return;
-  }
-  if (t.host.ph == phase::record) {
-    engine::get().free_backend(t, ptr);
     return;
   }
   backend::fallback_free_sized(ptr, size, malloc_align);

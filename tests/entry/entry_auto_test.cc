@@ -1,0 +1,80 @@
+// The C API's entry points under auto mode (runtime/auto_thread.cc; Note [The
+// plain-free gate] in runtime/thread_state.h): every free of a block auto mode's
+// watcher follows must reach it, whichever free the program calls. Run with
+// REPLAYALLOC_MODE=auto and REPLAYALLOC_MIN_SIZE=1K (tests/CMakeLists.txt): the mode
+// is read once at start-up, so this suite has its own process.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "replayalloc/replayalloc.h"
+#include "runtime/auto_detect.h"
+#include "runtime/thread_state.h"
+#include "support/pattern.h"
+
+namespace {
+
+using replayalloc::testing::fill;
+using replayalloc::testing::intact;
+
+constexpr std::size_t kMin = 1024;  // REPLAYALLOC_MIN_SIZE of this suite
+
+// Watched blocks the calling thread's watcher counts as live (0 without a watcher).
+std::size_t watched_live() {
+  const replayalloc::detail::auto_state* a = replayalloc::detail::tls_state.autod;
+  return a == nullptr ? 0 : a->live.size();
+}
+
+std::uint64_t watched_bytes() {
+  const replayalloc::detail::auto_state* a = replayalloc::detail::tls_state.autod;
+  return a == nullptr ? 0 : a->live_bytes;
+}
+
+enum class how { plain, sized };
+
+void release(void* p, std::size_t n, how h) {
+  if (h == how::sized) {
+    replayalloc_free_sized(p, n);
+  } else {
+    replayalloc_free(p);
+  }
+}
+
+// On a fresh thread that marks nothing (so auto mode watches it), blocks at or above
+// the minimum, of sizes that never repeat (so no period is found and the watcher
+// only watches), freed with `h`: after each free the watcher counts nothing live. A
+// free the watcher misses leaves its block live there for good: the detector's live
+// bytes never return to zero, and no quiet point is found again.
+void watched_frees_are_seen(how h) {
+  std::thread([h] {
+    std::vector<void*> held;
+    for (int i = 0; i < 40; ++i) {
+      const std::size_t n = kMin * static_cast<std::size_t>(2 + i);
+      void* p = replayalloc_malloc(n);
+      ASSERT_NE(p, nullptr);
+      fill(p, n, static_cast<std::uint64_t>(i));
+      ASSERT_NE(replayalloc::detail::tls_state.autod, nullptr) << "auto mode does not watch this thread";
+      EXPECT_EQ(watched_live(), 1u) << "allocation " << i;
+      ASSERT_TRUE(intact(p, n, static_cast<std::uint64_t>(i)));
+      release(p, n, h);
+      EXPECT_EQ(watched_live(), 0u) << "the free of allocation " << i << " (" << n << " B) was not seen";
+      EXPECT_EQ(watched_bytes(), 0u);
+    }
+    // Blocks below the minimum are never watched; their sized frees skip the watcher.
+    for (int i = 0; i < 64; ++i) {
+      void* q = replayalloc_malloc(48);
+      ASSERT_NE(q, nullptr);
+      release(q, 48, h);
+    }
+    EXPECT_EQ(watched_live(), 0u);
+  }).join();
+}
+
+TEST(EntryAuto, PlainFreesOfWatchedBlocksAreSeen) { watched_frees_are_seen(how::plain); }
+
+TEST(EntryAuto, SizedFreesOfWatchedBlocksAreSeen) { watched_frees_are_seen(how::sized); }
+
+}  // namespace
