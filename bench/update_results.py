@@ -315,10 +315,15 @@ def e2e_section(runs_path, meta):
         med[key]["n"] = len(runs)
         med[key]["bit"] = all(x["outputs_bit_identical"] == x["outputs_checked"] for x in runs)
         med[key]["maxdiff"] = max(x["max_abs_diff"] for x in runs)
+    # The script that ran it: the command's first word (run_all.sh, run_e2e_varlen.sh,
+    # run_e2e_cells.sh, ...).
+    script = meta.get("e2e_cmd", "").split(" ")[0]
+    if not re.fullmatch(r"bench/[a-z0-9_]+\.sh", script):
+        script = "bench/run_all.sh"
     out = ["## End to end: TorchScript models under every allocator", "",
            "Written by `bench/run_training.sh` (`bench/e2e/run_e2e.py`, `bench/e2e/e2e_driver.cc --train`)."
            if training else
-           "Written by `bench/run_all.sh` (`bench/e2e/run_e2e.py`, `bench/e2e/e2e_driver.cc`).", ""]
+           f"Written by `{script}` (`bench/e2e/run_e2e.py`, `bench/e2e/e2e_driver.cc`).", ""]
     out += machine_lines(meta)
     out.append(f"- Libraries: libtorch {meta.get('torch_version', '?')} (Debian; {meta.get('blas', 'generic BLAS')}), glibc, jemalloc 5.3, "
                "tcmalloc (gperftools minimal), mimalloc 2.0 (Debian packages)")
