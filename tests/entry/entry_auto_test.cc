@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "replayalloc/replayalloc.h"
+#include "replayalloc/replayalloc.hpp"
 #include "runtime/auto_detect.h"
 #include "runtime/thread_state.h"
 #include "support/pattern.h"
@@ -70,6 +71,49 @@ void watched_frees_are_seen(how h) {
       release(q, 48, h);
     }
     EXPECT_EQ(watched_live(), 0u);
+  }).join();
+}
+
+// Note [Auto mode rests]: a thread whose stream shows no period (sizes that never
+// recur) stops being watched for a while; its allocations then pass through to
+// jemalloc from the top of the slow path, which must still count the rest down, one
+// per allocation, so that watching resumes after it, and count each as pass-through.
+TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
+  std::thread([] {
+    auto* const& a = replayalloc::detail::tls_state.autod;
+    std::uint64_t salt = 0;
+    // One block at a time, sizes that never recur, until the watcher rests.
+    auto one = [&salt] {
+      const std::size_t n = kMin + 16 * static_cast<std::size_t>(salt % 100000);
+      void* p = replayalloc_malloc(n);
+      ASSERT_NE(p, nullptr);
+      fill(p, 256, salt);  // (the first bytes: the blocks reach 1.5 MiB)
+      ASSERT_TRUE(intact(p, 256, salt));
+      replayalloc_free(p);
+      ++salt;
+    };
+    const replayalloc::Stats before = replayalloc::stats();
+    while (a == nullptr || a->resting == 0) {
+      one();
+      ASSERT_LT(salt, 100000u) << "auto mode never rested on a stream with no period";
+    }
+    const std::uint64_t rest = a->resting;
+    ASSERT_GT(rest, 2u);
+    const std::uint64_t watched_count = a->det.count();
+    const replayalloc::Stats mid = replayalloc::stats();
+    for (std::uint64_t i = 1; i < rest; ++i) {
+      one();
+      ASSERT_EQ(a->resting, rest - i) << "a resting allocation did not count the rest down";
+    }
+    const replayalloc::Stats late = replayalloc::stats();
+    EXPECT_EQ(late.passthrough - mid.passthrough, rest - 1) << "resting allocations are pass-through";
+    EXPECT_EQ(late.allocations - mid.allocations, rest - 1);
+    EXPECT_EQ(a->det.count(), watched_count) << "the watcher observed an allocation while it rested";
+    one();  // the rest's last: watching resumes
+    EXPECT_EQ(a->resting, 0u);
+    one();
+    EXPECT_GT(a->det.count(), watched_count) << "the watcher does not watch again after its rest";
+    EXPECT_GE(replayalloc::stats().allocations - before.allocations, salt);
   }).join();
 }
 
