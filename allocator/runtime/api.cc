@@ -8,7 +8,6 @@
 #include "replay/fast_path.h"
 #include "replayalloc/replayalloc.h"
 #include "replayalloc/replayalloc.hpp"
-#include "runtime/auto_detect.h"
 #include "runtime/check.h"
 #include "runtime/engine.h"
 #include "runtime/entry.h"
@@ -34,30 +33,6 @@ namespace replayalloc::detail {
 
 namespace {
 
-// Note [Pass-through]: true when engine::alloc_slow_unchecked would do nothing for
-// this request but pass it to the backend and count it as pass-through: a registered
-// thread whose host domain neither records nor replays (phase none, a slab not missing),
-// check mode off, a size the backend may be asked for, and nothing for auto mode to
-// do: not auto mode, or the thread marks its own iterations (auto mode is off there),
-// or its watcher rests (Note [Auto mode rests]) outside any iteration, whose count
-// this takes one off. The rest's last allocation (resting == 1) goes the engine's way,
-// which starts watching again; so does a thread's first in auto mode, which makes its
-// watcher. pre: not in the engine, size at or above the minimum.
-bool passes_through(thread_state& t, std::size_t size) {
-  if (!t.registered || t.host.ph != phase::none || t.host.no_slab || check::enabled() ||
-      size > max_request_bytes) {
-    return false;
-  }
-  auto_state* a = t.autod;
-  if (a == nullptr) return engine::get().opts().mode != run_mode::automatic;
-  if (t.marks_own) return true;
-  if (a->resting > 1 && t.depth == 0) {
-    --a->resting;
-    return true;
-  }
-  return false;
-}
-
 // Everything entry_alloc_slow does not serve at its top.
 REPLAYALLOC_NOINLINE void* alloc_slow_rest(thread_state& t, std::size_t size, std::size_t align) noexcept {
   // Re-entrant calls (the engine allocating, also while it is being made) go straight
@@ -72,12 +47,12 @@ REPLAYALLOC_NOINLINE void* alloc_slow_rest(thread_state& t, std::size_t size, st
     return alloc_below_min(size, align, false);
   }
   // Where the engine's slow path would only pass the request through to the backend
-  // (passes_through(), Note [Pass-through]: no iteration records or replays on the
-  // thread, nothing watches it), that is done here, without it: ~150 instructions per
-  // allocation less, on every allocation at or above the minimum of a program that
-  // marks iterations only around some of its work, or whose keys are set aside, or
-  // that auto mode has stopped watching for a while (a stream that never repeats
-  // spends most of its allocations resting).
+  // (passes_through() in engine.h, Note [Pass-through]: no iteration records or replays
+  // on the thread, nothing watches it), that is done here, without it: ~150
+  // instructions per allocation less, on every allocation at or above the minimum of
+  // a program that marks iterations only around some of its work, or whose keys are
+  // set aside, or that auto mode has stopped watching for a while (a stream that never
+  // repeats spends most of its allocations resting).
   if (passes_through(t, size)) {
     void* p = backend::fallback_alloc(size, align);
     if (p == nullptr) [[unlikely]] {
