@@ -1,6 +1,8 @@
 #include "runtime/auto_detect.h"
 
 #include <algorithm>
+#include <bit>
+#include <iterator>
 
 #include "support/hash.h"
 
@@ -15,6 +17,9 @@ void period_detector::reset() {
   blocks_.clear();
   by_shape_ = false;
   sizes_recur_ = false;
+  std::fill(std::begin(seen_), std::end(seen_), 0);
+  sampled_ = 0;
+  recurred_ = 0;
   quiet_ = false;
   quiet_level_ = 0;
   quiet_run_ = 0;
@@ -38,6 +43,13 @@ bool period_detector::observe(std::uint64_t size, std::uint64_t live, std::uint3
   life_.push_back(0);
   blocks_.push_back(live_blocks);
   ++count_;
+  if (sampled_ < recur_sample) {  // Note [Auto mode rests]: a size seen before?
+    const std::uint64_t bit = (size * 0x9e3779b97f4a7c15ull) >> (64 - std::countr_zero(recur_bits));
+    const std::uint64_t mask = std::uint64_t{1} << (bit % 64);
+    recurred_ += (seen_[bit / 64] & mask) != 0;
+    seen_[bit / 64] |= mask;
+    ++sampled_;
+  }
   // A search of sizes scans up to a third of the history back, so it runs every 16
   // allocations while the history is short and every history/64 once it is long (every
   // history/16 found the period of a Python ResNet-50 loop, whose start-up fills the

@@ -52,6 +52,7 @@
 // deviate and are given up like any period that does not hold (auto_thread.cc).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -74,6 +75,11 @@ inline constexpr std::size_t shape_periods = 8;  // periods alike before one of 
 inline constexpr std::size_t quiet_window = 4096;
 inline constexpr std::uint32_t min_quiet_piece = 16;
 inline constexpr int quiet_lengths = 4;  // max_regimes (runtime/engine.h)
+// Note [Auto mode rests]: a watch's first recur_sample allocations are tallied for
+// sizes seen before in it, in a table of recur_bits bits (one per hash of a size).
+inline constexpr std::uint32_t recur_sample = 2048;
+inline constexpr std::uint32_t recur_bits = 32768;
+static_assert(std::has_single_bit(recur_bits));
 
 class period_detector {
  public:
@@ -107,6 +113,11 @@ class period_detector {
   // the newest size at least twice before it (a stream that repeats anything does;
   // random sizes almost never).
   bool sizes_recur() const { return sizes_recur_; }
+  // Note [Auto mode rests]: true once the first recur_sample allocations since the last
+  // reset are tallied and fewer than a quarter of them had a size seen before among
+  // them. Any period of up to recur_sample / 2 allocations repeats at least half of
+  // them; random sizes in 1 MiB repeat ~3% (the table's collisions).
+  bool sizes_rare() const { return sampled_ >= recur_sample && recurred_ * 4 < sampled_; }
   void reset();
   // The current period did not hold up (its iterations kept deviating): forget it and
   // never pick it again.
@@ -134,6 +145,9 @@ class period_detector {
   std::vector<std::uint32_t, backend::internal_allocator<std::uint32_t>> blocks_;
   bool by_shape_ = false;
   bool sizes_recur_ = false;
+  std::uint64_t seen_[recur_bits / 64] = {};  // sizes of the first recur_sample, hashed
+  std::uint32_t sampled_ = 0;
+  std::uint32_t recurred_ = 0;
   bool quiet_ = false;
   std::uint32_t quiet_level_ = 0;
   std::uint32_t quiet_run_ = 0;

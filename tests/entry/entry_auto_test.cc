@@ -100,6 +100,8 @@ TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
     const std::uint64_t rest = a->resting;
     ASSERT_GT(rest, 2u);
     const std::uint64_t watched_count = a->det.count();
+    EXPECT_EQ(watched_count, replayalloc::detail::recur_sample)
+        << "a stream whose sizes never recur rests after the watch's first 2,048 allocations";
     const replayalloc::Stats mid = replayalloc::stats();
     for (std::uint64_t i = 1; i < rest; ++i) {
       one();

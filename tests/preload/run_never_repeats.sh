@@ -19,8 +19,8 @@ expect explicit "$out" iterations_set_aside -ge 2500
 
 out=$(LD_PRELOAD="$lib" REPLAYALLOC_VERBOSE=0 "$prog" 3000 2>&1)
 [ "$(grep '^checksum' <<<"$out")" = "$want" ] && echo "ok    auto: same output" || { echo "FAIL  auto: output differs"; fail=1; }
-# ~120,000 watched allocations in which no size recurs: rests after 16,384, 49,152 and
-# 98,304 of them (one history each, the rests doubling), not once after 65,536.
+# ~120,000 allocations in which no size recurs: the watcher rests after the first
+# 2,048 of each watch (16,384, then 32,768 and 65,536), not once after 65,536.
 expect auto "$out" auto_rests -ge 3
 expect auto "$out" plans -eq 0
 exit $fail

@@ -206,6 +206,41 @@ struct shifting_model : encoder_stream {
   }
 };
 
+// Note [Auto mode rests]: a watch whose first 2,048 allocations are mostly of sizes
+// not seen before in it (random sizes) says so, and auto mode rests after those 2,048;
+// a period of up to 1,024 allocations, even of sizes all different within it, does
+// not say so, and nor do programs whose sizes change by the request (their layers
+// repeat shapes within one; the streams of the two tests below).
+TEST(PeriodDetector, SaysWhenFewSizesRecurInTheWatchsFirstAllocations) {
+  std::mt19937_64 rng(11);
+  period_detector random_sizes;
+  for (std::uint32_t i = 0; i + 1 < recur_sample; ++i) random_sizes.observe(4096 + rng() % (1u << 20), 0);
+  EXPECT_FALSE(random_sizes.sizes_rare()) << "said before its sample was complete";
+  random_sizes.observe(4096 + rng() % (1u << 20), 0);
+  EXPECT_TRUE(random_sizes.sizes_rare()) << "2,048 random sizes in 1 MiB";
+  random_sizes.reset();
+  EXPECT_FALSE(random_sizes.sizes_rare()) << "a rest starts the tally afresh";
+
+  // 1,024 different sizes, then the same again: half the sample recurs.
+  period_detector distinct;
+  for (std::uint32_t i = 0; i < recur_sample; ++i) distinct.observe(4096 * (1 + i % 1024), 0);
+  EXPECT_FALSE(distinct.sizes_rare()) << "a period of 1,024 different sizes";
+  for (int i = 0; i < 3 * 1024 && !distinct.found(); ++i) distinct.observe(4096 * (1 + i % 1024), 0);
+  EXPECT_TRUE(distinct.found());
+  EXPECT_EQ(distinct.period(), 1024u);
+
+  period_detector d;
+  encoder_stream e{d};
+  while (d.count() < recur_sample) e.inference(16 + rng() % 241, 4);
+  EXPECT_FALSE(d.sizes_rare()) << "an encoder fed a new sequence length per request";
+
+  period_detector q;
+  shifting_model m{{q}};
+  m.weights(40);
+  while (q.count() < recur_sample) m.request(16 + rng() % 241, 4);
+  EXPECT_FALSE(q.sizes_rare()) << "a model whose structure changes with the shape";
+}
+
 TEST(PeriodDetector, FindsIterationsBetweenQuietPointsWhenTheStructureChangesWithTheShape) {
   std::uint64_t sig[2] = {0, 0};
   for (int run = 0; run < 2; ++run) {
