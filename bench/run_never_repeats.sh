@@ -18,21 +18,36 @@ cmake --build "$build" --target never_repeats replayalloc_preload > /dev/null
 prog=$build/bench/never_repeats
 pre=$(preload_library "$build")
 names=(glibc jemalloc tcmalloc mimalloc replayalloc-explicit replayalloc-explicit-no-set-aside replayalloc-auto)
-run_one() {  # name -> prints "cpu faults slab_hits iterations_set_aside plans"
-  local out
+setup() {  # name -> envs (assignments for env) and args (the program's), of its run
+  envs=() args=("$requests")
   case $1 in
-    glibc) out=$("$prog" "$requests") ;;
-    jemalloc|tcmalloc|mimalloc) out=$(LD_PRELOAD=$(allocator_library "$1") "$prog" "$requests") ;;
-    replayalloc-explicit) out=$(LD_PRELOAD=$pre REPLAYALLOC_VERBOSE=0 "$prog" "$requests" explicit) ;;
-    replayalloc-explicit-no-set-aside) out=$(LD_PRELOAD=$pre REPLAYALLOC_VERBOSE=0 REPLAYALLOC_SET_ASIDE=0 "$prog" "$requests" explicit) ;;
-    replayalloc-auto) out=$(LD_PRELOAD=$pre REPLAYALLOC_VERBOSE=0 "$prog" "$requests") ;;
+    glibc) ;;
+    jemalloc|tcmalloc|mimalloc) envs=("LD_PRELOAD=$(allocator_library "$1")") ;;
+    replayalloc-explicit) envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0) args+=(explicit) ;;
+    replayalloc-explicit-no-set-aside)
+      envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0 REPLAYALLOC_SET_ASIDE=0) args+=(explicit) ;;
+    replayalloc-auto) envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0) ;;
   esac
-  local cpu faults plans aside
+}
+run_one() {  # name -> prints "cpu faults plans iterations_set_aside"
+  local out cpu faults plans aside
+  setup "$1"
+  out=$(env "${envs[@]}" "$prog" "${args[@]}")
   cpu=$(sed -n 's/^cpu_us_per_request //p' <<<"$out")
   faults=$(sed -n 's/^faults_per_request //p' <<<"$out")
   plans=$(sed -n 's/.*"plans":\([0-9]*\).*/\1/p' <<<"$out"); plans=${plans:--}
   aside=$(sed -n 's/.*"iterations_set_aside":\([0-9]*\).*/\1/p' <<<"$out"); aside=${aside:--}
   echo "$cpu $faults $plans $aside"
+}
+# User-space instructions of one run under callgrind: deterministic (the same binaries
+# give the same count within 0.1% whatever the machine's load), so it shows what time
+# on a shared machine cannot; the kernel's work (glibc's mmap and page faults) is not
+# in it. "-" without valgrind.
+instructions() {  # name
+  command -v valgrind > /dev/null || { echo -; return; }
+  setup "$1"
+  env "${envs[@]}" valgrind --tool=callgrind --callgrind-out-file=/dev/null "$prog" "${args[@]}" 2>&1 > /dev/null |
+    sed -n 's/^==[0-9]*== I *refs: *//p' | tr -d ,
 }
 scratch_dir
 for ((r = 0; r < rounds; ++r)); do
@@ -43,22 +58,32 @@ for ((r = 0; r < rounds; ++r)); do
   done
 done
 je=$(cut -d' ' -f1 "$tmp/jemalloc" | median)
+for name in "${names[@]}"; do instructions "$name" > "$tmp/$name.ir"; done
+je_ir=$(cat "$tmp/jemalloc.ir")
 {
   echo "## Never repeats: the cost where nothing can be replayed"
   echo
   echo "$(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average)."
-  echo "Command: \`bench/run_never_repeats.sh $rounds $requests\` ($rounds rounds of $requests requests, one process per allocator and round, order rotated)."
+  echo "Command: \`bench/run_never_repeats.sh $rounds $requests\` ($rounds rounds of $requests requests, one process per allocator and round, order rotated; then one run of each under callgrind)."
   echo "Each request: 20-60 blocks of 4 KiB-1 MiB, random sizes and lifetimes, one byte written per 4 KiB; never the same twice (\`bench/micro/never_repeats.cc\`)."
-  echo "CPU time per request (user + system), median over the rounds, and its ratio to jemalloc alone (replayalloc's fallback); lower is better."
+  echo "CPU time per request (user + system), median over the rounds, and its ratio to jemalloc alone (replayalloc's fallback); **paired**: each round's CPU time over the same round's jemalloc run, median and range over the rounds (runs of the same binaries differ by a few percent here, so a difference within that range is not resolved). **Instructions**: user-space instructions of the whole run under callgrind, deterministic, over jemalloc's (the kernel's work, most of glibc's cost, is not in them). Lower is better."
   echo
-  echo "| allocator | CPU us / request | ratio to jemalloc | minor faults / request | plans made | iterations passed through (set aside) |"
-  echo "|---|---|---|---|---|---|"
+  echo "| allocator | CPU us / request | ratio to jemalloc | paired ratio (range) | instructions ÷ jemalloc | minor faults / request | plans made | iterations passed through (set aside) |"
+  echo "|---|---|---|---|---|---|---|---|"
   for name in "${names[@]}"; do
     cpu=$(cut -d' ' -f1 "$tmp/$name" | median)
     faults=$(cut -d' ' -f2 "$tmp/$name" | median)
     plans=$(cut -d' ' -f3 "$tmp/$name" | sort | uniq | paste -sd/)
     aside=$(cut -d' ' -f4 "$tmp/$name" | sort | uniq | paste -sd/)
-    printf '| %s | %.1f | %.3f | %.1f | %s | %s |\n' "$name" "$cpu" "$(awk -v a="$cpu" -v b="$je" 'BEGIN { print a / b }')" "$faults" "$plans" "$aside"
+    paste -d' ' "$tmp/$name" "$tmp/jemalloc" | awk '{ print $1 / $5 }' > "$tmp/$name.paired"
+    paired=$(printf '%.3f (%.3f-%.3f)' "$(median < "$tmp/$name.paired")" "$(sort -g "$tmp/$name.paired" | head -1)" \
+      "$(sort -g "$tmp/$name.paired" | tail -1)")
+    ir=$(cat "$tmp/$name.ir")
+    if [[ $ir =~ ^[0-9]+$ && $je_ir =~ ^[0-9]+$ ]]; then
+      ir=$(awk -v a="$ir" -v b="$je_ir" 'BEGIN { printf "%.3f (%.1f M)", a / b, a / 1e6 }')
+    fi
+    printf '| %s | %.1f | %.3f | %s | %s | %.1f | %s | %s |\n' "$name" "$cpu" \
+      "$(awk -v a="$cpu" -v b="$je" 'BEGIN { print a / b }')" "$paired" "$ir" "$faults" "$plans" "$aside"
   done
   echo
 } > "$tmp/section"

@@ -29,7 +29,10 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
   }
   auto_state& a = *t.autod;
   if (a.resting > 0) {  // Note [Auto mode rests]
-    if (--a.resting == 0) a.watch_start = a.det.count();
+    if (--a.resting == 0) {
+      a.watch_start = a.det.count();
+      refresh_watched_gate(t);
+    }
     return;
   }
   // Note [Iterations between quiet points]: the row of allocations made at the quiet
@@ -145,7 +148,7 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
     const std::uint64_t budget = std::uint64_t{a.det.sizes_recur() && !rare ? 4u : 1u} * opts_.auto_history;
     const std::uint64_t watched = a.det.count() - a.watch_start;
     if (rare || watched >= budget) {
-      auto_rest(a, budget);
+      auto_rest(t, a, budget);
       REPLAYALLOC_LOG(info, "auto: thread %u shows no period in %llu allocations%s; not watched for the next %llu",
                       t.thread_no, static_cast<unsigned long long>(watched),
                       rare ? " (fewer than a quarter of their sizes recur)" : "",
@@ -156,13 +159,18 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
 
 // Note [Auto mode rests]: the watcher drops its history and its table of live blocks
 // and skips the next `budget` allocations, doubled for each rest in a row (up to 64x).
-void engine::auto_rest(auto_state& a, std::uint64_t budget) noexcept {
+// Nothing watches the thread's frees meanwhile (tracking() below): the plain-free gate
+// loses gate_watched until the rest ends (auto_before_alloc sets it again), so that a
+// resting thread's frees of backend blocks go from the inline entry point straight to
+// the backend's free, as its allocations go from the slow path's top.
+void engine::auto_rest(thread_state& t, auto_state& a, std::uint64_t budget) noexcept {
   a.resting = budget << std::min<std::uint32_t>(a.rests, 6);
   ++a.rests;
   a.live.clear();
   a.live_bytes = 0;
   a.filter.clear();
   a.det.reset();
+  set_free_gate(t, t.free_gate & ~gate_watched);
   auto_rests_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -196,7 +204,7 @@ void engine::auto_out_of_memory(thread_state& t) noexcept {
     } catch (const std::bad_alloc&) {
     }
   }
-  auto_rest(*a, opts_.auto_history);
+  auto_rest(t, *a, opts_.auto_history);
   REPLAYALLOC_LOG(warning, "auto: out of memory watching thread %u; not watched for the next %llu allocations",
                   t.thread_no, static_cast<unsigned long long>(a->resting));
 }

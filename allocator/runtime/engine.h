@@ -283,7 +283,7 @@ class engine {
   void auto_before_alloc_safe(thread_state& t, std::size_t size) noexcept;
   void auto_track_safe(thread_state& t, const void* p, std::size_t size) noexcept;
   void auto_out_of_memory(thread_state& t) noexcept;
-  void auto_rest(auto_state& a, std::uint64_t budget) noexcept;
+  void auto_rest(thread_state& t, auto_state& a, std::uint64_t budget) noexcept;
   void auto_untrack(thread_state& t, const void* p);
   void end_record(domain_state& d);
   void end_record_impl(domain_state& d);

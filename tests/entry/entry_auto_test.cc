@@ -102,6 +102,8 @@ TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
     const std::uint64_t watched_count = a->det.count();
     EXPECT_EQ(watched_count, replayalloc::detail::recur_sample)
         << "a stream whose sizes never recur rests after the watch's first 2,048 allocations";
+    auto gate = [] { return replayalloc::detail::tls_state.free_gate; };
+    EXPECT_EQ(gate() & replayalloc::detail::gate_watched, 0u) << "a resting thread's frees still go to the watcher";
     const replayalloc::Stats mid = replayalloc::stats();
     for (std::uint64_t i = 1; i < rest; ++i) {
       one();
@@ -113,7 +115,17 @@ TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
     EXPECT_EQ(a->det.count(), watched_count) << "the watcher observed an allocation while it rested";
     one();  // the rest's last: watching resumes
     EXPECT_EQ(a->resting, 0u);
-    one();
+    EXPECT_NE(gate() & replayalloc::detail::gate_watched, 0u) << "the watcher's gate stays open after its rest";
+    // Watched again: the next block is followed, and its free (through either entry
+    // point) is seen.
+    for (how h : {how::plain, how::sized}) {
+      const std::size_t n = kMin + 16 * static_cast<std::size_t>(salt++ % 100000);
+      void* p = replayalloc_malloc(n);
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(watched_live(), 1u) << "the watcher does not watch again after its rest";
+      release(p, n, h);
+      EXPECT_EQ(watched_live(), 0u) << "a free after the rest was not seen";
+    }
     EXPECT_GT(a->det.count(), watched_count) << "the watcher does not watch again after its rest";
     EXPECT_GE(replayalloc::stats().allocations - before.allocations, salt);
   }).join();
