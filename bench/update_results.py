@@ -412,6 +412,7 @@ def e2e_section(runs_path, meta):
                    f"{gm('p99'):.3f} | {sum(1 for x in g['p99'] if x and x <= 0.8)} of {n} | "
                    f"{sum(1 for x in g['rss'] if x and x <= 1.0)} of {n} | {gm('cpu'):.3f} |")
     out.append("")
+    out += paired_table(recs, cells, per)
     out += first_inferences_table(cells, ok)
     if failed:
         out.append("Runs that failed (no figures from them):")
@@ -420,6 +421,54 @@ def e2e_section(runs_path, meta):
         out.append("")
     return out
 
+
+
+def paired_table(recs, cells, per):
+    """Throughput paired by round: each run over the best general-purpose allocator's run of
+    the same round and cell (for a general-purpose allocator, the best of the other three),
+    median over the rounds; with the rounds it won (at or above that best). A round's runs
+    follow one another within seconds, so the machine's slower drifts divide out."""
+    by = {}  # (cell, round) -> {allocator: run}
+    for r in recs:
+        if r.get("rc") == 0 and r.get("run") and r["run"].get("throughput"):
+            by.setdefault((r["cell"], r["round"]), {})[r["allocator"]] = r["run"]
+    ratios, cpu = {}, {}  # (cell, allocator) -> [ratio per round]
+    for (c, _), runs in by.items():
+        for a, v in runs.items():
+            others = [runs[g] for g in GENERAL_E2E if g in runs and g != a]
+            if others:
+                ratios.setdefault((c, a), []).append(v["throughput"] / max(o["throughput"] for o in others))
+                cpu.setdefault((c, a), []).append(v["cpu_ms_per_inference"] /
+                                                  min(o["cpu_ms_per_inference"] for o in others))
+    if not ratios:
+        return []
+    out = [f"**Paired by round** (throughput): each run ÷ the best general-purpose allocator's run of the "
+           "same round and cell (for a general-purpose allocator, the best of the other three), median over "
+           "the rounds, and the rounds it won (ratio ≥ 1.0). The runs of one round follow one another within "
+           "seconds, so the machine's slower drifts divide out; each general-purpose allocator, measured the "
+           "same way, is the yardstick: the best of several noisy runs is above any one allocator's typical "
+           f"run, so even the fastest general-purpose allocator of a cell stays below 1.0 in some rounds.", ""]
+    out.append("| cell | " + " | ".join(E2E_ALLOCATORS) + " |")
+    out.append("|---|" + "---:|" * len(E2E_ALLOCATORS))
+    for c in cells:
+        row = []
+        for a in E2E_ALLOCATORS:
+            v = ratios.get((c, a))
+            row.append("n/a" if not v else f"{median(v):.2f} ({sum(1 for x in v if x >= 1.0)}/{len(v)})")
+        out.append(f"| {c} | " + " | ".join(row) + " |")
+    row = []
+    for a in E2E_ALLOCATORS:
+        meds = [median(ratios[(c, a)]) for c in cells if ratios.get((c, a))]
+        g = geomean(meds)
+        row.append("n/a" if g is None else f"**{g:.3f}** ({sum(1 for m in meds if m >= 1.0)} of {len(meds)} cells ≥ 1.0)")
+    out.append("| geomean | " + " | ".join(row) + " |")
+    row = []
+    for a in E2E_ALLOCATORS:
+        g = geomean([median(cpu[(c, a)]) for c in cells if cpu.get((c, a))])
+        row.append("n/a" if g is None else f"{g:.3f}")
+    out.append(f"| CPU per {per} ÷ the best's, paired, geomean (lower is better) | " + " | ".join(row) + " |")
+    out.append("")
+    return out
 
 def first_inferences_table(cells, ok):
     """Runs with no warm-up: the first thread's first three timed inferences (e2e_driver's
