@@ -422,7 +422,6 @@ def e2e_section(runs_path, meta):
     return out
 
 
-
 def paired_table(recs, cells, per):
     """Throughput paired by round: each run over the best general-purpose allocator's run of
     the same round and cell (for a general-purpose allocator, the best of the other three),
@@ -469,6 +468,7 @@ def paired_table(recs, cells, per):
     out.append(f"| CPU per {per} ÷ the best's, paired, geomean (lower is better) | " + " | ".join(row) + " |")
     out.append("")
     return out
+
 
 def first_inferences_table(cells, ok):
     """Runs with no warm-up: the first thread's first three timed inferences (e2e_driver's

@@ -1,9 +1,8 @@
 #include "runtime/auto_detect.h"
 
 #include <algorithm>
-#include <bit>
-#include <iterator>
 
+#include "absl/hash/hash.h"
 #include "support/hash.h"
 
 namespace replayalloc::detail {
@@ -17,7 +16,7 @@ void period_detector::reset() {
   blocks_.clear();
   by_shape_ = false;
   sizes_recur_ = false;
-  std::fill(std::begin(seen_), std::end(seen_), 0);
+  seen_.reset();
   sampled_ = 0;
   recurred_ = 0;
   quiet_ = false;
@@ -44,10 +43,9 @@ bool period_detector::observe(std::uint64_t size, std::uint64_t live, std::uint3
   blocks_.push_back(live_blocks);
   ++count_;
   if (sampled_ < recur_sample) {  // Note [Auto mode rests]: a size seen before?
-    const std::uint64_t bit = (size * 0x9e3779b97f4a7c15ull) >> (64 - std::countr_zero(recur_bits));
-    const std::uint64_t mask = std::uint64_t{1} << (bit % 64);
-    recurred_ += (seen_[bit / 64] & mask) != 0;
-    seen_[bit / 64] |= mask;
+    const std::size_t bit = absl::Hash<std::uint64_t>{}(size) % recur_bits;
+    recurred_ += seen_.test(bit);
+    seen_.set(bit);
     ++sampled_;
   }
   // A search of sizes scans up to a third of the history back, so it runs every 16

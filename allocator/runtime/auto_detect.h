@@ -52,7 +52,7 @@
 // deviate and are given up like any period that does not hold (auto_thread.cc).
 #pragma once
 
-#include <bit>
+#include <bitset>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -79,7 +79,6 @@ inline constexpr int quiet_lengths = 4;  // max_regimes (runtime/engine.h)
 // sizes seen before in it, in a table of recur_bits bits (one per hash of a size).
 inline constexpr std::uint32_t recur_sample = 2048;
 inline constexpr std::uint32_t recur_bits = 32768;
-static_assert(std::has_single_bit(recur_bits));
 
 class period_detector {
  public:
@@ -145,7 +144,7 @@ class period_detector {
   std::vector<std::uint32_t, backend::internal_allocator<std::uint32_t>> blocks_;
   bool by_shape_ = false;
   bool sizes_recur_ = false;
-  std::uint64_t seen_[recur_bits / 64] = {};  // sizes of the first recur_sample, hashed
+  std::bitset<recur_bits> seen_;  // sizes of the first recur_sample, hashed
   std::uint32_t sampled_ = 0;
   std::uint32_t recurred_ = 0;
   bool quiet_ = false;

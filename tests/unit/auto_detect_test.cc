@@ -210,7 +210,7 @@ struct shifting_model : encoder_stream {
 // not seen before in it (random sizes) says so, and auto mode rests after those 2,048;
 // a period of up to 1,024 allocations, even of sizes all different within it, does
 // not say so, and nor do programs whose sizes change by the request (their layers
-// repeat shapes within one; the streams of the two tests below).
+// repeat shapes within one; the streams of the tests before and after this one).
 TEST(PeriodDetector, SaysWhenFewSizesRecurInTheWatchsFirstAllocations) {
   std::mt19937_64 rng(11);
   period_detector random_sizes;
