@@ -12,6 +12,9 @@
 // Free when off: the fast paths are untouched. When on, the engine masks the replay
 // cursor's counts (thread_state.h: domain_state::masked) so that every hit and every
 // predicted free takes the slow path, which unmasks, serves, and consults the map.
+// Engine memory (made under the reentry guard, so never entered) is freed under it
+// too, also where a program's free sets it off (the last free of a retired plan's slab
+// releases the plan): the map must hold exactly what the program was handed.
 // The map sits under one mutex: check mode is for finding bugs, not for speed.
 // Never allocates through the interposed allocator (invariant 5: internal allocator).
 #pragma once

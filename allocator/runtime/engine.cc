@@ -933,6 +933,10 @@ void engine::free_checked(thread_state& t, void* p) {
   register_thread(t);
   check::on_free(p, t.thread_no);
   if (backend::in_slab_range(p)) {
+    // The last free of a retired plan's slab releases the slab and the plan (slab_pool.cc:
+    // plan_version::release): engine memory, made under the guard, so freed under it
+    // too, to the backend unchecked, as it was made (Note [Check mode]).
+    reentry_guard guard;
     unmask(t.host);
     replay_free(t.host.cursor, p, [](void* q) { return static_cast<slab*>(backend::chunk_owner(q)); });
     mask(t.host);
@@ -965,7 +969,14 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
     if (zero) std::memset(p, 0, size);
     // Note [Iterations between quiet points] (runtime/auto_detect.h): an auto
     // iteration that ends where few blocks are live counts its backend blocks.
-    if (watched && !backend::in_slab_range(p)) auto_track_safe(t, p, size);
+    if (watched && !backend::in_slab_range(p)) {
+      auto_track_safe(t, p, size);
+    } else if (t.auto_iteration && t.auto_count > 0) {
+      // A slot handed out here is counted by the cursor (cursor_handed()), not again
+      // among the slow path's allocations: auto mode ends its iteration at handed +
+      // auto_count, and in check mode every slot is handed out here.
+      --t.auto_count;
+    }
     return p;
   }
   void* p = zero && align <= malloc_align ? backend::fallback_calloc(size)
