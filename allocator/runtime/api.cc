@@ -249,6 +249,8 @@ REPLAYALLOC_EXPORT int replayalloc_save_trace(const char* key, const char* path)
 
 }  // extern "C"
 
+// The C++ API (replayalloc.hpp): what it does not inline leaves the library as the C
+// API does.
 namespace replayalloc {
-Stats stats() { return detail::engine::get().stats(); }
+REPLAYALLOC_EXPORT Stats stats() { return detail::engine::get().stats(); }
 }  // namespace replayalloc

@@ -4,8 +4,10 @@
 #   1. checks the files are there and the CMake/pkg-config files name no source or
 #      build path,
 #   2. builds tests/install/consumer (an outside CMake project) with
-#      find_package(replayalloc) against the prefix and runs it (shared, and static when
-#      the package offers replayalloc::replayalloc_static),
+#      find_package(replayalloc) against the prefix and runs it: the C program and the
+#      C++ one (replayalloc::Iteration, replayalloc::stats()) against the shared library,
+#      both against the static one when the package offers replayalloc::replayalloc_static,
+#      and a program using replayalloc/torch.hpp against replayalloc::torch when installed,
 #   3. builds the same C program with `cc $(pkg-config --cflags --libs replayalloc)`,
 #   4. runs perl, and a /usr/bin/python3 loop, under
 #      LD_PRELOAD=<prefix>/lib/.../libreplayalloc_preload.so with REPLAYALLOC_STATS=stderr
@@ -98,10 +100,16 @@ grep -qF "from $prefix/" "$tmp/consumer.log" ||
 "$cmake" --build "$tmp/consumer" > "$tmp/consumer-build.log" 2>&1 ||
   { cat "$tmp/consumer-build.log" >&2; fail "building the CMake consumer failed"; }
 check_consumer "CMake consumer (replayalloc::replayalloc)" "$tmp/consumer/consumer_shared"
+check_consumer "CMake consumer, C++ API (replayalloc::replayalloc)" "$tmp/consumer/consumer_cxx_shared"
 if [ -x "$tmp/consumer/consumer_static" ]; then
   check_consumer "CMake consumer (replayalloc::replayalloc_static)" "$tmp/consumer/consumer_static"
+  check_consumer "CMake consumer, C++ API (replayalloc::replayalloc_static)" "$tmp/consumer/consumer_cxx_static"
 else
   echo "CMake consumer (replayalloc::replayalloc_static): not offered (jemalloc, Abseil or Threads not found by the consumer)"
+fi
+if [ -e "$libdir/libreplayalloc_torch.so" ]; then
+  [ -x "$tmp/consumer/consumer_torch" ] || fail "libreplayalloc_torch.so is installed but the package has no replayalloc::torch"
+  check_consumer "CMake consumer, torch.hpp (replayalloc::torch)" "$tmp/consumer/consumer_torch"
 fi
 
 # ---- pkg-config

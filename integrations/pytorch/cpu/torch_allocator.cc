@@ -120,7 +120,9 @@ void on_exit(const at::RecordFunction&, at::ObserverContext*) {
 
 }  // namespace
 
-void install() {
+// torch.hpp's functions leave the shared library as its C functions do: torch.hpp is
+// installed with it.
+REPLAYALLOC_EXPORT void install() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_installed) return;
   TORCH_CHECK(g_priority < 250, "replayalloc: installed and uninstalled too many times");
@@ -130,14 +132,14 @@ void install() {
   g_installed = true;
 }
 
-void uninstall() {
+REPLAYALLOC_EXPORT void uninstall() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_installed) return;
   c10::SetCPUAllocator(g_previous, ++g_priority);
   g_installed = false;
 }
 
-bool installed() {
+REPLAYALLOC_EXPORT bool installed() {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_installed;
 }
@@ -170,11 +172,11 @@ thread_local std::uint64_t t_python_callback = 0;  // for the C entry points bel
 
 }  // namespace
 
-Iteration::Iteration(const char* key) noexcept : it_(key) {
+REPLAYALLOC_EXPORT Iteration::Iteration(const char* key) noexcept : it_(key) {
   callback_ = start_tags(it_.ok() && !it_.nested() ? 0 : -1);
 }
 
-Iteration::~Iteration() {
+REPLAYALLOC_EXPORT Iteration::~Iteration() {
   stop_tags(callback_);
   callback_ = 0;
 }
