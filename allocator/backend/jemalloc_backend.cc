@@ -6,7 +6,21 @@
 // jemalloc's shared object (dlsym on its handle: never the interposed ones of the
 // LD_PRELOAD library, which come first in the global scope) and ordinary requests
 // (alignment <= malloc_align) go through them.
+//
+// Built with REPLAYALLOC_PRIVATE_JEMALLOC (libreplayalloc.so: Note [Private jemalloc]
+// in allocator/CMakeLists.txt), jemalloc is a copy linked into the library whose public
+// names carry the prefix replayalloc_je_ and are hidden: the names below are mapped to
+// those before jemalloc.h declares them, and its malloc, calloc and free are taken
+// directly, not looked up.
 #include <dlfcn.h>
+#if defined(REPLAYALLOC_PRIVATE_JEMALLOC)
+#define mallocx replayalloc_je_mallocx
+#define sallocx replayalloc_je_sallocx
+#define dallocx replayalloc_je_dallocx
+#define sdallocx replayalloc_je_sdallocx
+#define rallocx replayalloc_je_rallocx
+#define mallctl replayalloc_je_mallctl
+#endif
 #include <jemalloc/jemalloc.h>
 
 #include <atomic>
@@ -47,14 +61,22 @@
 // search order wins, weak or not, so the program's own executable keeps its
 // `malloc_conf` but one defined in a shared library it loads does not; MALLOC_CONF
 // (read after it) overrides it (MALLOC_CONF=oversize_threshold:8388608 restores
-// jemalloc's default). Only the preload library defines it: a program linking the C API
-// library links jemalloc too, which then serves the program's own malloc, and its
-// defaults stay the program's (MALLOC_CONF=oversize_threshold:0 gives it the same).
+// jemalloc's default). Only the preload library defines it: the C API library's copy of
+// jemalloc is private (Note [Private jemalloc]) and keeps jemalloc's defaults
+// (MALLOC_CONF=oversize_threshold:0 gives it the same).
 // jemalloc before 5.2 has no such option (it would print an error at start-up). One
 // quirk of 5.3: arena 0 is made before the option is applied and keeps purging blocks
 // of 8 MiB and more at the free, so keep_huge_pages() sets its threshold to that of the
 // other arenas when the option is 0, whoever set it (a 16 MiB block freed and allocated
 // again on the main thread: 4,097 faults each time before, 0 after).
+#if defined(REPLAYALLOC_PRIVATE_JEMALLOC)
+extern "C" {
+void* replayalloc_je_malloc(std::size_t size) noexcept;
+void* replayalloc_je_calloc(std::size_t count, std::size_t size) noexcept;
+void replayalloc_je_free(void* p) noexcept;
+}
+#endif
+
 #if defined(REPLAYALLOC_PRELOAD_DEFAULTS) && \
     (JEMALLOC_VERSION_MAJOR > 5 || (JEMALLOC_VERSION_MAJOR == 5 && JEMALLOC_VERSION_MINOR >= 2))
 extern "C" {
@@ -92,6 +114,7 @@ std::atomic<malloc_fn> g_je_malloc{nullptr};
 std::atomic<calloc_fn> g_je_calloc{nullptr};
 std::atomic<free_fn> g_je_free{nullptr};
 
+#if !defined(REPLAYALLOC_PRIVATE_JEMALLOC)
 // `name` as defined by the shared object at `base` (null if it is not defined there).
 void* symbol_of(void* handle, const void* base, const char* name) noexcept {
   void* f = dlsym(handle, name);
@@ -99,12 +122,19 @@ void* symbol_of(void* handle, const void* base, const char* name) noexcept {
   if (f == nullptr || dladdr(f, &info) == 0 || info.dli_fbase != base) return nullptr;
   return f;
 }
+#endif
 
 }  // namespace
 
 
 bool use_fast_entry_points() noexcept {
   if (g_je_free.load(std::memory_order_acquire) != nullptr) return true;
+#if defined(REPLAYALLOC_PRIVATE_JEMALLOC)
+  // The library's own copy: its entry points are known at link time.
+  void* m = reinterpret_cast<void*>(&replayalloc_je_malloc);
+  void* c = reinterpret_cast<void*>(&replayalloc_je_calloc);
+  void* f = reinterpret_cast<void*>(&replayalloc_je_free);
+#else
   Dl_info info;
   if (dladdr(reinterpret_cast<const void*>(&mallocx), &info) == 0 || info.dli_fname == nullptr) {
     return false;
@@ -117,6 +147,7 @@ bool use_fast_entry_points() noexcept {
   void* f = symbol_of(handle, info.dli_fbase, "free");
   dlclose(handle);  // NOLOAD: drops only the reference just taken
   if (m == nullptr || c == nullptr || f == nullptr) return false;
+#endif
   g_je_malloc.store(reinterpret_cast<malloc_fn>(m), std::memory_order_relaxed);
   g_je_calloc.store(reinterpret_cast<calloc_fn>(c), std::memory_order_relaxed);
   g_je_free.store(reinterpret_cast<free_fn>(f), std::memory_order_release);

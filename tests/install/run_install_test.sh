@@ -8,7 +8,10 @@
 #      C++ one (replayalloc::Iteration, replayalloc::stats()) against the shared library,
 #      both against the static one when the package offers replayalloc::replayalloc_static,
 #      and a program using replayalloc/torch.hpp against replayalloc::torch when installed,
-#   3. builds the same C program with `cc $(pkg-config --cflags --libs replayalloc)`,
+#   3. builds the same C program, and one that saves a CSV and a binary trace (read back
+#      by the installed `replayalloc report`) and then uses operator new and delete, with
+#      `cc $(pkg-config --cflags --libs replayalloc)`; checks that libreplayalloc.so
+#      neither needs libjemalloc.so nor exports an allocator (Note [Private jemalloc]),
 #   4. runs perl, and a /usr/bin/python3 loop, under
 #      LD_PRELOAD=<prefix>/lib/.../libreplayalloc_preload.so with REPLAYALLOC_STATS=stderr
 #      (the right output, the statistics appear, the loop is served from a slab),
@@ -122,6 +125,30 @@ echo "pkg-config --cflags --libs replayalloc: $flags"
 "$cc" -o "$tmp/pc_consumer" "$here/consumer/main.c" $flags ||
   fail "building with the pkg-config flags failed"
 check_consumer "pkg-config consumer" "$tmp/pc_consumer"
+# shellcheck disable=SC2086
+"$cc" -o "$tmp/pc_traces" "$here/consumer/traces.c" $flags ||
+  fail "building traces.c with the pkg-config flags failed"
+out=$(cd "$tmp" && ./pc_traces "$tmp/c_demo.csv" "$tmp/c_demo.ratrace" 2>&1) ||
+  { echo "$out" >&2; fail "pkg-config consumer (traces.c) failed"; }
+echo "$out"
+head -n 1 "$tmp/c_demo.csv" | grep -qx 'id,size,align,alloc_at,free_at,op' ||
+  fail "the CSV trace has no CSV header"
+for f in c_demo.csv c_demo.ratrace; do
+  report=$("$prefix/bin/replayalloc" report --json "$tmp/$f" 2>&1) ||
+    { echo "$report" >&2; fail "replayalloc report $f failed"; }
+  grep -qE '"allocations": ?6[,}]' <<<"$report" ||
+    { echo "$report" >&2; fail "replayalloc report $f: not the 6 allocations of an iteration"; }
+done
+echo "traces.c: the CSV and the binary trace read back, 6 allocations each"
+if command -v readelf > /dev/null && command -v nm > /dev/null; then
+  if readelf -d "$libdir/libreplayalloc.so" | grep -E 'NEEDED' | grep -q jemalloc; then
+    fail "libreplayalloc.so needs libjemalloc.so: jemalloc's operator new and delete reach its users (Note [Private jemalloc])"
+  fi
+  leaked=$(nm -D --defined-only "$libdir/libreplayalloc.so" | awk '{print $NF}' |
+           grep -xE '(malloc|free|calloc|realloc|posix_memalign|aligned_alloc|memalign|valloc|malloc_usable_size|_Zn[wa].*|_Zd[la].*|[a-z]*allocx|mallctl.*|malloc_conf)' || true)
+  [ -z "$leaked" ] || fail "libreplayalloc.so exports allocator symbols: $leaked"
+  echo "libreplayalloc.so: no libjemalloc.so needed, no allocator symbol exported"
+fi
 
 # ---- LD_PRELOAD
 step "LD_PRELOAD=${libdir#$prefix/}/libreplayalloc_preload.so under perl"

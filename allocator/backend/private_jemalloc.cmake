@@ -1,0 +1,42 @@
+# Note [Private jemalloc] (allocator/CMakeLists.txt): makes OUTPUT, a copy of jemalloc's
+# PIC archive ARCHIVE (Debian: libjemalloc-dev's libjemalloc_pic.a) whose public names
+# (malloc, free, operator new and delete, mallocx, mallctl, malloc_conf, ...) all carry
+# the prefix replayalloc_je_, definitions and references alike; its internal names
+# (je_*) keep theirs. libreplayalloc.so links OUTPUT with --exclude-libs, so none of it is
+# visible outside the library, and only jemalloc_backend.cc (built with
+# REPLAYALLOC_PRIVATE_JEMALLOC) calls it, by those names.
+# Run as: cmake -DNM=nm -DOBJCOPY=objcopy -DARCHIVE=libjemalloc_pic.a -DOUTPUT=out.a -P this file
+cmake_minimum_required(VERSION 3.25)
+foreach(v NM OBJCOPY ARCHIVE OUTPUT)
+  if(NOT ${v})
+    message(FATAL_ERROR "private_jemalloc.cmake: ${v} is not set")
+  endif()
+endforeach()
+execute_process(COMMAND ${NM} -g --defined-only ${ARCHIVE}
+  OUTPUT_VARIABLE symbols RESULT_VARIABLE rc ERROR_QUIET)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "private_jemalloc.cmake: ${NM} ${ARCHIVE} failed")
+endif()
+string(REPLACE "\n" ";" lines "${symbols}")
+set(map "")
+set(names "")
+foreach(line IN LISTS lines)
+  # "0000000000000000 T name": an archive member's defined global symbols
+  if(line MATCHES "^[0-9a-fA-F]+ [A-Za-z] ([^ ]+)$")
+    set(name ${CMAKE_MATCH_1})
+    if(NOT name MATCHES "^(je_|DW\\.ref\\.)" AND NOT name IN_LIST names)
+      list(APPEND names ${name})
+      string(APPEND map "${name} replayalloc_je_${name}\n")
+    endif()
+  endif()
+endforeach()
+if(NOT "malloc" IN_LIST names OR NOT "mallocx" IN_LIST names OR NOT "mallctl" IN_LIST names)
+  message(FATAL_ERROR "private_jemalloc.cmake: ${ARCHIVE} does not define malloc, mallocx and mallctl: "
+                      "not jemalloc 5 without a prefix")
+endif()
+file(WRITE ${OUTPUT}.syms "${map}")
+execute_process(COMMAND ${OBJCOPY} --redefine-syms=${OUTPUT}.syms ${ARCHIVE} ${OUTPUT}.tmp RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "private_jemalloc.cmake: ${OBJCOPY} --redefine-syms failed on ${ARCHIVE}")
+endif()
+file(RENAME ${OUTPUT}.tmp ${OUTPUT})
