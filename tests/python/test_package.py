@@ -5,6 +5,10 @@ torch skip with a message when it is absent; those that need a GPU run on the GP
 machine (bench/gpu/run.sh).
 """
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 import unittest
 
@@ -67,6 +71,51 @@ class Package(unittest.TestCase):
     def test_a_second_library_is_refused(self):
         with self.assertRaises(RuntimeError):
             replayalloc.load("/nonexistent/libreplayalloc_cuda.so")
+
+
+class WrongLibrary(unittest.TestCase):
+    """REPLAYALLOC_LIBRARY naming one of the project's libraries the package cannot use
+    (its dlopen would fail with "cannot allocate memory in static TLS block") says which
+    library it is and which one the package loads. Each load in a process of its own,
+    as the package loads one library per process."""
+
+    def load_with(self, path):
+        env = dict(os.environ, REPLAYALLOC_LIBRARY=path)
+        r = subprocess.run([sys.executable, "-c", "import replayalloc; replayalloc.load()"],
+                           env=env, capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.stderr.strip().splitlines()[-1]
+
+    def library(self, var):
+        path = os.environ.get(var)
+        if not path:
+            self.skipTest(f"{var} is not set (ctest sets it)")
+        return path
+
+    def test_the_c_library_is_refused_naming_the_right_one(self):
+        core = self.library("TEST_CORE_LIBRARY")
+        self.assertEqual(self.load_with(core),
+                         f"OSError: replayalloc: REPLAYALLOC_LIBRARY names {core}, the C and C++ library, "
+                         "for programs linked against it: the Python package loads libreplayalloc_torch.so "
+                         "or libreplayalloc_cuda.so")
+
+    def test_the_preload_library_is_refused(self):
+        preload = self.library("TEST_PRELOAD_LIBRARY")
+        self.assertEqual(self.load_with(preload),
+                         f"OSError: replayalloc: REPLAYALLOC_LIBRARY names {preload}, the LD_PRELOAD library, "
+                         "for programs run under it: the Python package loads libreplayalloc_torch.so or "
+                         "libreplayalloc_cuda.so")
+
+    def test_the_right_library_beside_it_is_named(self):
+        # As installed: <prefix>/lib holds libreplayalloc.so.0 and the package's library.
+        core = self.library("TEST_CORE_LIBRARY")
+        with tempfile.TemporaryDirectory() as d:
+            wrong = os.path.join(d, "libreplayalloc.so.0")
+            right = os.path.join(d, os.path.basename(LIB))
+            shutil.copy(core, wrong)
+            shutil.copy(LIB, right)
+            self.assertTrue(self.load_with(wrong).endswith(
+                f"the Python package loads libreplayalloc_torch.so or libreplayalloc_cuda.so ({right} is beside it)"))
 
 
 class Torch(unittest.TestCase):

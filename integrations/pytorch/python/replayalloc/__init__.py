@@ -8,7 +8,9 @@ path to the library file), which replaces the search; else a `lib/` folder besid
 package, the project's build folder (build/integrations/...) when the package is used
 from the source tree, the library folder of the prefix the package is installed in
 (<prefix>/lib/python3/dist-packages/replayalloc -> <prefix>/lib/<multiarch>/ or
-<prefix>/lib/), then the system's library path.
+<prefix>/lib/), then the system's library path. The project's other libraries
+(libreplayalloc.so for linked programs, libreplayalloc_preload.so for LD_PRELOAD) are
+refused with a message saying which library the package loads.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import re
 import sysconfig
 from contextlib import contextmanager
 
@@ -25,6 +28,30 @@ _LIB = None
 _LIB_PATH = None
 _NAMES = (("libreplayalloc_torch.so", "pytorch"), ("libreplayalloc_cuda.so", "cuda"))
 _ENV = "REPLAYALLOC_LIBRARY"  # a path to the library file: replaces the search
+# The project's other libraries, which this package cannot use: what each one is. Both
+# carry jemalloc, whose initial-exec TLS makes dlopen fail with "cannot allocate memory
+# in static TLS block", a message that names neither this mistake nor the right file.
+_NOT_FOR_PYTHON = {
+    "libreplayalloc.so": "the C and C++ library, for programs linked against it",
+    "libreplayalloc_preload.so": "the LD_PRELOAD library, for programs run under it",
+}
+_WANTED = "the Python package loads libreplayalloc_torch.so or libreplayalloc_cuda.so"
+
+
+def _wrong_library(path: str, source: str, what: str) -> str:
+    folder = os.path.dirname(os.path.abspath(path))
+    beside = [os.path.join(folder, name) for name, _ in _NAMES
+              if os.path.exists(os.path.join(folder, name))]
+    hint = f" ({beside[0]} is beside it)" if beside else ""
+    return f"replayalloc: {source} names {path}, {what}: {_WANTED}{hint}"
+
+
+def _refuse_wrong_library(path: str, source: str) -> None:
+    """Raises OSError when `path` is one of the project's libraries this package cannot use."""
+    name = re.sub(r"\.so(\.[0-9]+)*$", ".so", os.path.basename(path))  # libreplayalloc.so.0 too
+    what = _NOT_FOR_PYTHON.get(name)
+    if what is not None:
+        raise OSError(_wrong_library(path, source, what))
 
 
 def _candidates():
@@ -58,12 +85,15 @@ def load(library: str | None = None) -> ctypes.CDLL:
             raise RuntimeError(f"replayalloc: already loaded from {_LIB_PATH}, not {library}")
         return _LIB
     from_env = library is None and bool(os.environ.get(_ENV))
+    source = f"{_ENV}" if from_env else "library="
     if library is not None:
         paths = [library]
     elif from_env:
         paths = [os.environ[_ENV]]
     else:
         paths = list(_candidates())
+    if library is not None or from_env:
+        _refuse_wrong_library(paths[0], source)
     errors = []
     for path in paths:
         if path is None or (os.path.sep in path and not os.path.exists(path)):
@@ -72,7 +102,12 @@ def load(library: str | None = None) -> ctypes.CDLL:
         try:
             lib = ctypes.CDLL(path)
         except OSError as e:
-            errors.append(f"{path}: {e}")
+            hint = f" ({_WANTED})" if "static TLS" in str(e) else ""
+            errors.append(f"{path}: {e}{hint}")
+            continue
+        if not (hasattr(lib, "replayalloc_torch_version") or hasattr(lib, "replayalloc_cuda_stats_json")):
+            errors.append(_wrong_library(path, source if library is not None or from_env else "the search",
+                                         "a library without the Python package's functions"))
             continue
         lib.replayalloc_iteration_begin.argtypes = [ctypes.c_char_p]
         lib.replayalloc_iteration_begin.restype = ctypes.c_int
