@@ -119,6 +119,13 @@ void write_stats_at_exit() {
     return;
   }
   reentry_guard guard;
+  if (std::strcmp(o.stats_path, "stdout") == 0) {
+    // After the program's own output (exit() flushes it after this handler anyway).
+    std::fwrite(buf, 1, len, stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    return;
+  }
   char path[512];
   if (!expand_stats_path(o.stats_path, path, sizeof path)) {
     REPLAYALLOC_LOG(error, "REPLAYALLOC_STATS: '%s' is too long once expanded; statistics not written",

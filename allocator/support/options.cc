@@ -96,7 +96,7 @@ constexpr option_desc table[] = {
     {"REPLAYALLOC_MAX_WARNINGS", kind::count, 0, 1u << 30, false, REPLAYALLOC_SETS(max_warnings),
      "warnings printed before going quiet"},
     {"REPLAYALLOC_STATS", kind::path, 0, 0, false, REPLAYALLOC_FILLS(stats_path),
-     "where the statistics JSON goes at exit: stderr, or a path (%p, %e)"},
+     "where the statistics JSON goes at exit: 1 or stderr, stdout, or a path (%p, %e); 0 none"},
     {"REPLAYALLOC_STATS_IDLE", kind::boolean, 0, 1, false, REPLAYALLOC_SETS(stats_idle),
      "also write the statistics of a process that did nothing"},
     {"REPLAYALLOC_PLAN_DIR", kind::dir, 0, 0, false, REPLAYALLOC_FILLS(plan_dir),
@@ -223,6 +223,10 @@ int parse_options(char* const* envp, options* out) {
         break;
       }
       case kind::path: {
+        // As jemalloc's stats_print: 1 is standard error (and 0 nothing), never a file
+        // named "1" (or "stdout"); a file of that name is ./1.
+        if (!std::strcmp(v, "1")) v = "stderr";
+        if (!std::strcmp(v, "0")) v = "";
         const std::size_t n = std::strlen(v);
         if (n >= sizeof out->stats_path) {
           ++bad;

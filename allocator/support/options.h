@@ -36,7 +36,7 @@ struct options {
   run_mode mode = default_mode;
   int verbose = 1;                    // 0 errors, 1 +warnings, 2 +info, 3 +debug
   long max_warnings = 100;            // warnings printed before going quiet
-  char stats_path[256] = "";          // "" none, "stderr", or a file path
+  char stats_path[256] = "";          // "" none, "stderr", "stdout", or a file path
   bool stats_idle = false;            // also write REPLAYALLOC_STATS for a process that did nothing
   char plan_dir[256] = "";            // "" none, or a directory plans are loaded from (and saved to)
   char plan_cache[256] = "";          // "" none, or a writable directory new plans are saved to

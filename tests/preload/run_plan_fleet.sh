@@ -13,7 +13,8 @@
 #     lacks is recorded once and saved to the cache only, the next start loads both,
 #     and a plan re-made here (the program changed) wins over the shipped one;
 #  4. REPLAYALLOC_STATS through a wrapper: a process that did nothing writes nothing
-#     (unless REPLAYALLOC_STATS_IDLE=1), so the service's statistics survive.
+#     (unless REPLAYALLOC_STATS_IDLE=1), so the service's statistics survive; 1, stderr
+#     and stdout are streams, never files.
 # Usage: run_plan_fleet.sh PRELOAD_LIBRARY RESTART_PROGRAM [REPLAYALLOC_CLI]
 set -uo pipefail
 lib=$1 prog=$2 cli=${3:-}
@@ -180,6 +181,22 @@ env LD_PRELOAD="$lib" REPLAYALLOC_STATS="$idle" /bin/true
 env LD_PRELOAD="$lib" REPLAYALLOC_STATS="$idle" REPLAYALLOC_STATS_IDLE=1 /bin/true
 grep -q '"program":"true"' "$idle" 2>/dev/null && echo "ok    idle: written when asked (REPLAYALLOC_STATS_IDLE=1)" \
   || { echo "FAIL  idle: nothing written with REPLAYALLOC_STATS_IDLE=1"; fail=1; }
+# REPLAYALLOC_STATS=1 and =stderr print to standard error, =stdout to standard output
+# after the program's own output, as jemalloc's stats_print does: never files named so.
+for to in 1 stderr stdout; do
+  streams="$top/streams.$to"
+  mkdir "$streams"
+  (cd "$streams" && env LD_PRELOAD="$lib" REPLAYALLOC_MODE=replay REPLAYALLOC_MIN_SIZE=0 REPLAYALLOC_STATS=$to \
+     "$prog" 4 1 > "$top/out.$to" 2> "$top/err.$to"); rc=$?
+  want=err.$to
+  [ "$to" = stdout ] && want=out.$to
+  if [ $rc -eq 0 ] && tail -n 1 "$top/$want" | grep -q '^{"allocations":' && [ -z "$(ls -A "$streams")" ]; then
+    echo "ok    stats to $to: the JSON is the last line of ${want%%.*}, no file written"
+  else
+    echo "FAIL  stats to $to: exit $rc; files: $(ls -A "$streams"); stdout:"; cat "$top/out.$to"
+    echo "  stderr:"; cat "$top/err.$to"; fail=1
+  fi
+done
 # Two processes on one path while both run: the later to exit says it replaces the
 # file the other wrote meanwhile (a long-lived process asked to write even when idle,
 # and a short service started after it).

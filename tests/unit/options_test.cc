@@ -221,6 +221,17 @@ TEST_F(ParseOptions, StatsPath) {
   std::string err;
   EXPECT_EQ(parse(env({"REPLAYALLOC_STATS=stderr"}), &o, &err), 0);
   EXPECT_STREQ(o.stats_path, "stderr");
+  // As jemalloc's stats_print: 1 is standard error, stdout standard output, 0 nothing;
+  // never files named "1", "stdout" or "0".
+  EXPECT_EQ(parse(env({"REPLAYALLOC_STATS=1"}), &o, &err), 0);
+  EXPECT_STREQ(o.stats_path, "stderr");
+  EXPECT_EQ(parse(env({"REPLAYALLOC_STATS=stdout"}), &o, &err), 0);
+  EXPECT_STREQ(o.stats_path, "stdout");
+  EXPECT_EQ(parse(env({"REPLAYALLOC_STATS=0"}), &o, &err), 0);
+  EXPECT_STREQ(o.stats_path, "");
+  EXPECT_EQ(parse(env({"REPLAYALLOC_STATS=./1"}), &o, &err), 0);
+  EXPECT_STREQ(o.stats_path, "./1");
+  EXPECT_EQ(err, "");
   EXPECT_EQ(parse(env({"REPLAYALLOC_STATS=/tmp/some dir/stats.json"}), &o, &err), 0);
   EXPECT_STREQ(o.stats_path, "/tmp/some dir/stats.json");
   // The longest path that fits: 255 characters and the terminator.
