@@ -3,8 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "cli/analysis.h"
 #include "cli/cli.h"
 #include "support/config.h"
@@ -28,7 +32,76 @@ double fit_line(const std::vector<double>& x, const std::vector<double>& y, doub
   return my + k * (at - mx);
 }
 
+// Op tags that name no op of the model.
+bool tagged(std::string_view op) { return op != "unknown" && op != "(outside ops)" && !op.empty(); }
+
+struct op_share {
+  std::size_t tagged = 0;  // allocations of `a` with an op tag
+  std::size_t shared = 0;  // of which with an op `b` also has
+  std::vector<std::string> only;  // a few ops of `a` that `b` never ran, most allocations first
+};
+
+op_share share_ops(const trace& a, const trace& b) {
+  std::set<std::string_view> theirs;
+  for (const trace_allocation& x : b.allocations) {
+    if (tagged(b.ops[x.op])) theirs.insert(b.ops[x.op]);
+  }
+  op_share out;
+  std::map<std::string_view, std::size_t> missing;
+  for (const trace_allocation& x : a.allocations) {
+    const std::string_view op = a.ops[x.op];
+    if (!tagged(op)) continue;
+    ++out.tagged;
+    if (theirs.count(op) != 0) {
+      ++out.shared;
+    } else {
+      ++missing[op];
+    }
+  }
+  std::vector<std::pair<std::size_t, std::string_view>> by_count;
+  for (const auto& [op, n] : missing) by_count.push_back({n, op});
+  std::stable_sort(by_count.begin(), by_count.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  for (std::size_t i = 0; i < by_count.size() && i < 3; ++i) out.only.emplace_back(by_count[i].second);
+  return out;
+}
+
+std::string quoted_list(const std::vector<std::string>& ops) {
+  std::string out;
+  for (const std::string& op : ops) absl::StrAppend(&out, out.empty() ? "" : ", ", "'", op, "'");
+  return out;
+}
+
 }  // namespace
+
+absl::Status one_model(const std::vector<batch_trace>& recordings) {
+  constexpr char not_one[] = "the recordings are not of one model: ";
+  const batch_trace& first = recordings[0];
+  for (std::size_t i = 1; i < recordings.size(); ++i) {
+    const batch_trace& r = recordings[i];
+    const op_share ab = share_ops(first.tr, r.tr), ba = share_ops(r.tr, first.tr);
+    if (ab.tagged != 0 && ba.tagged != 0) {
+      // Each way, at least half of the tagged allocations run an op the other ran too.
+      if (2 * ab.shared < ab.tagged || 2 * ba.shared < ba.tagged) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            not_one, ab.shared * 100 / ab.tagged, "% of the allocations at batch ", absl::StrFormat("%g", first.batch),
+            " come from an op that batch ", absl::StrFormat("%g", r.batch), " also ran, and ",
+            ba.shared * 100 / ba.tagged, "% the other way (ops only at batch ", absl::StrFormat("%g", first.batch),
+            ": ", ab.only.empty() ? "none" : quoted_list(ab.only), "; only at batch ", absl::StrFormat("%g", r.batch),
+            ": ", ba.only.empty() ? "none" : quoted_list(ba.only),
+            "); predict fits recordings of the same model at different batch sizes"));
+      }
+      continue;
+    }
+    const std::size_t n = first.tr.allocations.size(), m = r.tr.allocations.size();
+    if (n > 2 * m || m > 2 * n) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          not_one, n, " allocations at batch ", absl::StrFormat("%g", first.batch), " and ", m, " at batch ",
+          absl::StrFormat("%g", r.batch), ", more than twice as many (without op tags nothing else tells); "
+          "predict fits recordings of the same model at different batch sizes"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<footprint> measure(const trace& t, std::string_view algorithm, double* plan_ms,
                                   std::uint64_t parameters_given_bytes) {
@@ -85,6 +158,7 @@ absl::StatusOr<prediction> predict(const std::vector<batch_trace>& recordings,
                                    std::string_view algorithm, std::uint64_t parameters_given_bytes) {
   REPLAYALLOC_EXPECTS(recordings.size() >= 2 && measured.size() == recordings.size(),
                       "need recordings at two batch sizes");
+  REPLAYALLOC_RETURN_IF_ERROR(one_model(recordings));
   prediction out;
   out.at = at;
   std::vector<double> x;

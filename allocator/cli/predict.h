@@ -20,6 +20,11 @@
 // The per-allocation fit applies when the recordings have the same number of
 // allocations with the same op, in the same order; otherwise the result says why it
 // did not and uses the linear peak.
+// Recordings of different models are refused (one_model() below), since no line
+// through them means anything: most allocations of one recording carry an op the
+// other never ran (ops tagged), or, without tags, one recording has more than twice
+// the other's allocations. The same model at another batch size runs the same ops,
+// and a kernel that changes with the batch adds or drops a few allocations, not half.
 // Training steps: a predicted trace is a trace, so the per-allocation fit splits it as
 // a recording is (Note [Training memory], training.h): parameters, gradients and
 // optimizer state keep their sizes, saved activations and most temporaries scale. The
@@ -70,6 +75,10 @@ struct prediction {
 // split counts `parameters_given_bytes` (not in the trace) as parameters.
 absl::StatusOr<footprint> measure(const trace& t, std::string_view algorithm, double* plan_ms = nullptr,
                                   std::uint64_t parameters_given_bytes = 0);
+
+// OK when the recordings can be one model's at several batch sizes; otherwise an error
+// that says so and what differs (Note [Footprint prediction]). predict() asks it first.
+absl::Status one_model(const std::vector<batch_trace>& recordings);
 
 // The trace predicted at batch `at` by the per-allocation fit, or why it cannot be made.
 // pre: at least two recordings with distinct batch sizes.

@@ -416,6 +416,38 @@ class HappyPaths(Base):
         self.assertEqual(p.returncode, 1)
         self.assertIn("does not apply", p.stderr)
 
+    def test_predict_refuses_two_models(self):
+        # A CNN at batch 1 and a transformer at batch 8: no line through them means anything.
+        # The ops each ran alone are named, those of most allocations first.
+        cnn = self.write("cnn_b1.csv", chain_trace(1))
+        bert = self.write("bert_b8.csv", chain_trace(8, layers=40, ops=("aten::matmul", "aten::softmax",
+                                                                        "aten::layer_norm")))
+        p = run("predict", "--trace", f"1={cnn}", "--trace", f"8={bert}", "--at", "32", check=1)
+        self.assertEqual(p.stdout, "")
+        self.assertEqual(
+            p.stderr.strip(),
+            "replayalloc predict: error: the recordings are not of one model: 0% of the allocations at batch 1 "
+            "come from an op that batch 8 also ran, and 0% the other way (ops only at batch 1: 'aten::add', "
+            "'aten::conv2d', 'aten::relu'; only at batch 8: 'aten::matmul', 'aten::layer_norm', "
+            "'aten::softmax'); predict fits recordings of the same model at different batch sizes")
+        # Whatever the method asked for, and in JSON too.
+        for extra in (["--method", "linear_peak"], ["--json"]):
+            p = run("predict", "--trace", f"1={cnn}", "--trace", f"8={bert}", "--at", "32", *extra, check=1)
+            self.assertIn("the recordings are not of one model: ", p.stderr)
+        # Without op tags: more than twice the allocations.
+        untagged = self.write("untagged_b8.csv", chain_trace(8, layers=70, ops=("unknown",)))
+        small = self.write("untagged_b1.csv", chain_trace(1, layers=30, ops=("unknown",)))
+        p = run("predict", "--trace", f"1={small}", "--trace", f"8={untagged}", "--at", "32", check=1)
+        self.assertIn("the recordings are not of one model: 60 allocations at batch 1 and 140 at batch 8, "
+                      "more than twice as many", p.stderr)
+        # The same model whose kernels change with the batch (one op more at batch 8, a few
+        # allocations more) is still answered, by the linear peak.
+        more = self.write("cnn_b8.csv", chain_trace(8, layers=33, ops=("aten::conv2d", "aten::relu", "aten::add",
+                                                                      "aten::mkldnn_convolution")))
+        p = json.loads(run("predict", "--trace", f"1={cnn}", "--trace", f"8={more}", "--at", "32", "--json",
+                           check=0).stdout)
+        self.assertEqual(p["method"], "linear_peak")
+
     def test_viz_page(self):
         text = chain_trace(2)
         t = self.write("t.csv", text)
