@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The malloc contract under the LD_PRELOAD library, against glibc: contract_probe runs
 # without the library (glibc must pass its checks: the expectations are glibc's) and
-# with it, in each run mode; every run must pass and print the same lines.
+# with it, in each run mode, and in each mode that serves from slabs under check mode
+# (REPLAYALLOC_CHECK=1, which must never stop a correct program); every run must pass
+# and print the same lines.
 # Usage: run_contract.sh CONTRACT_PROBE PRELOAD_LIBRARY
 set -uo pipefail
 probe=$1 lib=$2
@@ -19,8 +21,10 @@ else
   echo "ok    glibc: $(grep -c ' ok$' "$work/glibc.out") checks pass"
 fi
 
-for mode in replay auto record off; do
-  LD_PRELOAD="$lib" REPLAYALLOC_MODE=$mode "$probe" > "$work/$mode.out" 2> "$work/$mode.err"
+for mode in replay auto record off replay+check auto+check record+check; do
+  check=0
+  case $mode in *+check) check=1 ;; esac
+  LD_PRELOAD="$lib" REPLAYALLOC_MODE=${mode%+check} REPLAYALLOC_CHECK=$check "$probe" > "$work/$mode.out" 2> "$work/$mode.err"
   rc=$?
   if [ $rc -ne 0 ]; then
     echo "FAIL  [$mode] the probe fails under replayalloc (rc $rc):"
