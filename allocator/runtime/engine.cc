@@ -39,20 +39,6 @@ std::uint64_t total_misses(const replay_cursor& c) {
   return n;
 }
 
-// Check mode: hides a replaying host cursor's counts so the hot path always misses
-// (Note [Check mode]); the slow path unmasks around its own work.
-void mask(domain_state& d) {
-  if (!check::enabled() || d.masked || d.ph != phase::replay || d.kind != domain_kind::host) return;
-  hide_plan(d.cursor);
-  d.masked = true;
-}
-
-void unmask(domain_state& d) {
-  if (!d.masked) return;
-  show_plan(d.cursor);
-  d.masked = false;
-}
-
 // Note [Predicted plans] (trace/size_model.h): regime g's envelope raised to the sizes
 // fitted at the shape the request that outgrew slot at - 1 (`size` bytes) asks for, plus
 // a quarter; null when the regime has no model, the slot cannot say, or nothing grew.
@@ -92,12 +78,13 @@ engine& engine::get() {
   return *instance;
 }
 
-engine::engine() : opts_(process_options()) {
+engine::engine() : opts_(process_options()), planner_(&engine::run_plan_job, opts_.background_planning) {
   reentry_guard guard;
   backend::use_fast_entry_points();
   backend::keep_huge_pages();
   if (opts_.mode != run_mode::off) slabs_ok_ = backend::reserve_slab_range(opts_.reserve_bytes);
   set_host_slab_limit(opts_.max_slab_memory);
+  g_watches_threads = opts_.mode == run_mode::automatic;  // runtime/shortcuts.h
   start_lifecycle();  // lifecycle.cc: thread exit and fork
   if (opts_.stats_path[0] != '\0') std::atexit(write_stats_at_exit);  // stats.cc
   if (opts_.check && opts_.mode != run_mode::off) {
@@ -115,57 +102,6 @@ namespace {
 const char* op_name_for_check(std::uint32_t op) { return engine::get().op_name_locked(op); }
 }  // namespace
 
-const char* engine::op_name_locked(std::uint32_t op) {
-  // Called while reporting, possibly with the engine's mutex held by this thread.
-  if (!mu_.try_lock()) return "?";
-  reentry_guard guard;
-  const char* n = op < op_names_.size() ? op_name_of_locked(op).c_str() : "unknown";
-  mu_.unlock();
-  return n;
-}
-
-const std::string& engine::op_name_of_locked(std::uint32_t op) {
-  auto it = op_pending_.find(op);
-  if (it == op_pending_.end()) return op_names_[op];
-  char name[768];
-  name[0] = '\0';
-  if (deferred_op_namer f = g_deferred_op_namer.load(std::memory_order_acquire)) f(it->second, name, sizeof name);
-  name[sizeof name - 1] = '\0';
-  std::string& n = op_names_[op];
-  n = name[0] != '\0' ? name : "unknown";
-  op_pending_.erase(it);
-  // Two stacks may share a name (frames beyond the depth differ); the first id keeps
-  // the name's entry, as op_id() would have given it.
-  op_ids_.emplace(n, op);
-  return n;
-}
-
-std::uint32_t engine::op_id_deferred(std::uint64_t token) {
-  reentry_guard guard;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = op_tokens_.find(token); it != op_tokens_.end()) return it->second;
-  const auto id = static_cast<std::uint32_t>(op_names_.size());
-  op_names_.push_back(absl::StrCat("\x01", id));
-  op_pending_.emplace(id, token);
-  op_tokens_.emplace(token, id);
-  return id;
-}
-
-trace engine::with_op_names(const trace& t) {
-  reentry_guard guard;
-  trace out = t;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (std::string& name : out.ops) {
-    std::uint32_t id = 0;
-    if (name.size() < 2 || name[0] != '\x01' || !absl::SimpleAtoi(absl::string_view(name).substr(1), &id) ||
-        id >= op_names_.size()) {
-      continue;
-    }
-    name = op_name_of_locked(id);
-  }
-  return out;
-}
-
 void engine::abandon_recording(domain_state& d, const char* what) {
   REPLAYALLOC_LOG(warning, "out of memory while %s '%s'; this iteration passes through",
                   what, d.entry != nullptr ? d.entry->key.c_str() : "?");
@@ -174,17 +110,6 @@ void engine::abandon_recording(domain_state& d, const char* what) {
     std::lock_guard<std::mutex> lock(d.entry->mu);
     d.entry->recording = false;
   }
-}
-
-std::uint32_t engine::op_id(std::string_view name) {
-  reentry_guard guard;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = op_ids_.find(absl::string_view(name.data(), name.size()));
-  if (it != op_ids_.end()) return it->second;
-  const auto id = static_cast<std::uint32_t>(op_names_.size());
-  op_names_.emplace_back(name);
-  op_ids_.emplace(op_names_.back(), id);
-  return id;
 }
 
 int engine::begin(thread_state& t, const char* key) {
@@ -248,6 +173,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
   plan_version::slab_claim claim;
   const char* why = "";
   bool claimed = false;
+  bool awaiting = false;
   std::size_t slab_bytes = 0;
   {
     std::lock_guard<std::mutex> lock(e->mu);
@@ -274,7 +200,11 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
     regime* g = r >= 0 ? &e->regimes[r] : nullptr;
     const bool planned = g != nullptr && g->version != nullptr && replays();
     d.probing = false;
-    if (!planned || (!e->recording && (e->probe_left > 0 || g->grow_wanted || size_unknown))) {
+    awaiting = !planned && g != nullptr && g->planning != nullptr;
+    if (awaiting) {
+      // Note [Background planning]: its plan is on the way; the iteration passes through.
+      bump(d.awaiting_plan);
+    } else if (!planned || (!e->recording && (e->probe_left > 0 || g->grow_wanted || size_unknown))) {
       // No plan for it yet; or a probe after a deviation; or a request outgrew the
       // plan (its recording grows the envelope, Note [Envelope]): this iteration
       // records (its requests go to the backend). One thread records a key at a time;
@@ -297,6 +227,10 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
     } else {
       return;
     }
+  }
+  if (awaiting) {
+    planner_.kick();  // a forked child makes its planner thread again here
+    return;
   }
   if (v == nullptr) {
     if (d.recorder == nullptr) {
@@ -359,7 +293,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
   c.first_miss_at = 0;
   c.first_too_large_at = 0;
   set_phase(d, phase::replay);
-  mask(d);
+  mask_plan(d);
 }
 
 int engine::end_impl(thread_state& t) {
@@ -380,7 +314,7 @@ int engine::end_impl(thread_state& t) {
 
 void engine::domain_end(domain_state& d) {
   reentry_guard guard;
-  unmask(d);
+  unmask_plan(d);
   if (d.ph == phase::record) end_record(d);
   if (d.ph == phase::replay) end_replay(d);
   set_phase(d, phase::none);
@@ -453,7 +387,7 @@ void engine::end_record_impl(domain_state& d) {
   const std::uint64_t shape = tr.shape_signature();
   auto shared = std::make_shared<const trace>(std::move(tr));
   std::shared_ptr<const envelope> to_plan;
-  plan_version* replace = nullptr;
+  std::uint64_t replace_id = 0;
   plan_version* evicted = nullptr;
   {
     std::lock_guard<std::mutex> lock(e.mu);
@@ -539,14 +473,14 @@ void engine::end_record_impl(domain_state& d) {
       // Recorded because a request outgrew the plan, or as a probe: a grown envelope
       // replaces the plan.
       g.grow_wanted = false;
-      if (grew && replays() && !e.failed) {
+      if (grew && replays() && !e.failed && g.planning == nullptr) {
         auto roomy = std::make_shared<envelope>(*g.env);
         add_growth_headroom(*roomy);  // Note [Growth headroom]
         g.env = std::move(roomy);
         to_plan = g.env;
-        replace = g.version;
+        replace_id = g.version->id;
       }
-    } else if (replays() && !e.failed) {
+    } else if (replays() && !e.failed && g.planning == nullptr) {
       // Auto mode saw the period repeat three times before its first iteration: one
       // recording is enough for its first regime (a later structure has not been seen
       // to repeat: Note [Regimes]).
@@ -558,189 +492,14 @@ void engine::end_record_impl(domain_state& d) {
         set_aside_locked(e, "its recordings never agreed");
       }
     }
+    // Note [Background planning]: its iterations wait for this plan, not record.
+    if (to_plan != nullptr) g.planning = to_plan.get();
   }
   if (evicted != nullptr) {
     retire_dropped(e, evicted, evicted->from_file,
                    evicted->from_file ? "its allocation sequence changed" : "a newer structure took its regime's place");
   }
-  if (to_plan != nullptr) make_plan(e, *to_plan, replace);
-}
-
-plan_version* engine::drop_plan_locked(key_entry& e, int r, const char* why) {
-  regime& g = e.regimes[r];
-  plan_version* v = g.version;
-  g.version = nullptr;
-  g.recordings = 0;
-  g.slab_bytes = 0;
-  g.lower_bound_bytes = 0;
-  g.grow_wanted = false;
-  e.recordings = 0;
-  set_aside_locked(e, why);
-  return v;
-}
-
-void engine::retire_dropped(key_entry& e, plan_version* v, bool from_file, const char* why) {
-  rerecords_.fetch_add(1, std::memory_order_relaxed);
-  if (from_file) {
-    REPLAYALLOC_LOG(warning, "the plan of '%s' loaded from REPLAYALLOC_PLAN_DIR does not match "
-                    "this program (%s); recording again", e.key.c_str(), why);
-  } else {
-    REPLAYALLOC_LOG(info, "'%s': %s; recording again", e.key.c_str(), why);
-  }
-  v->retire();
-}
-
-// Note [Setting aside]: a key whose iterations do not repeat (ever-new shapes, a
-// different sequence each time) would otherwise cost a recording, a plan and a new
-// slab (mapped and pre-faulted) every few iterations, and serve nothing from them:
-// worse than the backend alone (DESIGN invariant 8). Each failure in a row (a plan
-// retired for deviating, a plan made only because REPLAYALLOC_RECORD_LIMIT
-// recordings never agreed, a larger request whose recording has another structure)
-// sets the key aside for longer: after the 1st nothing, then 8, 32 and 128 of its
-// iterations pass straight through to the backend (no recording, no slab; one
-// counter per iteration), and from the 5th failure on the key is given up for
-// 4,096 iterations before it is tried again. An iteration replayed without
-// deviating clears the count. A plan loaded from a file that does not fit counts too.
-void engine::set_aside_locked(key_entry& e, const char* why) {
-  const std::uint32_t failures = e.failures.load(std::memory_order_relaxed) + 1;
-  e.failures.store(failures, std::memory_order_relaxed);
-  std::uint64_t wait = 0;
-  switch (failures) {
-    case 1: wait = 0; break;
-    case 2: wait = 8; break;
-    case 3: wait = 32; break;
-    case 4: wait = 128; break;
-    default: wait = 4096; break;
-  }
-  if (wait == 0 || !opts_.set_aside) return;
-  e.resume_at = e.uses + wait;
-  if (failures >= 5) {
-    keys_given_up_.fetch_add(1, std::memory_order_relaxed);
-    REPLAYALLOC_LOG(info, "'%s' does not repeat (%s; %u failures in a row): given up for %llu "
-                    "iterations, which pass through to the backend", e.key.c_str(), why, failures,
-                    static_cast<unsigned long long>(wait));
-  } else {
-    set_asides_.fetch_add(1, std::memory_order_relaxed);
-    REPLAYALLOC_LOG(info, "'%s' set aside for %llu iterations (%s)", e.key.c_str(),
-                    static_cast<unsigned long long>(wait), why);
-  }
-}
-
-void engine::make_plan(key_entry& e, const envelope& env, plan_version* replace) {
-  const trace& tr = env.tr;
-  const std::vector<std::uint64_t> least = least_served(env);
-  planner_options po;
-  po.slot_align = opts_.slot_align;
-  // Note [Probation slabs]: a key that has not shown that it repeats gets a cheap plan.
-  const bool probation = e.failures.load(std::memory_order_relaxed) != 0;
-  absl::StatusOr<placement> p = replayalloc::make_plan(tr, probation ? "greedy_by_size" : "best", po);
-  const absl::Status ok = p.ok() ? validate(tr, *p, po) : p.status();
-  if (!ok.ok()) {
-    REPLAYALLOC_LOG(error, "planning '%s' failed (%.*s); its iterations pass through to the backend",
-                    e.key.c_str(), static_cast<int>(ok.message().size()), ok.message().data());
-    std::lock_guard<std::mutex> lock(e.mu);
-    e.failed = true;
-    return;
-  }
-  save_plan(e, tr, *p, least);  // plan_store.cc
-  if (!install_plan(e, tr, *std::move(p), false, replace, &least)) {
-    std::lock_guard<std::mutex> lock(e.mu);
-    e.failed = true;
-  }
-}
-
-bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_file,
-                          plan_version* replace, const std::vector<std::uint64_t>* least) {
-  planner_options po;
-  po.slot_align = opts_.slot_align;
-  absl::Status ok = absl::OkStatus();
-  std::vector<bool> managed;
-  if (e.adjust != nullptr) {
-    const std::vector<std::uint64_t> before = p.offsets;
-    if (const char* note = e.adjust(tr, p, e.adjust_arg)) {
-      REPLAYALLOC_LOG(warning, "'%s': %s", e.key.c_str(), note);
-    }
-    managed.resize(before.size());
-    for (std::size_t i = 0; i < before.size(); ++i) {
-      managed[i] = before[i] != not_in_slab && p.offsets[i] == not_in_slab;
-    }
-    ok = validate(tr, p, po);
-  }
-  void* mem = ok.ok() ? backend::fallback_alloc(sizeof(plan_version), alignof(plan_version)) : nullptr;
-  if (!ok.ok() || mem == nullptr) {
-    REPLAYALLOC_LOG(error, "planning '%s' failed (%.*s); its iterations pass through to the backend",
-                    e.key.c_str(), static_cast<int>(ok.message().size()),
-                    ok.ok() ? "out of memory" : ok.message().data());
-    return false;
-  }
-  auto* v = new (mem) plan_version;
-  // Note [Probation slabs]: a key whose plans failed before (set aside, given up, a
-  // plan made only because its recordings never agreed) has not shown that it repeats.
-  // Its next plan's host slabs are not pre-faulted and do not purge the backend first:
-  // if the plan fails again (the likely case for a stream that never repeats) it cost
-  // only the pages its iterations touched, not a whole slab of faults and the
-  // backend's pages faulted back in; if it holds, its first replayed iteration faults
-  // in the pages it uses, once. A key that replays clears its failures, and its later
-  // plans pre-fault as usual (REPLAYALLOC_PREFAULT). Such a key is also planned with
-  // one greedy ordering instead of `best` (make_plan, below), and its recordings take no
-  // call-stack tags (record_alloc): on a stream that never repeats these two were most
-  // of what replayalloc cost over jemalloc (callgrind of bench/micro/never_repeats.cc,
-  // 1,000 requests: 40M instructions in 3 plans and 21M unwinding stacks, against
-  // jemalloc's 204M for the whole run). A plan that holds is re-planned with `best`
-  // when it next grows or records again.
-  const bool probation = e.kind == domain_kind::host && e.failures.load(std::memory_order_relaxed) != 0;
-  v->source = probation ? &host_probation_slabs() : e.source;
-  v->plan = compile_plan(tr, p, po, managed.empty() ? nullptr : &managed, least, opts_.min_size);
-  v->key = e.key;
-  v->from_file = from_file;
-  v->id = plans_.fetch_add(1, std::memory_order_relaxed) + 1;
-  REPLAYALLOC_LOG(info, "planned '%s': %zu allocations, slab %llu bytes, lower bound %llu bytes (%s)",
-                  e.key.c_str(), tr.allocations.size(),
-                  static_cast<unsigned long long>(p.slab_bytes),
-                  static_cast<unsigned long long>(p.lower_bound_bytes), p.algorithm.c_str());
-  plan_version* old = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(e.mu);
-    const std::uint64_t shape = tr.shape_signature();
-    int r = e.find_regime(shape);
-    if (r < 0 && from_file) {
-      // Note [Regimes]: a loaded plan starts its regime (1 where the sizes varied).
-      r = e.slot_for_new_regime();
-      if (e.regimes[r].version != nullptr) {
-        v->retire();
-        return true;
-      }
-      e.forget_regime(r);
-      envelope env = make_envelope(tr);
-      if (least != nullptr) env.least = *least;
-      e.regimes[r] = regime{};
-      e.regimes[r].env = std::make_shared<const envelope>(std::move(env));
-      e.regimes[r].shape = shape;
-      e.regimes[r].last_seen = e.uses;
-    }
-    // Another plan arrived meanwhile (a recording finished first; the version to
-    // replace was retired or replaced already), or the regime's slot went to another
-    // structure: keep what is there.
-    if (r < 0 || e.regimes[r].version != replace) {
-      v->retire();
-      return true;
-    }
-    regime& g = e.regimes[r];
-    old = g.version;
-    g.version = v;
-    g.recordings = 0;
-    g.slab_bytes = p.slab_bytes;
-    g.lower_bound_bytes = p.lower_bound_bytes;
-    e.recordings = 0;
-  }
-  if (old != nullptr) {
-    // Threads replaying the old version finish their iterations on it; its slabs are
-    // unmapped as they drain (slab_pool.h).
-    plans_grown_.fetch_add(1, std::memory_order_relaxed);
-    REPLAYALLOC_LOG(info, "'%s': plan grown to the envelope of its shapes", e.key.c_str());
-    old->retire();
-  }
-  return true;
+  if (to_plan != nullptr) submit_plan(e, std::move(to_plan), replace_id, false);
 }
 
 void engine::end_replay(domain_state& d) {
@@ -751,6 +510,7 @@ void engine::end_replay(domain_state& d) {
   // Read now: once the slab goes back below, a retired version may be deleted; after
   // that `v` is only compared, never read.
   const bool from_file = v->from_file;
+  const std::uint64_t version_id = v->id;
   const std::uint64_t misses = total_misses(c) - d.misses_at_begin;
   // A larger shape: at least two slots whose allocation outgrew them (slow_path.cc
   // counts them). One larger block among the same shapes is a deviation; a shape
@@ -820,6 +580,12 @@ void engine::end_replay(domain_state& d) {
         // recordings and clean replays).
         e.learn_regime(other);
         explained = true;
+      } else if (grew && e.regimes[r].planning != nullptr) {
+        // Note [Background planning]: a larger plan for this regime is on the way (the
+        // envelope already grown, or predicted): the iteration that outgrew the plan
+        // it replaces is neither a deviation nor a reason to record or predict again.
+        e.learn_regime(r);
+        explained = true;
       } else if (grew && replays() && !e.failed && e.regimes[r].grown_in_a_row == 1 &&
                  first_too_large_at == first_miss_at &&
                  (predicted = predicted_envelope(e.regimes[r], first_too_large_at, first_too_large_size)) != nullptr) {
@@ -828,6 +594,7 @@ void engine::end_replay(domain_state& d) {
         // slot was the iteration's first miss: the cursor was on the plan up to it, so
         // the slot is that request's own.
         e.regimes[r].env = predicted;
+        e.regimes[r].planning = predicted.get();
         e.regimes[r].grow_wanted = false;
         grow_wanted = true;
         e.learn_regime(r);
@@ -853,22 +620,9 @@ void engine::end_replay(domain_state& d) {
       }
     }
   }
-  if (predicted != nullptr) {
-    try {
-      const auto t0 = std::chrono::steady_clock::now();
-      make_plan(e, *predicted, v);
-      plans_predicted_.fetch_add(1, std::memory_order_relaxed);
-      REPLAYALLOC_LOG(info, "'%s': plan predicted for a larger shape from fitted sizes in %lld us (Note [Predicted plans])",
-                      e.key.c_str(),
-                      static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                                 std::chrono::steady_clock::now() - t0).count()));
-    } catch (const std::bad_alloc&) {
-      // No memory to plan the larger shape: it records when it comes, as without a
-      // prediction.
-      REPLAYALLOC_LOG(warning, "'%s': out of memory predicting a plan; the larger shape will be recorded",
-                      e.key.c_str());
-    }
-  }
+  // Note [Predicted plans]: planned like a recording's envelope (Note [Background
+  // planning]); the plan it replaces serves meanwhile.
+  if (predicted != nullptr) submit_plan(e, std::move(predicted), version_id, true);
   // Deviation is counted per thread: a thread whose every iteration deviates has a
   // program that changed; threads that deviate now and then, interleaved, do not. An
   // iteration of another planned regime is a wrong prediction, not a deviation; one
@@ -903,94 +657,6 @@ void engine::end_replay(domain_state& d) {
   }
   // `v` is still alive: a version leaves the key here, and only retire() may free it.
   if (retire) retire_dropped(e, v, from_file, why);
-}
-
-void* engine::alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero) noexcept {
-  try {
-    if (!check::enabled() || in_engine()) return alloc_slow_unchecked(t, size, align, zero);
-    unmask(t.host);
-    void* p = alloc_slow_unchecked(t, size, align, zero);
-    mask(t.host);  // the phase may have changed (auto mode begins and ends iterations)
-    if (p != nullptr) check::on_alloc(p, size, t.op, t.thread_no, backend::in_slab_range(p));
-    return p;
-  } catch (const std::bad_alloc&) {
-    // The last resort: the engine's own memory ran out where nothing nearer caught it
-    // (the recording, the watcher and planning do). The allocation interface never
-    // throws, so the backend serves the request, as the engine would have.
-    mask(t.host);  // check mode: hidden again if it was shown (a no-op otherwise)
-    reentry_guard guard;
-    void* p = zero && align <= malloc_align ? backend::fallback_calloc(size) : backend::fallback_alloc(size, align);
-    if (p == nullptr) {
-      errno = ENOMEM;
-    } else if (zero && align > malloc_align) {
-      std::memset(p, 0, size);
-    }
-    return p;
-  }
-}
-
-void engine::free_checked(thread_state& t, void* p) {
-  register_thread(t);
-  check::on_free(p, t.thread_no);
-  if (backend::in_slab_range(p)) {
-    unmask(t.host);
-    replay_free(t.host.cursor, p, [](void* q) { return static_cast<slab*>(backend::chunk_owner(q)); });
-    mask(t.host);
-    return;
-  }
-  free_backend(t, p);
-}
-
-void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_t align, bool zero) {
-  if (size > max_request_bytes) [[unlikely]] {
-    errno = ENOMEM;
-    return nullptr;
-  }
-  if (in_engine()) return zero ? backend::fallback_calloc(size) : backend::fallback_alloc(size, align);
-  register_thread(t);
-  // Below the minimum: never recorded, planned or watched (api.cc takes this path
-  // before calling here when it can).
-  if (below_min_size(t.host.cursor, size)) return alloc_below_min(size, align, zero);
-  const bool watched = opts_.mode == run_mode::automatic;
-  if (watched) auto_before_alloc_safe(t, size);
-  domain_state& d = t.host;
-  if (d.ph == phase::replay) {
-    void* p = replay_malloc(d.cursor, size, align, [](std::size_t n, std::size_t a, backend_kind) {
-      return backend::fallback_alloc(n, a);
-    });
-    if (p == nullptr) {
-      errno = ENOMEM;
-      return nullptr;
-    }
-    if (zero) std::memset(p, 0, size);
-    // Note [Iterations between quiet points] (runtime/auto_detect.h): an auto
-    // iteration that ends where few blocks are live counts its backend blocks.
-    if (watched && !backend::in_slab_range(p)) auto_track_safe(t, p, size);
-    return p;
-  }
-  void* p = zero && align <= malloc_align ? backend::fallback_calloc(size)
-                                          : backend::fallback_alloc(size, align);
-  if (p == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
-  if (zero && align > malloc_align) std::memset(p, 0, size);
-  bump(d.backend_bytes, size);
-  if (d.no_slab) {
-    bump(d.no_slab_fallbacks);
-  } else {
-    bump(d.passthrough);
-  }
-  if (d.ph == phase::record) record_alloc(d, p, size, align);
-  if (watched) auto_track_safe(t, p, size);
-  return p;
-}
-
-void engine::free_backend(thread_state& t, void* p) {
-  if (!t.registered) [[unlikely]] register_thread(t);
-  if (t.host.ph == phase::record && !in_engine()) record_free(t.host, p);
-  if (t.autod != nullptr && !in_engine()) auto_untrack(t, p);
-  backend::fallback_free(p);
 }
 
 }  // namespace replayalloc::detail

@@ -38,6 +38,8 @@
 #include "runtime/auto_detect.h"
 #include "runtime/check.h"
 #include "runtime/domain.h"
+#include "runtime/planner_thread.h"
+#include "runtime/shortcuts.h"
 #include "runtime/stats.h"
 #include "runtime/thread_state.h"
 #include "support/options.h"
@@ -46,6 +48,20 @@
 #include "trace/trace.h"
 
 namespace replayalloc::detail {
+
+// Check mode (Note [Check mode]): hides a replaying host cursor's counts so that the
+// hot path always misses; the slow path unmasks around its own work.
+inline void mask_plan(domain_state& d) {
+  if (!check::enabled() || d.masked || d.ph != phase::replay || d.kind != domain_kind::host) return;
+  hide_plan(d.cursor);
+  d.masked = true;
+}
+
+inline void unmask_plan(domain_state& d) {
+  if (!d.masked) return;
+  show_plan(d.cursor);
+  d.masked = false;
+}
 
 // placement_adjuster (runtime/domain.h): how a device domain moves allocations out of
 // a slab that would not fit its memory budget (large-model support).
@@ -101,6 +117,10 @@ struct regime {
   std::uint64_t slab_bytes = 0;
   std::uint64_t lower_bound_bytes = 0;
   bool grow_wanted = false;         // a request outgrew the plan: record once more, merge
+  // Note [Background planning]: the envelope whose plan is being made off the request
+  // path (null: none). While set, no iteration of this regime records: without a plan
+  // they pass through, with one they replay it until the new one is installed.
+  const envelope* planning = nullptr;
   bool confirmed = false;           // an iteration replayed its plan without deviating
   std::uint32_t grown_in_a_row = 0; // replays that outgrew it since the last clean one
   // Note [Predicted plans] (trace/size_model.h): the sizes of its recent recordings.
@@ -259,6 +279,8 @@ class engine {
   // Process-wide statistics; with `only`, those of one kind of domain.
   Stats stats(const domain_kind* only = nullptr);
   int save_trace(std::string_view key, const std::string& path);
+  // Note [Background planning]: blocks until every plan queued is installed (or failed).
+  void wait_plans();
   void on_thread_exit(thread_state& t);
 
   const options& opts() const { return opts_; }
@@ -291,7 +313,13 @@ class engine {
   void finish_probe(key_entry& e, const domain_state& d, int r);
   // Plans `env` for its regime of `e`; with `replace`, the plan replaces that version
   // (a grown envelope) instead of waiting for the regime to have none.
-  void make_plan(key_entry& e, const envelope& env, plan_version* replace = nullptr);
+  // `replace_id`: plan_version::id of the version replaced; 0: none.
+  void make_plan(key_entry& e, const envelope& env, std::uint64_t replace_id = 0);
+  // Note [Background planning]: `env` planned for its regime of `e` by the planner
+  // thread (or here, synchronously, when there is none); the regime's `planning`
+  // names env until it is done. pre: e.mu not held; e held by the caller.
+  void submit_plan(key_entry& e, std::shared_ptr<const envelope> env, std::uint64_t replace_id, bool predicted);
+  static void run_plan_job(const plan_job& job);
   // A plan of `e` failed (retired for deviating, or recordings that never agreed):
   // sets the key aside for a while (Note [Setting aside]). REQUIRES: e.mu held.
   void set_aside_locked(key_entry& e, const char* why);
@@ -304,7 +332,7 @@ class engine {
   // pre: validate(tr, p) holds. Returns false (and logs) when it could not.
   // `least`: least_served() of the envelope `tr` is (null: every slot exact).
   bool install_plan(key_entry& e, const trace& tr, placement p, bool from_file,
-                    plan_version* replace = nullptr, const std::vector<std::uint64_t>* least = nullptr);
+                    std::uint64_t replace_id = 0, const std::vector<std::uint64_t>* least = nullptr);
   // lifecycle.cc
   void start_lifecycle();
   // plan_store.cc
@@ -321,6 +349,7 @@ class engine {
 
   const options opts_;
   bool slabs_ok_ = false;
+  planner_thread planner_;
   std::mutex mu_;
   absl::flat_hash_map<std::string, key_entry*> keys_;
   std::vector<std::string> op_names_{"unknown"};
@@ -348,76 +377,11 @@ class engine {
   std::atomic<std::uint64_t> auto_rests_{0};
   std::atomic<std::uint64_t> probes_{0};
   std::atomic<std::uint64_t> plans_predicted_{0};
+  // Note [Background planning]: plans the planner thread installed, and the time from
+  // the recording's end to the install (microseconds), summed and the longest.
+  std::atomic<std::uint64_t> plans_background_{0};
+  std::atomic<std::uint64_t> plan_wait_us_total_{0};
+  std::atomic<std::uint64_t> plan_wait_us_max_{0};
 };
-
-// The two requests the preload library sees most (95% of the calls of a Python
-// inference loop), inline so that they cost little more than jemalloc's own fast path:
-//
-// A host request below REPLAYALLOC_MIN_SIZE (or of 0 bytes): never recorded, planned
-// or watched by auto mode, so it goes straight to the backend, and is not counted, as
-// the inline path counts none (Note [Below the minimum, inline], thread_state.h).
-// pre: check mode off.
-inline void* alloc_below_min(std::size_t size, std::size_t align, bool zero) {
-  void* p;
-  backend::plain_malloc_fn plain = backend::g_plain_malloc.load(std::memory_order_relaxed);
-  if (plain != nullptr && !zero && align <= malloc_align) [[likely]] {
-    p = plain(size < malloc_align ? malloc_align : size);
-  } else {
-    p = zero && align <= malloc_align ? backend::fallback_calloc(size) : backend::fallback_alloc(size, align);
-  }
-  if (p == nullptr) [[unlikely]] {
-    errno = ENOMEM;
-    return nullptr;
-  }
-  if (zero && align > malloc_align) std::memset(p, 0, size);
-  return p;
-}
-
-// Note [Pass-through]: true when engine::alloc_slow_unchecked would do nothing for
-// this request but pass it to the backend and count it as pass-through: a registered
-// thread whose host domain neither records nor replays (phase none, a slab not missing),
-// check mode off, a size the backend may be asked for, and nothing for auto mode to
-// do: not auto mode, or the thread marks its own iterations (auto mode is off there),
-// or its watcher rests (Note [Auto mode rests]) outside any iteration, whose count
-// this takes one off. The rest's last allocation (resting == 1) goes the engine's way,
-// which starts watching again; so does a thread's first in auto mode, which makes its
-// watcher (engine::auto_before_alloc counts the rest down the same way). Here, with
-// the engine's other inline shortcuts, rather than in the entry points' file; used by
-// the slow path's top (runtime/api.cc). pre: not in the engine, size at or above the
-// minimum.
-inline bool passes_through(thread_state& t, std::size_t size) noexcept {
-  if (!t.registered || t.host.ph != phase::none || t.host.no_slab || check::enabled() ||
-      size > max_request_bytes) {
-    return false;
-  }
-  auto_state* a = t.autod;
-  if (a == nullptr) return engine::get().opts().mode != run_mode::automatic;
-  if (t.marks_own) return true;
-  if (a->resting > 1 && t.depth == 0) {
-    --a->resting;
-    return true;
-  }
-  return false;
-}
-
-// A free of a backend block (outside the slab range) that only a recording or auto
-// mode's watcher might need to see (the plain-free gate holds gate_recording and/or
-// gate_watched, nothing else): when neither can hold p (Note [Live filters]),
-// straight to the backend's free; false (nothing done) otherwise, and the caller goes
-// to engine::free_backend. A TorchScript model's first inferences free ~700,000 small
-// blocks while they record; each was a hash lookup in the slow path.
-inline bool free_backend_filtered(thread_state& t, void* p) {
-  const std::uint32_t g = t.free_gate;
-  if ((g & ~(gate_recording | gate_watched)) != 0) return false;
-  if ((g & gate_recording) != 0 && t.host.recorder->maybe_live(p)) return false;
-  // The watcher: only frees of blocks it may be watching (or counting: Note
-  // [Iterations between quiet points]).
-  if ((g & gate_watched) != 0 && (!t.auto_iteration || t.autod->det.quiet()) && t.autod->filter.maybe_live(p)) {
-    return false;
-  }
-  // The gate is past gate_unready: the backend has a plain free.
-  backend::g_plain_free.load(std::memory_order_relaxed)(p);
-  return true;
-}
 
 }  // namespace replayalloc::detail

@@ -132,7 +132,7 @@ bool engine::load_plan_file(key_entry& e, const std::string& path) {
                     static_cast<int>(ok.message().size()), ok.message().data(), e.key.c_str());
     return false;
   }
-  if (!install_plan(e, f->tr, std::move(f->p), true, nullptr, f->least.empty() ? nullptr : &f->least)) {
+  if (!install_plan(e, f->tr, std::move(f->p), true, 0, f->least.empty() ? nullptr : &f->least)) {
     return false;
   }
   plans_loaded_.fetch_add(1, std::memory_order_relaxed);

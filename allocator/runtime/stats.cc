@@ -168,6 +168,7 @@ void add_domain(Stats& s, const domain_state& d) {
   s.double_frees += ld(c.double_frees);
   s.iterations += ld(d.iterations);
   s.iterations_set_aside += ld(d.set_aside);
+  s.iterations_awaiting_plan += ld(d.awaiting_plan);
 }
 
 namespace {
@@ -224,6 +225,9 @@ Stats engine::stats(const domain_kind* only) {
   s.auto_rests = auto_rests_.load(std::memory_order_relaxed);
   s.probes = probes_.load(std::memory_order_relaxed);
   s.plans_predicted = plans_predicted_.load(std::memory_order_relaxed);
+  s.plans_background = plans_background_.load(std::memory_order_relaxed);
+  s.plan_wait_us_total = plan_wait_us_total_.load(std::memory_order_relaxed);
+  s.plan_wait_us_max = plan_wait_us_max_.load(std::memory_order_relaxed);
   s.recordings = recordings_.load(std::memory_order_relaxed);
   s.mapped_bytes = backend::mapped_slab_bytes();
   s.keys = keys;

@@ -64,6 +64,7 @@ struct domain_state {
   std::atomic<std::uint64_t> frees{0};
   std::atomic<std::uint64_t> iterations{0};
   std::atomic<std::uint64_t> set_aside{0};  // iterations passed through: key set aside
+  std::atomic<std::uint64_t> awaiting_plan{0};  // iterations passed through: plan on the way
 
   domain_state* next = nullptr;  // engine registry (under the engine's mutex)
   domain_state* prev = nullptr;
