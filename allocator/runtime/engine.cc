@@ -39,32 +39,6 @@ std::uint64_t total_misses(const replay_cursor& c) {
   return n;
 }
 
-// Note [Predicted plans] (trace/size_model.h): regime g's envelope raised to the sizes
-// fitted at the shape the request that outgrew slot at - 1 (`size` bytes) asks for, plus
-// a quarter; null when the regime has no model, the slot cannot say, or nothing grew.
-// Only slots whose size varied are raised (those of one fixed size keep matching
-// exactly). REQUIRES: the key's mutex held.
-std::shared_ptr<const envelope> predicted_envelope(const regime& g, std::uint32_t at, std::uint64_t size) {
-  if (at == 0 || g.samples.size() < 2 || g.env == nullptr) return nullptr;
-  const std::optional<size_model> m = fit_size_model(g.samples);
-  if (!m || at - 1 >= m->coef.size() || m->coef.size() != g.env->tr.allocations.size()) return nullptr;
-  const std::optional<double> x = m->solve(at - 1, size);
-  if (!x) return nullptr;
-  auto env = std::make_shared<envelope>(*g.env);
-  const double target = *x * 1.25;
-  bool raised = false;
-  for (std::size_t i = 0; i < env->tr.allocations.size() && i < env->least.size(); ++i) {
-    std::uint64_t& cap = env->tr.allocations[i].size;
-    if (env->least[i] >= cap) continue;  // one fixed size: kept exact
-    const std::uint64_t want = std::min<std::uint64_t>(m->size_at(i, target), max_request_bytes);
-    if (want > cap) {
-      cap = want;
-      raised = true;
-    }
-  }
-  return raised ? env : nullptr;
-}
-
 const char* op_name_for_check(std::uint32_t op);
 
 }  // namespace
@@ -78,7 +52,8 @@ engine& engine::get() {
   return *instance;
 }
 
-engine::engine() : opts_(process_options()), planner_(&engine::run_plan_job, opts_.background_planning) {
+engine::engine()
+    : opts_(process_options()), policy_(policy_settings::from(opts_)), planner_(&engine::run_plan_job, opts_.background_planning) {
   reentry_guard guard;
   backend::use_fast_entry_points();
   backend::keep_huge_pages();
@@ -101,6 +76,12 @@ engine::engine() : opts_(process_options()), planner_(&engine::run_plan_job, opt
 namespace {
 const char* op_name_for_check(std::uint32_t op) { return engine::get().op_name_locked(op); }
 }  // namespace
+
+void engine::count(const policy_counts& n) {
+  if (n.probes != 0) probes_.fetch_add(n.probes, std::memory_order_relaxed);
+  if (n.set_asides != 0) set_asides_.fetch_add(n.set_asides, std::memory_order_relaxed);
+  if (n.keys_given_up != 0) keys_given_up_.fetch_add(n.keys_given_up, std::memory_order_relaxed);
+}
 
 void engine::abandon_recording(domain_state& d, const char* what) {
   REPLAYALLOC_LOG(warning, "out of memory while %s '%s'; this iteration passes through",
@@ -177,55 +158,31 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
   std::size_t slab_bytes = 0;
   {
     std::lock_guard<std::mutex> lock(e->mu);
-    if (e->failed) return;
-    if (++e->uses < e->resume_at) {  // set aside (Note [Setting aside])
-      bump(d.set_aside);
-      return;
-    }
-    // Note [Regimes]: the regime this iteration is predicted to follow.
-    int predicted = e->predict_regime();
-    // Note [Regimes by first size] (keys.cc): a first size no regime is known to
-    // serve records, unless such recordings found nothing lately (probe back-off).
-    bool size_unknown = false;
-    if (first_size != 0 && predicted != record_marker) {
-      const key_entry::first_size_pick by_size = e->regime_for_first_size(first_size, predicted);
-      if (by_size.regime >= 0) predicted = by_size.regime;
-      size_unknown = by_size.unknown && e->uses >= e->probe_quiet_until;
-    }
-    // A marked context records; while another thread records, the regime last
-    // replayed there is served.
-    if (predicted == record_marker && e->recording) predicted = e->probe_from;
-    const bool marked = predicted == record_marker;
-    const int r = marked ? -1 : predicted;
-    regime* g = r >= 0 ? &e->regimes[r] : nullptr;
-    const bool planned = g != nullptr && g->version != nullptr && replays();
-    d.probing = false;
-    awaiting = !planned && g != nullptr && g->planning != nullptr;
-    if (awaiting) {
-      // Note [Background planning]: its plan is on the way; the iteration passes through.
-      bump(d.awaiting_plan);
-    } else if (!planned || (!e->recording && (e->probe_left > 0 || g->grow_wanted || size_unknown))) {
-      // No plan for it yet; or a probe after a deviation; or a request outgrew the
-      // plan (its recording grows the envelope, Note [Envelope]): this iteration
-      // records (its requests go to the backend). One thread records a key at a time;
-      // while one does, the others pass through.
-      if (e->recording) return;
-      e->recording = true;
-      d.regime = r;
-      d.growing = planned && g->grow_wanted;
-      d.sizing = size_unknown && !d.growing;
-      d.probing = !d.growing && !d.sizing && (marked || e->probe_left > 0);
-      if (d.probing && !marked) --e->probe_left;
-      d.marked[0] = marked ? e->history[0] : -1;
-      d.marked[1] = marked ? e->history[1] : -1;
-    } else if (slabs_ok_ || e->kind != domain_kind::host) {
-      v = g->version;
-      d.regime = r;
-      g->last_seen = e->uses;
-      slab_bytes = v->plan.slab_bytes;
-      claimed = v->claim(opts_.max_slabs, &claim, &why);
-    } else {
-      return;
+    const begin_decision b = decide_begin(*e, first_size, slabs_ok_ || e->kind != domain_kind::host, policy_);
+    switch (b.what) {
+      case begin_decision::pass:
+        return;
+      case begin_decision::set_aside:
+        bump(d.set_aside);
+        return;
+      case begin_decision::awaiting:
+        bump(d.awaiting_plan);
+        awaiting = true;
+        break;
+      case begin_decision::record:
+        d.regime = b.regime;
+        d.growing = b.growing;
+        d.sizing = b.sizing;
+        d.probing = b.probing;
+        d.marked[0] = b.marked[0];
+        d.marked[1] = b.marked[1];
+        break;
+      case begin_decision::replay:
+        v = e->regimes[b.regime].version;
+        d.regime = b.regime;
+        slab_bytes = v->plan.slab_bytes;
+        claimed = v->claim(opts_.max_slabs, &claim, &why);
+        break;
     }
   }
   if (awaiting) {
@@ -356,26 +313,6 @@ void engine::end_record(domain_state& d) {
   }
 }
 
-// Note [Regimes]: a probe is worth its recording when it finds another regime that
-// repeats (seen twice, or planned). One that finds a structure never seen before may
-// have found a regime at its first recording: the marked context stays marked, once,
-// so that the next iteration there is recorded too. Otherwise (the regime that was
-// replayed there, or a second new structure in a row: noise) the next probe waits
-// four times longer than the last (4, 16, .. 4,096 iterations), and the marked context
-// is given back to the regime replayed there. REQUIRES: e.mu held.
-void engine::finish_probe(key_entry& e, const domain_state& d, int r) {
-  probes_.fetch_add(1, std::memory_order_relaxed);
-  const bool repeats = r >= 0 && (e.regimes[r].version != nullptr || e.regimes[r].recordings >= 2);
-  const bool first_seen = r >= 0 && !repeats && !e.probe_found_new;
-  if (r != e.probe_from && repeats) e.probe_found_other = true;
-  e.probe_found_new = first_seen;
-  if (d.marked[1] >= 0 && !first_seen) {
-    std::int8_t& next = d.marked[0] >= 0 ? e.after2[d.marked[0]][d.marked[1]] : e.after1[d.marked[1]];
-    if (next == record_marker) next = static_cast<std::int8_t>(repeats ? r : e.probe_from);
-  }
-  if (e.probe_left == 0 && !first_seen) e.probe_result(e.probe_found_other);
-}
-
 void engine::end_record_impl(domain_state& d) {
   key_entry& e = *d.entry;
   // Deferred ops keep their placeholders here (Note [Deferred op names]).
@@ -384,122 +321,20 @@ void engine::end_record_impl(domain_state& d) {
     return id < op_names_.size() ? op_names_[id] : std::string("unknown");
   });
   recordings_.fetch_add(1, std::memory_order_relaxed);
-  const std::uint64_t shape = tr.shape_signature();
   auto shared = std::make_shared<const trace>(std::move(tr));
-  std::shared_ptr<const envelope> to_plan;
-  std::uint64_t replace_id = 0;
-  plan_version* evicted = nullptr;
+  recording_decision dec;
+  policy_counts n;
   {
     std::lock_guard<std::mutex> lock(e.mu);
-    e.recording = false;
-    ++e.recordings;
-    e.last_trace = shared;
-    // Note [Regimes]: the recording joins the regime of its structure, or starts one.
-    int r = e.find_regime(shape);
-    bool grew = false;
-    if (r >= 0) {
-      // Note [Envelope]: the same allocations, made and freed in the same order, at
-      // other sizes: each allocation's capacity is the largest size recorded.
-      auto merged = std::make_shared<envelope>(*e.regimes[r].env);
-      grew = merge_envelope(*merged, *shared);
-      e.regimes[r].env = std::move(merged);
-    } else {
-      r = e.slot_for_new_regime();
-      if (e.regimes[r].version != nullptr) {
-        // Every slot holds a plan. The least recently seen gives its place, unless
-        // places changed hands 4 times in the last 256 iterations: the key cycles
-        // through more structures than it keeps, and replacing plans would cost a
-        // recording and a plan per cycle. It keeps its plans for the next 4,096
-        // iterations, and structures without one are served by the backend.
-        if (e.uses - e.evictions_since > 256) {
-          e.evictions_since = e.uses;
-          e.evictions = 0;
-        }
-        if (e.uses < e.regimes_kept_until || ++e.evictions >= 4) {
-          if (e.uses >= e.regimes_kept_until) {
-            e.regimes_kept_until = e.uses + 4096;
-            REPLAYALLOC_LOG(info, "'%s' cycles through more than %d structures: it keeps its plans for "
-                            "4096 iterations, and the other structures pass through to the backend",
-                            e.key.c_str(), max_regimes);
-          }
-          r = -1;
-        } else {
-          evicted = e.regimes[r].version;
-        }
-      }
-      if (r >= 0) {
-        e.forget_regime(r);
-        regime& g = e.regimes[r];
-        g = regime{};
-        g.env = std::make_shared<const envelope>(make_envelope(*shared));
-        g.shape = shape;
-      }
-    }
-    if (r < 0) {
-      e.learn_regime(-1);
-      if (d.probing) finish_probe(e, d, -1);
-      if (d.sizing) e.probe_result(false);  // no regime to join: the size stays unknown
-      return;
-    }
-    regime& g = e.regimes[r];
-    ++g.recordings;
-    g.last_seen = e.uses;
-    if (!shared->allocations.empty()) g.saw_first(shared->allocations.front().size);
-    if (shared->allocations.size() <= max_sampled_allocations) {  // Note [Predicted plans]
-      size_sample sizes(shared->allocations.size());
-      for (std::size_t i = 0; i < sizes.size(); ++i) sizes[i] = shared->allocations[i].size;
-      add_size_sample(g.samples, sizes);
-    }
-    // A recording for growth that found no larger shape of its regime (an iteration of
-    // another regime outgrew the slots it was replayed on) backs off like a probe.
-    if (d.growing) e.probe_result(r == d.regime && grew);
-    // Note [Regimes by first size]: the size is now in the range of the regime the
-    // recording joined or started.
-    if (d.sizing) e.probe_result(true);
-    if (d.growing && r != d.regime && e.regimes[d.regime].grow_wanted) {
-      // Recorded because a request outgrew the plan of regime d.regime, but this
-      // iteration had another structure. A plan from a file that never replayed
-      // without deviating does not match this program: retired. Otherwise the
-      // program went on to another regime; the grown one grows when it next outgrows.
-      regime& grown = e.regimes[d.regime];
-      grown.grow_wanted = false;
-      if (grown.version != nullptr && grown.version->from_file && !grown.confirmed) {
-        evicted = drop_plan_locked(e, d.regime, "its allocation sequence changed");
-      }
-    }
-    e.learn_regime(r);
-    if (d.probing) finish_probe(e, d, r);
-    if (g.version != nullptr) {
-      // Recorded because a request outgrew the plan, or as a probe: a grown envelope
-      // replaces the plan.
-      g.grow_wanted = false;
-      if (grew && replays() && !e.failed && g.planning == nullptr) {
-        auto roomy = std::make_shared<envelope>(*g.env);
-        add_growth_headroom(*roomy);  // Note [Growth headroom]
-        g.env = std::move(roomy);
-        to_plan = g.env;
-        replace_id = g.version->id;
-      }
-    } else if (replays() && !e.failed && g.planning == nullptr) {
-      // Auto mode saw the period repeat three times before its first iteration: one
-      // recording is enough for its first regime (a later structure has not been seen
-      // to repeat: Note [Regimes]).
-      const std::uint32_t needed = e.automatic && !e.any_plan() ? 1 : opts_.record_iterations;
-      if (g.recordings >= needed) {
-        to_plan = g.env;
-      } else if (e.recordings >= opts_.record_limit && !e.any_plan()) {
-        to_plan = g.env;
-        set_aside_locked(e, "its recordings never agreed");
-      }
-    }
-    // Note [Background planning]: its iterations wait for this plan, not record.
-    if (to_plan != nullptr) g.planning = to_plan.get();
+    const recording_intent in{d.regime, d.probing, d.growing, d.sizing, {d.marked[0], d.marked[1]}};
+    dec = decide_after_recording(e, shared, in, policy_, n);
   }
-  if (evicted != nullptr) {
-    retire_dropped(e, evicted, evicted->from_file,
-                   evicted->from_file ? "its allocation sequence changed" : "a newer structure took its regime's place");
+  count(n);
+  if (plan_version* old = dec.dropped) {
+    retire_dropped(e, old, old->from_file,
+                   old->from_file ? "its allocation sequence changed" : dec.dropped_why);
   }
-  if (to_plan != nullptr) submit_plan(e, std::move(to_plan), replace_id, false);
+  if (dec.to_plan != nullptr) submit_plan(e, std::move(dec.to_plan), dec.replace_id, false);
 }
 
 void engine::end_replay(domain_state& d) {
@@ -512,10 +347,7 @@ void engine::end_replay(domain_state& d) {
   const bool from_file = v->from_file;
   const std::uint64_t version_id = v->id;
   const std::uint64_t misses = total_misses(c) - d.misses_at_begin;
-  // A larger shape: at least two slots whose allocation outgrew them (slow_path.cc
-  // counts them). One larger block among the same shapes is a deviation; a shape
-  // change makes every allocation that scales with it larger.
-  const bool grew = c.grown >= 2;
+  const std::uint32_t grown = c.grown;  // Note [Key policy]: a larger shape when >= 2
   // Stop replaying before the slab may go back to the pool.
   close_cursor(c);
   sync_frees(c);
@@ -533,130 +365,58 @@ void engine::end_replay(domain_state& d) {
   c.base = nullptr;
   if (s->refs.fetch_add(pending, std::memory_order_acq_rel) + pending == 0) v->release(s);
 
-  const std::uint64_t pct = opts_.deviation_percent;
-  // An iteration whose requests outgrew their slots is a larger shape, not a deviation:
-  // it grows the envelope (below); the recording that does so says whether the
-  // program's structure changed too.
-  const bool deviated = !grew && planned > 0 &&
-                        (misses * 100 > pct * planned ||
-                         std::uint64_t{planned - std::min(handed, planned)} * 100 > pct * planned);
-  d.last_deviated = deviated;
   key_entry& e = *d.entry;
-  const int r = d.regime;
-  // Note [Regimes]: an iteration that deviated, or whose requests outgrew their slots,
-  // may have followed another structure. It followed another planned regime when that
-  // one's slots up to the first request this plan could not serve are this plan's, and
-  // its slot there fits that request: learned, and nothing else done. Otherwise a
-  // larger shape grows the envelope (the next iteration of this regime records, and
-  // the plan serves on meanwhile); and when this is the second such iteration in the
-  // key's last 8 replays that left the plan at the same slot as the one before (one
-  // alone is an odd iteration; noise leaves it anywhere), the context the iteration
-  // came in (the regimes of the two before it) is marked: the next iteration in that
-  // context records, and says which regime comes there.
-  const bool other_structure = grew || deviated;
-  const std::uint32_t first_miss_at = c.first_miss_at;
-  const std::uint64_t first_miss_size = c.first_miss_size;
-  const std::uint32_t first_too_large_at = c.first_too_large_at;
-  const std::uint64_t first_too_large_size = c.first_too_large_size;
-  bool explained = false;    // by another regime
-  bool grow_wanted = false;  // the plan grows: planned below, or the next iteration records
-  std::shared_ptr<const envelope> predicted;
+  replay_summary rs;
+  rs.version = v;
+  rs.version_id = version_id;
+  rs.from_file = from_file;
+  rs.regime = d.regime;
+  rs.planned = planned;
+  rs.handed = handed;
+  rs.misses = misses;
+  rs.grown = grown;
+  rs.first_miss_at = c.first_miss_at;
+  rs.first_miss_size = c.first_miss_size;
+  rs.first_too_large_at = c.first_too_large_at;
+  rs.first_too_large_size = c.first_too_large_size;
+  rs.first_size = d.first_size;
+  replay_verdict verdict;
   {
     std::lock_guard<std::mutex> lock(e.mu);
-    e.structure_deviations = (e.structure_deviations << 1) | (other_structure ? 1u : 0u);
-    if (e.regimes[r].version == v) {  // `v` is installed, so alive: its plan may be read
-      if (grew) ++e.regimes[r].grown_in_a_row;
-      if (!other_structure) {
-        if (!deviated) {
-          e.failures.store(0, std::memory_order_relaxed);
-          e.regimes[r].confirmed = true;
-          e.regimes[r].grown_in_a_row = 0;
-        }
-        e.learn_regime(r);
-        e.regimes[r].saw_first(d.first_size);
-      } else if (const int other = e.consistent_regime(r, first_miss_at, first_miss_size); other >= 0) {
-        // Learned for the prediction; not for the other regime's first sizes: an
-        // explanation is a guess (Note [Regimes by first size] takes ranges only from
-        // recordings and clean replays).
-        e.learn_regime(other);
-        explained = true;
-      } else if (grew && e.regimes[r].planning != nullptr) {
-        // Note [Background planning]: a larger plan for this regime is on the way (the
-        // envelope already grown, or predicted): the iteration that outgrew the plan
-        // it replaces is neither a deviation nor a reason to record or predict again.
-        e.learn_regime(r);
-        explained = true;
-      } else if (grew && replays() && !e.failed && e.regimes[r].grown_in_a_row == 1 &&
-                 first_too_large_at == first_miss_at &&
-                 (predicted = predicted_envelope(e.regimes[r], first_too_large_at, first_too_large_size)) != nullptr) {
-        // Note [Predicted plans]: the larger shape, planned from the fitted sizes at
-        // once (below), without recording it. Only when the request that outgrew its
-        // slot was the iteration's first miss: the cursor was on the plan up to it, so
-        // the slot is that request's own.
-        e.regimes[r].env = predicted;
-        e.regimes[r].planning = predicted.get();
-        e.regimes[r].grow_wanted = false;
-        grow_wanted = true;
-        e.learn_regime(r);
-      } else {
-        // A predicted plan that was outgrown at once is followed by a recording. A
-        // plan outgrown 4 times in a row without replaying an iteration cleanly in
-        // between does not settle (the sizes follow no shape it can learn): from then
-        // on an outgrown iteration is a deviation like any other, and those in a row
-        // retire the plan and set the key aside (Note [Setting aside]).
-        grow_wanted = grew && e.uses >= e.probe_quiet_until && e.regimes[r].grown_in_a_row < 4;
-        if (grow_wanted) e.regimes[r].grow_wanted = true;
-        // Alike: the iteration left the plan at the same slot as the last one that did.
-        const bool alike = first_miss_at == e.last_first_miss;
-        e.last_first_miss = first_miss_at;
-        if (alike && std::popcount(e.structure_deviations & 0xffu) >= 2 && e.uses >= e.probe_quiet_until &&
-            replays()) {
-          e.probe_from = r;
-          e.probe_found_other = false;
-          if (!e.mark_context()) e.probe_left = std::max(e.probe_left, 2u);
-        } else {
-          e.learn_regime(-1);
-        }
-      }
-    }
+    verdict = decide_after_replay(e, rs, policy_);
   }
+  d.last_deviated = verdict.deviated;
   // Note [Predicted plans]: planned like a recording's envelope (Note [Background
   // planning]); the plan it replaces serves meanwhile.
-  if (predicted != nullptr) submit_plan(e, std::move(predicted), version_id, true);
-  // Deviation is counted per thread: a thread whose every iteration deviates has a
-  // program that changed; threads that deviate now and then, interleaved, do not. An
-  // iteration of another planned regime is a wrong prediction, not a deviation; one
-  // that outgrew its slots is one only when it does not grow the plan.
-  const bool counted = (deviated || (grew && !grow_wanted)) && !explained;
-  if (deviated || grew) {
+  if (verdict.predicted != nullptr) submit_plan(e, std::move(verdict.predicted), version_id, true);
+  if (verdict.deviated || verdict.grew) {
     // What a deviation looked like (REPLAYALLOC_VERBOSE=3): where it left the plan, and
     // what was made of it.
     REPLAYALLOC_LOG(debug, "'%s' regime %d: replay %s (planned %u, handed %u, misses %llu; first miss at slot %u, "
                     "%llu bytes; first request %llu bytes): %s",
-                    e.key.c_str(), r, grew ? "outgrew its slots" : "deviated", planned, handed,
-                    static_cast<unsigned long long>(misses), first_miss_at,
-                    static_cast<unsigned long long>(first_miss_size), static_cast<unsigned long long>(d.first_size),
-                    explained ? "another regime's" : grow_wanted ? "the plan grows" : counted ? "counted" : "not counted");
+                    e.key.c_str(), rs.regime, verdict.grew ? "outgrew its slots" : "deviated", planned, handed,
+                    static_cast<unsigned long long>(misses), rs.first_miss_at,
+                    static_cast<unsigned long long>(rs.first_miss_size), static_cast<unsigned long long>(d.first_size),
+                    verdict.explained ? "another regime's" : verdict.grow_wanted ? "the plan grows"
+                                                         : verdict.counted     ? "counted" : "not counted");
   }
-  if (d.deviation_entry != d.entry) {
-    d.deviation_entry = d.entry;
-    d.deviating_in_a_row = 0;
-  }
-  d.deviating_in_a_row = counted ? d.deviating_in_a_row + 1 : 0;
-  // A plan from a file the program does not follow goes at once (Note [Plan files]).
-  const std::uint32_t replan_after = from_file ? 1 : opts_.replan_after;
-  if (!counted || replan_after == 0 || d.deviating_in_a_row < replan_after) return;
-  d.deviating_in_a_row = 0;
+  deviation_streak streak{d.deviation_entry, d.deviating_in_a_row};
+  const bool retire = streak_retires(streak, d.entry, verdict.counted, from_file, policy_);
+  d.deviation_entry = streak.entry;
+  d.deviating_in_a_row = streak.in_a_row;
+  if (!retire) return;
   const char* why = from_file ? "its replayed iteration deviated"
                               : "its replayed iterations deviated REPLAYALLOC_REPLAN_AFTER times in a row";
-  bool retire = false;
+  bool dropped = false;
+  policy_counts n;
   {
     std::lock_guard<std::mutex> lock(e.mu);
     // Not replaced meanwhile.
-    if (e.regimes[r].version == v) retire = drop_plan_locked(e, r, why) != nullptr;
+    if (e.regimes[rs.regime].version == v) dropped = drop_plan(e, rs.regime, policy_, n, why) != nullptr;
   }
+  count(n);
   // `v` is still alive: a version leaves the key here, and only retire() may free it.
-  if (retire) retire_dropped(e, v, from_file, why);
+  if (dropped) retire_dropped(e, v, from_file, why);
 }
 
 }  // namespace replayalloc::detail

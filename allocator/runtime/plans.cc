@@ -78,19 +78,6 @@ void engine::wait_plans() {
   planner_.wait_idle();
 }
 
-plan_version* engine::drop_plan_locked(key_entry& e, int r, const char* why) {
-  regime& g = e.regimes[r];
-  plan_version* v = g.version;
-  g.version = nullptr;
-  g.recordings = 0;
-  g.slab_bytes = 0;
-  g.lower_bound_bytes = 0;
-  g.grow_wanted = false;
-  e.recordings = 0;
-  set_aside_locked(e, why);
-  return v;
-}
-
 void engine::retire_dropped(key_entry& e, plan_version* v, bool from_file, const char* why) {
   rerecords_.fetch_add(1, std::memory_order_relaxed);
   if (from_file) {
@@ -100,42 +87,6 @@ void engine::retire_dropped(key_entry& e, plan_version* v, bool from_file, const
     REPLAYALLOC_LOG(info, "'%s': %s; recording again", e.key.c_str(), why);
   }
   v->retire();
-}
-
-// Note [Setting aside]: a key whose iterations do not repeat (ever-new shapes, a
-// different sequence each time) would otherwise cost a recording, a plan and a new
-// slab (mapped and pre-faulted) every few iterations, and serve nothing from them:
-// worse than the backend alone (DESIGN invariant 8). Each failure in a row (a plan
-// retired for deviating, a plan made only because REPLAYALLOC_RECORD_LIMIT
-// recordings never agreed, a larger request whose recording has another structure)
-// sets the key aside for longer: after the 1st nothing, then 8, 32 and 128 of its
-// iterations pass straight through to the backend (no recording, no slab; one
-// counter per iteration), and from the 5th failure on the key is given up for
-// 4,096 iterations before it is tried again. An iteration replayed without
-// deviating clears the count. A plan loaded from a file that does not fit counts too.
-void engine::set_aside_locked(key_entry& e, const char* why) {
-  const std::uint32_t failures = e.failures.load(std::memory_order_relaxed) + 1;
-  e.failures.store(failures, std::memory_order_relaxed);
-  std::uint64_t wait = 0;
-  switch (failures) {
-    case 1: wait = 0; break;
-    case 2: wait = 8; break;
-    case 3: wait = 32; break;
-    case 4: wait = 128; break;
-    default: wait = 4096; break;
-  }
-  if (wait == 0 || !opts_.set_aside) return;
-  e.resume_at = e.uses + wait;
-  if (failures >= 5) {
-    keys_given_up_.fetch_add(1, std::memory_order_relaxed);
-    REPLAYALLOC_LOG(info, "'%s' does not repeat (%s; %u failures in a row): given up for %llu "
-                    "iterations, which pass through to the backend", e.key.c_str(), why, failures,
-                    static_cast<unsigned long long>(wait));
-  } else {
-    set_asides_.fetch_add(1, std::memory_order_relaxed);
-    REPLAYALLOC_LOG(info, "'%s' set aside for %llu iterations (%s)", e.key.c_str(),
-                    static_cast<unsigned long long>(wait), why);
-  }
 }
 
 void engine::make_plan(key_entry& e, const envelope& env, std::uint64_t replace_id) {

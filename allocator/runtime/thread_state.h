@@ -48,7 +48,7 @@ struct domain_state {
   std::uint64_t first_size = 0;      // its first request, when known at its beginning (auto mode)
   trace_recorder* recorder = nullptr;
   std::uint64_t misses_at_begin = 0;
-  key_entry* deviation_entry = nullptr;  // the key deviating_in_a_row counts for
+  const key_entry* deviation_entry = nullptr;  // the key deviating_in_a_row counts for
   std::uint32_t deviating_in_a_row = 0;
   bool last_deviated = false;            // the last replayed iteration deviated
   // Check mode (runtime/check.h): the plan is hidden from the cursor (hide_plan()) so
