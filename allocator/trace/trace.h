@@ -60,7 +60,7 @@ struct trace {
 // such recording has the same lifetime, a plan of the envelope gives allocation i a
 // slot as large as it ever asked for, with the same neighbours in time. At replay
 // (replay/fast_path.h) a slot serves a request of at most its capacity, never a larger
-// one (DESIGN invariant 7), and at least:
+// one (invariant 7, allocator/DESIGN.md), and at least:
 //  * its capacity, when every recording asked for the same size (a weight buffer, a
 //    fixed workspace): such slots keep matching exactly, which is what tells an extra
 //    or missing allocation from the expected one (Note [Replay mismatch]);
