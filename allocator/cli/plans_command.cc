@@ -3,7 +3,7 @@
 // would load each file, and removing what it would not.
 //
 // Layer: cli. It judges a file exactly as the engine's load_saved_plan() does
-// (runtime/engine.cc, Note [Plan files]): the directory through check_private_dir(), the
+// (runtime/plan_store.cc, Note [Plan files]): the directory through check_private_dir(), the
 // file through read_private_file() (never a link, only a regular file no other user can
 // write), decode_plan(), then the key, the library version and the slot alignment
 // (check_plan_key()); and, since the engine opens only plan_file_name(key) (or
