@@ -8,8 +8,8 @@
 // (replay_contract.cc) are compiled into each domain's binary, as the domains cannot
 // share one process (the preload one owns the process's malloc).
 //
-// What every domain owes (DESIGN.md's invariants 1, 4 and 7, and the recovery that
-// makes deviations cheap):
+// What every domain owes (invariants 1, 4 and 7 of allocator/DESIGN.md, and the
+// recovery that makes deviations cheap):
 //   * a repeating iteration replays from the slab, the same blocks every time;
 //   * never live bytes: a block held past its recorded free, past the iteration's end
 //     or across a thread's exit keeps its bytes, and no other block is placed on them;
