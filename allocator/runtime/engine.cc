@@ -1,8 +1,11 @@
 // The state machine of runtime/engine.h: a key's iterations recorded, planned,
-// replayed, deviating, set aside. What the engine owns besides is in files of their
-// own: the key table and its bounds (keys.cc), plan files (plan_store.cc), statistics
-// (stats.cc), the thread's side of auto mode (auto_thread.cc), threads and fork
-// (lifecycle.cc).
+// replayed, deviating, set aside, as the decisions of runtime/key_policy.h say
+// (Note [Key policy]); this file applies them. What the engine owns besides is in
+// files of their own: plans made and installed (plans.cc; the planner thread,
+// planner_thread.cc), the key table and its bounds (keys.cc), plan files
+// (plan_store.cc), op names (op_names.cc), the host slow path (host_slow_path.cc),
+// statistics (stats.cc), the thread's side of auto mode (auto_thread.cc), threads and
+// fork (lifecycle.cc).
 #include "runtime/engine.h"
 
 #include <pthread.h>

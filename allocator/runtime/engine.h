@@ -4,11 +4,16 @@
 //   no plan --begin--> record (one thread at a time; the others pass through)
 //   record  --end----> compare with the previous recording; after
 //                      REPLAYALLOC_RECORD_ITERATIONS identical ones (or
-//                      REPLAYALLOC_RECORD_LIMIT recordings) plan, validate, compile
+//                      REPLAYALLOC_RECORD_LIMIT recordings) queue the plan: the
+//                      planner thread makes, validates, compiles and installs it
+//                      (Note [Background planning])
+//   queued  --begin--> pass through (iterations_awaiting_plan) until it is installed
 //   planned --begin--> replay on a slab of the plan's pool
 //   replay  --end----> if the thread's iterations deviated (fallbacks or missing slots
 //                      above REPLAYALLOC_DEVIATION_PERCENT) REPLAYALLOC_REPLAN_AFTER
 //                      times in a row: retire the plan (its slabs drain), record again
+// Which arrow an iteration takes is decided by runtime/key_policy.h
+// (Note [Key policy]); the engine applies the decision.
 //
 // The same machine serves every domain (thread_state.h): the host domain is driven
 // by the C API here; a device domain by its integration (integrations/cuda), through
@@ -77,17 +82,18 @@ struct domain_hooks {
 using untagged_op_source = std::uint32_t (*)();
 inline std::atomic<untagged_op_source> g_untagged_op_source{nullptr};
 
-// Note [Deferred op names]: a call-stack tag costs a symbolization per new stack
-// (Abseil's symbolizer over the libraries' symbol tables, ~0.5 ms each in libtorch),
-// and the first recording of a model meets hundreds of new stacks: named while
-// recording, they made the first recorded inference 2.2x slower (bench/RESULTS.md,
-// e2e-steady). So the source interns a stack as a deferred op (op_id_deferred: a
-// token the namer understands, e.g. its frames) and the engine names it the first
-// time a name is read: a trace or plan file written, a check report. A recorded
-// trace holds a deferred op as the placeholder "\x01<op id>" in its op table; every
-// trace that leaves the engine passes through with_op_names(). The namer must not
-// allocate through the engine (it runs under the reentry guard) and takes no lock
-// the engine's callers may hold.
+// Note [Deferred op names]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// A call-stack tag costs a symbolization per new stack (Abseil's symbolizer over the
+// libraries' symbol tables, ~0.5 ms each in libtorch), and the first recording of a
+// model meets hundreds of new stacks: named while recording, they made the first
+// recorded inference 2.2x slower (bench/RESULTS.md, e2e-steady). So the source interns
+// a stack as a deferred op (op_id_deferred: a token the namer understands, e.g. its
+// frames) and the engine names it the first time a name is read: a trace or plan file
+// written, a check report. A recorded trace holds a deferred op as the placeholder
+// "\x01<op id>" in its op table; every trace that leaves the engine passes through
+// with_op_names(). The namer must not allocate through the engine (it runs under the
+// reentry guard) and takes no lock the engine's callers may hold.
 using deferred_op_namer = void (*)(std::uint64_t token, char* out, std::size_t cap);
 inline std::atomic<deferred_op_namer> g_deferred_op_namer{nullptr};
 

@@ -25,7 +25,9 @@ namespace replayalloc::detail {
 // placement_adjuster (runtime/domain.h): how a device domain moves allocations out of
 // a slab that would not fit its memory budget (large-model support).
 
-// Note [Regimes]: one key may repeat more than one structure. A training loop whose
+// Note [Regimes]
+// ~~~~~~~~~~~~~~
+// One key may repeat more than one structure. A training loop whose
 // zero_grad(set_to_none=...) alternates makes two step structures; a model run at
 // shapes where a kernel changes its workspaces makes one per shape class; an evaluation
 // step now and then interleaves with training steps. Each structure (the trace's

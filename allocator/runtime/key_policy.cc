@@ -344,17 +344,19 @@ bool streak_retires(deviation_streak& st, const key_entry* e, bool counted, bool
   return true;
 }
 
-// Note [Setting aside]: a key whose iterations do not repeat (ever-new shapes, a
-// different sequence each time) would otherwise cost a recording, a plan and a new
-// slab (mapped and pre-faulted) every few iterations, and serve nothing from them:
-// worse than the backend alone (invariant 8, allocator/DESIGN.md). Each failure in a row (a plan
-// retired for deviating, a plan made only because REPLAYALLOC_RECORD_LIMIT
-// recordings never agreed, a larger request whose recording has another structure)
-// sets the key aside for longer: after the 1st nothing, then 8, 32 and 128 of its
-// iterations pass straight through to the backend (no recording, no slab; one
-// counter per iteration), and from the 5th failure on the key is given up for
-// 4,096 iterations before it is tried again. An iteration replayed without
-// deviating clears the count. A plan loaded from a file that does not fit counts too.
+// Note [Setting aside]
+// ~~~~~~~~~~~~~~~~~~~~
+// A key whose iterations do not repeat (ever-new shapes, a different sequence each
+// time) would otherwise cost a recording, a plan and a new slab (mapped and
+// pre-faulted) every few iterations, and serve nothing from them: worse than the
+// backend alone (invariant 8, allocator/DESIGN.md). Each failure in a row (a plan
+// retired for deviating, a plan made only because REPLAYALLOC_RECORD_LIMIT recordings
+// never agreed, a larger request whose recording has another structure) sets the key
+// aside for longer: after the 1st nothing, then 8, 32 and 128 of its iterations pass
+// straight through to the backend (no recording, no slab; one counter per iteration),
+// and from the 5th failure on the key is given up for 4,096 iterations before it is
+// tried again. An iteration replayed without deviating clears the count. A plan loaded
+// from a file that does not fit counts too.
 void set_aside(key_entry& e, const policy_settings& s, policy_counts& n, const char* why) {
   const std::uint32_t failures = e.failures.load(std::memory_order_relaxed) + 1;
   e.failures.store(failures, std::memory_order_relaxed);

@@ -45,15 +45,16 @@ void engine::start_lifecycle() {
                  });
 }
 
-// Note [Fork]: the child has one thread, the one that forked, and a copy of every
-// lock as it was at fork(). Holding all of them across fork() makes the copies
-// consistent: prefork takes the engine's mutex, then each key's (in the keys' order,
-// always the same), then the planner thread's (Note [Background planning]: the child
-// has no planner thread; it makes one again when it needs it), then the version
-// registry's and the pool mutex of every plan
-// version alive, current or retired and still draining (slab_pool.h), then the slab
-// range's and check mode's; the handlers after fork release them in reverse. Nothing
-// here allocates.
+// Note [Fork]
+// ~~~~~~~~~~~
+// The child has one thread, the one that forked, and a copy of every lock as it was at
+// fork(). Holding all of them across fork() makes the copies consistent: prefork takes
+// the engine's mutex, then each key's (in the keys' order, always the same), then the
+// planner thread's (Note [Background planning]: the child has no planner thread; it
+// makes one again when it needs it), then the version registry's and the pool mutex of
+// every plan version alive, current or retired and still draining (slab_pool.h), then
+// the slab range's and check mode's; the handlers after fork release them in reverse.
+// Nothing here allocates.
 void engine::prefork() {
   mu_.lock();
   for (auto& [k, e] : keys_) e->mu.lock();

@@ -118,7 +118,8 @@ void planner_thread::serve() {
   }
 }
 
-// Note [Fork]: the planner's mutex is the last lock taken before fork(); the thread
+// Note [Fork]: the planner's mutex is taken before fork() after the engine's and every
+// key's, before the plan versions' (engine::prefork, runtime/lifecycle.cc); the thread
 // holds it only to take a job or put one down, never while planning, so taking it
 // waits at most for that.
 void planner_thread::prefork() { mu_.lock(); }

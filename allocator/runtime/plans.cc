@@ -1,7 +1,8 @@
 // Plans made and installed (runtime/engine.h): a key's plan made from an envelope,
 // validated, saved, compiled and installed for its regime, on the planner thread or
 // synchronously (Note [Background planning], runtime/planner_thread.h); plans taken
-// away and keys set aside when they fail (Note [Setting aside]).
+// away when they fail retired (retire_dropped: the decision, and setting the key aside,
+// are runtime/key_policy.cc's, Note [Setting aside]).
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -137,20 +138,22 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
     return false;
   }
   auto* v = new (mem) plan_version;
-  // Note [Probation slabs]: a key whose plans failed before (set aside, given up, a
-  // plan made only because its recordings never agreed) has not shown that it repeats.
-  // Its next plan's host slabs are not pre-faulted and do not purge the backend first:
-  // if the plan fails again (the likely case for a stream that never repeats) it cost
-  // only the pages its iterations touched, not a whole slab of faults and the
-  // backend's pages faulted back in; if it holds, its first replayed iteration faults
-  // in the pages it uses, once. A key that replays clears its failures, and its later
-  // plans pre-fault as usual (REPLAYALLOC_PREFAULT). Such a key is also planned with
-  // one greedy ordering instead of `best` (make_plan, below), and its recordings take no
-  // call-stack tags (record_alloc): on a stream that never repeats these two were most
-  // of what replayalloc cost over jemalloc (callgrind of bench/micro/never_repeats.cc,
-  // 1,000 requests: 40M instructions in 3 plans and 21M unwinding stacks, against
-  // jemalloc's 204M for the whole run). A plan that holds is re-planned with `best`
-  // when it next grows or records again.
+  // Note [Probation slabs]
+  // ~~~~~~~~~~~~~~~~~~~~~~
+  // A key whose plans failed before (set aside, given up, a plan made only because its
+  // recordings never agreed) has not shown that it repeats. Its next plan's host slabs
+  // are not pre-faulted and do not purge the backend first: if the plan fails again
+  // (the likely case for a stream that never repeats) it cost only the pages its
+  // iterations touched, not a whole slab of faults and the backend's pages faulted back
+  // in; if it holds, its first replayed iteration faults in the pages it uses, once. A
+  // key that replays clears its failures, and its later plans pre-fault as usual
+  // (REPLAYALLOC_PREFAULT). Such a key is also planned with one greedy ordering instead
+  // of `best` (make_plan, below), and its recordings take no call-stack tags
+  // (record_alloc): on a stream that never repeats these two were most of what
+  // replayalloc cost over jemalloc (callgrind of bench/micro/never_repeats.cc, 1,000
+  // requests: 40M instructions in 3 plans and 21M unwinding stacks, against jemalloc's
+  // 204M for the whole run). A plan that holds is re-planned with `best` when it next
+  // grows or records again.
   const bool probation = e.kind == domain_kind::host && e.failures.load(std::memory_order_relaxed) != 0;
   v->source = probation ? &host_probation_slabs() : e.source;
   v->plan = compile_plan(tr, p, po, managed.empty() ? nullptr : &managed, least, opts_.min_size);

@@ -60,18 +60,19 @@ inline void* alloc_below_min(std::size_t size, std::size_t align, bool zero) {
   return p;
 }
 
-// Note [Pass-through]: true when engine::alloc_slow_unchecked would do nothing for
-// this request but pass it to the backend and count it as pass-through: a registered
-// thread whose host domain neither records nor replays (phase none, a slab not missing),
-// check mode off, a size the backend may be asked for, and nothing for auto mode to
-// do: not auto mode, or the thread marks its own iterations (auto mode is off there),
-// or its watcher rests (Note [Auto mode rests]) outside any iteration, whose count
-// this takes one off. The rest's last allocation (resting == 1) goes the engine's way,
-// which starts watching again; so does a thread's first in auto mode, which makes its
-// watcher (engine::auto_before_alloc counts the rest down the same way). Here, with
-// the engine's other inline shortcuts; used by the slow path's top
-// (runtime/host_slow_path.cc). pre: not in the engine, size at or above the
-// minimum.
+// Note [Pass-through]
+// ~~~~~~~~~~~~~~~~~~~
+// True when engine::alloc_slow_unchecked would do nothing for this request but pass it
+// to the backend and count it as pass-through: a registered thread whose host domain
+// neither records nor replays (phase none, a slab not missing), check mode off, a size
+// the backend may be asked for, and nothing for auto mode to do: not auto mode, or the
+// thread marks its own iterations (auto mode is off there), or its watcher rests
+// (Note [Auto mode rests]) outside any iteration, whose count this takes one off. The
+// rest's last allocation (resting == 1) goes the engine's way, which starts watching
+// again; so does a thread's first in auto mode, which makes its watcher
+// (engine::auto_before_alloc counts the rest down the same way). Here, with the
+// engine's other inline shortcuts; used by the slow path's top
+// (runtime/host_slow_path.cc). pre: not in the engine, size at or above the minimum.
 inline bool passes_through(thread_state& t, std::size_t size) noexcept {
   if (!t.registered || t.host.ph != phase::none || t.host.no_slab || check::enabled() ||
       size > max_request_bytes) {

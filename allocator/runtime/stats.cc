@@ -27,8 +27,10 @@ namespace {
 
 std::int64_t g_started_ns = 0;  // this process's start (or fork), CLOCK_REALTIME
 
-// Note [Statistics at exit]: REPLAYALLOC_STATS is inherited by every process that
-// inherits LD_PRELOAD: a wrapper (timeout, a shell), the service, its workers. So:
+// Note [Statistics at exit]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// REPLAYALLOC_STATS is inherited by every process that inherits LD_PRELOAD: a wrapper
+// (timeout, a shell), the service, its workers. So:
 //  * the path may name the process: %p the pid, %e the program's name, %% a '%' (as
 //    core patterns do), expanded when the process exits (a forked worker its own pid);
 //  * a process that did nothing (no iteration recorded or replayed, no plan loaded) writes

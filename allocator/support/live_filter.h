@@ -10,7 +10,7 @@
 // ~~~~~~~~~~~~~~~~~~~
 // A counting filter over the page of a block's first byte. A free whose bucket is 0
 // was certainly not in the table, so it skips the lookup (~75 instructions, on a path
-// jemalloc serves in ~35: runtime/engine.h, free_backend_filtered). Requests below
+// jemalloc serves in ~35: runtime/shortcuts.h, free_backend_filtered). Requests below
 // the minimum (>= 4 KiB by default in the preload library) come from jemalloc slabs
 // of their own size classes, so their pages are never a tabled block's first page;
 // only hash collisions send them to the lookup. Exact in one direction only: add()
