@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # bench/run_never_repeats.sh: where nothing repeats, replayalloc must cost no more than
-# jemalloc alone (DESIGN invariant 8). Runs bench/micro/never_repeats.cc (requests of
-# random blocks, never the same twice) under glibc, jemalloc, tcmalloc, mimalloc and
-# replayalloc preloaded (one key marked per request, with and without setting aside;
-# auto mode), each in its own process, the order rotated every round, and rewrites the
-# "Never repeats" section of bench/RESULTS.md with the medians and the ratio to jemalloc.
+# jemalloc alone (invariant 8, allocator/DESIGN.md). Runs bench/micro/never_repeats.cc
+# (requests of random blocks, never the same twice) under glibc, jemalloc, tcmalloc,
+# mimalloc and replayalloc preloaded (one key marked per request, with and without
+# setting aside; auto mode), each in its own process, the order rotated every round, and
+# rewrites the "Never repeats" section of bench/RESULTS.md with the medians and the
+# ratio to jemalloc.
 # Usage: bench/run_never_repeats.sh [ROUNDS] [REQUESTS]   (default 5 rounds of 2000)
 # Environment: BUILD_DIR (default <repo>/build).
 set -euo pipefail

@@ -12,9 +12,10 @@
 // an entry of the table pointing back into this library, or an allocation that
 // reaches the engine while the table is made (it is made under the reentry guard).
 //
-// Note [Interposed runtime]: under the LD_PRELOAD library a program's own calls to
-// the shared CUDA runtime's allocation functions come here, and keep the runtime's
-// contract:
+// Note [Interposed runtime]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// Under the LD_PRELOAD library a program's own calls to the shared CUDA runtime's
+// allocation functions come here, and keep the runtime's contract:
 //  * cudaMalloc(p, n): the device domain on the current device's legacy default
 //    stream (stream 0); a miss goes to the runtime's cudaMalloc. cudaMalloc memory is
 //    usable on any stream, and programs free it right after queueing the kernels that

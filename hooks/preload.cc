@@ -11,7 +11,7 @@
 //    allocation made while it is being made (by libc, jemalloc, Abseil) goes straight
 //    to jemalloc (runtime/api.cc: alloc_slow);
 //  * thread-local state is initial-exec (no allocation on first access);
-//  * fork: the engine's atfork handlers (Note [Fork] in runtime/engine.cc);
+//  * fork: the engine's atfork handlers (Note [Fork] in runtime/lifecycle.cc);
 //  * thread exit: a pthread key ends the thread's open iteration.
 // The program marks its iterations with replayalloc_iteration_begin/end (exported
 // here too: call them directly, or find them with dlsym).

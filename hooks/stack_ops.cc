@@ -5,21 +5,23 @@
 // Layer: hooks, installed into the engine's record path (g_untagged_op_source in
 // runtime/engine.h) when the library loads; nothing else runs at load time.
 //
-// Note [Stack op tags]: the engine calls stack_op() only from record_alloc, so only
-// while an iteration records, and under the reentry guard (invariant 5: whatever the
-// unwinder, the symbolizer or the table allocate goes to the backend, never back
-// into the engine). The replayed hot path never comes here: its cost is unchanged
+// Note [Stack op tags]
+// ~~~~~~~~~~~~~~~~~~~~
+// The engine calls stack_op() only from record_alloc, so only while an iteration
+// records, and under the reentry guard (invariant 5: whatever the unwinder, the
+// symbolizer or the table allocate goes to the backend, never back into the engine).
+// The replayed hot path never comes here: its cost is unchanged
 // (bench/micro/hotpath_callgrind). A stack is taken with the DWARF unwinder
-// (_Unwind_Backtrace, which reads unwind tables rather than trusting frame
-// pointers, so frames of libraries built without them do not derail it); frames
-// inside this library (hooks, C API, engine) are skipped, the next
-// REPLAYALLOC_STACK_DEPTH return addresses hashed. A stack seen for the first time
-// keeps its addresses and becomes a deferred op (Note [Deferred op names] in
-// runtime/engine.h): it is symbolized (Abseil's symbolizer: the ELF symbol tables,
-// demangled; no malloc) only when a name is read, a trace or plan written, never on
-// the recorded iteration's path. Later ones cost the walk and one hash lookup. Names
-// are per-process strings: traces and plans compare the names, never the addresses,
-// so they match across runs despite ASLR.
+// (_Unwind_Backtrace, which reads unwind tables rather than trusting frame pointers,
+// so frames of libraries built without them do not derail it); frames inside this
+// library (hooks, C API, engine) are skipped, the next REPLAYALLOC_STACK_DEPTH return
+// addresses hashed. A stack seen for the first time keeps its addresses and becomes a
+// deferred op (Note [Deferred op names] in runtime/engine.h): it is symbolized
+// (Abseil's symbolizer: the ELF symbol tables, demangled; no malloc) only when a name
+// is read, a trace or plan written, never on the recorded iteration's path. Later
+// ones cost the walk and one hash lookup. Names are per-process strings: traces and
+// plans compare the names, never the addresses, so they match across runs despite
+// ASLR.
 #include <dlfcn.h>
 #include <link.h>
 #include <unwind.h>

@@ -4,7 +4,7 @@
 //  * the host fallback (jemalloc through its non-standard mallocx/sdallocx API, so it
 //    never goes through the interposed malloc of the LD_PRELOAD library), used for
 //    misses, pass-through calls and the engine's own containers;
-//  * the slab range (host_slab.h): one reserved virtual range carved into slabs.
+//  * the slab range (slab_range.h): one reserved virtual range carved into slabs.
 // Nothing here takes a lock on the fallback path except jemalloc's own arenas.
 #pragma once
 

@@ -46,6 +46,7 @@
 #endif
 
 // Note [The fallback's huge blocks]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // jemalloc 5.3 serves blocks of opt.oversize_threshold (8 MiB) and more from an arena
 // of their own that purges eagerly: a freed block's pages go back to the kernel at
 // once, so the next block of that size faults every page in again. An inference

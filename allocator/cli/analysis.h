@@ -3,6 +3,7 @@
 // Layer: cli (pure functions over a trace). Shared by `report` and `viz`.
 //
 // Note [Memory kinds]
+// ~~~~~~~~~~~~~~~~~~~
 // Every allocation of a trace is one of three kinds, decided from its lifetime and the
 // op tags, with no knowledge of the framework:
 //   persistent  it outlives the iteration (free_at == never_freed): outputs, caches,

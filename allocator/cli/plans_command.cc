@@ -3,12 +3,12 @@
 // would load each file, and removing what it would not.
 //
 // Layer: cli. It judges a file exactly as the engine's load_saved_plan() does
-// (runtime/engine.cc, Note [Plan files]): the directory through check_private_dir(), the
-// file through read_private_file() (never a link, only a regular file no other user can
-// write), decode_plan(), then the key, the library version and the slot alignment
+// (runtime/plan_store.cc, Note [Plan files]): the directory through check_private_dir(),
+// the file through read_private_file() (never a link, only a regular file no other user
+// can write), decode_plan(), then the key, the library version and the slot alignment
 // (check_plan_key()); and, since the engine opens only plan_file_name(key) (or
-// plan_file_name("cuda:" + key) for a device plan), a file under any other name is
-// never found.
+// plan_file_name("cuda:" + key) for a device plan), a file under any other name is never
+// found.
 //
 // prune must never lose what is not ours: it unlinks names (never follows a link, and
 // unlink() removes a link, not its target), only *.raplan files that verify calls

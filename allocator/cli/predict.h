@@ -3,6 +3,7 @@
 // Layer: cli (pure functions over traces).
 //
 // Note [Footprint prediction]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // "Will batch 32 fit?" From recordings of the same model at two (or more) batch sizes:
 //  * per-allocation fit (the default when it applies). Inference at another batch size
 //    runs the same ops in the same order: the recordings have the same allocations, in

@@ -4,6 +4,7 @@
 // `predict`.
 //
 // Note [Training memory]
+// ~~~~~~~~~~~~~~~~~~~~~~
 // A training step (forward, loss, backward, optimizer step, zero_grad) recorded as one
 // iteration holds memory for reasons a trainer tells apart (weights, their gradients,
 // the optimizer's state, what autograd keeps for backward); the split tells them apart

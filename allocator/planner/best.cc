@@ -1,4 +1,7 @@
-// "best": the default planner. Note [Best of orderings, then improve]:
+// "best": the default planner.
+//
+// Note [Best of orderings, then improve]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 //   1. Greedy placement (greedy.h) under four orderings, in this order: size,
 //      breadth, lifetime, arrival, then first fit in arrival order (first_fit.cc,
 //      what a caching allocator would do online). The smallest slab wins (ties: the

@@ -6,13 +6,15 @@
 // planners by orders of magnitude: for tens of allocations, to measure how far the
 // heuristics are from the optimum and to plan a small, important trace once.
 //
-// Note [Exact model]: in units of slot_align, allocation i has a footprint s_i and an
-// alignment a_i; its offset is a_i * k_i for an integer k_i >= 0. The slab H is
-// minimised subject to a_i k_i + s_i <= H, and, for every pair whose lifetimes
-// intersect, one binary z_ij choosing which of the two lies below the other (big M =
-// an upper bound on H: the "best" planner's slab). H is bounded below by
-// lower_bound(): when "best" already reaches it, that plan is optimal and no solver
-// runs (unless exact_options::always_solve).
+// Note [Exact model]
+// ~~~~~~~~~~~~~~~~~~
+// In units of slot_align, allocation i has a footprint s_i and an alignment a_i; its
+// offset is a_i * k_i for an integer k_i >= 0. The slab H is minimised subject to
+// a_i k_i + s_i <= H, and, for every pair whose lifetimes intersect, one binary z_ij
+// choosing which of the two lies below the other (big M = an upper bound on H: the
+// "best" planner's slab). H is bounded below by lower_bound(): when "best" already
+// reaches it, that plan is optimal and no solver runs (unless
+// exact_options::always_solve).
 #pragma once
 
 #include <cstdint>

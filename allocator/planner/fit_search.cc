@@ -1,21 +1,25 @@
 // A bounded search for a placement under a given capacity, used by "best" (best.cc)
 // when the greedy orderings end above the lower bound.
 //
-// Note [Two-sided placement in arrival order]: slots are taken in the order they are
-// allocated, so the slots a new one must avoid are exactly those still live, and each
-// goes in one of at most three places under the capacity: the lowest gap that holds
-// it, as high as it fits (against the capacity or the bottom of a live slot), or the
-// smallest gap that holds it. When a slot finds no place, the search backtracks, most
-// recent choice first. A bad choice in a network's trace shows up within a layer or
-// two (the next peak), so backtracking stays local. The greedy orderings put every
-// slot at the bottom of some gap; some transformer encoders reach the lower bound only
-// when each layer's input alternates between the bottom and the top of the slab (the
-// layer's output must avoid its input, and at the next peak the attention's and the
-// feed-forward's blocks need all the rest in one piece), which this search finds.
-// The search is incomplete (three places per slot), so failing proves nothing; it
-// counts its work (nodes and live slots looked at) and stops past a budget:
-// deterministic and machine-independent. Note [Why not a canonical search]: a
-// MiniMalloc-style search (Moffitt, ASPLOS 2023: slots placed bottom-up at their
+// Note [Two-sided placement in arrival order]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Slots are taken in the order they are allocated, so the slots a new one must avoid
+// are exactly those still live, and each goes in one of at most three places under the
+// capacity: the lowest gap that holds it, as high as it fits (against the capacity or
+// the bottom of a live slot), or the smallest gap that holds it. When a slot finds no
+// place, the search backtracks, most recent choice first. A bad choice in a network's
+// trace shows up within a layer or two (the next peak), so backtracking stays local.
+// The greedy orderings put every slot at the bottom of some gap; some transformer
+// encoders reach the lower bound only when each layer's input alternates between the
+// bottom and the top of the slab (the layer's output must avoid its input, and at the
+// next peak the attention's and the feed-forward's blocks need all the rest in one
+// piece), which this search finds. The search is incomplete (three places per slot),
+// so failing proves nothing; it counts its work (nodes and live slots looked at) and
+// stops past a budget: deterministic and machine-independent.
+//
+// Note [Why not a canonical search]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A MiniMalloc-style search (Moffitt, ASPLOS 2023: slots placed bottom-up at their
 // floors, with section inference, dominance and decomposition) is complete, but it
 // fills the slab bottom-up over the whole iteration, so a wrong choice in one layer
 // is found only after the other layers' choices at the same height: on the 12-layer

@@ -25,13 +25,16 @@
 namespace replayalloc::detail {
 
 // Places allocations in a given order; reusable across orders of the same input.
-// Note [Time index]: on the lifetimes mapped onto positions (Note [Positions] in
-// lifetimes.h), the slots that meet a lifetime [l, r) are those live at l, found by a
-// stabbing query on a segment tree holding each slot at the O(log n) canonical nodes
-// of its range (a slot live at l sits at exactly one node on l's path to the root, so
-// no filter is needed), and those that start inside (l, r), found in a count-pruned
-// segment tree over start positions. Each is found once: a query costs O(log n) plus
-// O(log n) per slot found, whatever the lifetimes' lengths.
+//
+// Note [Time index]
+// ~~~~~~~~~~~~~~~~~
+// On the lifetimes mapped onto positions (Note [Positions] in lifetimes.h), the slots
+// that meet a lifetime [l, r) are those live at l, found by a stabbing query on a
+// segment tree holding each slot at the O(log n) canonical nodes of its range (a slot
+// live at l sits at exactly one node on l's path to the root, so no filter is
+// needed), and those that start inside (l, r), found in a count-pruned segment tree
+// over start positions. Each is found once: a query costs O(log n) plus O(log n) per
+// slot found, whatever the lifetimes' lengths.
 class greedy_placer {
  public:
   explicit greedy_placer(const greedy_input& in);
@@ -58,13 +61,15 @@ class greedy_placer {
   const std::vector<std::uint32_t>& first_;     // in.first, in.last
   const std::vector<std::uint32_t>& last_;
   std::vector<std::uint32_t> start_count_;      // per tree node: slots starting below it
-  // Note [Lists in place]: the lists are lists 0 .. 2 * leaves_ - 1 (per tree node: the
-  // slots held there for stabbing queries) and 2 * leaves_ + p (the slots starting at
-  // leaf p). Which slots a list will hold depends only on the lifetimes, not on the
-  // order, so each list has its own run of entries_, sized once (list_ref::begin); a
-  // place() fills each run from its start (list_ref::fill), and a query scans the filled
-  // part: contiguous memory, where linked lists missed the cache once per slot. Each
-  // entry carries what a query needs (the slot's offset and end).
+  // Note [Lists in place]
+  // ~~~~~~~~~~~~~~~~~~~~~
+  // The lists are lists 0 .. 2 * leaves_ - 1 (per tree node: the slots held there for
+  // stabbing queries) and 2 * leaves_ + p (the slots starting at leaf p). Which slots a
+  // list will hold depends only on the lifetimes, not on the order, so each list has its
+  // own run of entries_, sized once (list_ref::begin); a place() fills each run from its
+  // start (list_ref::fill), and a query scans the filled part: contiguous memory, where
+  // linked lists missed the cache once per slot. Each entry carries what a query needs
+  // (the slot's offset and end).
   struct index_entry {
     std::uint64_t offset, end;
   };
@@ -102,10 +107,14 @@ placement first_fit_placement(const greedy_input& in);
 // ties, by default the allocation's id, the tie-break every ordering ends with
 // (tie_less must end with it too). The keys sit in the array being sorted, so
 // comparisons touch no other memory (the trace's allocations are 48 bytes each,
-// scattered). Note [Radix sort of orderings]: when (a, b, c), each less its minimum
-// and divided by the largest power of two dividing every such difference, fit in 64
-// bits together, they are packed into one word and radix sorted (stable, 11 bits a
-// pass); only runs of equal words then go to tie_less. Otherwise std::sort.
+// scattered).
+//
+// Note [Radix sort of orderings]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// When (a, b, c), each less its minimum and divided by the largest power of two
+// dividing every such difference, fit in 64 bits together, they are packed into one
+// word and radix sorted (stable, 11 bits a pass); only runs of equal words then go to
+// tie_less. Otherwise std::sort.
 struct order_key {
   std::uint64_t a, b, c;
   std::uint32_t i;

@@ -3,10 +3,13 @@
 // moment is the bytes live then; an allocation's key is the largest breadth over its
 // lifetime (ties: the earlier such moment, then the larger footprint). Those moments
 // set the lower bound, so packing their allocations first, tightly, is what can reach
-// it; the rest fill in around them. Note [Breadth by range maximum]: live bytes only
-// grow at allocations, so the busiest moment of a lifetime is at one of the
-// allocation positions inside it; a segment tree over those positions answers each
-// lifetime's maximum in O(log n).
+// it; the rest fill in around them.
+//
+// Note [Breadth by range maximum]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Live bytes only grow at allocations, so the busiest moment of a lifetime is at one
+// of the allocation positions inside it; a segment tree over those positions answers
+// each lifetime's maximum in O(log n).
 #include <algorithm>
 #include <utility>
 

@@ -1,8 +1,12 @@
-// Greedy by size: the largest allocations first. Note [Why largest first]: placing the
-// largest allocations first fixes the slab's skeleton; each later, smaller allocation
-// only has to fit between slots it meets. This is TFLite's ArenaPlanner ordering (and
-// XLA's GlobalDecreasingSizeBestFitHeap with its spatial ordering); it reaches the
-// lower bound on most inference traces and stays within a few percent on the rest.
+// Greedy by size: the largest allocations first.
+//
+// Note [Why largest first]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// Placing the largest allocations first fixes the slab's skeleton; each later,
+// smaller allocation only has to fit between slots it meets. This is TFLite's
+// ArenaPlanner ordering (and XLA's GlobalDecreasingSizeBestFitHeap with its spatial
+// ordering); it reaches the lower bound on most inference traces and stays within a
+// few percent on the rest.
 #include <algorithm>
 
 #include "planner/greedy.h"

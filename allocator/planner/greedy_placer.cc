@@ -1,5 +1,8 @@
-// The greedy placement step (greedy.h). Note [Why best fit among intersecting slots]:
-// an allocation only has to avoid the slots whose lifetimes intersect its own; of the
+// The greedy placement step (greedy.h).
+//
+// Note [Why best fit among intersecting slots]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An allocation only has to avoid the slots whose lifetimes intersect its own; of the
 // gaps between them, the smallest that holds it leaves the larger gaps for
 // allocations still to come. With the largest allocations first this is TFLite's
 // ArenaPlanner strategy; other orderings reuse the same rule.
@@ -76,9 +79,12 @@ std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
     collect_starts(1, 0, leaves_, l + 1, r);
     work_ += cand_.size();
     // By offset; slots at the same offset in any order (after the first of them no
-    // gap can end at that offset). Note [One-word sort keys]: when offsets fit in 40
-    // bits and candidates are fewer than 2^24, (offset, candidate) packed in one
-    // word sorts several times faster than pairs.
+    // gap can end at that offset).
+    //
+    // Note [One-word sort keys]
+    // ~~~~~~~~~~~~~~~~~~~~~~~~~
+    // When offsets fit in 40 bits and candidates are fewer than 2^24, (offset,
+    // candidate) packed in one word sorts several times faster than pairs.
     const std::uint64_t fp = in_.footprint[i], al = in_.alignment[i];
     std::uint64_t best = not_in_slab, best_gap = UINT64_MAX, end = 0;
     auto consider = [&](std::uint64_t oj, std::uint64_t ej) {

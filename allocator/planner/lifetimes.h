@@ -2,11 +2,14 @@
 // check needs them, computed once per plan.
 //
 // Layer: planner (internal; the planners' .cc files include it through greedy.h).
-// Note [Positions]: each lifetime [alloc_at, free_at) is mapped onto the distinct
-// allocation positions, [first, last): every alloc_at is one of those positions, so two
-// lifetimes intersect exactly when their mapped ranges do, and whatever depends only on
-// which lifetimes meet (the placer's index, the live bytes, the lower bound) can work on
-// positions, dense and at most one per allocation, instead of on event numbers.
+//
+// Note [Positions]
+// ~~~~~~~~~~~~~~~~
+// Each lifetime [alloc_at, free_at) is mapped onto the distinct allocation positions,
+// [first, last): every alloc_at is one of those positions, so two lifetimes intersect
+// exactly when their mapped ranges do, and whatever depends only on which lifetimes meet
+// (the placer's index, the live bytes, the lower bound) can work on positions, dense and
+// at most one per allocation, instead of on event numbers.
 #pragma once
 
 #include <cstdint>

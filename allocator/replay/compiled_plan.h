@@ -7,16 +7,18 @@
 // finds its slot), and its rank in the recorded order of frees (so the common free is
 // predicted without a lookup).
 //
-// Note [Overlap lists]: a slot may be handed out only when no earlier slot sharing
-// its bytes is live (invariant 1). Listing every earlier sharer would cost O(n) per
-// slot on traces where a large slot follows many small ones. Instead each slot lists,
-// for each of its bytes, only the latest earlier slot that covered that byte. That is
-// enough because of how the hot path treats a slot it passes over without handing it
-// out (skipped, or its request fell back): the slot is marked "blocked" when one of
-// its own listed slots is occupied, "dead" otherwise. By induction over slot order,
-// a slot that is dead or freed guarantees that no earlier slot sharing its bytes is
-// live or can become live again (the cursor never moves back), so checking the latest
-// sharers per byte checks them all.
+// Note [Overlap lists]
+// ~~~~~~~~~~~~~~~~~~~~
+// A slot may be handed out only when no earlier slot sharing its bytes is live
+// (invariant 1). Listing every earlier sharer would cost O(n) per slot on traces where
+// a large slot follows many small ones. Instead each slot lists, for each of its bytes,
+// only the latest earlier slot that covered that byte. That is enough because of how
+// the hot path treats a slot it passes over without handing it out (skipped, or its
+// request fell back): the slot is marked "blocked" when one of its own listed slots is
+// occupied, "dead" otherwise. By induction over slot order, a slot that is dead or
+// freed guarantees that no earlier slot sharing its bytes is live or can become live
+// again (the cursor never moves back), so checking the latest sharers per byte checks
+// them all.
 #pragma once
 
 #include <cstdint>
@@ -66,7 +68,8 @@ struct compiled_plan {
                       backend::internal_allocator<std::pair<const std::uint64_t, std::uint32_t>>>
       offset_rows;                   // distinct slot offset -> row
   // The slots of each row, in allocation order: row r's are
-  // row_slots[row_begin[r], row_begin[r + 1]). Note [Finding a freed block].
+  // row_slots[row_begin[r], row_begin[r + 1]). See Note [Finding a freed block] in
+  // slab_pool.h.
   ivector<std::uint32_t> row_begin;
   ivector<std::uint32_t> row_slots;
   std::uint64_t slab_bytes = 0;

@@ -101,7 +101,7 @@ struct replay_cursor {
   std::uint32_t grown = 0;   // this iteration: slots whose allocation outgrew them
   // This iteration's first request the plan could not serve (any miss but alignment):
   // the cursor's slot then, plus 1 (0: none), and its size. Says which regime the
-  // iteration followed instead (Note [Regimes], runtime/engine.h).
+  // iteration followed instead (Note [Regimes], runtime/key_entry.h).
   std::uint32_t first_miss_at = 0;
   std::uint64_t first_miss_size = 0;
   // Its first request larger than its slot's capacity, the same way: what the shape
@@ -243,14 +243,15 @@ REPLAYALLOC_ALWAYS_INLINE bool state_is(const slot_record& r) {
 #endif
 }
 
-// Note [Below the minimum size]: a request below REPLAYALLOC_MIN_SIZE, or of 0 bytes, is
-// never recorded, planned or watched by auto mode, in any domain or phase: its domain's
-// backend serves it. Every path asks this function, of the one copy of the threshold,
-// the cursor's bypass_below: the option, at least 1 (an empty request is never
-// planned), set when the domain is registered (runtime/lifecycle.cc); 0, so that
-// nothing is below it, until then. The host's inline entry point alone reads the
-// answer precomputed (g_small_span: Note [Below the minimum, inline] in
-// runtime/thread_state.h).
+// Note [Below the minimum size]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A request below REPLAYALLOC_MIN_SIZE, or of 0 bytes, is never recorded, planned or
+// watched by auto mode, in any domain or phase: its domain's backend serves it. Every
+// path asks this function, of the one copy of the threshold, the cursor's bypass_below:
+// the option, at least 1 (an empty request is never planned), set when the domain is
+// registered (runtime/lifecycle.cc); 0, so that nothing is below it, until then. The
+// host's inline entry point alone reads the answer precomputed (g_small_span:
+// Note [Below the minimum, inline] in runtime/thread_state.h).
 REPLAYALLOC_ALWAYS_INLINE bool below_min_size(const replay_cursor& c, std::size_t size) {
   return size < c.bypass_below;
 }
@@ -268,11 +269,12 @@ REPLAYALLOC_ALWAYS_INLINE bool slot_occupied(const replay_cursor& c, std::uint32
 
 // The hit: the slot at the cursor, when `size` fits its range (Note [Envelope]: a
 // slot serves any request up to the largest its allocation was recorded at, never a
-// larger one: DESIGN invariant 7), its block meets `align`, and every earlier slot on
-// its bytes is known dead because the thread has seen their frees (Note [Freed
-// prefix]). Returns null otherwise, having changed nothing; the caller then takes its
-// slow path (replay_malloc_slow and its backend), which checks the overlap lists
-// themselves. No calls, so callers that tail-call their slow path need no stack frame.
+// larger one: invariant 7 (allocator/DESIGN.md)), its block meets `align`, and every
+// earlier slot on its bytes is known dead because the thread has seen their frees
+// (Note [Freed prefix]). Returns null otherwise, having changed nothing; the caller
+// then takes its slow path (replay_malloc_slow and its backend), which checks the
+// overlap lists themselves. No calls, so callers that tail-call their slow path need
+// no stack frame.
 // pre: align is a power of two >= malloc_align. A closed cursor serves nothing.
 REPLAYALLOC_ALWAYS_INLINE void* replay_try_hit(replay_cursor& c, std::size_t size,
                                                std::size_t align) {

@@ -8,14 +8,16 @@
 // REPLAYALLOC_MAX_SLABS), and takes it back when the iteration has ended and every
 // block it handed out has been freed (Note [Slab lifetime]).
 //
-// Note [Slab lifetime]: `refs` counts blocks not yet known to be freed. It is 0 when
-// an iteration takes the slab. Frees on other threads (or after the iteration ended)
-// subtract 1; the iteration's own frees are counted privately by its thread, which at
-// iteration end adds (handed out - freed by itself). So refs is <= 0 while the
-// iteration runs and equals the number of live blocks after it ends: exactly one
-// party, the end or the free that brings refs to zero, returns the slab to the pool.
-// A slab whose blocks outlive the iteration therefore stays out of the pool until
-// they are freed (invariant 4); the next iteration takes another slab.
+// Note [Slab lifetime]
+// ~~~~~~~~~~~~~~~~~~~~
+// `refs` counts blocks not yet known to be freed. It is 0 when an iteration takes the
+// slab. Frees on other threads (or after the iteration ended) subtract 1; the
+// iteration's own frees are counted privately by its thread, which at iteration end
+// adds (handed out - freed by itself). So refs is <= 0 while the iteration runs and
+// equals the number of live blocks after it ends: exactly one party, the end or the
+// free that brings refs to zero, returns the slab to the pool. A slab whose blocks
+// outlive the iteration therefore stays out of the pool until they are freed (invariant
+// 4); the next iteration takes another slab.
 //
 // Thread-safety: claim/release/retire take the pool's mutex (iteration boundaries
 // and the last free of a drained slab only). Slot states are atomics: the owning
@@ -58,9 +60,29 @@ struct slab {
   free_entry* first_frees() const { return frees + free_count + 1; }
   free_entry* second_frees() const { return frees; }
   // The record of the block at `offset` if one is live there: the first slot of the
-  // offset's row not dead (Note [Finding a freed block], compiled_plan.h); null when
-  // the offset is no slot's (*planned, when given, says which) or all are dead. The
-  // caller's compare-and-swap against the live tag says whether it is live. Any thread.
+  // offset's row not dead (Note [Finding a freed block]); null when the offset is no
+  // slot's (*planned, when given, says which) or all are dead. The caller's
+  // compare-and-swap against the live tag says whether it is live. Any thread.
+  //
+  // Note [Finding a freed block]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // A free that is not the predicted one (replay_free_slow, on any thread, also after
+  // the iteration ended) and the usable size of a slab block (runtime/api.cc) know the
+  // block only by its address; its offset in the slab may be the offset of several
+  // slots of the plan, one after another in time. compile_plan groups the slots by
+  // offset: offset_rows maps each distinct offset in the slab to a row, and row r's
+  // slots are row_slots[row_begin[r], row_begin[r + 1]), in allocation order. Slots of
+  // one row share their first byte, so by the argument of Note [Overlap lists] (a slot
+  // dead or freed means no earlier slot sharing its bytes is live or can become live
+  // again; one passed over while they are busy is marked blocked, not dead) the row's
+  // dead slots come first, and a block live at the offset is the row's first slot that
+  // is not dead. live_block_at finds the row with one hash lookup (none: no slot's
+  // block begins there, and *planned says so) and that slot with a binary search over
+  // the slots' state words (std::partition_point on "dead"): O(log n) in the row's
+  // length, with no lock. It returns a record, not a verdict: the slot found may be
+  // unreached or blocked, or be freed by another thread meanwhile, so the caller's
+  // compare-and-swap from slot_live decides (replay_free_slow counts a failed one as a
+  // double free).
   slot_record* live_block_at(std::uint64_t offset, bool* planned = nullptr) const;
   std::atomic<std::int64_t> refs{0};
   slab* next_free = nullptr;
@@ -84,7 +106,7 @@ class slab_source {
 
 // Host slabs in the reserved range; `prefault` touches their pages when made.
 slab_source& host_slabs(bool prefault);
-// Note [Probation slabs] (runtime/engine.cc): host slabs neither pre-faulted nor
+// Note [Probation slabs] (runtime/plans.cc): host slabs neither pre-faulted nor
 // preceded by a purge of the backend, for the plans of a key that failed before.
 slab_source& host_probation_slabs();
 

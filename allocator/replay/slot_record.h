@@ -8,21 +8,23 @@
 // the recorded order of frees as (address, record) pairs. A hit is then one record
 // read at the cursor; a predicted free one pair read at the free cursor.
 //
-// Note [Freed prefix]: invariant 1 asks, before a slot is handed out, that every
-// earlier slot on its bytes be free. Its overlap list (Note [Overlap lists],
-// compiled_plan.h) names those slots; in the recording each was freed before the slot
-// was allocated, so each has a rank in the recorded order of frees, and `need` is the
-// largest such rank plus one. When a thread has freed, in the recorded order, the
-// blocks of every rank below `need`, all of them are dead, and the slot is handed out
-// without reading a single state word. The free cursor is that count: it moves past a
-// rank only when the free of that rank's block is seen (the block was live, and is
-// now dead), so every rank below it is dead, and stays dead, since the allocation
-// cursor never goes back. When the program frees out of order, the slow path moves
-// the free cursor to where the next free is predicted (runtime prediction, not
-// safety); if that is past a rank whose slot is not known dead, the cursor moves into
-// the second copy of the free order, which lies below the first in memory: every
-// `need` (an address in the first copy) then compares above it, and hits take the
-// slow path's full overlap check until the dead prefix catches up (slow_path.cc).
+// Note [Freed prefix]
+// ~~~~~~~~~~~~~~~~~~~
+// Invariant 1 asks, before a slot is handed out, that every earlier slot on its bytes
+// be free. Its overlap list (Note [Overlap lists], compiled_plan.h) names those slots;
+// in the recording each was freed before the slot was allocated, so each has a rank in
+// the recorded order of frees, and `need` is the largest such rank plus one. When a
+// thread has freed, in the recorded order, the blocks of every rank below `need`, all
+// of them are dead, and the slot is handed out without reading a single state word. The
+// free cursor is that count: it moves past a rank only when the free of that rank's
+// block is seen (the block was live, and is now dead), so every rank below it is dead,
+// and stays dead, since the allocation cursor never goes back. When the program frees
+// out of order, the slow path moves the free cursor to where the next free is predicted
+// (runtime prediction, not safety); if that is past a rank whose slot is not known
+// dead, the cursor moves into the second copy of the free order, which lies below the
+// first in memory: every `need` (an address in the first copy) then compares above it,
+// and hits take the slow path's full overlap check until the dead prefix catches up
+// (slow_path.cc).
 #pragma once
 
 #include <atomic>

@@ -1,17 +1,20 @@
 // The replay slow path: everything the hot path does not do in a straight line.
-// Note [Replay mismatch]: the program asked for something other than the slot at the
-// cursor. Either the request is extra (or its size changed) and the next request will
-// be the one the cursor expects; or allocations the plan expected are missing and the
-// program has moved on to a slot further ahead. One request cannot tell the two
-// apart, so the mismatching request goes to the backend and the cursor stays; if its
-// size is found within REPLAYALLOC_RESYNC_WINDOW slots ahead, that match is kept as
-// pending. The next request decides: the cursor's slot (the mismatch was extra), the
-// slot after it (the mismatch replaced the cursor's slot: its size changed), or the
-// slot after the pending match (allocations were missing: the skipped slots are
-// passed over and the cursor jumps). Each deviation costs one fallback and no lost
-// hits; when equal sizes make the cases look alike, the first reading wins, which
-// may cost one more fallback, never correctness. Slots passed over are marked dead
-// or blocked (Note [Overlap lists] in compiled_plan.h), never handed out later.
+//
+// Note [Replay mismatch]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// The program asked for something other than the slot at the cursor. Either the request
+// is extra (or its size changed) and the next request will be the one the cursor
+// expects; or allocations the plan expected are missing and the program has moved on to
+// a slot further ahead. One request cannot tell the two apart, so the mismatching
+// request goes to the backend and the cursor stays; if its size is found within
+// REPLAYALLOC_RESYNC_WINDOW slots ahead, that match is kept as pending. The next
+// request decides: the cursor's slot (the mismatch was extra), the slot after it (the
+// mismatch replaced the cursor's slot: its size changed), or the slot after the pending
+// match (allocations were missing: the skipped slots are passed over and the cursor
+// jumps). Each deviation costs one fallback and no lost hits; when equal sizes make the
+// cases look alike, the first reading wins, which may cost one more fallback, never
+// correctness. Slots passed over are marked dead or blocked (Note [Overlap lists] in
+// compiled_plan.h), never handed out later.
 //
 // With shapes that change, a slot is a capacity (Note [Envelope], trace.h): a request
 // "matches" a slot it fits. A request larger than the cursor's slot is most often

@@ -21,87 +21,6 @@ using replayalloc::detail::thread_state;
 using replayalloc::detail::tls_state;
 namespace backend = replayalloc::detail::backend;
 
-namespace {
-
-inline replayalloc::detail::slab* host_owner(const void* p) {
-  return static_cast<replayalloc::detail::slab*>(backend::chunk_owner(p));
-}
-
-}  // namespace
-
-namespace replayalloc::detail {
-
-namespace {
-
-// Everything entry_alloc_slow does not serve at its top.
-REPLAYALLOC_NOINLINE void* alloc_slow_rest(thread_state& t, std::size_t size, std::size_t align) noexcept {
-  // Re-entrant calls (the engine allocating, also while it is being made) go straight
-  // to the backend without touching the engine (invariant 5).
-  if (in_engine()) [[unlikely]] {
-    void* p = backend::fallback_alloc(size, align);
-    if (p == nullptr) errno = ENOMEM;
-    return p;
-  }
-  // Below the minimum size (nothing is until the thread is registered).
-  if (below_min_size(t.host.cursor, size) && !check::enabled()) [[likely]] {
-    return alloc_below_min(size, align, false);
-  }
-  // Where the engine's slow path would only pass the request through to the backend
-  // (passes_through() in engine.h, Note [Pass-through]: no iteration records or replays
-  // on the thread, nothing watches it), that is done here, without it: ~150
-  // instructions per allocation less, on every allocation at or above the minimum of
-  // a program that marks iterations only around some of its work, or whose keys are
-  // set aside, or that auto mode has stopped watching for a while (a stream that never
-  // repeats spends most of its allocations resting).
-  if (passes_through(t, size)) {
-    void* p = backend::fallback_alloc(size, align);
-    if (p == nullptr) [[unlikely]] {
-      errno = ENOMEM;
-      return nullptr;
-    }
-    bump(t.host.backend_bytes, size);
-    bump(t.host.passthrough);
-    return p;
-  }
-  return engine::get().alloc_slow(t, size, align, false);
-}
-
-}  // namespace
-
-// Everything the hit does not serve: requests below the minimum size, outside a
-// replaying iteration, re-entrant calls, misses.
-void* entry_alloc_slow(std::size_t size, std::size_t align) noexcept {
-  thread_state& t = tls_state;
-  // A request under malloc_align bytes, which the inline test leaves here (entry.h):
-  // the inline path's shortcut, rounded up as glibc aligns (~200,000 of them in a
-  // TorchScript model's first inferences), with no stack frame (the rest is a tail
-  // call). A span: check mode off, a plain malloc (Note [Below the minimum, inline]).
-  if (size < malloc_align && __atomic_load_n(&g_small_span, __ATOMIC_ACQUIRE) != 0 && align <= malloc_align) {
-    return backend::g_plain_malloc.load(std::memory_order_relaxed)(malloc_align);
-  }
-  return alloc_slow_rest(t, size, align);
-}
-
-void entry_free_slow(void* ptr) noexcept {
-  if (ptr == nullptr) return;
-  thread_state& t = tls_state;
-  if (check::enabled() && !in_engine()) [[unlikely]] {
-    engine::get().free_checked(t, ptr);
-    return;
-  }
-  if (backend::in_slab_range(ptr)) {
-    if (!t.registered) [[unlikely]] engine::get().register_thread(t);  // a remote free
-    replay_free_slow(t.host.cursor, ptr, host_owner(ptr));
-    return;
-  }
-  if (in_engine()) [[unlikely]] {
-    backend::fallback_free(ptr);
-    return;
-  }
-  engine::get().free_backend(t, ptr);
-}
-
-}  // namespace replayalloc::detail
 
 namespace {
 
@@ -127,6 +46,11 @@ REPLAYALLOC_EXPORT int replayalloc_iteration_begin(const char* key) {
 }
 
 REPLAYALLOC_EXPORT int replayalloc_iteration_end(void) { return engine::get().end(tls_state); }
+
+REPLAYALLOC_EXPORT int replayalloc_wait_plans(void) {
+  engine::get().wait_plans();
+  return 0;
+}
 
 REPLAYALLOC_EXPORT int replayalloc_iteration_recording(void) {
   const thread_state& t = tls_state;

@@ -158,7 +158,7 @@ bool period_detector::detect_shape() {
   return true;
 }
 
-// Note [Iterations between quiet points].
+// See Note [Iterations between quiet points].
 bool period_detector::detect_quiet() {
   if (quiet_rejections_ >= 2) return false;
   // The newest 512, 1,024, .. quiet_window allocations: the least count over a longer

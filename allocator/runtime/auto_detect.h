@@ -1,55 +1,62 @@
 // replayalloc/runtime/auto_detect.h: finding the iteration of a program that marks none.
 //
-// Layer: runtime. Auto mode (REPLAYALLOC_MODE=auto, the LD_PRELOAD default) watches
-// each thread's stream of allocations (those of at least REPLAYALLOC_MIN_SIZE) for a
-// period: the P whose repetition reaches farthest back (at least three periods alike, 64
+// Layer: runtime.
+//
+// Note [Auto mode]
+// ~~~~~~~~~~~~~~~~
+// Auto mode (REPLAYALLOC_MODE=auto, the LD_PRELOAD default) watches each thread's
+// stream of allocations (those of at least REPLAYALLOC_MIN_SIZE) for a period: the P
+// whose repetition reaches farthest back (at least three periods alike, 64
 // allocations, and at least min_period_bytes per period), the smaller on ties
-// (period_detector::detect says why). The
-// iteration boundary is then put where the fewest bytes were live over the last
-// period (an inference's inputs and outputs, not its activations, are live there),
-// and from that point on the thread runs iterations of P allocations, recorded,
-// planned and replayed as marked ones are. Note [Auto mode]: sizes and lifetimes
-// only, no call sites; a program whose period changes (another program) deviates, is
-// recorded again, and, deviating on, goes back to watching.
+// (period_detector::detect says why). The iteration boundary is then put where the
+// fewest bytes were live over the last period (an inference's inputs and outputs, not
+// its activations, are live there), and from that point on the thread runs iterations
+// of P allocations, recorded, planned and replayed as marked ones are. Sizes and
+// lifetimes only, no call sites; a program whose period changes (another program)
+// deviates, is recorded again, and, deviating on, goes back to watching.
 //
-// Note [Periods whose sizes change]: a service fed other shapes on every request (a
-// transformer's sequence length) repeats no size, but does repeat its structure: the
-// same number of allocations, each freed after the same number of later ones. When no
-// period of sizes is found, the detector looks for one in that structure: each watched
-// allocation's symbol is its lifetime counted in watched allocations (1..63, or 64
-// and more, or still live after 64), known once it is freed or 64 allocations old, so
-// the search runs over all but the newest 64. It asks for eight periods alike (not
-// three): a program whose structure changes with some shapes (tensors crossing
-// REPLAYALLOC_MIN_SIZE as they grow, kernels that allocate per chunk) matches itself
-// for a few requests by chance, and a period taken there would drift off the requests
-// at the first other shape, costing plans and slabs for nothing. Constant symbols (every block freed at
-// once, as in a stream of random sizes) give no period (a multiple of 1), and a layer
-// repeated inside an inference is the shorter run, as with sizes. The key is named
-// after the symbols, not the sizes, so every shape of the program is one key; its
-// recordings agree in structure and are planned as their envelope (Note [Envelope]).
+// Note [Periods whose sizes change]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A service fed other shapes on every request (a transformer's sequence length) repeats
+// no size, but does repeat its structure: the same number of allocations, each freed
+// after the same number of later ones. When no period of sizes is found, the detector
+// looks for one in that structure: each watched allocation's symbol is its lifetime
+// counted in watched allocations (1..63, or 64 and more, or still live after 64), known
+// once it is freed or 64 allocations old, so the search runs over all but the newest
+// 64. It asks for eight periods alike (not three): a program whose structure changes
+// with some shapes (tensors crossing REPLAYALLOC_MIN_SIZE as they grow, kernels that
+// allocate per chunk) matches itself for a few requests by chance, and a period taken
+// there would drift off the requests at the first other shape, costing plans and slabs
+// for nothing. Constant symbols (every block freed at once, as in a stream of random
+// sizes) give no period (a multiple of 1), and a layer repeated inside an inference is
+// the shorter run, as with sizes. The key is named after the symbols, not the sizes, so
+// every shape of the program is one key; its recordings agree in structure and are
+// planned as their envelope (Note [Envelope]).
 //
-// Note [Iterations between quiet points]: a program whose structure itself changes
-// with the shape (PyTorch: the kernels of a longer sequence allocate more workspaces,
-// so a BERT-like encoder makes 32, 40, 48 or 54 watched allocations per request as the
-// length crosses 64, 124 and 252) repeats neither sizes nor one structure, but its
-// requests still begin where the fewest watched blocks are live: between two
-// requests only what outlives a request (its output, held until the next one's is
-// made) and what lives for good (weights) are live; inside one, an activation always
-// is too. When neither search finds a period, the detector takes the least count of
-// live watched blocks over the newest 512 allocations (or 1,024, .., `quiet_window`,
-// the shortest window that shows the pieces below) and cuts the stream where it is
-// reached: at the last allocation of each run at that count, runs as long as most
-// are (a request's output serialized after it returns, made and freed at that count,
-// belongs to the request before; the next one begins with the allocation after). It is taken
-// for the program's iteration only when it looks like one: at least 8 pieces, each of
-// at least `min_quiet_piece` allocations and min_period_bytes, the longest at most 4
-// times the shortest, and at most max_regimes lengths among the newest 8 (each length
-// a structure: a regime of the key, runtime/engine.h). Iterations then begin and end
-// at that count (auto_thread.cc), not after a number of allocations, and the first
-// request's size picks the regime (Note [Regimes]: the structures of one shape range).
-// Where it can be wrong: a program whose activations fall below REPLAYALLOC_MIN_SIZE
-// mid-request reaches the count there too, and its pieces are parts of requests; they
-// deviate and are given up like any period that does not hold (auto_thread.cc).
+// Note [Iterations between quiet points]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A program whose structure itself changes with the shape (PyTorch: the kernels of a
+// longer sequence allocate more workspaces, so a BERT-like encoder makes 32, 40, 48 or
+// 54 watched allocations per request as the length crosses 64, 124 and 252) repeats
+// neither sizes nor one structure, but its requests still begin where the fewest
+// watched blocks are live: between two requests only what outlives a request (its
+// output, held until the next one's is made) and what lives for good (weights) are
+// live; inside one, an activation always is too. When neither search finds a period,
+// the detector takes the least count of live watched blocks over the newest 512
+// allocations (or 1,024, .., `quiet_window`, the shortest window that shows the pieces
+// below) and cuts the stream where it is reached: at the last allocation of each run at
+// that count, runs as long as most are (a request's output serialized after it returns,
+// made and freed at that count, belongs to the request before; the next one begins with
+// the allocation after). It is taken for the program's iteration only when it looks
+// like one: at least 8 pieces, each of at least `min_quiet_piece` allocations and
+// min_period_bytes, the longest at most 4 times the shortest, and at most max_regimes
+// lengths among the newest 8 (each length a structure: a regime of the key,
+// runtime/key_entry.h). Iterations then begin and end at that count (auto_thread.cc),
+// not after a number of allocations, and the first request's size picks the regime
+// (Note [Regimes]: the structures of one shape range). Where it can be wrong: a program
+// whose activations fall below REPLAYALLOC_MIN_SIZE mid-request reaches the count there
+// too, and its pieces are parts of requests; they deviate and are given up like any
+// period that does not hold (auto_thread.cc).
 #pragma once
 
 #include <bitset>
@@ -71,7 +78,7 @@ inline constexpr std::uint64_t min_period_bytes = std::uint64_t{256} << 10;
 inline constexpr std::uint8_t max_life = 64;
 inline constexpr std::uint64_t shape_every = 512;
 inline constexpr std::size_t shape_periods = 8;  // periods alike before one of structure is taken
-// Note [Iterations between quiet points].
+// See Note [Iterations between quiet points].
 inline constexpr std::size_t quiet_window = 4096;
 inline constexpr std::uint32_t min_quiet_piece = 16;
 inline constexpr int quiet_lengths = 4;  // max_regimes (runtime/engine.h)
@@ -160,8 +167,9 @@ class period_detector {
   std::uint64_t signature_ = 0;
 };
 
-// A thread's watcher (engine.cc): the detector, and the watched blocks live now (their
-// bytes are the detector's "live" input, so frees of watched blocks must be seen).
+// A thread's watcher (auto_thread.cc): the detector, and the watched blocks live now
+// (their bytes are the detector's "live" input, so frees of watched blocks must be
+// seen).
 //
 // Every free of a backend block on a watching thread would otherwise be a hash lookup:
 // `filter` (Note [Live filters], support/live_filter.h) says which it can skip.
@@ -180,8 +188,8 @@ struct auto_state {
   std::uint64_t live_bytes = 0;
   char key[48] = "";
   std::uint32_t deviated_in_a_row = 0;
-  // Note [Auto mode rests] (engine.cc): where watching began (a stream position), how
-  // many watched allocations are left to skip while resting, and rests in a row.
+  // Note [Auto mode rests] (auto_thread.cc): where watching began (a stream position),
+  // how many watched allocations are left to skip while resting, and rests in a row.
   std::uint64_t watch_start = 0;
   std::uint64_t resting = 0;
   std::uint32_t rests = 0;

@@ -126,23 +126,25 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
     return;
   }
   a.det.observe(size, a.live_bytes, static_cast<std::uint32_t>(a.live.size()));
-  // Note [Auto mode rests]: watching costs a hash-map update per watched allocation
-  // and free, and the searches (~1,500 instructions per watched allocation in all,
-  // bench/micro/never_repeats.cc under callgrind), and a stream that has shown no
-  // period in four histories' worth of allocations (65,536 by default) most likely has
-  // none (shapes that change every request, structures that never settle): the thread
-  // stops watching for as many allocations again, doubling with each rest in a row up
-  // to 64 times, then watches afresh. A stream in which no search of sizes ever found
-  // the newest size twice before it (nothing recurs, so nothing can be planned) rests
-  // after one history's worth already, and one in which fewer than a quarter of the
-  // watch's first 2,048 allocations have a size seen before in it (random sizes: ~3%)
-  // after those 2,048, for one history: any program whose period is at most 1,024
-  // allocations repeats at least half of them, a program whose sizes change by the
-  // request repeats its layers' shapes within one, and a watch of 2,048 allocations
-  // with a rest of 16,384 after it costs an eighth of one of 16,384. (Where this is
-  // wrong: a period of more than 1,536 allocations nearly all of whose sizes differ is
-  // never found; no model's inference is one, its layers repeating their shapes.)
-  // While it rests its allocations and frees go to the backend after one counter.
+  // Note [Auto mode rests]
+  // ~~~~~~~~~~~~~~~~~~~~~~
+  // Watching costs a hash-map update per watched allocation and free, and the searches
+  // (~1,500 instructions per watched allocation in all, bench/micro/never_repeats.cc
+  // under callgrind), and a stream that has shown no period in four histories' worth of
+  // allocations (65,536 by default) most likely has none (shapes that change every
+  // request, structures that never settle): the thread stops watching for as many
+  // allocations again, doubling with each rest in a row up to 64 times, then watches
+  // afresh. A stream in which no search of sizes ever found the newest size twice
+  // before it (nothing recurs, so nothing can be planned) rests after one history's
+  // worth already, and one in which fewer than a quarter of the watch's first 2,048
+  // allocations have a size seen before in it (random sizes: ~3%) after those 2,048,
+  // for one history: any program whose period is at most 1,024 allocations repeats at
+  // least half of them, a program whose sizes change by the request repeats its layers'
+  // shapes within one, and a watch of 2,048 allocations with a rest of 16,384 after it
+  // costs an eighth of one of 16,384. (Where this is wrong: a period of more than 1,536
+  // allocations nearly all of whose sizes differ is never found; no model's inference
+  // is one, its layers repeating their shapes.) While it rests its allocations and
+  // frees go to the backend after one counter.
   if (!a.det.found()) {
     const bool rare = a.det.sizes_rare();
     const std::uint64_t budget = std::uint64_t{a.det.sizes_recur() && !rare ? 4u : 1u} * opts_.auto_history;

@@ -1,10 +1,14 @@
 // replayalloc/runtime/check.h: REPLAYALLOC_CHECK, the shadow record of live blocks.
 //
-// Layer: runtime. Note [Check mode]: with REPLAYALLOC_CHECK=1 every block the host
-// domain hands out (slab or backend) is entered in a shadow map of live ranges, and
-// every free is looked up there first. Three things are reported, each with both
-// blocks' sizes, ops and threads, and then the process aborts (the data a program
-// would lose next is worth more than the process):
+// Layer: runtime.
+//
+// Note [Check mode]
+// ~~~~~~~~~~~~~~~~~
+// With REPLAYALLOC_CHECK=1 every block the host domain hands out (slab or backend) is
+// entered in a shadow map of live ranges, and every free is looked up there first.
+// Three things are reported, each with both blocks' sizes, ops and threads, and then
+// the process aborts (the data a program would lose next is worth more than the
+// process):
 //   * a hand-out that overlaps a block still live (the allocator's own bug: the one
 //     thing invariant 1 forbids);
 //   * a double free (the block at that address was freed already);

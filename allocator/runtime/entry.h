@@ -38,13 +38,13 @@
 #include "backend/slab_range.h"
 #include "replay/fast_path.h"
 #include "runtime/check.h"
-#include "runtime/engine.h"
+#include "runtime/shortcuts.h"
 #include "support/config.h"
 #include "support/reentry.h"
 
 namespace replayalloc::detail {
 
-// Out of line (api.cc), hidden: everything the inline paths below do not serve.
+// Out of line (runtime/host_slow_path.cc), hidden: everything the inline paths below do not serve.
 // noexcept (the allocation interface never throws), so that the noexcept entry points
 // of the preload library tail-call them.
 REPLAYALLOC_NOINLINE void* entry_alloc_slow(std::size_t size, std::size_t align) noexcept;

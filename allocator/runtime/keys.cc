@@ -60,15 +60,16 @@ key_entry* engine::entry_for(std::string_view key, domain_kind kind, slab_source
   return e;
 }
 
-// Note [Bounds]: a service fed ever-new shapes makes ever-new keys. Two settings bound
-// what they cost. REPLAYALLOC_MAX_PLANS bounds the keys remembered: past it, the least
-// recently used key no thread holds is forgotten (its plan retired, so its slabs are
-// unmapped as soon as they drain; its recordings dropped); asked for again, it records
-// again. REPLAYALLOC_MAX_SLAB_MEMORY bounds the host slab bytes committed: a slab that
-// would pass it is not made until idle slabs (waiting in their pools) of the least
-// recently used other keys are unmapped; when that is not enough the iteration passes
-// through to the backend, like any iteration without a slab. Neither ever touches a
-// slab in use.
+// Note [Bounds]
+// ~~~~~~~~~~~~~
+// A service fed ever-new shapes makes ever-new keys. Two settings bound what they cost.
+// REPLAYALLOC_MAX_PLANS bounds the keys remembered: past it, the least recently used
+// key no thread holds is forgotten (its plan retired, so its slabs are unmapped as soon
+// as they drain; its recordings dropped); asked for again, it records again.
+// REPLAYALLOC_MAX_SLAB_MEMORY bounds the host slab bytes committed: a slab that would
+// pass it is not made until idle slabs (waiting in their pools) of the least recently
+// used other keys are unmapped; when that is not enough the iteration passes through to
+// the backend, like any iteration without a slab. Neither ever touches a slab in use.
 void engine::evict_idle_keys_locked(const key_entry* keep) {
   while (keys_.size() > opts_.max_plans) {
     key_entry* victim = nullptr;
@@ -148,18 +149,19 @@ int key_entry::predict_regime() const {
   return best;
 }
 
-// Note [Regimes by first size]: in auto mode an iteration's first request is known
-// when it begins, and a key whose structure changes with the shape (a kernel that
-// takes more workspaces past some length) splits its first sizes into ranges, one per
-// regime: the least and largest first request seen to follow each. The iteration
-// follows:
+// Note [Regimes by first size]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// In auto mode an iteration's first request is known when it begins, and a key whose
+// structure changes with the shape (a kernel that takes more workspaces past some
+// length) splits its first sizes into ranges, one per regime: the least and largest
+// first request seen to follow each. The iteration follows:
 //  * a regime whose range holds `size` (of several, the one whose least first size is
 //    the largest; `predicted` when it is one of them);
 //  * above every range, the regime with the largest one, when its plan's first slot
 //    fits `size` (a scaling slot's growth headroom); else the size is unknown;
 //  * below every range, the regime with the least one, when its first slot fits;
 //  * between two ranges: unknown.
-// An unknown size records (engine.cc, domain_begin) rather than replay a plan of
+// An unknown size records (key_policy.cc, decide_begin) rather than replay a plan of
 // another structure or one it outgrows: the recording joins the regime of its
 // structure, whose range then holds the size, and grows its envelope when larger
 // (Note [Envelope]). Gaps between ranges close as sizes in them are recorded (each

@@ -45,16 +45,20 @@ void engine::start_lifecycle() {
                  });
 }
 
-// Note [Fork]: the child has one thread, the one that forked, and a copy of every
-// lock as it was at fork(). Holding all of them across fork() makes the copies
-// consistent: prefork takes the engine's mutex, then each key's (in the keys' order,
-// always the same), then the version registry's and the pool mutex of every plan
-// version alive, current or retired and still draining (slab_pool.h), then the slab
-// range's and check mode's; the handlers after fork release them in reverse. Nothing
-// here allocates.
+// Note [Fork]
+// ~~~~~~~~~~~
+// The child has one thread, the one that forked, and a copy of every lock as it was at
+// fork(). Holding all of them across fork() makes the copies consistent: prefork takes
+// the engine's mutex, then each key's (in the keys' order, always the same), then the
+// planner thread's (Note [Background planning]: the child has no planner thread; it
+// makes one again when it needs it), then the version registry's and the pool mutex of
+// every plan version alive, current or retired and still draining (slab_pool.h), then
+// the slab range's and check mode's; the handlers after fork release them in reverse.
+// Nothing here allocates.
 void engine::prefork() {
   mu_.lock();
   for (auto& [k, e] : keys_) e->mu.lock();
+  planner_.prefork();  // Note [Background planning]
   lock_versions_for_fork();  // current and retired ones alike
   backend::lock_for_fork();
   check::lock_for_fork();
@@ -64,6 +68,7 @@ void engine::postfork_parent() {
   check::unlock_after_fork();
   backend::unlock_after_fork();
   unlock_versions_after_fork();
+  planner_.postfork_parent();
   for (auto& [k, e] : keys_) e->mu.unlock();
   mu_.unlock();
 }
@@ -72,6 +77,7 @@ void engine::postfork_child() {
   check::unlock_after_fork();
   backend::unlock_after_fork();
   unlock_versions_after_fork();
+  planner_.postfork_child();
   for (auto& [k, e] : keys_) {
     e->recording = false;  // whoever was recording is not in the child
     e->mu.unlock();

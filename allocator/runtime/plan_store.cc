@@ -20,26 +20,30 @@
 
 namespace replayalloc::detail {
 
-// Note [Plan files]: with REPLAYALLOC_PLAN_DIR set, every plan the engine makes is
-// saved there (its trace and the placement before any device adjustment, under the
-// key, the library version and the slot alignment), and a key's entry, when first
-// made, loads its file: a restarted service replays from its first iteration. A file
-// that cannot be read, is corrupt, or belongs to another key, library version or slot
-// alignment is ignored with a message, and the key records as usual. A loaded plan the
-// program does not follow (its first replayed iteration deviates) is retired at once and
-// the key recorded again; what deviated was served by the backend like any other miss
-// (invariant 1), so a stale file costs an iteration, never data.
+// Note [Plan files]
+// ~~~~~~~~~~~~~~~~~
+// With REPLAYALLOC_PLAN_DIR set, every plan the engine makes is saved there (its trace
+// and the placement before any device adjustment, under the key, the library version
+// and the slot alignment), and a key's entry, when first made, loads its file: a
+// restarted service replays from its first iteration. A file that cannot be read, is
+// corrupt, or belongs to another key, library version or slot alignment is ignored with
+// a message, and the key records as usual. A loaded plan the program does not follow
+// (its first replayed iteration deviates) is retired at once and the key recorded
+// again; what deviated was served by the backend like any other miss (invariant 1), so
+// a stale file costs an iteration, never data.
 //
-// Note [Plan cache]: a fleet ships its plans read-only (REPLAYALLOC_PLAN_DIR baked into
-// an image or mounted read-only: only read) and may name a writable directory for what
-// a replica learns on its own (REPLAYALLOC_PLAN_CACHE: plans of keys the shipped
-// directory lacks, plans grown to larger shapes, plans re-recorded because a shipped
-// one no longer fits). With a cache, new plans are saved only there, never to the plan
-// directory. A key loads the newer (by modification time) of its two files that can be
-// used, so a plan re-made here wins over the shipped one it replaced, and a newer
-// shipped plan (a new image) wins over an old cache. Any number of processes may share
-// either directory: a file is replaced whole by rename (support/file_io.h), the last
-// writer of identical plans wins, and a reader sees one whole file or none.
+// Note [Plan cache]
+// ~~~~~~~~~~~~~~~~~
+// A fleet ships its plans read-only (REPLAYALLOC_PLAN_DIR baked into an image or
+// mounted read-only: only read) and may name a writable directory for what a replica
+// learns on its own (REPLAYALLOC_PLAN_CACHE: plans of keys the shipped directory lacks,
+// plans grown to larger shapes, plans re-recorded because a shipped one no longer
+// fits). With a cache, new plans are saved only there, never to the plan directory. A
+// key loads the newer (by modification time) of its two files that can be used, so a
+// plan re-made here wins over the shipped one it replaced, and a newer shipped plan (a
+// new image) wins over an old cache. Any number of processes may share either
+// directory: a file is replaced whole by rename (support/file_io.h), the last writer of
+// identical plans wins, and a reader sees one whole file or none.
 
 std::string engine::plan_path(const char* dir, const key_entry& e) const {
   const std::string name = e.kind == domain_kind::host ? e.key : "cuda:" + e.key;
@@ -132,7 +136,7 @@ bool engine::load_plan_file(key_entry& e, const std::string& path) {
                     static_cast<int>(ok.message().size()), ok.message().data(), e.key.c_str());
     return false;
   }
-  if (!install_plan(e, f->tr, std::move(f->p), true, nullptr, f->least.empty() ? nullptr : &f->least)) {
+  if (!install_plan(e, f->tr, std::move(f->p), true, 0, f->least.empty() ? nullptr : &f->least)) {
     return false;
   }
   plans_loaded_.fetch_add(1, std::memory_order_relaxed);

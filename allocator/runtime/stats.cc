@@ -27,8 +27,10 @@ namespace {
 
 std::int64_t g_started_ns = 0;  // this process's start (or fork), CLOCK_REALTIME
 
-// Note [Statistics at exit]: REPLAYALLOC_STATS is inherited by every process that
-// inherits LD_PRELOAD: a wrapper (timeout, a shell), the service, its workers. So:
+// Note [Statistics at exit]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// REPLAYALLOC_STATS is inherited by every process that inherits LD_PRELOAD: a wrapper
+// (timeout, a shell), the service, its workers. So:
 //  * the path may name the process: %p the pid, %e the program's name, %% a '%' (as
 //    core patterns do), expanded when the process exits (a forked worker its own pid);
 //  * a process that did nothing (no iteration recorded or replayed, no plan loaded) writes
@@ -175,6 +177,7 @@ void add_domain(Stats& s, const domain_state& d) {
   s.double_frees += ld(c.double_frees);
   s.iterations += ld(d.iterations);
   s.iterations_set_aside += ld(d.set_aside);
+  s.iterations_awaiting_plan += ld(d.awaiting_plan);
 }
 
 namespace {
@@ -231,6 +234,9 @@ Stats engine::stats(const domain_kind* only) {
   s.auto_rests = auto_rests_.load(std::memory_order_relaxed);
   s.probes = probes_.load(std::memory_order_relaxed);
   s.plans_predicted = plans_predicted_.load(std::memory_order_relaxed);
+  s.plans_background = plans_background_.load(std::memory_order_relaxed);
+  s.plan_wait_us_total = plan_wait_us_total_.load(std::memory_order_relaxed);
+  s.plan_wait_us_max = plan_wait_us_max_.load(std::memory_order_relaxed);
   s.recordings = recordings_.load(std::memory_order_relaxed);
   s.mapped_bytes = backend::mapped_slab_bytes();
   s.keys = keys;

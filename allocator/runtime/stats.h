@@ -53,6 +53,10 @@
   X(auto_rests, engine, "auto_rests", 0)                            \
   X(probes, engine, "probes", 0)                                    \
   X(plans_predicted, engine, "plans_predicted", 0)                  \
+  X(plans_background, engine, "plans_background", 0)                \
+  X(plan_wait_us_total, engine, "plan_wait_us_total", 0)            \
+  X(plan_wait_us_max, engine, "plan_wait_us_max", 0)                \
+  X(iterations_awaiting_plan, domain, "iterations_awaiting_plan", 0) \
   X(regimes, engine, "regimes", 0)                                  \
   X(slab_bytes, engine, "slab_bytes", 0)                            \
   X(lower_bound_bytes, engine, "lower_bound_bytes", 0)              \

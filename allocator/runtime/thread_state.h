@@ -48,7 +48,7 @@ struct domain_state {
   std::uint64_t first_size = 0;      // its first request, when known at its beginning (auto mode)
   trace_recorder* recorder = nullptr;
   std::uint64_t misses_at_begin = 0;
-  key_entry* deviation_entry = nullptr;  // the key deviating_in_a_row counts for
+  const key_entry* deviation_entry = nullptr;  // the key deviating_in_a_row counts for
   std::uint32_t deviating_in_a_row = 0;
   bool last_deviated = false;            // the last replayed iteration deviated
   // Check mode (runtime/check.h): the plan is hidden from the cursor (hide_plan()) so
@@ -64,6 +64,7 @@ struct domain_state {
   std::atomic<std::uint64_t> frees{0};
   std::atomic<std::uint64_t> iterations{0};
   std::atomic<std::uint64_t> set_aside{0};  // iterations passed through: key set aside
+  std::atomic<std::uint64_t> awaiting_plan{0};  // iterations passed through: plan on the way
 
   domain_state* next = nullptr;  // engine registry (under the engine's mutex)
   domain_state* prev = nullptr;
@@ -79,10 +80,12 @@ struct thread_state {
   std::uint32_t depth = 0;  // open iterations (nested ones join the outermost)
   std::uint32_t op = 0;
   std::uint32_t thread_no = 0;
-  // Note [The plain-free gate]: 0 when a free of a backend block (outside the slab
-  // range) needs nothing but the backend's own free, so that the inline entry point
-  // asks one range instead of five conditions (runtime/entry.h). Each bit is a reason
-  // to look closer, kept in step by the code that changes the reason:
+  // Note [The plain-free gate]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // 0 when a free of a backend block (outside the slab range) needs nothing but the
+  // backend's own free, so that the inline entry point asks one range instead of five
+  // conditions (runtime/entry.h). Each bit is a reason to look closer, kept in step by
+  // the code that changes the reason:
   //   gate_unready   the thread is not registered, check mode is on, or the backend
   //                  has no plain free (engine::register_thread, on_thread_exit);
   //   gate_recording the host domain records (set_phase()): then
@@ -115,21 +118,22 @@ struct thread_state {
 
 extern constinit thread_local thread_state tls_state REPLAYALLOC_TLS_IE;
 
-// Note [Below the minimum, inline]: requests of malloc_align bytes or more below
-// REPLAYALLOC_MIN_SIZE (and aligned as malloc aligns) go straight to the backend's
-// own malloc from the inline entry point (runtime/entry.h), tested as one unsigned
-// compare with a process-wide figure, size - malloc_align < g_small_span:
-// below_min_size() of the host domain (Note [Below the minimum size] in
-// replay/fast_path.h), answered ahead for that path. REPLAYALLOC_MIN_SIZE -
-// malloc_align once the engine is made, when the backend has a plain malloc and free
-// (backend::g_plain_malloc/free) and check mode is off; else 0, and the slow path asks
-// below_min_size() itself (so does a request under malloc_align bytes, which glibc's
-// alignment rounds up). C++'s sized delete asks the same of the size it is given
-// (entry_free_sized). Nothing in it is per thread (the minimum, the backend and check
-// mode are the process's), so the test needs no TLS block, and none of these requests
-// is counted: each would cost the path one instruction more (runtime/entry.h).
-// Written once, with release order, by the engine's constructor after the backend's
-// entry points (set_small_span()); read by small_request().
+// Note [Below the minimum, inline]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Requests of malloc_align bytes or more below REPLAYALLOC_MIN_SIZE (and aligned as
+// malloc aligns) go straight to the backend's own malloc from the inline entry point
+// (runtime/entry.h), tested as one unsigned compare with a process-wide figure, size -
+// malloc_align < g_small_span: below_min_size() of the host domain
+// (Note [Below the minimum size] in replay/fast_path.h), answered ahead for that path.
+// REPLAYALLOC_MIN_SIZE - malloc_align once the engine is made, when the backend has a
+// plain malloc and free (backend::g_plain_malloc/free) and check mode is off; else 0,
+// and the slow path asks below_min_size() itself (so does a request under malloc_align
+// bytes, which glibc's alignment rounds up). C++'s sized delete asks the same of the
+// size it is given (entry_free_sized). Nothing in it is per thread (the minimum, the
+// backend and check mode are the process's), so the test needs no TLS block, and none
+// of these requests is counted: each would cost the path one instruction more
+// (runtime/entry.h). Written once, with release order, by the engine's constructor
+// after the backend's entry points (set_small_span()); read by small_request().
 inline constinit std::uint64_t g_small_span = 0;
 
 inline void set_small_span(std::uint64_t span) { __atomic_store_n(&g_small_span, span, __ATOMIC_RELEASE); }

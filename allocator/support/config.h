@@ -14,7 +14,7 @@
 //   0: none on the hot path (release builds)
 //   1: cheap asserts off the hot path (replay/slow_path.cc: the cursor only moves forward)
 // No level checks whole plans: validate() checks every plan at every level, before the
-// engine installs it (runtime/engine.cc) and when a plan file is read (planner/plan_file.cc).
+// engine installs it (runtime/plans.cc) and when a plan file is read (planner/plan_file.cc).
 #ifndef REPLAYALLOC_DEBUG
 #define REPLAYALLOC_DEBUG 0
 #endif

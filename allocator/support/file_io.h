@@ -3,9 +3,11 @@
 // Layer: support. Used by the trace and plan files, the CLI and the engine's plan
 // directory. Nothing here is on an allocation path; everything returns a Status.
 //
-// Note [Safe plan directories]: a plan directory may be shared (a volume several
-// replicas mount, a directory in /tmp). Three rules keep a file written there from
-// being turned against the writer, and a file read from there from being planted:
+// Note [Safe plan directories]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A plan directory may be shared (a volume several replicas mount, a directory in
+// /tmp). Three rules keep a file written there from being turned against the writer,
+// and a file read from there from being planted:
 //  * a file is written to a temporary name with 64 random bits in it, created with
 //    O_CREAT|O_EXCL|O_NOFOLLOW (never opened if anything, a symbolic link included,
 //    already has that name), filled, flushed and renamed over the final name. rename()

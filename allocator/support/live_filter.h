@@ -6,14 +6,16 @@
 // auto mode's watched ones (runtime/auto_detect.h). Both hold only blocks of at least
 // REPLAYALLOC_MIN_SIZE, while most frees in those phases are of smaller blocks.
 //
-// Note [Live filters]: a counting filter over the page of a block's first byte. A
-// free whose bucket is 0 was certainly not in the table, so it skips the lookup
-// (~75 instructions, on a path jemalloc serves in ~35: runtime/engine.h,
-// free_backend_filtered). Requests below the minimum (>= 4 KiB by default in the
-// preload library) come from jemalloc slabs of their own size classes, so their pages
-// are never a tabled block's first page; only hash collisions send them to the
-// lookup. Exact in one direction only: add() once per block newly in the table,
-// remove() once per block that left it, clear() with the table.
+// Note [Live filters]
+// ~~~~~~~~~~~~~~~~~~~
+// A counting filter over the page of a block's first byte. A free whose bucket is 0
+// was certainly not in the table, so it skips the lookup (~75 instructions, on a path
+// jemalloc serves in ~35: runtime/shortcuts.h, free_backend_filtered). Requests below
+// the minimum (>= 4 KiB by default in the preload library) come from jemalloc slabs
+// of their own size classes, so their pages are never a tabled block's first page;
+// only hash collisions send them to the lookup. Exact in one direction only: add()
+// once per block newly in the table, remove() once per block that left it, clear()
+// with the table.
 #pragma once
 
 #include <cstddef>

@@ -125,6 +125,8 @@ constexpr option_desc table[] = {
      "a thread's consecutive deviating iterations (of a regime, not explained by another) after which that regime is recorded again (0: never)"},
     {"REPLAYALLOC_SET_ASIDE", kind::boolean, 0, 1, false, REPLAYALLOC_SETS(set_aside),
      "back off keys whose plans keep failing (Note [Setting aside])"},
+    {"REPLAYALLOC_BACKGROUND_PLANNING", kind::boolean, 0, 1, false, REPLAYALLOC_SETS(background_planning),
+     "plans made by a planner thread, off the request path (Note [Background planning]); 0: on the thread that ends the recording"},
     {"REPLAYALLOC_DEVIATION_PERCENT", kind::count, 0, 100, false, REPLAYALLOC_SETS(deviation_percent),
      "fallbacks (% of the plan) that make an iteration deviate"},
     {"REPLAYALLOC_RESYNC_WINDOW", kind::count, 0, 256, false, REPLAYALLOC_SETS(resync_window),

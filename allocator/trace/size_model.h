@@ -3,10 +3,12 @@
 //
 // Layer: trace (pure functions).
 //
-// Note [Predicted plans]: an envelope (Note [Envelope], trace.h) serves every shape up
-// to the largest recorded. A larger one used to cost a recording: its requests outgrew
-// their slots, the next iteration was recorded at the backend, and its envelope planned.
-// With recordings at two or more shapes, the engine predicts instead:
+// Note [Predicted plans]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// An envelope (Note [Envelope], trace.h) serves every shape up to the largest recorded.
+// A larger one used to cost a recording: its requests outgrew their slots, the next
+// iteration was recorded at the backend, and its envelope planned. With recordings at
+// two or more shapes, the engine predicts instead:
 //  * The shape is not known to the allocator (nothing says "sequence length 96"), but it
 //    is seen in the sizes: the first allocation whose size differs between the
 //    recordings is the model's parameter x (an input, a first activation: its size is

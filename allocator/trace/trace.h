@@ -52,13 +52,15 @@ struct trace {
   friend bool operator==(const trace&, const trace&) = default;
 };
 
-// Note [Envelope]: recordings of one key with the same shape signature are one
-// program at several shapes. Their envelope is a trace with each allocation at the
-// largest size recorded (its capacity), and the smallest size recorded beside it. Since
-// allocation i of every such recording has the same lifetime, a plan of the envelope
-// gives allocation i a slot as large as it ever asked for, with the same neighbours
-// in time. At replay (replay/fast_path.h) a slot serves a request of at most its
-// capacity, never a larger one (DESIGN invariant 7), and at least:
+// Note [Envelope]
+// ~~~~~~~~~~~~~~~
+// Recordings of one key with the same shape signature are one program at several
+// shapes. Their envelope is a trace with each allocation at the largest size recorded
+// (its capacity), and the smallest size recorded beside it. Since allocation i of every
+// such recording has the same lifetime, a plan of the envelope gives allocation i a
+// slot as large as it ever asked for, with the same neighbours in time. At replay
+// (replay/fast_path.h) a slot serves a request of at most its capacity, never a larger
+// one (invariant 7, allocator/DESIGN.md), and at least:
 //  * its capacity, when every recording asked for the same size (a weight buffer, a
 //    fixed workspace): such slots keep matching exactly, which is what tells an extra
 //    or missing allocation from the expected one (Note [Replay mismatch]);
@@ -76,15 +78,17 @@ envelope make_envelope(const trace& t);
 bool merge_envelope(envelope& into, const trace& t);
 // Per allocation, the least request its slot serves (see above).
 std::vector<std::uint64_t> least_served(const envelope& e);
-// Note [Growth headroom]: a key whose shapes outgrow its plan is likely to keep
-// growing (a decode loop's sequence gets one token longer per step; a server's batches
-// fill up). Planning each new largest shape exactly would make a plan, a slab and a
-// recording per new length. So when an envelope grows past a plan, the capacity of
-// every slot whose size varied is raised by a quarter (rounded up to 64 bytes, never
-// above the request limit): lengths growing from L to 4L re-plan about 6 times, not 3L
-// times, for at most a quarter more slab on the slots that scale. Slots of one fixed
-// size keep it (they match exactly). Safety is unchanged: a capacity is what the slot
-// is planned for, and a request is served only up to it.
+// Note [Growth headroom]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A key whose shapes outgrow its plan is likely to keep growing (a decode loop's
+// sequence gets one token longer per step; a server's batches fill up). Planning each
+// new largest shape exactly would make a plan, a slab and a recording per new length.
+// So when an envelope grows past a plan, the capacity of every slot whose size varied
+// is raised by a quarter (rounded up to 64 bytes, never above the request limit):
+// lengths growing from L to 4L re-plan about 6 times, not 3L times, for at most a
+// quarter more slab on the slots that scale. Slots of one fixed size keep it (they
+// match exactly). Safety is unchanged: a capacity is what the slot is planned for, and
+// a request is served only up to it.
 void add_growth_headroom(envelope& e);
 
 // Checks a trace from outside (a file, a test): ids unique, sizes in (0, 2^47],

@@ -311,6 +311,7 @@ int print_line(const options& o, const std::string& key, const std::vector<doubl
 }
 
 // Note [Training cells]
+// ~~~~~~~~~~~~~~~~~~~~~
 // --train: each of the T threads loads its own copy of the module (a step changes the
 // weights, so threads cannot share one; make_models.py's train_* files are traced in
 // training mode with parameters that require grad) and makes its own optimizer, then

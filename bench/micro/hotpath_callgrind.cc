@@ -113,6 +113,7 @@ bool warm_up_plan(std::size_t size, int m) {
       replayalloc_free(p);
     }
     if (in_slab == m) return true;
+    replayalloc_wait_plans();  // Note [Background planning]: the plan is installed by the next one
   }
   return false;
 }

@@ -1,7 +1,8 @@
 // bench/micro/never_repeats.cc: a request stream that never repeats, under whatever
 // allocator serves `malloc` (one process per allocator, LD_PRELOAD), so that
 // replayalloc's cost where nothing can be replayed is measured against the allocator
-// it falls back to (DESIGN invariant 8, Note [Setting aside] in runtime/engine.cc).
+// it falls back to (invariant 8 of allocator/DESIGN.md; Note [Setting aside] in
+// runtime/engine.cc).
 //
 //   never_repeats REQUESTS [explicit]
 //

@@ -44,6 +44,7 @@ using stats_fn = std::size_t (*)(char*, std::size_t);
 begin_fn g_begin = nullptr;
 end_fn g_end = nullptr;
 stats_fn g_stats = nullptr;
+int (*g_wait)() = nullptr;  // replayalloc_wait_plans, when the library has it
 enum class replay_mode { none, hit, miss } g_mode = replay_mode::none;
 
 constexpr int kMissDelta = 16;
@@ -89,6 +90,7 @@ probe_result probe(const std::string& key, std::size_t size, int pairs) {
   g_begin(key.c_str());
   run_pairs<false>(size, pairs);
   g_end();
+  if (g_wait != nullptr) g_wait();  // Note [Background planning]: a plan made is installed next
   return {stat("slab_hits") - a.hits, stat("fallbacks") - a.fallbacks, stat("passthrough") - a.passthrough};
 }
 
@@ -157,6 +159,7 @@ int main(int argc, char** argv) {
     g_begin = reinterpret_cast<begin_fn>(dlsym(RTLD_DEFAULT, "replayalloc_iteration_begin"));
     g_end = reinterpret_cast<end_fn>(dlsym(RTLD_DEFAULT, "replayalloc_iteration_end"));
     g_stats = reinterpret_cast<stats_fn>(dlsym(RTLD_DEFAULT, "replayalloc_stats_json"));
+    g_wait = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "replayalloc_wait_plans"));
     if (g_begin == nullptr || g_end == nullptr || g_stats == nullptr) {
       std::fprintf(stderr, "pair_bench: PAIR_BENCH_REPLAY needs libreplayalloc_preload.so preloaded\n");
       return 2;

@@ -76,7 +76,13 @@ int main(int argc, char** argv) {
     if (collect) CALLGRIND_TOGGLE_COLLECT;
     if (end != nullptr) end();
   };
-  for (int w = 0; w < 8; ++w) iteration(false);  // record, plan; warm every cache
+  // Record, plan (replayalloc_wait_plans: the planner thread's plan installed before
+  // the next iteration, Note [Background planning]); warm every cache.
+  auto wait_plans = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "replayalloc_wait_plans"));
+  for (int w = 0; w < 8; ++w) {
+    iteration(false);
+    if (wait_plans != nullptr) wait_plans();
+  }
   const unsigned long long hits_before = slab_hits(stats);
   for (int i = 0; i < k; ++i) iteration(true);
   std::printf("pairs=%llu\n", static_cast<unsigned long long>(m) * k);

@@ -125,6 +125,7 @@ int probe_iteration(const char* key, std::size_t size) {
 bool warm_up_plan(const char* key, std::size_t size) {
   for (int i = 0; i < kMaxWarmup; ++i) {
     if (probe_iteration(key, size) == kPairs) return true;
+    replayalloc_wait_plans();  // Note [Background planning]
   }
   return false;
 }

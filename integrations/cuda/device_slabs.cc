@@ -6,10 +6,12 @@
 // events a slab's stream order is kept with. Never: a lock or a device call in
 // device_slab_owner().
 //
-// Note [Device streams]: blocks of a slab are reused in the order of the slab's
-// stream, as PyTorch's caching allocator reuses blocks: a block freed on the host
-// while kernels using it are still queued is reused only by later work on the same
-// stream, which runs after them. Two cases leave that order:
+// Note [Device streams]
+// ~~~~~~~~~~~~~~~~~~~~~
+// Blocks of a slab are reused in the order of the slab's stream, as PyTorch's caching
+// allocator reuses blocks: a block freed on the host while kernels using it are still
+// queued is reused only by later work on the same stream, which runs after them. Two
+// cases leave that order:
 //  * a block last used on another stream (deallocate(p, bytes, other)): an event is
 //    recorded on that stream and the slab's stream waits for it, so later reuse of
 //    the bytes runs after the other stream's use (device_free, device_domain.cc);

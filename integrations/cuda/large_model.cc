@@ -4,10 +4,12 @@
 // g_opts_mu) and the set of managed blocks (under g_managed_mu, counted so that a free
 // of any other device block takes no lock).
 //
-// Note [Large-model support]: when a device plan's slab would exceed the budget, the
-// allocations at least REPLAYALLOC_CUDA_LMS_THRESHOLD large are taken out of the slab
-// and served from managed (or pinned host) memory, as Caffe's LMS treats GPU memory as
-// a cache of host memory; the rest is planned again into a smaller slab.
+// Note [Large-model support]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// When a device plan's slab would exceed the budget, the allocations at least
+// REPLAYALLOC_CUDA_LMS_THRESHOLD large are taken out of the slab and served from
+// managed (or pinned host) memory, as Caffe's LMS treats GPU memory as a cache of host
+// memory; the rest is planned again into a smaller slab.
 #include "large_model.h"
 
 #include <atomic>

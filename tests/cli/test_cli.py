@@ -472,7 +472,7 @@ class HappyPaths(Base):
 
 class PlanDirectory(Base):
     """`replayalloc plans`, `plans verify`, `plans prune` over a directory with one file of
-    every kind the engine meets (runtime/engine.cc, Note [Plan files])."""
+    every kind the engine meets (runtime/plan_store.cc, Note [Plan files])."""
 
     def keyed_plan(self, key, *extra, layers=30):
         """A plan file's bytes for `key` (the plan command keeps its trace's key)."""

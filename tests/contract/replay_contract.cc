@@ -109,6 +109,7 @@ std::vector<void*> ReplayContract::iteration(const std::vector<step>& steps) {
   d().begin(key_);
   run(steps, &order);
   d().end();
+  d().settle();
   ledger().check_all();
   return order;
 }

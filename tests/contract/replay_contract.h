@@ -8,8 +8,8 @@
 // (replay_contract.cc) are compiled into each domain's binary, as the domains cannot
 // share one process (the preload one owns the process's malloc).
 //
-// What every domain owes (DESIGN.md's invariants 1, 4 and 7, and the recovery that
-// makes deviations cheap):
+// What every domain owes (invariants 1, 4 and 7 of allocator/DESIGN.md, and the
+// recovery that makes deviations cheap):
 //   * a repeating iteration replays from the slab, the same blocks every time;
 //   * never live bytes: a block held past its recorded free, past the iteration's end
 //     or across a thread's exit keeps its bytes, and no other block is placed on them;
@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "replayalloc/replayalloc.h"
 #include "replayalloc/replayalloc.hpp"
 #include "support/block_ledger.h"
 
@@ -62,6 +63,12 @@ class domain {
   virtual std::uint64_t slab_memory() const = 0;
   // The alignment every block has.
   virtual std::size_t alignment() const = 0;
+  // Waits until the plans being made in the background are installed (Note
+  // [Background planning]): every iteration's end is followed by this, so that the
+  // suite says the same with the planner thread on and off (the iterations that pass
+  // through while a plan is on the way have tests of their own:
+  // tests/background/background_planning_test.cc).
+  virtual void settle() { replayalloc_wait_plans(); }
   // Writes tag's pattern over [p, p + n) / true when every byte of it is still there.
   // The host's memory by default; a domain whose memory the host cannot touch (a real
   // GPU) overrides both with copies.

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A request stream that never repeats (bench/micro/never_repeats.cc) under the
-# LD_PRELOAD library steps aside (DESIGN invariant 8): with one key marked per request
-# the key is given up (Note [Setting aside]) after a bounded number of plans; in auto
-# mode the thread stops watching (Note [Auto mode rests]). The output is the same as
-# without the library. Speed is measured in bench/run_never_repeats.sh, not here.
+# LD_PRELOAD library steps aside (invariant 8, allocator/DESIGN.md): with one key marked
+# per request the key is given up (Note [Setting aside]) after a bounded number of
+# plans; in auto mode the thread stops watching (Note [Auto mode rests]). The output is
+# the same as without the library. Speed is measured in bench/run_never_repeats.sh, not
+# here.
 # Usage: run_never_repeats.sh PRELOAD_LIBRARY PROGRAM
 set -uo pipefail
 lib=$1 prog=$2

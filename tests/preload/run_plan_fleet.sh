@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Plans as deployable artifacts (README "Deploying plans"; Note [Plan cache] in
-# allocator/runtime/engine.cc, Note [Safe plan directories] in support/file_io.h):
+# allocator/runtime/plan_store.cc, Note [Safe plan directories] in support/file_io.h):
 #  1. eight replicas started together on one empty plan directory, each running the
 #     same three-key service loop under the LD_PRELOAD library: every one replays after
 #     its warm-up, exactly one valid file per key remains, no temporary file is left,

@@ -282,9 +282,9 @@ class Training(unittest.TestCase):
         # both runs; caught outside the iteration, its optimizer.step() skipped.
         # Parameters stay bit-identical; the failed step's graph, whose saved tensors sit
         # in the slab, is freed outside any iteration, inside the next one, or kept to
-        # the end (its tap output unchanged while later steps replay: DESIGN invariants 1
-        # and 4), and the steps after it replay: at least 80% of their planned requests
-        # from the slab (measured: 100% for every model and case).
+        # the end (its tap output unchanged while later steps replay: invariants 1 and 4
+        # of allocator/DESIGN.md), and the steps after it replay: at least 80% of their
+        # planned requests from the slab (measured: 100% for every model and case).
         for name in MODELS:
             for failed in ("dropped", "rebound", "kept"):
                 label = f"{name}, backward raises at step 7, its graph {failed}"

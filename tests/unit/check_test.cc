@@ -26,6 +26,7 @@ void start_in_check_mode(std::uint64_t min_size = 0) {
   o.check = true;
   o.min_size = min_size;
   o.verbose = 0;
+  o.background_planning = false;  // iteration by iteration, as the suite's ENV says (tests/CMakeLists.txt)
   if (!set_process_options(o)) std::abort();
 }
 
@@ -156,6 +157,7 @@ TEST_F(CheckMode, WithoutCheckModeTheBrokenPlanLosesData) {
         o.mode = run_mode::replay;
         o.min_size = 0;
         o.verbose = 0;
+        o.background_planning = false;  // iteration by iteration, as the suite's ENV says (tests/CMakeLists.txt)
         if (!set_process_options(o)) std::abort();
         for (int i = 0; i < 3; ++i) iteration(false, 0);
         key_entry* e = engine::get().entry_for("k", domain_kind::host, nullptr);

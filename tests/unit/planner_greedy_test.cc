@@ -458,7 +458,5 @@ TEST(Orderings, EqualAPlainSortByTheirKeys) {
   }
 }
 
-// Note [Two orderings on large traces] (best.cc): above 4096 plannable allocations
-
 }  // namespace
 }  // namespace replayalloc

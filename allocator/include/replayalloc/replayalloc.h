@@ -69,6 +69,13 @@ unsigned replayalloc_current_op(void);
  * allocations, slab_hits, fallbacks, plans, rerecords, slab_bytes, lower_bound_bytes. */
 size_t replayalloc_stats_json(char *buf, size_t cap);
 
+/* Blocks until every plan being made in the background is installed (or has
+ * failed): plans are made by a planner thread, off the request path, and a key's
+ * iterations pass through to jemalloc until its plan is installed at an iteration
+ * boundary (REPLAYALLOC_BACKGROUND_PLANNING). For a service that warms up before it
+ * takes traffic, a benchmark, a test. Returns 0. Call it outside an iteration. */
+int replayalloc_wait_plans(void);
+
 /* Writes the latest recording of `key` to `path` (".csv": the CSV interchange format,
  * else the binary trace format). Returns 0, or -1 (with a message on stderr) when
  * there is no recording or the file cannot be written. */

@@ -81,6 +81,10 @@ struct Stats {
   std::uint64_t auto_rests = 0;         ///< times auto mode stopped watching a thread with no period
   std::uint64_t probes = 0;             ///< iterations recorded to learn which regime a key follows
   std::uint64_t plans_predicted = 0;    ///< plans made for a larger shape from fitted sizes, unrecorded
+  std::uint64_t plans_background = 0;   ///< plans made and installed by the planner thread
+  std::uint64_t plan_wait_us_total = 0; ///< their time from the recording's end to the install, summed (us)
+  std::uint64_t plan_wait_us_max = 0;   ///< the longest of those times (us)
+  std::uint64_t iterations_awaiting_plan = 0;  ///< iterations passed through while their plan was being made
   std::uint64_t regimes = 0;            ///< structures planned now, over all keys (Note [Regimes])
   std::uint64_t slab_bytes = 0;         ///< sum of the current plans' slab sizes
   std::uint64_t lower_bound_bytes = 0;  ///< sum of the current plans' lower bounds

@@ -1,15 +1,18 @@
 // libtorch's CPU allocator over replayalloc, and op tags from RecordFunction.
 //
-// Layer: integration over the C API (replayalloc.h). Note [Op tags]: a global
-// RecordFunction callback pushes the op's name on a thread-local stack at its start
-// and pops it at its end; the innermost name is the thread's replayalloc op
+// Layer: integration over the C API (replayalloc.h).
+//
+// Note [Op tags]
+// ~~~~~~~~~~~~~~
+// A global RecordFunction callback pushes the op's name on a thread-local stack at its
+// start and pops it at its end; the innermost name is the thread's replayalloc op
 // (replayalloc_set_op), so every allocation recorded carries the op that asked for it.
 // Names are interned once: aten ops by the address of their (static) name, user scopes
 // (record_function) by their text, since those strings may be temporaries. Ops that
-// only make storage for their caller are transparent (is_transparent). The
-// callback runs only on a thread whose iteration is being recorded (a thread-local
-// callback added by Iteration and removed at its end), so replayed iterations do not
-// pay for it; bench/RESULTS.md has its measured cost per op.
+// only make storage for their caller are transparent (is_transparent). The callback
+// runs only on a thread whose iteration is being recorded (a thread-local callback
+// added by Iteration and removed at its end), so replayed iterations do not pay for
+// it; bench/RESULTS.md has its measured cost per op.
 #include "replayalloc/torch.hpp"
 
 #include <ATen/record_function.h>
@@ -66,7 +69,7 @@ bool g_installed = false;
 std::uint8_t g_priority = 0;
 unsigned g_outside = 0;
 
-// Note [Op tags].
+// See Note [Op tags].
 constexpr int max_depth = 64;
 struct op_stack {
   unsigned ids[max_depth];

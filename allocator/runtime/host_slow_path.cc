@@ -1,0 +1,180 @@
+// The host slow path: every host request the inline entry points (runtime/entry.h) do
+// not serve, as one ladder, and the frees they pass on.
+//
+// The ladder (entry_alloc_slow, then engine::alloc_slow), top to bottom, each rung
+// asked once:
+//   1. a request under malloc_align bytes with a plain backend: its malloc, rounded up;
+//   2. re-entrant (the engine allocating): the backend (invariant 5);
+//   3. below REPLAYALLOC_MIN_SIZE: the backend, never recorded, planned or watched;
+//   4. nothing on the thread records, replays or watches (Note [Pass-through]): the
+//      backend, counted as pass-through, without the engine;
+//   5. the engine: register the thread (once), auto mode's watcher (periodic work:
+//      it may end an iteration and begin the next), then the replaying cursor's slot
+//      (replay_malloc: a miss falls back inside it), else the backend (recorded when
+//      the thread records; watched when auto mode watches).
+// Every rung that ends at the backend does so through serve_from_backend()
+// (runtime/shortcuts.h), which says ENOMEM and zeroes as calloc does.
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "backend/backend.h"
+#include "backend/slab_range.h"
+#include "replay/fast_path.h"
+#include "runtime/check.h"
+#include "runtime/engine.h"
+#include "runtime/entry.h"
+#include "runtime/shortcuts.h"
+#include "support/reentry.h"
+
+namespace replayalloc::detail {
+
+namespace {
+
+inline slab* host_owner(const void* p) { return static_cast<slab*>(backend::chunk_owner(p)); }
+
+// Rungs 2-5.
+REPLAYALLOC_NOINLINE void* alloc_slow_rest(thread_state& t, std::size_t size, std::size_t align) noexcept {
+  if (in_engine()) [[unlikely]] return serve_from_backend(size, align, false);
+  // Below the minimum size (nothing is until the thread is registered).
+  if (below_min_size(t.host.cursor, size) && !check::enabled()) [[likely]] {
+    return alloc_below_min(size, align, false);
+  }
+  // Note [Pass-through]: ~150 instructions per allocation less than the engine's way,
+  // on every allocation at or above the minimum of a program that marks iterations
+  // only around some of its work, or whose keys are set aside, or that auto mode has
+  // stopped watching for a while (a stream that never repeats spends most of its
+  // allocations resting).
+  if (passes_through(t, size)) {
+    void* p = serve_from_backend(size, align, false);
+    if (p == nullptr) [[unlikely]] return nullptr;
+    bump(t.host.backend_bytes, size);
+    bump(t.host.passthrough);
+    return p;
+  }
+  return engine::get().alloc_slow(t, size, align, false);
+}
+
+}  // namespace
+
+void* entry_alloc_slow(std::size_t size, std::size_t align) noexcept {
+  thread_state& t = tls_state;
+  // Rung 1: a request under malloc_align bytes, which the inline test leaves here
+  // (entry.h): the inline path's shortcut, rounded up as glibc aligns (~200,000 of them
+  // in a TorchScript model's first inferences), with no stack frame (the rest is a
+  // tail call). A span: check mode off, a plain malloc (Note [Below the minimum, inline]).
+  if (size < malloc_align && __atomic_load_n(&g_small_span, __ATOMIC_ACQUIRE) != 0 && align <= malloc_align) {
+    return backend::g_plain_malloc.load(std::memory_order_relaxed)(malloc_align);
+  }
+  return alloc_slow_rest(t, size, align);
+}
+
+void entry_free_slow(void* ptr) noexcept {
+  if (ptr == nullptr) return;
+  thread_state& t = tls_state;
+  if (check::enabled() && !in_engine()) [[unlikely]] {
+    engine::get().free_checked(t, ptr);
+    return;
+  }
+  if (backend::in_slab_range(ptr)) {
+    if (!t.registered) [[unlikely]] engine::get().register_thread(t);  // a remote free
+    replay_free_slow(t.host.cursor, ptr, host_owner(ptr));
+    return;
+  }
+  if (in_engine()) [[unlikely]] {
+    backend::fallback_free(ptr);
+    return;
+  }
+  engine::get().free_backend(t, ptr);
+}
+
+// Rung 5, with check mode's shadow record around it (Note [Check mode]).
+void* engine::alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero) noexcept {
+  try {
+    if (!check::enabled() || in_engine()) return alloc_slow_unchecked(t, size, align, zero);
+    unmask_plan(t.host);
+    void* p = alloc_slow_unchecked(t, size, align, zero);
+    mask_plan(t.host);  // the phase may have changed (auto mode begins and ends iterations)
+    if (p != nullptr) check::on_alloc(p, size, t.op, t.thread_no, backend::in_slab_range(p));
+    return p;
+  } catch (const std::bad_alloc&) {
+    // The last resort: the engine's own memory ran out where nothing nearer caught it
+    // (the recording, the watcher and planning do). The allocation interface never
+    // throws, so the backend serves the request, as the engine would have.
+    mask_plan(t.host);  // check mode: hidden again if it was shown (a no-op otherwise)
+    reentry_guard guard;
+    return serve_from_backend(size, align, zero);
+  }
+}
+
+void engine::free_checked(thread_state& t, void* p) {
+  register_thread(t);
+  check::on_free(p, t.thread_no);
+  if (backend::in_slab_range(p)) {
+    // The last free of a retired plan's slab releases the slab and the plan (slab_pool.cc:
+    // plan_version::release): engine memory, made under the guard, so freed under it
+    // too, to the backend unchecked, as it was made (Note [Check mode]).
+    reentry_guard guard;
+    unmask_plan(t.host);
+    replay_free(t.host.cursor, p, [](void* q) { return static_cast<slab*>(backend::chunk_owner(q)); });
+    mask_plan(t.host);
+    return;
+  }
+  free_backend(t, p);
+}
+
+void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_t align, bool zero) {
+  if (size > max_request_bytes) [[unlikely]] {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (in_engine()) return serve_from_backend(size, align, zero);
+  register_thread(t);
+  // Below the minimum: never recorded, planned or watched (the ladder's top takes this
+  // rung before calling here when it can; calloc and check mode come here).
+  if (below_min_size(t.host.cursor, size)) return alloc_below_min(size, align, zero);
+  const bool watched = opts_.mode == run_mode::automatic;
+  if (watched) auto_before_alloc_safe(t, size);
+  domain_state& d = t.host;
+  if (d.ph == phase::replay) {
+    void* p = replay_malloc(d.cursor, size, align, [](std::size_t n, std::size_t a, backend_kind) {
+      return backend::fallback_alloc(n, a);
+    });
+    if (p == nullptr) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+    if (zero) std::memset(p, 0, size);
+    // Note [Iterations between quiet points] (runtime/auto_detect.h): an auto
+    // iteration that ends where few blocks are live counts its backend blocks.
+    if (watched && !backend::in_slab_range(p)) {
+      auto_track_safe(t, p, size);
+    } else if (t.auto_iteration && t.auto_count > 0) {
+      // A slot handed out here is counted by the cursor (cursor_handed()), not again
+      // among the slow path's allocations: auto mode ends its iteration at handed +
+      // auto_count, and in check mode every slot is handed out here.
+      --t.auto_count;
+    }
+    return p;
+  }
+  void* p = serve_from_backend(size, align, zero);
+  if (p == nullptr) return nullptr;
+  bump(d.backend_bytes, size);
+  if (d.no_slab) {
+    bump(d.no_slab_fallbacks);
+  } else {
+    bump(d.passthrough);
+  }
+  if (d.ph == phase::record) record_alloc(d, p, size, align);
+  if (watched) auto_track_safe(t, p, size);
+  return p;
+}
+
+void engine::free_backend(thread_state& t, void* p) {
+  if (!t.registered) [[unlikely]] register_thread(t);
+  if (t.host.ph == phase::record && !in_engine()) record_free(t.host, p);
+  if (t.autod != nullptr && !in_engine()) auto_untrack(t, p);
+  backend::fallback_free(p);
+}
+
+}  // namespace replayalloc::detail

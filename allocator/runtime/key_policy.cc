@@ -1,0 +1,398 @@
+// The decisions of Note [Key policy] (runtime/key_policy.h).
+#include "runtime/key_policy.h"
+
+#include <algorithm>
+#include <bit>
+#include <memory>
+#include <optional>
+
+#include "replay/slab_pool.h"
+#include "support/log.h"
+#include "trace/size_model.h"
+
+namespace replayalloc::detail {
+
+policy_settings policy_settings::from(const options& o) {
+  policy_settings s;
+  s.replays = o.mode == run_mode::replay || o.mode == run_mode::automatic;
+  s.record_iterations = o.record_iterations;
+  s.record_limit = o.record_limit;
+  s.deviation_percent = o.deviation_percent;
+  s.replan_after = o.replan_after;
+  s.set_aside = o.set_aside;
+  return s;
+}
+
+namespace {
+
+// Note [Predicted plans] (trace/size_model.h): regime g's envelope raised to the sizes
+// fitted at the shape the request that outgrew slot at - 1 (`size` bytes) asks for, plus
+// a quarter; null when the regime has no model, the slot cannot say, or nothing grew.
+// Only slots whose size varied are raised (those of one fixed size keep matching
+// exactly). REQUIRES: the key's mutex held.
+std::shared_ptr<const envelope> predicted_envelope(const regime& g, std::uint32_t at, std::uint64_t size) {
+  if (at == 0 || g.samples.size() < 2 || g.env == nullptr) return nullptr;
+  const std::optional<size_model> m = fit_size_model(g.samples);
+  if (!m || at - 1 >= m->coef.size() || m->coef.size() != g.env->tr.allocations.size()) return nullptr;
+  const std::optional<double> x = m->solve(at - 1, size);
+  if (!x) return nullptr;
+  auto env = std::make_shared<envelope>(*g.env);
+  const double target = *x * 1.25;
+  bool raised = false;
+  for (std::size_t i = 0; i < env->tr.allocations.size() && i < env->least.size(); ++i) {
+    std::uint64_t& cap = env->tr.allocations[i].size;
+    if (env->least[i] >= cap) continue;  // one fixed size: kept exact
+    const std::uint64_t want = std::min<std::uint64_t>(m->size_at(i, target), max_request_bytes);
+    if (want > cap) {
+      cap = want;
+      raised = true;
+    }
+  }
+  return raised ? env : nullptr;
+}
+
+// Note [Regimes]: a probe is worth its recording when it finds another regime that
+// repeats (seen twice, or planned). One that finds a structure never seen before may
+// have found a regime at its first recording: the marked context stays marked, once,
+// so that the next iteration there is recorded too. Otherwise (the regime that was
+// replayed there, or a second new structure in a row: noise) the next probe waits
+// four times longer than the last (4, 16, .. 4,096 iterations), and the marked context
+// is given back to the regime replayed there. REQUIRES: e.mu held.
+void finish_probe(key_entry& e, const recording_intent& in, policy_counts& n, int r) {
+  ++n.probes;
+  const bool repeats = r >= 0 && (e.regimes[r].version != nullptr || e.regimes[r].recordings >= 2);
+  const bool first_seen = r >= 0 && !repeats && !e.probe_found_new;
+  if (r != e.probe_from && repeats) e.probe_found_other = true;
+  e.probe_found_new = first_seen;
+  if (in.marked[1] >= 0 && !first_seen) {
+    std::int8_t& next = in.marked[0] >= 0 ? e.after2[in.marked[0]][in.marked[1]] : e.after1[in.marked[1]];
+    if (next == record_marker) next = static_cast<std::int8_t>(repeats ? r : e.probe_from);
+  }
+  if (e.probe_left == 0 && !first_seen) e.probe_result(e.probe_found_other);
+}
+
+}  // namespace
+
+begin_decision decide_begin(key_entry& e, std::uint64_t first_size, bool can_replay, const policy_settings& s) {
+  begin_decision out;
+  if (e.failed) return out;
+  if (++e.uses < e.resume_at) {  // Note [Setting aside]
+    out.what = begin_decision::set_aside;
+    return out;
+  }
+  // Note [Regimes]: the regime this iteration is predicted to follow.
+  int predicted = e.predict_regime();
+  // Note [Regimes by first size] (keys.cc): a first size no regime is known to
+  // serve records, unless such recordings found nothing lately (probe back-off).
+  bool size_unknown = false;
+  if (first_size != 0 && predicted != record_marker) {
+    const key_entry::first_size_pick by_size = e.regime_for_first_size(first_size, predicted);
+    if (by_size.regime >= 0) predicted = by_size.regime;
+    size_unknown = by_size.unknown && e.uses >= e.probe_quiet_until;
+  }
+  // A marked context records; while another thread records, the regime last
+  // replayed there is served.
+  if (predicted == record_marker && e.recording) predicted = e.probe_from;
+  const bool marked = predicted == record_marker;
+  const int r = marked ? -1 : predicted;
+  regime* g = r >= 0 ? &e.regimes[r] : nullptr;
+  const bool planned = g != nullptr && g->version != nullptr && s.replays;
+  if (!planned && g != nullptr && g->planning != nullptr) {
+    // Note [Background planning]: its plan is on the way.
+    out.what = begin_decision::awaiting;
+    out.regime = r;
+    return out;
+  }
+  if (!planned || (!e.recording && (e.probe_left > 0 || g->grow_wanted || size_unknown))) {
+    // No plan for it yet; or a probe after a deviation; or a request outgrew the
+    // plan (its recording grows the envelope, Note [Envelope]): this iteration
+    // records (its requests go to the backend). One thread records a key at a time;
+    // while one does, the others pass through.
+    if (e.recording) return out;
+    e.recording = true;
+    out.what = begin_decision::record;
+    out.regime = r;
+    out.growing = planned && g->grow_wanted;
+    out.sizing = size_unknown && !out.growing;
+    out.probing = !out.growing && !out.sizing && (marked || e.probe_left > 0);
+    if (out.probing && !marked) --e.probe_left;
+    out.marked[0] = marked ? e.history[0] : -1;
+    out.marked[1] = marked ? e.history[1] : -1;
+    return out;
+  }
+  if (!can_replay) return out;
+  g->last_seen = e.uses;
+  out.what = begin_decision::replay;
+  out.regime = r;
+  return out;
+}
+
+recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<const trace>& recorded,
+                                          const recording_intent& in, const policy_settings& s, policy_counts& n) {
+  recording_decision out;
+  const std::uint64_t shape = recorded->shape_signature();
+  e.recording = false;
+  ++e.recordings;
+  e.last_trace = recorded;
+  // Note [Regimes]: the recording joins the regime of its structure, or starts one.
+  int r = e.find_regime(shape);
+  bool grew = false;
+  if (r >= 0) {
+    // Note [Envelope]: the same allocations, made and freed in the same order, at
+    // other sizes: each allocation's capacity is the largest size recorded.
+    auto merged = std::make_shared<envelope>(*e.regimes[r].env);
+    grew = merge_envelope(*merged, *recorded);
+    e.regimes[r].env = std::move(merged);
+  } else {
+    r = e.slot_for_new_regime();
+    if (e.regimes[r].version != nullptr) {
+      // Every slot holds a plan. The least recently seen gives its place, unless
+      // places changed hands 4 times in the last 256 iterations: the key cycles
+      // through more structures than it keeps, and replacing plans would cost a
+      // recording and a plan per cycle. It keeps its plans for the next 4,096
+      // iterations, and structures without one are served by the backend.
+      if (e.uses - e.evictions_since > 256) {
+        e.evictions_since = e.uses;
+        e.evictions = 0;
+      }
+      if (e.uses < e.regimes_kept_until || ++e.evictions >= 4) {
+        if (e.uses >= e.regimes_kept_until) {
+          e.regimes_kept_until = e.uses + 4096;
+          REPLAYALLOC_LOG(info, "'%s' cycles through more than %d structures: it keeps its plans for "
+                          "4096 iterations, and the other structures pass through to the backend",
+                          e.key.c_str(), max_regimes);
+        }
+        r = -1;
+      } else {
+        out.dropped = e.regimes[r].version;
+      out.dropped_why = "a newer structure took its regime's place";
+      }
+    }
+    if (r >= 0) {
+      e.forget_regime(r);
+      regime& g = e.regimes[r];
+      g = regime{};
+      g.env = std::make_shared<const envelope>(make_envelope(*recorded));
+      g.shape = shape;
+    }
+  }
+  if (r < 0) {
+    e.learn_regime(-1);
+    if (in.probing) finish_probe(e, in, n, -1);
+    if (in.sizing) e.probe_result(false);  // no regime to join: the size stays unknown
+    return out;
+  }
+  regime& g = e.regimes[r];
+  ++g.recordings;
+  g.last_seen = e.uses;
+  if (!recorded->allocations.empty()) g.saw_first(recorded->allocations.front().size);
+  if (recorded->allocations.size() <= max_sampled_allocations) {  // Note [Predicted plans]
+    size_sample sizes(recorded->allocations.size());
+    for (std::size_t i = 0; i < sizes.size(); ++i) sizes[i] = recorded->allocations[i].size;
+    add_size_sample(g.samples, sizes);
+  }
+  // A recording for growth that found no larger shape of its regime (an iteration of
+  // another regime outgrew the slots it was replayed on) backs off like a probe.
+  if (in.growing) e.probe_result(r == in.regime && grew);
+  // Note [Regimes by first size]: the size is now in the range of the regime the
+  // recording joined or started.
+  if (in.sizing) e.probe_result(true);
+  if (in.growing && r != in.regime && e.regimes[in.regime].grow_wanted) {
+    // Recorded because a request outgrew the plan of regime in.regime, but this
+    // iteration had another structure. A plan from a file that never replayed
+    // without deviating does not match this program: retired. Otherwise the
+    // program went on to another regime; the grown one grows when it next outgrows.
+    regime& grown = e.regimes[in.regime];
+    grown.grow_wanted = false;
+    if (grown.version != nullptr && grown.version->from_file && !grown.confirmed) {
+      out.dropped = drop_plan(e, in.regime, s, n, "its allocation sequence changed");
+      out.dropped_why = "its allocation sequence changed";
+    }
+  }
+  e.learn_regime(r);
+  if (in.probing) finish_probe(e, in, n, r);
+  if (g.version != nullptr) {
+    // Recorded because a request outgrew the plan, or as a probe: a grown envelope
+    // replaces the plan.
+    g.grow_wanted = false;
+    if (grew && s.replays && !e.failed && g.planning == nullptr) {
+      auto roomy = std::make_shared<envelope>(*g.env);
+      add_growth_headroom(*roomy);  // Note [Growth headroom]
+      g.env = std::move(roomy);
+      out.to_plan = g.env;
+      out.replace_id = g.version->id;
+    }
+  } else if (s.replays && !e.failed && g.planning == nullptr) {
+    // Auto mode saw the period repeat three times before its first iteration: one
+    // recording is enough for its first regime (a later structure has not been seen
+    // to repeat: Note [Regimes]).
+    const std::uint32_t needed = e.automatic && !e.any_plan() ? 1 : s.record_iterations;
+    if (g.recordings >= needed) {
+      out.to_plan = g.env;
+    } else if (e.recordings >= s.record_limit && !e.any_plan()) {
+      out.to_plan = g.env;
+      set_aside(e, s, n, "its recordings never agreed");
+    }
+  }
+  // Note [Background planning]: its iterations wait for this plan, not record.
+  if (out.to_plan != nullptr) g.planning = out.to_plan.get();
+  return out;
+}
+
+replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const policy_settings& s) {
+  replay_verdict v;
+  const int r = rs.regime;
+  // A larger shape: at least two slots whose allocation outgrew them (slow_path.cc
+  // counts them). One larger block among the same shapes is a deviation; a shape
+  // change makes every allocation that scales with it larger.
+  const bool grew = rs.grown >= 2;
+  v.grew = grew;
+  const std::uint64_t pct = s.deviation_percent;
+  const std::uint32_t planned = rs.planned;
+  // An iteration whose requests outgrew their slots is a larger shape, not a deviation:
+  // it grows the envelope (below); the recording that does so says whether the
+  // program's structure changed too.
+  const bool deviated = !grew && planned > 0 &&
+                        (rs.misses * 100 > pct * planned ||
+                         std::uint64_t{planned - std::min(rs.handed, planned)} * 100 > pct * planned);
+  v.deviated = deviated;
+  // Note [Regimes]: an iteration that deviated, or whose requests outgrew their slots,
+  // may have followed another structure. It followed another planned regime when that
+  // one's slots up to the first request this plan could not serve are this plan's, and
+  // its slot there fits that request: learned, and nothing else done. Otherwise a
+  // larger shape grows the envelope (the next iteration of this regime records, and
+  // the plan serves on meanwhile); and when this is the second such iteration in the
+  // key's last 8 replays that left the plan at the same slot as the one before (one
+  // alone is an odd iteration; noise leaves it anywhere), the context the iteration
+  // came in (the regimes of the two before it) is marked: the next iteration in that
+  // context records, and says which regime comes there.
+  const bool other_structure = grew || deviated;
+  e.structure_deviations = (e.structure_deviations << 1) | (other_structure ? 1u : 0u);
+  if (e.regimes[r].version == rs.version) {  // `rs.version` is installed, so alive: its plan may be read
+    if (grew) ++e.regimes[r].grown_in_a_row;
+    if (!other_structure) {
+      if (!deviated) {
+        e.failures.store(0, std::memory_order_relaxed);
+        e.regimes[r].confirmed = true;
+        e.regimes[r].grown_in_a_row = 0;
+      }
+      e.learn_regime(r);
+      e.regimes[r].saw_first(rs.first_size);
+    } else if (const int other = e.consistent_regime(r, rs.first_miss_at, rs.first_miss_size); other >= 0) {
+      // Learned for the prediction; not for the other regime's first sizes: an
+      // explanation is a guess (Note [Regimes by first size] takes ranges only from
+      // recordings and clean replays).
+      e.learn_regime(other);
+      v.explained = true;
+    } else if (grew && e.regimes[r].planning != nullptr) {
+      // Note [Background planning]: a larger plan for this regime is on the way (the
+      // envelope already grown, or predicted): the iteration that outgrew the plan
+      // it replaces is neither a deviation nor a reason to record or predict again.
+      e.learn_regime(r);
+      v.explained = true;
+    } else if (grew && s.replays && !e.failed && e.regimes[r].grown_in_a_row == 1 &&
+               rs.first_too_large_at == rs.first_miss_at &&
+               (v.predicted = predicted_envelope(e.regimes[r], rs.first_too_large_at, rs.first_too_large_size)) != nullptr) {
+      // Note [Predicted plans]: the larger shape, planned from the fitted sizes at
+      // once (below), without recording it. Only when the request that outgrew its
+      // slot was the iteration's first miss: the cursor was on the plan up to it, so
+      // the slot is that request's own.
+      e.regimes[r].env = v.predicted;
+      e.regimes[r].planning = v.predicted.get();
+      e.regimes[r].grow_wanted = false;
+      v.grow_wanted = true;
+      e.learn_regime(r);
+    } else {
+      // A predicted plan that was outgrown at once is followed by a recording. A
+      // plan outgrown 4 times in a row without replaying an iteration cleanly in
+      // between does not settle (the sizes follow no shape it can learn): from then
+      // on an outgrown iteration is a deviation like any other, and those in a row
+      // retire the plan and set the key aside (Note [Setting aside]).
+      v.grow_wanted = grew && e.uses >= e.probe_quiet_until && e.regimes[r].grown_in_a_row < 4;
+      if (v.grow_wanted) e.regimes[r].grow_wanted = true;
+      // Alike: the iteration left the plan at the same slot as the last one that did.
+      const bool alike = rs.first_miss_at == e.last_first_miss;
+      e.last_first_miss = rs.first_miss_at;
+      if (alike && std::popcount(e.structure_deviations & 0xffu) >= 2 && e.uses >= e.probe_quiet_until &&
+          s.replays) {
+        e.probe_from = r;
+        e.probe_found_other = false;
+        if (!e.mark_context()) e.probe_left = std::max(e.probe_left, 2u);
+      } else {
+        e.learn_regime(-1);
+      }
+    }
+  }
+  // Deviation is counted per thread: a thread whose every iteration deviates has a
+  // program that changed; threads that deviate now and then, interleaved, do not. An
+  // iteration of another planned regime is a wrong prediction, not a deviation; one
+  // that outgrew its slots is one only when it does not grow the plan.
+  v.counted = (deviated || (grew && !v.grow_wanted)) && !v.explained;
+  return v;
+}
+
+bool streak_retires(deviation_streak& st, const key_entry* e, bool counted, bool from_file, const policy_settings& s) {
+  if (st.entry != e) {
+    st.entry = e;
+    st.in_a_row = 0;
+  }
+  st.in_a_row = counted ? st.in_a_row + 1 : 0;
+  // A plan from a file the program does not follow goes at once (Note [Plan files]).
+  const std::uint32_t replan_after = from_file ? 1 : s.replan_after;
+  if (!counted || replan_after == 0 || st.in_a_row < replan_after) return false;
+  st.in_a_row = 0;
+  return true;
+}
+
+// Note [Setting aside]
+// ~~~~~~~~~~~~~~~~~~~~
+// A key whose iterations do not repeat (ever-new shapes, a different sequence each
+// time) would otherwise cost a recording, a plan and a new slab (mapped and
+// pre-faulted) every few iterations, and serve nothing from them: worse than the
+// backend alone (invariant 8, allocator/DESIGN.md). Each failure in a row (a plan
+// retired for deviating, a plan made only because REPLAYALLOC_RECORD_LIMIT recordings
+// never agreed, a larger request whose recording has another structure) sets the key
+// aside for longer: after the 1st nothing, then 8, 32 and 128 of its iterations pass
+// straight through to the backend (no recording, no slab; one counter per iteration),
+// and from the 5th failure on the key is given up for 4,096 iterations before it is
+// tried again. An iteration replayed without deviating clears the count. A plan loaded
+// from a file that does not fit counts too.
+void set_aside(key_entry& e, const policy_settings& s, policy_counts& n, const char* why) {
+  const std::uint32_t failures = e.failures.load(std::memory_order_relaxed) + 1;
+  e.failures.store(failures, std::memory_order_relaxed);
+  std::uint64_t wait = 0;
+  switch (failures) {
+    case 1: wait = 0; break;
+    case 2: wait = 8; break;
+    case 3: wait = 32; break;
+    case 4: wait = 128; break;
+    default: wait = 4096; break;
+  }
+  if (wait == 0 || !s.set_aside) return;
+  e.resume_at = e.uses + wait;
+  if (failures >= 5) {
+    ++n.keys_given_up;
+    REPLAYALLOC_LOG(info, "'%s' does not repeat (%s; %u failures in a row): given up for %llu "
+                    "iterations, which pass through to the backend", e.key.c_str(), why, failures,
+                    static_cast<unsigned long long>(wait));
+  } else {
+    ++n.set_asides;
+    REPLAYALLOC_LOG(info, "'%s' set aside for %llu iterations (%s)", e.key.c_str(),
+                    static_cast<unsigned long long>(wait), why);
+  }
+}
+
+plan_version* drop_plan(key_entry& e, int r, const policy_settings& s, policy_counts& n, const char* why) {
+  regime& g = e.regimes[r];
+  plan_version* v = g.version;
+  g.version = nullptr;
+  g.recordings = 0;
+  g.slab_bytes = 0;
+  g.lower_bound_bytes = 0;
+  g.grow_wanted = false;
+  e.recordings = 0;
+  set_aside(e, s, n, why);
+  return v;
+}
+
+}  // namespace replayalloc::detail

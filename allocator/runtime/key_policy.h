@@ -1,0 +1,134 @@
+// replayalloc/runtime/key_policy.h: what a key does next, decided apart from how.
+//
+// Layer: runtime. The per-key decisions of the state machine (runtime/engine.h): at an
+// iteration's beginning, whether it records, replays which regime, waits for a plan on
+// the way or passes through; after a recording, which regime it joins and what to
+// plan; after a replay, whether it deviated, was another regime's, grows or predicts
+// the plan, and whether the plan is retired; when a key is set aside.
+//
+// Note [Key policy]
+// ~~~~~~~~~~~~~~~~~
+// Each decision is a function of the key's policy state (key_entry's regimes,
+// predictor, probes and failures: Note [Regimes], Note [Setting aside]) and of one
+// observation (the iteration's first size, a finished recording, a replay's summary),
+// returning what the engine is to do. They take no lock (each REQUIRES the key's mutex,
+// which the engine holds), make no slab, plan nothing and retire nothing: the engine
+// applies the decision (claims a slab, queues a plan, retires a version) and counts
+// what the decision says to count. So every transition can be walked by a test with a
+// key_entry of its own and no engine (tests/unit/key_policy_test.cc), as TFLite's
+// arena planner is tested.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "runtime/key_entry.h"
+#include "support/options.h"
+#include "trace/trace.h"
+
+namespace replayalloc::detail {
+
+// The settings the decisions read (REPLAYALLOC_*: options.h).
+struct policy_settings {
+  bool replays = true;  // the mode makes plans (replay, auto)
+  std::uint32_t record_iterations = 2;
+  std::uint32_t record_limit = 8;
+  std::uint32_t deviation_percent = 10;
+  std::uint32_t replan_after = 3;
+  bool set_aside = true;
+  static policy_settings from(const options& o);
+};
+
+// What the engine adds to its statistics after a decision.
+struct policy_counts {
+  std::uint32_t probes = 0;
+  std::uint32_t set_asides = 0;
+  std::uint32_t keys_given_up = 0;
+};
+
+// What an iteration does, decided at its beginning.
+struct begin_decision {
+  enum action : std::uint8_t {
+    pass,       // through to the backend: the key failed, or another thread records it
+    set_aside,  // through to the backend, counted: the key is set aside (Note [Setting aside])
+    awaiting,   // through to the backend, counted: its plan is on the way (Note [Background planning])
+    record,     // records (the key's `recording` is now set)
+    replay,     // replays regime's plan (the engine claims a slab of it)
+  };
+  action what = pass;
+  int regime = -1;    // record: the regime predicted (-1: none); replay: the regime replayed
+  bool probing = false;
+  bool growing = false;
+  bool sizing = false;
+  std::int8_t marked[2] = {-1, -1};  // the marked context a probe records for
+};
+// `first_size`: the iteration's first request when known (auto mode), else 0.
+// `can_replay`: slabs can be made for the key's domain. REQUIRES: e.mu held.
+begin_decision decide_begin(key_entry& e, std::uint64_t first_size, bool can_replay, const policy_settings& s);
+
+// What a recording was made for (begin_decision's fields, kept by the thread).
+struct recording_intent {
+  int regime = -1;
+  bool probing = false;
+  bool growing = false;
+  bool sizing = false;
+  std::int8_t marked[2] = {-1, -1};
+};
+
+// After a recording: the plan to make (its regime's `planning` names it from now on)
+// and a version taken from its regime, which the engine retires.
+struct recording_decision {
+  std::shared_ptr<const envelope> to_plan;
+  std::uint64_t replace_id = 0;  // plan_version::id of the plan to_plan replaces; 0: none
+  plan_version* dropped = nullptr;
+  const char* dropped_why = "";
+};
+// REQUIRES: e.mu held.
+recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<const trace>& recorded,
+                                          const recording_intent& in, const policy_settings& s, policy_counts& n);
+
+// What a replay did (the engine reads it off the cursor when the replay ends).
+struct replay_summary {
+  const plan_version* version = nullptr;  // compared only: it may be gone
+  std::uint64_t version_id = 0;
+  bool from_file = false;
+  int regime = -1;
+  std::uint32_t planned = 0;  // slots the plan places
+  std::uint32_t handed = 0;   // blocks the slab handed out
+  std::uint64_t misses = 0;   // requests the plan had no slot for
+  std::uint32_t grown = 0;    // slots whose request outgrew them
+  std::uint32_t first_miss_at = 0;  // slot + 1 of the first miss; 0: none
+  std::uint64_t first_miss_size = 0;
+  std::uint32_t first_too_large_at = 0;
+  std::uint64_t first_too_large_size = 0;
+  std::uint64_t first_size = 0;  // the iteration's first request, when known
+};
+
+// After a replay.
+struct replay_verdict {
+  bool grew = false;        // a larger shape (two slots or more outgrown)
+  bool deviated = false;    // more misses or missing slots than REPLAYALLOC_DEVIATION_PERCENT
+  bool explained = false;   // another regime's iteration, or one a plan on the way serves
+  bool grow_wanted = false; // the plan grows: predicted now, or the next iteration records
+  bool counted = false;     // counts towards retiring the plan
+  std::shared_ptr<const envelope> predicted;  // plan it now, replacing version_id
+};
+// REQUIRES: e.mu held.
+replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const policy_settings& s);
+
+// A thread's deviating replays in a row, of one key (domain_state keeps it).
+struct deviation_streak {
+  const key_entry* entry = nullptr;
+  std::uint32_t in_a_row = 0;
+};
+// Counts a replay's verdict; true when the plan is to be retired (REPLAYALLOC_REPLAN_AFTER
+// counted deviations in a row; a plan from a file, the first).
+bool streak_retires(deviation_streak& st, const key_entry* e, bool counted, bool from_file, const policy_settings& s);
+
+// Note [Setting aside]: one more failure of the key's plans. REQUIRES: e.mu held.
+void set_aside(key_entry& e, const policy_settings& s, policy_counts& n, const char* why);
+// Takes regime r's plan away (it records again) and sets the key aside; the version,
+// for the engine to retire once e.mu is released. REQUIRES: e.mu held.
+plan_version* drop_plan(key_entry& e, int r, const policy_settings& s, policy_counts& n, const char* why);
+
+}  // namespace replayalloc::detail

@@ -1,0 +1,213 @@
+// Plans made and installed (runtime/engine.h): a key's plan made from an envelope,
+// validated, saved, compiled and installed for its regime, on the planner thread or
+// synchronously (Note [Background planning], runtime/planner_thread.h); plans taken
+// away when they fail retired (retire_dropped: the decision, and setting the key aside,
+// are runtime/key_policy.cc's, Note [Setting aside]).
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "planner/planner.h"
+#include "replay/compiled_plan.h"
+#include "runtime/engine.h"
+#include "support/log.h"
+#include "support/reentry.h"
+
+namespace replayalloc::detail {
+
+namespace {
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+}  // namespace
+
+void engine::submit_plan(key_entry& e, std::shared_ptr<const envelope> env, std::uint64_t replace_id, bool predicted) {
+  plan_job job;
+  job.entry = &e;
+  job.env = std::move(env);
+  job.replace_id = replace_id;
+  job.predicted = predicted;
+  job.queued_ns = now_ns();
+  // The job holds the key until it is done (Note [Bounds]: a held key is not forgotten).
+  e.users.fetch_add(1, std::memory_order_relaxed);
+  if (planner_.submit(std::move(job))) return;
+  // No planner thread: planned here, on the thread that ended the recording. `job`
+  // is untouched when submit() refuses it.
+  run_plan_job(job);
+}
+
+void engine::run_plan_job(const plan_job& job) {
+  engine& self = get();
+  key_entry& e = *job.entry;
+  const bool background = job.on_planner_thread;
+  try {
+    self.make_plan(e, *job.env, job.replace_id);
+    if (job.predicted) self.plans_predicted_.fetch_add(1, std::memory_order_relaxed);
+  } catch (const std::bad_alloc&) {
+    // No memory to plan: the regime records again when its plan is wanted next.
+    REPLAYALLOC_LOG(warning, "'%s': out of memory making a plan; its iterations pass through", e.key.c_str());
+  }
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    for (regime& g : e.regimes) {
+      if (g.planning == job.env.get()) g.planning = nullptr;
+    }
+  }
+  const std::uint64_t us = (now_ns() - job.queued_ns) / 1000;
+  if (background) {
+    self.plans_background_.fetch_add(1, std::memory_order_relaxed);
+    self.plan_wait_us_total_.fetch_add(us, std::memory_order_relaxed);
+    std::uint64_t max = self.plan_wait_us_max_.load(std::memory_order_relaxed);
+    while (us > max && !self.plan_wait_us_max_.compare_exchange_weak(max, us, std::memory_order_relaxed)) {
+    }
+  }
+  REPLAYALLOC_LOG(info, "'%s': %s plan of %zu allocations made %s in %llu us", e.key.c_str(),
+                  job.predicted ? "predicted" : job.replace_id != 0 ? "grown" : "new",
+                  job.env->tr.allocations.size(), background ? "in the background" : "synchronously",
+                  static_cast<unsigned long long>(us));
+  e.users.fetch_sub(1, std::memory_order_release);
+}
+
+void engine::wait_plans() {
+  reentry_guard guard;
+  planner_.wait_idle();
+}
+
+void engine::retire_dropped(key_entry& e, plan_version* v, bool from_file, const char* why) {
+  rerecords_.fetch_add(1, std::memory_order_relaxed);
+  if (from_file) {
+    REPLAYALLOC_LOG(warning, "the plan of '%s' loaded from REPLAYALLOC_PLAN_DIR does not match "
+                    "this program (%s); recording again", e.key.c_str(), why);
+  } else {
+    REPLAYALLOC_LOG(info, "'%s': %s; recording again", e.key.c_str(), why);
+  }
+  v->retire();
+}
+
+void engine::make_plan(key_entry& e, const envelope& env, std::uint64_t replace_id) {
+  const trace& tr = env.tr;
+  const std::vector<std::uint64_t> least = least_served(env);
+  planner_options po;
+  po.slot_align = opts_.slot_align;
+  // Note [Probation slabs]: a key that has not shown that it repeats gets a cheap plan.
+  const bool probation = e.failures.load(std::memory_order_relaxed) != 0;
+  absl::StatusOr<placement> p = replayalloc::make_plan(tr, probation ? "greedy_by_size" : "best", po);
+  const absl::Status ok = p.ok() ? validate(tr, *p, po) : p.status();
+  if (!ok.ok()) {
+    REPLAYALLOC_LOG(error, "planning '%s' failed (%.*s); its iterations pass through to the backend",
+                    e.key.c_str(), static_cast<int>(ok.message().size()), ok.message().data());
+    std::lock_guard<std::mutex> lock(e.mu);
+    e.failed = true;
+    return;
+  }
+  save_plan(e, tr, *p, least);  // plan_store.cc
+  if (!install_plan(e, tr, *std::move(p), false, replace_id, &least)) {
+    std::lock_guard<std::mutex> lock(e.mu);
+    e.failed = true;
+  }
+}
+
+bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_file,
+                          std::uint64_t replace_id, const std::vector<std::uint64_t>* least) {
+  planner_options po;
+  po.slot_align = opts_.slot_align;
+  absl::Status ok = absl::OkStatus();
+  std::vector<bool> managed;
+  if (e.adjust != nullptr) {
+    const std::vector<std::uint64_t> before = p.offsets;
+    if (const char* note = e.adjust(tr, p, e.adjust_arg)) {
+      REPLAYALLOC_LOG(warning, "'%s': %s", e.key.c_str(), note);
+    }
+    managed.resize(before.size());
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      managed[i] = before[i] != not_in_slab && p.offsets[i] == not_in_slab;
+    }
+    ok = validate(tr, p, po);
+  }
+  void* mem = ok.ok() ? backend::fallback_alloc(sizeof(plan_version), alignof(plan_version)) : nullptr;
+  if (!ok.ok() || mem == nullptr) {
+    REPLAYALLOC_LOG(error, "planning '%s' failed (%.*s); its iterations pass through to the backend",
+                    e.key.c_str(), static_cast<int>(ok.message().size()),
+                    ok.ok() ? "out of memory" : ok.message().data());
+    return false;
+  }
+  auto* v = new (mem) plan_version;
+  // Note [Probation slabs]
+  // ~~~~~~~~~~~~~~~~~~~~~~
+  // A key whose plans failed before (set aside, given up, a plan made only because its
+  // recordings never agreed) has not shown that it repeats. Its next plan's host slabs
+  // are not pre-faulted and do not purge the backend first: if the plan fails again
+  // (the likely case for a stream that never repeats) it cost only the pages its
+  // iterations touched, not a whole slab of faults and the backend's pages faulted back
+  // in; if it holds, its first replayed iteration faults in the pages it uses, once. A
+  // key that replays clears its failures, and its later plans pre-fault as usual
+  // (REPLAYALLOC_PREFAULT). Such a key is also planned with one greedy ordering instead
+  // of `best` (make_plan, below), and its recordings take no call-stack tags
+  // (record_alloc): on a stream that never repeats these two were most of what
+  // replayalloc cost over jemalloc (callgrind of bench/micro/never_repeats.cc, 1,000
+  // requests: 40M instructions in 3 plans and 21M unwinding stacks, against jemalloc's
+  // 204M for the whole run). A plan that holds is re-planned with `best` when it next
+  // grows or records again.
+  const bool probation = e.kind == domain_kind::host && e.failures.load(std::memory_order_relaxed) != 0;
+  v->source = probation ? &host_probation_slabs() : e.source;
+  v->plan = compile_plan(tr, p, po, managed.empty() ? nullptr : &managed, least, opts_.min_size);
+  v->key = e.key;
+  v->from_file = from_file;
+  v->id = plans_.fetch_add(1, std::memory_order_relaxed) + 1;
+  REPLAYALLOC_LOG(info, "planned '%s': %zu allocations, slab %llu bytes, lower bound %llu bytes (%s)",
+                  e.key.c_str(), tr.allocations.size(),
+                  static_cast<unsigned long long>(p.slab_bytes),
+                  static_cast<unsigned long long>(p.lower_bound_bytes), p.algorithm.c_str());
+  plan_version* old = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    const std::uint64_t shape = tr.shape_signature();
+    int r = e.find_regime(shape);
+    if (r < 0 && from_file) {
+      // Note [Regimes]: a loaded plan starts its regime (1 where the sizes varied).
+      r = e.slot_for_new_regime();
+      if (e.regimes[r].version != nullptr) {
+        v->retire();
+        return true;
+      }
+      e.forget_regime(r);
+      envelope env = make_envelope(tr);
+      if (least != nullptr) env.least = *least;
+      e.regimes[r] = regime{};
+      e.regimes[r].env = std::make_shared<const envelope>(std::move(env));
+      e.regimes[r].shape = shape;
+      e.regimes[r].last_seen = e.uses;
+    }
+    // Another plan arrived meanwhile (a recording finished first; the version to
+    // replace was retired or replaced already), or the regime's slot went to another
+    // structure: keep what is there.
+    if (r < 0 || (e.regimes[r].version != nullptr ? e.regimes[r].version->id : 0) != replace_id) {
+      v->retire();
+      return true;
+    }
+    regime& g = e.regimes[r];
+    old = g.version;
+    g.version = v;
+    g.recordings = 0;
+    g.slab_bytes = p.slab_bytes;
+    g.lower_bound_bytes = p.lower_bound_bytes;
+    e.recordings = 0;
+  }
+  if (old != nullptr) {
+    // Threads replaying the old version finish their iterations on it; its slabs are
+    // unmapped as they drain (slab_pool.h).
+    plans_grown_.fetch_add(1, std::memory_order_relaxed);
+    REPLAYALLOC_LOG(info, "'%s': plan grown to the envelope of its shapes", e.key.c_str());
+    old->retire();
+  }
+  return true;
+}
+
+
+}  // namespace replayalloc::detail

@@ -1,0 +1,111 @@
+// replayalloc/runtime/shortcuts.h: what the host entry points may decide without the
+// engine: a request below the minimum, a request the engine would only pass through,
+// and a free of a backend block nothing needs to see.
+//
+// Layer: runtime, below the engine (runtime/engine.h includes it; it does not include
+// the engine): the inline entry points (runtime/entry.h) and the slow path's top
+// (runtime/host_slow_path.cc) read only the thread's state, the recorder's and the
+// watcher's filters, and three process-wide figures fixed when the engine is made.
+#pragma once
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+
+#include "backend/backend.h"
+#include "runtime/auto_detect.h"
+#include "runtime/check.h"
+#include "runtime/thread_state.h"
+#include "trace/recorder.h"
+
+namespace replayalloc::detail {
+
+// Whether auto mode watches the threads (REPLAYALLOC_MODE=auto): written once by the
+// engine's constructor, before any thread registers, so every reader that asks it
+// (a registered thread) sees it set.
+inline constinit bool g_watches_threads = false;
+
+// The backend serves a request: zeroed when asked (by its calloc where the alignment
+// allows), errno ENOMEM when it cannot. Every rung of the slow path that ends at the
+// backend ends here (runtime/host_slow_path.cc).
+inline void* serve_from_backend(std::size_t size, std::size_t align, bool zero) {
+  void* p = zero && align <= malloc_align ? backend::fallback_calloc(size) : backend::fallback_alloc(size, align);
+  if (p == nullptr) [[unlikely]] {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (zero && align > malloc_align) std::memset(p, 0, size);
+  return p;
+}
+
+// The two requests the preload library sees most (95% of the calls of a Python
+// inference loop), inline so that they cost little more than jemalloc's own fast path:
+//
+// A host request below REPLAYALLOC_MIN_SIZE (or of 0 bytes): never recorded, planned
+// or watched by auto mode, so it goes straight to the backend, and is not counted, as
+// the inline path counts none (Note [Below the minimum, inline], thread_state.h).
+// pre: check mode off.
+inline void* alloc_below_min(std::size_t size, std::size_t align, bool zero) {
+  void* p;
+  backend::plain_malloc_fn plain = backend::g_plain_malloc.load(std::memory_order_relaxed);
+  if (plain != nullptr && !zero && align <= malloc_align) [[likely]] {
+    p = plain(size < malloc_align ? malloc_align : size);
+  } else {
+    return serve_from_backend(size, align, zero);
+  }
+  if (p == nullptr) [[unlikely]] {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return p;
+}
+
+// Note [Pass-through]
+// ~~~~~~~~~~~~~~~~~~~
+// True when engine::alloc_slow_unchecked would do nothing for this request but pass it
+// to the backend and count it as pass-through: a registered thread whose host domain
+// neither records nor replays (phase none, a slab not missing), check mode off, a size
+// the backend may be asked for, and nothing for auto mode to do: not auto mode, or the
+// thread marks its own iterations (auto mode is off there), or its watcher rests
+// (Note [Auto mode rests]) outside any iteration, whose count this takes one off. The
+// rest's last allocation (resting == 1) goes the engine's way, which starts watching
+// again; so does a thread's first in auto mode, which makes its watcher
+// (engine::auto_before_alloc counts the rest down the same way). Here, with the
+// engine's other inline shortcuts; used by the slow path's top
+// (runtime/host_slow_path.cc). pre: not in the engine, size at or above the minimum.
+inline bool passes_through(thread_state& t, std::size_t size) noexcept {
+  if (!t.registered || t.host.ph != phase::none || t.host.no_slab || check::enabled() ||
+      size > max_request_bytes) {
+    return false;
+  }
+  auto_state* a = t.autod;
+  if (a == nullptr) return !g_watches_threads;
+  if (t.marks_own) return true;
+  if (a->resting > 1 && t.depth == 0) {
+    --a->resting;
+    return true;
+  }
+  return false;
+}
+
+// A free of a backend block (outside the slab range) that only a recording or auto
+// mode's watcher might need to see (the plain-free gate holds gate_recording and/or
+// gate_watched, nothing else): when neither can hold p (Note [Live filters]),
+// straight to the backend's free; false (nothing done) otherwise, and the caller goes
+// to engine::free_backend. A TorchScript model's first inferences free ~700,000 small
+// blocks while they record; each was a hash lookup in the slow path.
+inline bool free_backend_filtered(thread_state& t, void* p) {
+  const std::uint32_t g = t.free_gate;
+  if ((g & ~(gate_recording | gate_watched)) != 0) return false;
+  if ((g & gate_recording) != 0 && t.host.recorder->maybe_live(p)) return false;
+  // The watcher: only frees of blocks it may be watching (or counting: Note
+  // [Iterations between quiet points]).
+  if ((g & gate_watched) != 0 && (!t.auto_iteration || t.autod->det.quiet()) && t.autod->filter.maybe_live(p)) {
+    return false;
+  }
+  // The gate is past gate_unready: the backend has a plain free.
+  backend::g_plain_free.load(std::memory_order_relaxed)(p);
+  return true;
+}
+
+}  // namespace replayalloc::detail

@@ -1,0 +1,289 @@
+// Note [Key policy]: the per-key decisions walked transition by transition with a
+// key_entry of the test's own and no engine (no slab, no plan made, no lock but the
+// entry's), in the manner of TFLite's arena planner tests. A "plan" here is a
+// plan_version the test makes and installs itself, as the engine's install_plan would.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "runtime/key_policy.h"
+
+namespace replayalloc::detail {
+
+// Readable failures: the action's name.
+void PrintTo(begin_decision::action a, std::ostream* os) {
+  static const char* const names[] = {"pass", "set_aside", "awaiting", "record", "replay"};
+  *os << (static_cast<unsigned>(a) < 5 ? names[a] : "?");
+}
+
+namespace {
+
+// A recording of `n` allocations of `size` bytes, each freed before the next (one
+// structure); `variant` adds that many allocations (another structure).
+std::shared_ptr<const trace> recording(std::uint64_t size, int n = 4, int variant = 0) {
+  auto t = std::make_shared<trace>();
+  t->key = "k";
+  t->ops = {"unknown"};
+  std::uint64_t clock = 0;
+  for (int i = 0; i < n + variant; ++i) {
+    trace_allocation a;
+    a.id = static_cast<std::uint64_t>(i);
+    a.size = size;
+    a.alloc_at = clock++;
+    a.free_at = clock++;
+    t->allocations.push_back(a);
+  }
+  t->events = clock;
+  return t;
+}
+
+class KeyPolicy : public ::testing::Test {
+ protected:
+  ~KeyPolicy() override {
+    for (plan_version* v : made_) delete v;
+  }
+  // What the engine does with a decision to plan: a version for the envelope's regime.
+  void install(const recording_decision& d) {
+    ASSERT_NE(d.to_plan, nullptr);
+    auto* v = new plan_version;
+    made_.push_back(v);
+    v->id = ++next_id_;
+    v->plan.planned_slots = static_cast<std::uint32_t>(d.to_plan->tr.allocations.size());
+    // What the policy reads of a plan: each slot's capacity and least request.
+    const std::vector<std::uint64_t> least = least_served(*d.to_plan);
+    for (std::size_t i = 0; i < d.to_plan->tr.allocations.size(); ++i) {
+      slot sl{};
+      sl.size = d.to_plan->tr.allocations[i].size;
+      sl.least = least[i];
+      v->plan.slots.push_back(sl);
+    }
+    const int r = e_.find_regime(d.to_plan->tr.shape_signature());
+    ASSERT_GE(r, 0);
+    regime& g = e_.regimes[r];
+    EXPECT_EQ(g.planning, d.to_plan.get()) << "a plan to make is on the way until installed";
+    EXPECT_EQ(d.replace_id, g.version != nullptr ? g.version->id : 0u);
+    g.version = v;
+    g.planning = nullptr;
+  }
+  begin_decision begin(std::uint64_t first_size = 0) { return decide_begin(e_, first_size, true, s_); }
+  recording_decision record(const std::shared_ptr<const trace>& t, const begin_decision& b) {
+    EXPECT_EQ(b.what, begin_decision::record);
+    const recording_intent in{b.regime, b.probing, b.growing, b.sizing, {b.marked[0], b.marked[1]}};
+    return decide_after_recording(e_, t, in, s_, n_);
+  }
+  // A replay of regime r's plan that handed out `handed` of its slots, `misses` missed.
+  replay_verdict replay(const begin_decision& b, std::uint32_t handed, std::uint64_t misses = 0,
+                        std::uint32_t grown = 0, std::uint32_t first_miss_at = 2) {
+    EXPECT_EQ(b.what, begin_decision::replay);
+    const plan_version* v = e_.regimes[b.regime].version;
+    replay_summary rs;
+    rs.version = v;
+    rs.version_id = v->id;
+    rs.regime = b.regime;
+    rs.planned = v->plan.planned_slots;
+    rs.handed = handed;
+    rs.misses = misses;
+    rs.grown = grown;
+    rs.first_miss_at = misses > 0 || grown > 0 ? first_miss_at : 0;
+    rs.first_too_large_at = grown > 0 ? first_miss_at : 0;
+    rs.first_miss_size = rs.first_too_large_size = grown > 0 ? 1 << 20 : 0;
+    return decide_after_replay(e_, rs, s_);
+  }
+
+  key_entry e_;
+  policy_settings s_;
+  policy_counts n_;
+  std::vector<plan_version*> made_;
+  std::uint64_t next_id_ = 0;
+};
+
+// no plan --record x2--> planned (REPLAYALLOC_RECORD_ITERATIONS=2) --> replay.
+TEST_F(KeyPolicy, TwoRecordingsOfOneStructurePlanItAndTheNextIterationReplays) {
+  begin_decision b = begin();
+  ASSERT_EQ(b.what, begin_decision::record);
+  EXPECT_TRUE(e_.recording);
+  EXPECT_EQ(record(recording(4096), b).to_plan, nullptr) << "one recording is not enough";
+  EXPECT_FALSE(e_.recording);
+  b = begin();
+  const recording_decision d = record(recording(4096), b);
+  ASSERT_NE(d.to_plan, nullptr);
+  EXPECT_EQ(d.replace_id, 0u);
+  // The plan is on the way (Note [Background planning]): the key waits, not records.
+  EXPECT_EQ(begin().what, begin_decision::awaiting);
+  EXPECT_FALSE(e_.recording);
+  install(d);
+  b = begin();
+  EXPECT_EQ(b.what, begin_decision::replay);
+  const replay_verdict v = replay(b, 4);
+  EXPECT_FALSE(v.deviated);
+  EXPECT_FALSE(v.counted);
+  EXPECT_TRUE(e_.regimes[b.regime].confirmed);
+}
+
+// One thread records a key at a time: another begins meanwhile and passes through.
+TEST_F(KeyPolicy, WhileOneThreadRecordsAnotherPassesThrough) {
+  const begin_decision first = begin();
+  ASSERT_EQ(first.what, begin_decision::record);
+  EXPECT_EQ(begin().what, begin_decision::pass);
+  record(recording(4096), first);
+  EXPECT_EQ(begin().what, begin_decision::record);
+}
+
+// Without slabs (the range could not be reserved) a planned key passes through.
+TEST_F(KeyPolicy, APlannedKeyWithoutSlabsPassesThrough) {
+  record(recording(4096), begin());
+  install(record(recording(4096), begin()));
+  EXPECT_EQ(decide_begin(e_, 0, false, s_).what, begin_decision::pass);
+  EXPECT_EQ(begin().what, begin_decision::replay);
+}
+
+// Recordings that never agree (a new structure each time): planned anyway at the
+// REPLAYALLOC_RECORD_LIMIT-th, and the key counts a failure (Note [Setting aside]).
+TEST_F(KeyPolicy, RecordingsThatNeverAgreeArePlannedAtTheLimitAndCountAFailure) {
+  for (std::uint32_t i = 0; i + 1 < s_.record_limit; ++i) {
+    EXPECT_EQ(record(recording(4096, 4, static_cast<int>(i)), begin()).to_plan, nullptr) << i;
+  }
+  EXPECT_EQ(e_.failures.load(), 0u);
+  const recording_decision d = record(recording(4096, 4, static_cast<int>(s_.record_limit)), begin());
+  EXPECT_NE(d.to_plan, nullptr);
+  EXPECT_EQ(e_.failures.load(), 1u);
+}
+
+// Deviating replays: REPLAYALLOC_REPLAN_AFTER counted deviations in a row retire the
+// plan; the key is set aside for longer with each failure (Note [Setting aside]).
+TEST_F(KeyPolicy, DeviationsInARowRetireThePlanAndSetTheKeyAside) {
+  record(recording(4096), begin());
+  install(record(recording(4096), begin()));
+  deviation_streak streak;
+  bool retire = false;
+  for (std::uint32_t i = 0; i < s_.replan_after && !retire; ++i) {
+    // 3 of 4 slots missed, each time leaving the plan at another slot (noise, not a
+    // structure to probe for: Note [Regimes]).
+    const replay_verdict v = replay(begin(), 1, 3, 0, i + 1);
+    EXPECT_TRUE(v.deviated) << i;
+    EXPECT_TRUE(v.counted) << i;
+    retire = streak_retires(streak, &e_, v.counted, false, s_);
+    EXPECT_EQ(retire, i + 1 == s_.replan_after) << i;
+  }
+  ASSERT_TRUE(retire);
+  // The first failure costs nothing; the second sets the key aside for 8 iterations.
+  plan_version* old = drop_plan(e_, 0, s_, n_, "test");
+  EXPECT_NE(old, nullptr);
+  EXPECT_EQ(e_.regimes[0].version, nullptr);
+  EXPECT_EQ(n_.set_asides, 0u);
+  EXPECT_EQ(record(recording(4096), begin()).to_plan, nullptr) << "records again at once";
+  set_aside(e_, s_, n_, "test");
+  EXPECT_EQ(n_.set_asides, 1u);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(begin().what, begin_decision::set_aside) << i;
+  EXPECT_EQ(begin().what, begin_decision::record);
+  // A fifth failure gives the key up for 4,096 iterations.
+  for (int i = 0; i < 3; ++i) set_aside(e_, s_, n_, "test");
+  EXPECT_EQ(n_.keys_given_up, 1u);
+  EXPECT_EQ(e_.resume_at - e_.uses, 4096u);
+}
+
+// A plan from a file that deviates once is retired at once (Note [Plan files]).
+TEST_F(KeyPolicy, APlanFromAFileThatDeviatesIsRetiredAtOnce) {
+  deviation_streak streak;
+  EXPECT_TRUE(streak_retires(streak, &e_, true, true, s_));
+  EXPECT_FALSE(streak_retires(streak, &e_, false, true, s_));
+}
+
+// A deviation now and then does not retire: the streak is of deviations in a row, and
+// of one key.
+TEST_F(KeyPolicy, TheStreakCountsDeviationsInARowOfOneKey) {
+  deviation_streak streak;
+  key_entry other;
+  EXPECT_FALSE(streak_retires(streak, &e_, true, false, s_));
+  EXPECT_FALSE(streak_retires(streak, &e_, true, false, s_));
+  EXPECT_FALSE(streak_retires(streak, &e_, false, false, s_));
+  EXPECT_FALSE(streak_retires(streak, &e_, true, false, s_));
+  EXPECT_FALSE(streak_retires(streak, &other, true, false, s_));
+  EXPECT_FALSE(streak_retires(streak, &other, true, false, s_));
+  EXPECT_TRUE(streak_retires(streak, &other, true, false, s_));
+}
+
+// A larger shape (two slots or more outgrown) is not a deviation: the next iteration of
+// the regime records, its envelope grows, and the grown plan replaces the old one,
+// which serves meanwhile.
+TEST_F(KeyPolicy, ALargerShapeGrowsThePlanWhichServesUntilItsSuccessorIsInstalled) {
+  record(recording(4096), begin());
+  install(record(recording(4096), begin()));
+  const replay_verdict v = replay(begin(), 4, 2, 2);
+  EXPECT_TRUE(v.grew);
+  EXPECT_FALSE(v.deviated);
+  EXPECT_TRUE(v.grow_wanted);
+  EXPECT_FALSE(v.counted);
+  const begin_decision b = begin();
+  ASSERT_EQ(b.what, begin_decision::record);
+  EXPECT_TRUE(b.growing);
+  const recording_decision d = record(recording(8192), b);
+  ASSERT_NE(d.to_plan, nullptr);
+  EXPECT_EQ(d.replace_id, e_.regimes[0].version->id);
+  // On the way: the old plan replays, and outgrowing it is explained, not counted.
+  const begin_decision meanwhile = begin();
+  EXPECT_EQ(meanwhile.what, begin_decision::replay);
+  const replay_verdict w = replay(meanwhile, 4, 2, 2);
+  EXPECT_TRUE(w.explained);
+  EXPECT_FALSE(w.counted);
+  EXPECT_FALSE(w.grow_wanted);
+  install(d);
+  EXPECT_GE(e_.regimes[0].env->tr.allocations[0].size, 8192u);
+}
+
+// Predicted A, the iteration was B: A's slots served B's first allocations, then B
+// asked beyond A's plan. B's slots up to there are A's and B's next slot fits: the
+// iteration was B's, learned for the prediction and not counted as a deviation. Without
+// B planned, the same replay is a counted deviation.
+TEST_F(KeyPolicy, AWrongPredictionExplainedByAnotherRegimeIsNotADeviation) {
+  const auto a = recording(4096, 4, 0);
+  const auto bt = recording(4096, 4, 2);
+  // Two finished recordings of each structure (as probes would make them): both planned.
+  for (const auto& t : {a, a, bt, bt}) {
+    const recording_decision d = decide_after_recording(e_, t, recording_intent{}, s_, n_);
+    if (d.to_plan != nullptr) install(d);
+  }
+  const int ra = e_.find_regime(a->shape_signature());
+  const int rb = e_.find_regime(bt->shape_signature());
+  ASSERT_GE(ra, 0);
+  ASSERT_GE(rb, 0);
+  ASSERT_NE(ra, rb);
+  ASSERT_NE(e_.regimes[ra].version, nullptr);
+  ASSERT_NE(e_.regimes[rb].version, nullptr);
+  // The last two iterations B then A: A is predicted (what followed A: A).
+  e_.history[0] = static_cast<std::int8_t>(rb);
+  e_.history[1] = static_cast<std::int8_t>(ra);
+  const begin_decision b = begin();
+  ASSERT_EQ(b.what, begin_decision::replay);
+  ASSERT_EQ(b.regime, ra);
+  replay_summary rs;
+  rs.version = e_.regimes[ra].version;
+  rs.version_id = rs.version->id;
+  rs.regime = ra;
+  rs.planned = 4;
+  rs.handed = 4;
+  rs.misses = 2;         // B's two allocations beyond A's plan
+  rs.first_miss_at = 5;  // slot index 4, + 1
+  rs.first_miss_size = 4096;
+  const replay_verdict v = decide_after_replay(e_, rs, s_);
+  EXPECT_TRUE(v.deviated);
+  EXPECT_TRUE(v.explained);
+  EXPECT_FALSE(v.counted);
+  EXPECT_EQ(e_.history[1], rb) << "learned: the iteration followed B";
+  // B's plan gone: nothing explains the same replay, a counted deviation.
+  plan_version* b_plan = e_.regimes[rb].version;
+  e_.regimes[rb].version = nullptr;
+  e_.history[0] = static_cast<std::int8_t>(rb);
+  e_.history[1] = static_cast<std::int8_t>(ra);
+  const replay_verdict w = decide_after_replay(e_, rs, s_);
+  EXPECT_FALSE(w.explained);
+  EXPECT_TRUE(w.counted);
+  e_.regimes[rb].version = b_plan;
+}
+
+}  // namespace
+}  // namespace replayalloc::detail
