@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <chrono>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -38,6 +39,12 @@ void planner_thread::wait_idle() {
   std::unique_lock<std::mutex> lock(mu_);
   if (!running_) start_or_drain(lock);  // a forked child that has not needed one yet
   idle_cv_.wait(lock, [this] { return !running_ || !busy_locked(); });
+}
+
+bool planner_thread::wait_idle_for(std::uint32_t ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!running_) start_or_drain(lock);
+  return idle_cv_.wait_for(lock, std::chrono::milliseconds(ms), [this] { return !running_ || !busy_locked(); });
 }
 
 void planner_thread::start_or_drain(std::unique_lock<std::mutex>& lock) {

@@ -87,6 +87,8 @@ class planner_thread {
   void kick();
   // Blocks until no job is queued or running. Returns at once where no thread runs.
   void wait_idle();
+  // The same, for at most `ms` milliseconds; false when jobs still wait then.
+  bool wait_idle_for(std::uint32_t ms);
   // Jobs queued or running.
   std::uint32_t pending() const { return pending_.load(std::memory_order_acquire); }
   bool enabled() const { return enabled_; }

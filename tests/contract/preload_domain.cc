@@ -94,6 +94,7 @@ TEST(PreloadSizedDelete, SmallBlocksBesideARecordingAndItsReplay) {
       const std::size_t told = i == kIterations - 1 && b == 3 ? 64 : kBig * (b + 1);
       ::operator delete(big[b], told);
     }
+    replayalloc_wait_plans();  // Note [Background planning]: a plan made is there next
   }
   const Stats after = replayalloc::stats();
   EXPECT_GE(after.plans, before.plans + 1);

@@ -173,6 +173,16 @@ def stats(device: bool = False) -> dict:
     return _json(lib.replayalloc_cuda_stats_json if device else lib.replayalloc_stats_json)
 
 
+def wait_plans() -> None:
+    """Blocks until every plan the planner thread is making is installed: plans are made
+    off the request path, and a key's iterations pass through to jemalloc until its plan
+    is there (REPLAYALLOC_BACKGROUND_PLANNING). For a service's warm-up, a benchmark, a
+    test."""
+    lib = load()
+    if hasattr(lib, "replayalloc_wait_plans"):
+        lib.replayalloc_wait_plans()
+
+
 def save_trace(key: str, path: str) -> None:
     """Writes the last recording of `key` to `path` (.csv: CSV, else the binary format),
     for `replayalloc report`, `viz` and `predict` (a training step's memory split: the
