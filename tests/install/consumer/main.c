@@ -27,6 +27,8 @@ int main(void) {
       fprintf(stderr, "consumer: replayalloc_iteration_end failed\n");
       return 1;
     }
+    /* Warm-up done: the plan, made by the planner thread, is there before the next. */
+    if (it == 1) replayalloc_wait_plans();
   }
   size_t need = replayalloc_stats_json(NULL, 0);
   char *json = malloc(need + 1);

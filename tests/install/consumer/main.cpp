@@ -2,6 +2,7 @@
 // replayalloc::Iteration (RAII) around each request, then replayalloc::stats(). Built
 // against the shared library (replayalloc::replayalloc), where stats() must be exported,
 // and against the static one. Prints one line run_install_test.sh checks.
+#include <replayalloc/replayalloc.h>
 #include <replayalloc/replayalloc.hpp>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 int main() {
   static const std::size_t sizes[] = {4096, 65536, 1000, 300000, 128};
   for (int request = 0; request < 6; ++request) {
+    if (request == 2) replayalloc_wait_plans();  // warm-up done: its plan is made off the request path
     replayalloc::Iteration it("consumer/cxx");
     if (!it.ok()) {
       std::fprintf(stderr, "consumer (C++): the iteration did not begin\n");

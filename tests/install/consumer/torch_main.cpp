@@ -3,6 +3,7 @@
 // installed library. No libtorch header is needed: install() registers the allocator
 // with the libtorch the library was built against. Prints one line
 // run_install_test.sh checks.
+#include <replayalloc/replayalloc.h>
 #include <replayalloc/torch.hpp>
 
 #include <cstdio>
@@ -15,6 +16,7 @@ int main() {
     return 1;
   }
   for (int request = 0; request < 6; ++request) {
+    if (request == 2) replayalloc_wait_plans();  // warm-up done: its plan is made off the request path
     replayalloc::torch::Iteration it("consumer/torch");
     void* p = replayalloc_malloc(65536);
     if (p == nullptr) return 1;
