@@ -24,6 +24,7 @@
 #include "backend/slab_range.h"
 #include "planner/planner.h"
 #include "replay/compiled_plan.h"
+#include "replay/cursor_ops.h"
 #include "runtime/auto_detect.h"
 #include "runtime/check.h"
 #include "support/log.h"
@@ -35,12 +36,6 @@ namespace replayalloc::detail {
 constinit thread_local thread_state tls_state REPLAYALLOC_TLS_IE;
 
 namespace {
-
-std::uint64_t total_misses(const replay_cursor& c) {
-  std::uint64_t n = 0;
-  for (const auto& m : c.misses) n += m.load(std::memory_order_relaxed);
-  return n;
-}
 
 const char* op_name_for_check(std::uint32_t op);
 
@@ -237,33 +232,8 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
     REPLAYALLOC_LOG(info, "iteration of '%s' passes through: %s", e->key.c_str(), why);
     return;
   }
-  replay_cursor& c = d.cursor;
-  const compiled_plan& p = v->plan;
-  c.slots = p.slots.data();
-  c.overlaps = p.overlaps.data();
-  c.recs = s->recs;
-  c.first_frees = s->first_frees();
-  c.second_frees = s->second_frees();
-  c.base = s->base;
-  c.next = 0;
-  c.count = static_cast<std::uint32_t>(p.slots.size());
-  c.free_count = s->free_count;
-  c.dead_prefix = 0;
-  c.pending = 0;
-  c.mismatched = false;
-  c.handed = 0;
-  c.freed_here = 0;
-  c.hit_bytes = 0;
-  c.current = s;
-  c.free_cur = c.free_published = c.first_frees;
-  c.serving = true;
-  open_cursor(c);
+  d.misses_at_begin = start_replay(d.cursor, v->plan, s);  // replay/cursor_ops.h
   d.version = v;
-  d.misses_at_begin = total_misses(c);
-  c.grown = 0;
-  c.too_large_at = 0;
-  c.first_miss_at = 0;
-  c.first_too_large_at = 0;
   set_phase(d, phase::replay);
   mask_plan(d);
 }
@@ -353,32 +323,20 @@ void engine::end_record_impl(domain_state& d) {
 }
 
 void engine::end_replay(domain_state& d) {
-  replay_cursor& c = d.cursor;
-  slab* s = c.current;
   plan_version* v = d.version;
   const std::uint32_t planned = v->plan.planned_slots;
   // Read now: once the slab goes back below, a retired version may be deleted; after
   // that `v` is only compared, never read.
   const bool from_file = v->from_file;
   const std::uint64_t version_id = v->id;
-  const std::uint64_t misses = total_misses(c) - d.misses_at_begin;
-  const std::uint32_t grown = c.grown;  // Note [Key policy]: a larger shape when >= 2
-  // Stop replaying before the slab may go back to the pool.
-  close_cursor(c);
-  sync_frees(c);
-  c.serving = false;
-  c.free_cur = c.free_published = c.free_saved = &g_closed_free;
-  const std::uint32_t handed = c.handed;
+  // Stop replaying before the slab may go back to the pool (replay/cursor_ops.h).
+  const replay_outcome o = finish_replay(d.cursor, d.misses_at_begin);
+  const std::uint32_t handed = o.handed;
+  const std::uint64_t misses = o.misses;
   bump(d.slab_hits, handed);
-  bump(d.hit_bytes, c.hit_bytes);
-  bump(d.frees, c.freed_here);
-  const std::int64_t pending = static_cast<std::int64_t>(c.handed) - c.freed_here;
-  c.count = 0;
-  c.next = 0;
-  c.free_count = 0;
-  c.current = nullptr;
-  c.base = nullptr;
-  if (s->refs.fetch_add(pending, std::memory_order_acq_rel) + pending == 0) v->release(s);
+  bump(d.hit_bytes, o.hit_bytes);
+  bump(d.frees, o.freed_here);
+  if (o.s->refs.fetch_add(o.outstanding, std::memory_order_acq_rel) + o.outstanding == 0) v->release(o.s);
 
   key_entry& e = *d.entry;
   replay_summary rs;
@@ -389,11 +347,11 @@ void engine::end_replay(domain_state& d) {
   rs.planned = planned;
   rs.handed = handed;
   rs.misses = misses;
-  rs.grown = grown;
-  rs.first_miss_at = c.first_miss_at;
-  rs.first_miss_size = c.first_miss_size;
-  rs.first_too_large_at = c.first_too_large_at;
-  rs.first_too_large_size = c.first_too_large_size;
+  rs.grown = o.grown;
+  rs.first_miss_at = o.first_miss_at;
+  rs.first_miss_size = o.first_miss_size;
+  rs.first_too_large_at = o.first_too_large_at;
+  rs.first_too_large_size = o.first_too_large_size;
   rs.first_size = d.first_size;
   replay_verdict verdict;
   {

@@ -9,6 +9,7 @@
 #include "backend/slab_range.h"
 #include "runtime/check.h"
 #include "runtime/stats.h"
+#include "replay/cursor_ops.h"
 #include "replay/slab_pool.h"
 #include "runtime/engine.h"
 #include "support/reentry.h"
@@ -88,14 +89,7 @@ void engine::postfork_child() {
   // through until the thread begins a new iteration.
   thread_state& t = tls_state;
   if (t.depth > 0) {
-    replay_cursor& c = t.host.cursor;
-    c.serving = false;
-    c.cur = &g_closed_slot;
-    c.free_cur = c.free_published = c.free_saved = &g_closed_free;
-    c.count = 0;
-    c.free_count = 0;
-    c.current = nullptr;
-    c.base = nullptr;
+    abandon_replay(t.host.cursor);  // replay/cursor_ops.h
     t.host.masked = false;
     set_phase(t.host, phase::none);
     t.host.entry = nullptr;
