@@ -171,9 +171,9 @@ class engine {
   void end_record(domain_state& d);
   void end_record_impl(domain_state& d);
   void end_replay(domain_state& d);
-  // Plans `env` for its regime of `e`; with `replace`, the plan replaces that version
-  // (a grown envelope) instead of waiting for the regime to have none.
-  // `replace_id`: plan_version::id of the version replaced; 0: none.
+  // Plans `env` for its regime of `e`; with `replace_id` (a plan_version::id; 0: none)
+  // the plan replaces that version (a grown envelope) instead of waiting for the
+  // regime to have none.
   void make_plan(key_entry& e, const envelope& env, std::uint64_t replace_id = 0);
   // Note [Background planning]: `env` planned for its regime of `e` by the planner
   // thread (or here, synchronously, when there is none); the regime's `planning`
