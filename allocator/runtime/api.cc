@@ -8,6 +8,7 @@
 #include "replay/fast_path.h"
 #include "replayalloc/replayalloc.h"
 #include "replayalloc/replayalloc.hpp"
+#include "runtime/auto_mode.h"
 #include "runtime/check.h"
 #include "runtime/engine.h"
 #include "runtime/entry.h"
@@ -20,6 +21,7 @@ using replayalloc::detail::slot_record;
 using replayalloc::detail::thread_state;
 using replayalloc::detail::tls_state;
 namespace backend = replayalloc::detail::backend;
+namespace auto_mode = replayalloc::detail::auto_mode;
 
 
 namespace {
@@ -42,10 +44,23 @@ std::size_t slab_usable(const void* p) {
 extern "C" {
 
 REPLAYALLOC_EXPORT int replayalloc_iteration_begin(const char* key) {
+  if (key == nullptr || key[0] == '\0') {
+    errno = EINVAL;
+    return -1;
+  }
+  // The program marks its own iterations here: auto mode steps aside on this thread
+  // (Note [Auto mode as a client]).
+  auto_mode::step_aside(tls_state);
   return engine::get().begin(tls_state, key);
 }
 
-REPLAYALLOC_EXPORT int replayalloc_iteration_end(void) { return engine::get().end(tls_state); }
+REPLAYALLOC_EXPORT int replayalloc_iteration_end(void) {
+  if (auto_mode::owns_iteration(tls_state)) {  // nothing the program opened
+    errno = EINVAL;
+    return -1;
+  }
+  return engine::get().end(tls_state);
+}
 
 REPLAYALLOC_EXPORT int replayalloc_wait_plans(void) {
   engine::get().wait_plans();

@@ -51,12 +51,12 @@
 // like one: at least 8 pieces, each of at least `min_quiet_piece` allocations and
 // min_period_bytes, the longest at most 4 times the shortest, and at most max_regimes
 // lengths among the newest 8 (each length a structure: a regime of the key,
-// runtime/key_entry.h). Iterations then begin and end at that count (auto_thread.cc),
+// runtime/key_entry.h). Iterations then begin and end at that count (auto_mode.cc),
 // not after a number of allocations, and the first request's size picks the regime
 // (Note [Regimes]: the structures of one shape range). Where it can be wrong: a program
 // whose activations fall below REPLAYALLOC_MIN_SIZE mid-request reaches the count there
 // too, and its pieces are parts of requests; they deviate and are given up like any
-// period that does not hold (auto_thread.cc).
+// period that does not hold (auto_mode.cc).
 #pragma once
 
 #include <bitset>
@@ -167,7 +167,7 @@ class period_detector {
   std::uint64_t signature_ = 0;
 };
 
-// A thread's watcher (auto_thread.cc): the detector, and the watched blocks live now
+// A thread's watcher (auto_mode.cc): the detector, and the watched blocks live now
 // (their bytes are the detector's "live" input, so frees of watched blocks must be
 // seen).
 //
@@ -188,7 +188,7 @@ struct auto_state {
   std::uint64_t live_bytes = 0;
   char key[48] = "";
   std::uint32_t deviated_in_a_row = 0;
-  // Note [Auto mode rests] (auto_thread.cc): where watching began (a stream position),
+  // Note [Auto mode rests] (auto_mode.cc): where watching began (a stream position),
   // how many watched allocations are left to skip while resting, and rests in a row.
   std::uint64_t watch_start = 0;
   std::uint64_t resting = 0;
@@ -198,6 +198,10 @@ struct auto_state {
   // hit in between breaks the row).
   std::uint32_t at_quiet = 0;
   std::uint32_t at_quiet_handed = 0;
+  // Note [Auto mode as a client]: whether the thread's open iteration is one auto mode
+  // began, and the slow-path allocations it saw (slab slots the cursor counts).
+  bool in_iteration = false;
+  std::uint32_t count = 0;
 
   live_filter filter;  // of `live`
 };

@@ -4,7 +4,7 @@
 // files of their own: plans made and installed (plans.cc; the planner thread,
 // planner_thread.cc), the key table and its bounds (keys.cc), plan files
 // (plan_store.cc), op names (op_names.cc), the host slow path (host_slow_path.cc),
-// statistics (stats.cc), the thread's side of auto mode (auto_thread.cc), threads and
+// statistics (stats.cc), auto mode, a client of begin/end (auto_mode.cc), threads and
 // fork (lifecycle.cc).
 #include "runtime/engine.h"
 
@@ -57,6 +57,7 @@ engine::engine()
   backend::keep_huge_pages();
   if (opts_.mode != run_mode::off) slabs_ok_ = backend::reserve_slab_range(opts_.reserve_bytes);
   set_host_slab_limit(opts_.max_slab_memory);
+  // Note [Auto mode as a client]: its watcher hears of the slow path's requests.
   g_watches_threads = opts_.mode == run_mode::automatic;  // runtime/shortcuts.h
   start_lifecycle();  // lifecycle.cc: thread exit and fork
   if (opts_.stats_path[0] != '\0') std::atexit(write_stats_at_exit);  // stats.cc
@@ -103,30 +104,7 @@ void engine::abandon_recording(domain_state& d, const char* what) {
   }
 }
 
-int engine::begin(thread_state& t, const char* key) {
-  if (key == nullptr || key[0] == '\0') {
-    errno = EINVAL;
-    return -1;
-  }
-  // The program marks its own iterations here: auto mode steps aside on this thread.
-  if (t.auto_iteration) {
-    end_impl(t);
-    t.auto_iteration = false;
-  }
-  t.marks_own = true;
-  refresh_watched_gate(t);
-  return begin_impl(t, key);
-}
-
-int engine::end(thread_state& t) {
-  if (t.auto_iteration) {  // nothing the program opened
-    errno = EINVAL;
-    return -1;
-  }
-  return end_impl(t);
-}
-
-int engine::begin_impl(thread_state& t, const char* key, std::size_t first_size) {
+int engine::begin(thread_state& t, const char* key, std::size_t first_size) {
   if (t.depth > 0) {
     ++t.depth;
     return REPLAYALLOC_NESTED;
@@ -238,7 +216,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
   mask_plan(d);
 }
 
-int engine::end_impl(thread_state& t) {
+int engine::end(thread_state& t) {
   if (t.depth == 0) {
     errno = EINVAL;
     return -1;

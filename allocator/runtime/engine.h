@@ -40,7 +40,6 @@
 #include "backend/backend.h"
 #include "planner/planner.h"
 #include "replayalloc/replayalloc.hpp"
-#include "runtime/auto_detect.h"
 #include "runtime/check.h"
 #include "runtime/domain.h"
 #include "runtime/key_entry.h"
@@ -101,8 +100,12 @@ class engine {
  public:
   static engine& get();
 
-  // The host domain, driven by the C API.
-  int begin(thread_state& t, const char* key);
+  // The host domain's iterations, opened and closed by its clients: the C API
+  // (runtime/api.cc) and auto mode (runtime/auto_mode.h, Note [Auto mode as a
+  // client]). `first_size`: the iteration's first request, when known at its beginning
+  // (auto mode); it picks the regime (Note [Regimes]). 0: not known. pre: key non-empty.
+  // Nested: REPLAYALLOC_NESTED; end with none open: -1, errno EINVAL.
+  int begin(thread_state& t, const char* key, std::size_t first_size = 0);
   int end(thread_state& t);
   // Every host allocation the fast path does not serve. pre: align power of two >= 16.
   void* alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero) noexcept;
@@ -157,17 +160,6 @@ class engine {
 
  private:
   engine();
-  int begin_impl(thread_state& t, const char* key, std::size_t first_size = 0);
-  int end_impl(thread_state& t);
-  void auto_before_alloc(thread_state& t, std::size_t size);
-  void auto_track(thread_state& t, const void* p, std::size_t size);
-  // The two above, where the watcher's memory may run out: it then rests (Note [Auto
-  // mode rests]) with its history dropped, and the allocation is served all the same.
-  void auto_before_alloc_safe(thread_state& t, std::size_t size) noexcept;
-  void auto_track_safe(thread_state& t, const void* p, std::size_t size) noexcept;
-  void auto_out_of_memory(thread_state& t) noexcept;
-  void auto_rest(thread_state& t, auto_state& a, std::uint64_t budget) noexcept;
-  void auto_untrack(thread_state& t, const void* p);
   void end_record(domain_state& d);
   void end_record_impl(domain_state& d);
   void end_replay(domain_state& d);
@@ -231,7 +223,6 @@ class engine {
   std::atomic<std::uint64_t> plans_grown_{0};
   std::atomic<std::uint64_t> set_asides_{0};
   std::atomic<std::uint64_t> keys_given_up_{0};
-  std::atomic<std::uint64_t> auto_rests_{0};
   std::atomic<std::uint64_t> probes_{0};
   std::atomic<std::uint64_t> plans_predicted_{0};
   // Note [Background planning]: plans the planner thread installed, and the time from

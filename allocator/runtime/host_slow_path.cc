@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "backend/slab_range.h"
 #include "replay/fast_path.h"
+#include "runtime/auto_mode.h"
 #include "runtime/check.h"
 #include "runtime/engine.h"
 #include "runtime/entry.h"
@@ -133,8 +134,10 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
   // Below the minimum: never recorded, planned or watched (the ladder's top takes this
   // rung before calling here when it can; calloc and check mode come here).
   if (below_min_size(t.host.cursor, size)) return alloc_below_min(size, align, zero);
-  const bool watched = opts_.mode == run_mode::automatic;
-  if (watched) auto_before_alloc_safe(t, size);
+  // Note [Auto mode as a client]: the watcher hears of the request first; it may end
+  // the thread's iteration here and begin the next.
+  const bool watched = g_watches_threads;
+  if (watched) auto_mode::before_alloc(t, size);
   domain_state& d = t.host;
   if (d.ph == phase::replay) {
     void* p = replay_malloc(d.cursor, size, align, [](std::size_t n, std::size_t a, backend_kind) {
@@ -147,14 +150,7 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
     if (zero) std::memset(p, 0, size);
     // Note [Iterations between quiet points] (runtime/auto_detect.h): an auto
     // iteration that ends where few blocks are live counts its backend blocks.
-    if (watched && !backend::in_slab_range(p)) {
-      auto_track_safe(t, p, size);
-    } else if (t.auto_iteration && t.auto_count > 0) {
-      // A slot handed out here is counted by the cursor (cursor_handed()), not again
-      // among the slow path's allocations: auto mode ends its iteration at handed +
-      // auto_count, and in check mode every slot is handed out here.
-      --t.auto_count;
-    }
+    if (watched) auto_mode::after_alloc(t, p, size, backend::in_slab_range(p));
     return p;
   }
   void* p = serve_from_backend(size, align, zero);
@@ -166,14 +162,14 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
     bump(d.passthrough);
   }
   if (d.ph == phase::record) record_alloc(d, p, size, align);
-  if (watched) auto_track_safe(t, p, size);
+  if (watched) auto_mode::after_alloc(t, p, size, /*slab=*/false);
   return p;
 }
 
 void engine::free_backend(thread_state& t, void* p) {
   if (!t.registered) [[unlikely]] register_thread(t);
   if (t.host.ph == phase::record && !in_engine()) record_free(t.host, p);
-  if (t.autod != nullptr && !in_engine()) auto_untrack(t, p);
+  if (t.autod != nullptr && !in_engine()) auto_mode::on_free(t, p);
   backend::fallback_free(p);
 }
 

@@ -11,6 +11,7 @@
 #include "runtime/stats.h"
 #include "replay/cursor_ops.h"
 #include "replay/slab_pool.h"
+#include "runtime/auto_mode.h"
 #include "runtime/engine.h"
 #include "support/reentry.h"
 #include "trace/recorder.h"
@@ -96,7 +97,7 @@ void engine::postfork_child() {
     t.host.version = nullptr;
     t.depth = 0;
     t.entry = nullptr;
-    t.auto_iteration = false;
+    auto_mode::forget_iteration(t);
   }
 }
 
@@ -158,21 +159,14 @@ void engine::on_thread_exit(thread_state& t) {
   set_free_gate(t, t.free_gate | gate_unready);
   if (t.depth > 0) {
     t.depth = 1;
-    end_impl(t);
+    end(t);
   }
   const int n = n_hooks_.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     if (hooks_[i].on_exit != nullptr) hooks_[i].on_exit(t);
   }
   unregister_domain(t.host);
-  if (t.autod != nullptr) {
-    reentry_guard guard;
-    t.autod->~auto_state();
-    backend::fallback_free(t.autod);
-    t.autod = nullptr;
-    refresh_watched_gate(t);  // before anything can free: free_backend_filtered reads autod
-  }
-  t.auto_iteration = false;
+  auto_mode::on_thread_exit(t);
   t.registered = false;
   t.exited = true;
   refresh_watched_gate(t);

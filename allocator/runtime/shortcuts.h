@@ -70,7 +70,7 @@ inline void* alloc_below_min(std::size_t size, std::size_t align, bool zero) {
 // (Note [Auto mode rests]) outside any iteration, whose count this takes one off. The
 // rest's last allocation (resting == 1) goes the engine's way, which starts watching
 // again; so does a thread's first in auto mode, which makes its watcher
-// (engine::auto_before_alloc counts the rest down the same way). Here, with the
+// (auto_mode::before_alloc counts the rest down the same way). Here, with the
 // engine's other inline shortcuts; used by the slow path's top
 // (runtime/host_slow_path.cc). pre: not in the engine, size at or above the minimum.
 inline bool passes_through(thread_state& t, std::size_t size) noexcept {
@@ -100,7 +100,7 @@ inline bool free_backend_filtered(thread_state& t, void* p) {
   if ((g & gate_recording) != 0 && t.host.recorder->maybe_live(p)) return false;
   // The watcher: only frees of blocks it may be watching (or counting: Note
   // [Iterations between quiet points]).
-  if ((g & gate_watched) != 0 && (!t.auto_iteration || t.autod->det.quiet()) && t.autod->filter.maybe_live(p)) {
+  if ((g & gate_watched) != 0 && (!t.autod->in_iteration || t.autod->det.quiet()) && t.autod->filter.maybe_live(p)) {
     return false;
   }
   // The gate is past gate_unready: the backend has a plain free.

@@ -16,6 +16,7 @@
 
 #include "backend/slab_range.h"
 #include "replay/compiled_plan.h"
+#include "runtime/auto_mode.h"
 #include "runtime/engine.h"
 #include "support/file_io.h"
 #include "support/log.h"
@@ -231,7 +232,7 @@ Stats engine::stats(const domain_kind* only) {
   s.plans_grown = plans_grown_.load(std::memory_order_relaxed);
   s.set_asides = set_asides_.load(std::memory_order_relaxed);
   s.keys_given_up = keys_given_up_.load(std::memory_order_relaxed);
-  s.auto_rests = auto_rests_.load(std::memory_order_relaxed);
+  s.auto_rests = auto_mode::rests();
   s.probes = probes_.load(std::memory_order_relaxed);
   s.plans_predicted = plans_predicted_.load(std::memory_order_relaxed);
   s.plans_background = plans_background_.load(std::memory_order_relaxed);

@@ -108,12 +108,10 @@ struct thread_state {
   std::uintptr_t look_from = 0;
   std::uintptr_t look_span = UINTPTR_MAX;
   key_entry* entry = nullptr;  // the open iteration's host key
-  // Auto mode (runtime/auto_detect.h): the thread's watcher, whether the open
-  // iteration is one auto mode began, and the allocations its slow path saw.
+  // Auto mode's state on the thread (runtime/auto_mode.h: its watcher, whether the
+  // open iteration is one it began; Note [Auto mode as a client]); null: none.
   struct auto_state* autod = nullptr;
-  bool auto_iteration = false;
-  bool marks_own = false;  // the program marked an iteration on this thread: no auto
-  std::uint32_t auto_count = 0;
+  bool marks_own = false;  // the program marked an iteration on this thread (C API): no auto
 };
 
 extern constinit thread_local thread_state tls_state REPLAYALLOC_TLS_IE;

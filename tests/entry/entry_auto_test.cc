@@ -1,4 +1,4 @@
-// The C API's entry points under auto mode (runtime/auto_thread.cc; Note [The
+// The C API's entry points under auto mode (runtime/auto_mode.cc; Note [The
 // plain-free gate] in runtime/thread_state.h): every free of a block auto mode's
 // watcher follows must reach it, whichever free the program calls. Run with
 // REPLAYALLOC_MODE=auto and REPLAYALLOC_MIN_SIZE=1K (tests/CMakeLists.txt): the mode

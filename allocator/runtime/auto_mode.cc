@@ -1,15 +1,28 @@
 // The thread's side of auto mode (Note [Auto mode], runtime/auto_detect.h has the
-// period detector): watching a thread's allocations, opening and closing the
-// iterations it finds, resting on a thread with no period.
+// period detector; Note [Auto mode as a client], runtime/auto_mode.h): watching a
+// thread's allocations, opening and closing the iterations it finds through
+// engine::begin and engine::end, resting on a thread with no period.
+#include "runtime/auto_mode.h"
+
+#include <atomic>
 #include <new>
 
 #include "backend/backend.h"
+#include "replay/fast_path.h"
 #include "runtime/auto_detect.h"
 #include "runtime/engine.h"
 #include "support/log.h"
 #include "support/reentry.h"
 
-namespace replayalloc::detail {
+namespace replayalloc::detail::auto_mode {
+
+namespace {
+
+std::atomic<std::uint64_t> g_rests{0};
+
+void rest(thread_state& t, auto_state& a, std::uint64_t budget) noexcept;
+
+}  // namespace
 
 // Note [Auto mode], the thread's side: while watching, every allocation of at least
 // the minimum size is observed with the live bytes before it; once a period is
@@ -18,13 +31,18 @@ namespace replayalloc::detail {
 // allocations were made (in replay: the plan's slots walked, or as many allocations
 // made). A program that marks its own iterations on a thread switches auto off there.
 
-void engine::auto_before_alloc(thread_state& t, std::size_t size) {
-  if (t.marks_own || (t.depth > 0 && !t.auto_iteration)) return;
+namespace {
+
+// before_alloc(), where the watcher's memory may not run out.
+void watch(thread_state& t, std::size_t size) {
+  if (t.marks_own || (t.depth > 0 && (t.autod == nullptr || !t.autod->in_iteration))) return;
   reentry_guard guard;
+  engine& eng = engine::get();
+  const options& opts = eng.opts();
   if (t.autod == nullptr) {
     void* mem = backend::fallback_alloc(sizeof(auto_state), alignof(auto_state));
     if (mem == nullptr) return;
-    t.autod = new (mem) auto_state(opts_.auto_history);
+    t.autod = new (mem) auto_state(opts.auto_history);
     refresh_watched_gate(t);
   }
   auto_state& a = *t.autod;
@@ -39,44 +57,44 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
   // count; one whose last reaches the detector's run begins an iteration.
   if (a.det.quiet()) {
     const domain_state& d = t.host;
-    const bool slab = t.auto_iteration && d.ph == phase::replay;
+    const bool slab = a.in_iteration && d.ph == phase::replay;
     const std::uint32_t handed = slab ? cursor_handed(d.cursor) : 0;
     const std::uint64_t live = a.live.size() + (slab ? handed - cursor_freed(d.cursor) : 0);
     if (handed != a.at_quiet_handed) a.at_quiet = 0;
     a.at_quiet = live <= a.det.quiet_level() ? a.at_quiet + 1 : 0;
     a.at_quiet_handed = handed;
   }
-  if (t.auto_iteration) {
+  if (a.in_iteration) {
     const domain_state& d = t.host;
     const bool replaying = d.ph == phase::replay;
     // Note [Iterations between quiet points]: such an iteration ends where as few
     // watched blocks are live as where it began: those of the backend (tracked in
     // `live` throughout) and the slab blocks it handed out and has not freed.
     const std::uint32_t handed = replaying ? cursor_handed(d.cursor) : 0;
-    const std::uint64_t made = handed + t.auto_count;
+    const std::uint64_t made = handed + a.count;
     // (A block freed by another thread is not seen here: past 4 times the longest piece
     // the iteration ends anyway, as a poor one.)
     const bool done =
         a.det.quiet() ? made >= min_quiet_piece &&
                             (a.at_quiet >= a.det.quiet_run() || made >= 4 * std::uint64_t{a.det.period()})
-        : replaying ? cursor_next(d.cursor) >= d.cursor.count || handed + t.auto_count >= a.det.period()
-                    : t.auto_count >= a.det.period();
+        : replaying ? cursor_next(d.cursor) >= d.cursor.count || handed + a.count >= a.det.period()
+                    : a.count >= a.det.period();
     if (done) {
       // A replayed iteration that served less than (100 - DEVIATION_PERCENT)% of the
       // period (of what it made, between quiet points) from the slab did not repeat it.
       const std::uint64_t expected = a.det.quiet() ? made : a.det.period();
       const bool poor = replaying && std::uint64_t{handed} * 100 <
-                                         expected * (100 - opts_.deviation_percent);
+                                         expected * (100 - opts.deviation_percent);
       // A period of structure (Note [Periods whose sizes change]) whose key failed once
       // (a plan retired, a recording of another structure) was taken where the program
       // only looked periodic: it is given up at once, not after many poor iterations.
       const key_entry* e = t.entry;
       const bool failed_shape = a.det.by_shape() && e != nullptr &&
                                 e->failures.load(std::memory_order_relaxed) != 0;
-      end_impl(t);
-      t.auto_iteration = false;
+      eng.end(t);
+      a.in_iteration = false;
       a.deviated_in_a_row = poor ? a.deviated_in_a_row + 1 : 0;
-      if (failed_shape || a.deviated_in_a_row >= 2 * std::max<std::uint32_t>(1, opts_.replan_after)) {
+      if (failed_shape || a.deviated_in_a_row >= 2 * std::max<std::uint32_t>(1, opts.replan_after)) {
         // The period is gone (a new shape, a new phase of the program), or was a
         // repeated part of a longer one: watch again, never picking it again.
         REPLAYALLOC_LOG(info, "auto: '%s' keeps deviating; watching the thread's allocations again", a.key);
@@ -85,13 +103,13 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
         a.watch_start = a.det.count();
         return;
       }
-      begin_impl(t, a.key, size);
-      t.auto_iteration = true;
-      t.auto_count = 0;
+      eng.begin(t, a.key, size);
+      a.in_iteration = true;
+      a.count = 0;
       a.at_quiet = 0;
       a.at_quiet_handed = 0;
     }
-    ++t.auto_count;
+    ++a.count;
     return;
   }
   if (a.det.found() && (a.det.quiet() ? a.at_quiet >= a.det.quiet_run() : a.det.count() == a.det.next_boundary())) {
@@ -112,14 +130,14 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
                       t.thread_no, a.det.period(), a.det.by_shape() ? " (in structure; sizes vary)" : "",
                       a.key);
     }
-    begin_impl(t, a.key, size);  // finds or makes the key's entry
+    eng.begin(t, a.key, size);  // finds or makes the key's entry
     if (t.entry != nullptr) {
       std::lock_guard<std::mutex> lock(t.entry->mu);
       t.entry->automatic = true;
       t.entry->at_quiet = a.det.quiet();
     }
-    t.auto_iteration = true;
-    t.auto_count = 1;
+    a.in_iteration = true;
+    a.count = 1;
     a.rests = 0;
     a.at_quiet = 0;
     a.at_quiet_handed = 0;
@@ -147,10 +165,10 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
   // frees go to the backend after one counter.
   if (!a.det.found()) {
     const bool rare = a.det.sizes_rare();
-    const std::uint64_t budget = std::uint64_t{a.det.sizes_recur() && !rare ? 4u : 1u} * opts_.auto_history;
+    const std::uint64_t budget = std::uint64_t{a.det.sizes_recur() && !rare ? 4u : 1u} * opts.auto_history;
     const std::uint64_t watched = a.det.count() - a.watch_start;
     if (rare || watched >= budget) {
-      auto_rest(t, a, budget);
+      rest(t, a, budget);
       REPLAYALLOC_LOG(info, "auto: thread %u shows no period in %llu allocations%s; not watched for the next %llu",
                       t.thread_no, static_cast<unsigned long long>(watched),
                       rare ? " (fewer than a quarter of their sizes recur)" : "",
@@ -162,10 +180,10 @@ void engine::auto_before_alloc(thread_state& t, std::size_t size) {
 // Note [Auto mode rests]: the watcher drops its history and its table of live blocks
 // and skips the next `budget` allocations, doubled for each rest in a row (up to 64x).
 // Nothing watches the thread's frees meanwhile (tracking() below): the plain-free gate
-// loses gate_watched until the rest ends (auto_before_alloc sets it again), so that a
+// loses gate_watched until the rest ends (watch() sets it again), so that a
 // resting thread's frees of backend blocks go from the inline entry point straight to
 // the backend's free, as its allocations go from the slow path's top.
-void engine::auto_rest(thread_state& t, auto_state& a, std::uint64_t budget) noexcept {
+void rest(thread_state& t, auto_state& a, std::uint64_t budget) noexcept {
   a.resting = budget << std::min<std::uint32_t>(a.rests, 6);
   ++a.rests;
   a.live.clear();
@@ -173,57 +191,41 @@ void engine::auto_rest(thread_state& t, auto_state& a, std::uint64_t budget) noe
   a.filter.clear();
   a.det.reset();
   set_free_gate(t, t.free_gate & ~gate_watched);
-  auto_rests_.fetch_add(1, std::memory_order_relaxed);
-}
-
-void engine::auto_before_alloc_safe(thread_state& t, std::size_t size) noexcept {
-  try {
-    auto_before_alloc(t, size);
-  } catch (const std::bad_alloc&) {
-    auto_out_of_memory(t);
-  }
-}
-
-void engine::auto_track_safe(thread_state& t, const void* p, std::size_t size) noexcept {
-  try {
-    auto_track(t, p, size);
-  } catch (const std::bad_alloc&) {
-    auto_out_of_memory(t);
-  }
+  g_rests.fetch_add(1, std::memory_order_relaxed);
 }
 
 // The watcher's history or its table of live blocks could not grow (the detector's
 // arrays may differ in length by one now): both are dropped, and the thread rests as
 // after a stream with no period, so that it does not fail again at once.
-void engine::auto_out_of_memory(thread_state& t) noexcept {
+void out_of_memory(thread_state& t) noexcept {
   reentry_guard guard;
   auto_state* a = t.autod;
   if (a == nullptr) return;
-  if (t.auto_iteration) {  // a rest never ends an iteration: end it now
-    t.auto_iteration = false;
+  if (a->in_iteration) {  // a rest never ends an iteration: end it now
+    a->in_iteration = false;
     try {
-      end_impl(t);
+      engine::get().end(t);
     } catch (const std::bad_alloc&) {
     }
   }
-  auto_rest(t, *a, opts_.auto_history);
+  rest(t, *a, engine::get().opts().auto_history);
   REPLAYALLOC_LOG(warning, "auto: out of memory watching thread %u; not watched for the next %llu allocations",
                   t.thread_no, static_cast<unsigned long long>(a->resting));
 }
 
 // Outside auto iterations, and inside those between quiet points (Note [Iterations
 // between quiet points]: their ends are counted from `live`).
-static bool tracking(const thread_state& t) {
+bool tracking(const thread_state& t) {
   return t.autod != nullptr && !t.marks_own && t.autod->resting == 0 &&
-         (!t.auto_iteration || t.autod->det.quiet());
+         (!t.autod->in_iteration || t.autod->det.quiet());
 }
 
-void engine::auto_track(thread_state& t, const void* p, std::size_t size) {
+void track(thread_state& t, const void* p, std::size_t size) {
   if (!tracking(t)) return;
   reentry_guard guard;
-  // The allocation just observed (auto_before_alloc) is the stream's newest; one made
+  // The allocation just observed (watch()) is the stream's newest; one made
   // inside an iteration was not observed, and has no lifetime to settle.
-  const watched_block b{size, t.auto_iteration ? UINT64_MAX : t.autod->det.count() - 1};
+  const watched_block b{size, t.autod->in_iteration ? UINT64_MAX : t.autod->det.count() - 1};
   auto [it, fresh] = t.autod->live.try_emplace(p, b);
   if (fresh) t.autod->filter.add(p);
   if (!fresh) {
@@ -233,7 +235,9 @@ void engine::auto_track(thread_state& t, const void* p, std::size_t size) {
   t.autod->live_bytes += size;
 }
 
-void engine::auto_untrack(thread_state& t, const void* p) {
+}  // namespace
+
+void on_free(thread_state& t, const void* p) {
   if (!tracking(t)) return;
   reentry_guard guard;
   auto it = t.autod->live.find(p);
@@ -245,16 +249,66 @@ void engine::auto_untrack(thread_state& t, const void* p) {
   // Note [Iterations between quiet points]: the free that brings a replayed iteration
   // down to the quiet count (a block that outlived the last request, served by the
   // backend as planned) ends its replay: the rest goes to the slow path, so that the
-  // next request's first allocation reaches auto_before_alloc and begins the next
+  // next request's first allocation reaches watch() and begins the next
   // iteration there, even when this one's plan was longer than the request.
   domain_state& d = t.host;
-  if (t.auto_iteration && d.ph == phase::replay && !d.masked) {
+  if (t.autod->in_iteration && d.ph == phase::replay && !d.masked) {
     const std::uint32_t handed = cursor_handed(d.cursor);
-    if (handed + t.auto_count >= min_quiet_piece &&
+    if (handed + t.autod->count >= min_quiet_piece &&
         t.autod->live.size() + (handed - cursor_freed(d.cursor)) <= t.autod->det.quiet_level()) {
       cut_plan_at_cursor(d.cursor);
     }
   }
 }
 
-}  // namespace replayalloc::detail
+void before_alloc(thread_state& t, std::size_t size) noexcept {
+  try {
+    watch(t, size);
+  } catch (const std::bad_alloc&) {
+    out_of_memory(t);
+  }
+}
+
+void after_alloc(thread_state& t, const void* p, std::size_t size, bool slab) noexcept {
+  if (!slab) {
+    try {
+      track(t, p, size);
+    } catch (const std::bad_alloc&) {
+      out_of_memory(t);
+    }
+  } else if (t.autod != nullptr && t.autod->in_iteration && t.autod->count > 0) {
+    // A slot handed out here is counted by the cursor (cursor_handed()), not again
+    // among the slow path's allocations: an iteration ends at handed + count, and in
+    // check mode every slot is handed out here.
+    --t.autod->count;
+  }
+}
+
+void step_aside(thread_state& t) {
+  if (owns_iteration(t)) {
+    t.autod->in_iteration = false;
+    engine::get().end(t);
+  }
+  t.marks_own = true;
+  refresh_watched_gate(t);
+}
+
+bool owns_iteration(const thread_state& t) { return t.autod != nullptr && t.autod->in_iteration; }
+
+void forget_iteration(thread_state& t) {
+  if (t.autod != nullptr) t.autod->in_iteration = false;
+}
+
+void on_thread_exit(thread_state& t) {
+  if (t.autod != nullptr) {
+    reentry_guard guard;
+    t.autod->~auto_state();
+    backend::fallback_free(t.autod);
+    t.autod = nullptr;
+    refresh_watched_gate(t);  // before anything can free: free_backend_filtered reads autod
+  }
+}
+
+std::uint64_t rests() { return g_rests.load(std::memory_order_relaxed); }
+
+}  // namespace replayalloc::detail::auto_mode
