@@ -187,7 +187,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
       }
       d.recorder = new (mem) trace_recorder;
     }
-    d.recorder->begin(tls_state.thread_no);
+    d.recorder->begin(tls_state.thread_no, reinterpret_cast<std::uintptr_t>(e));
     set_phase(d, phase::record);
     return;
   }
@@ -247,10 +247,15 @@ void engine::domain_end(domain_state& d) {
 void engine::record_alloc(domain_state& d, const void* p, std::size_t size, std::size_t align) {
   reentry_guard guard;
   std::uint32_t op = tls_state.op;
-  // Call-stack tags cost an unwind per allocation; a key on probation (Note [Probation
-  // slabs]) records without them.
+  // Call-stack tags cost an unwind per allocation: taken from the key's last recording
+  // where it made the same size at the same position (Note [Op tags from the last
+  // recording], trace/recorder.h); a key on probation (Note [Probation slabs]) records
+  // without them.
   if (op == 0 && (d.entry == nullptr || d.entry->failures.load(std::memory_order_relaxed) == 0)) {
-    if (untagged_op_source f = g_untagged_op_source.load(std::memory_order_acquire)) op = f();
+    if (untagged_op_source f = g_untagged_op_source.load(std::memory_order_acquire)) {
+      op = d.recorder->hint(size);
+      if (op == 0) op = f();
+    }
   }
   try {
     d.recorder->record_alloc(p, size, static_cast<std::uint32_t>(align), op);

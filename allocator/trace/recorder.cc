@@ -2,7 +2,9 @@
 
 namespace replayalloc::detail {
 
-void trace_recorder::begin(std::uint32_t thread) {
+void trace_recorder::begin(std::uint32_t thread, std::uintptr_t owner) {
+  if (owner != owner_ || owner == 0) hints_.clear();
+  owner_ = owner;
   allocs_.clear();
   live_.clear();
   filter_.clear();

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "backend/backend.h"
@@ -20,9 +21,31 @@
 
 namespace replayalloc::detail {
 
+// Note [Op tags from the last recording]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A call-stack op tag (hooks/stack_ops.cc) costs an unwind of the stack per recorded
+// allocation, most of a recorded iteration's cost where tags are on (bench/RESULTS.md,
+// "Planning latency"), and a key is recorded at least twice before it is planned
+// (REPLAYALLOC_RECORD_ITERATIONS). A repeated recording is, allocation by allocation,
+// the previous one again: so the recorder keeps, per allocation of its last recording,
+// the size and op it recorded, and the next recording of the same key (`owner`) takes
+// the op of its allocation i from there when allocation i has the same size, instead
+// of unwinding (hint()). An op is a label (reports, plan files, check mode's
+// messages), never an input of a plan or of the comparison of recordings, so where this
+// is wrong (another call path making the same size at the same position of a
+// recording) a block is named after the call path that made it last time, and nothing
+// else changes. The hints cost 16 bytes per allocation of the last recording; a
+// recording of another key, or one begun without an owner, drops them.
 class trace_recorder {
  public:
-  void begin(std::uint32_t thread);
+  // `owner`: whose recording this is (a key), for hint(); 0: nobody's.
+  void begin(std::uint32_t thread, std::uintptr_t owner = 0);
+  // Note [Op tags from the last recording]: the op the last recording of the same
+  // owner gave its allocation at this position if it had `size`, else 0.
+  std::uint32_t hint(std::uint64_t size) const {
+    const std::size_t i = allocs_.size();
+    return i < hints_.size() && hints_[i].size == size ? hints_[i].op : 0;
+  }
   void record_alloc(const void* p, std::uint64_t size, std::uint32_t align, std::uint32_t op);
   // True when p was allocated in this recording and was live.
   bool record_free(const void* p);
@@ -43,6 +66,12 @@ class trace_recorder {
                       backend::internal_allocator<std::pair<const void* const, std::uint32_t>>>
       live_;
   live_filter filter_;  // of live_
+  struct op_hint {
+    std::uint64_t size;
+    std::uint32_t op;
+  };
+  std::vector<op_hint, backend::internal_allocator<op_hint>> hints_;  // of owner_'s last recording
+  std::uintptr_t owner_ = 0;
   std::uint64_t clock_ = 0;
   std::uint32_t thread_ = 0;
 };
@@ -55,7 +84,10 @@ trace trace_recorder::finish(std::string key, OpName op_name) {
   t.ops.push_back("unknown");
   absl::flat_hash_map<std::uint32_t, std::uint32_t> local{{0u, 0u}};
   t.allocations.reserve(allocs_.size());
+  hints_.clear();
+  if (owner_ != 0) hints_.reserve(allocs_.size());
   for (trace_allocation a : allocs_) {
+    if (owner_ != 0) hints_.push_back({a.size, a.op});
     const auto [it, fresh] = local.emplace(a.op, static_cast<std::uint32_t>(t.ops.size()));
     if (fresh) t.ops.emplace_back(op_name(a.op));
     a.op = it->second;

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <jemalloc/jemalloc.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -16,6 +18,7 @@
 #include "backend/slab_range.h"
 #include "replayalloc/replayalloc.hpp"
 #include "runtime/auto_detect.h"
+#include "runtime/engine.h"
 #include "runtime/thread_state.h"
 #include "support/live_filter.h"
 #include "support/pattern.h"
@@ -335,6 +338,86 @@ TEST(Entry, RecorderFilterFollowsItsLiveBlocks) {
   EXPECT_EQ(t.allocations.size(), 3u);
   EXPECT_FALSE(rec->maybe_live(r)) << "the recording ended with r live; its bucket still counts";
   delete rec;
+}
+
+// Note [Op tags from the last recording] (trace/recorder.h): a recording of the same
+// owner offers, at each position, the op its last recording gave the same size there;
+// another size, a position past its end, another owner or none: nothing.
+TEST(Entry, RecorderHintsTheLastRecordingsOpsOfTheSameOwner) {
+  auto* rec = new replayalloc::detail::trace_recorder;
+  auto at = [](std::uintptr_t i) { return reinterpret_cast<const void*>(std::uintptr_t{0x7f0000100000} + i * 4096); };
+  rec->begin(0, /*owner=*/1);
+  EXPECT_EQ(rec->hint(8192), 0u) << "no recording yet";
+  rec->record_alloc(at(0), 8192, 16, 7);
+  rec->record_alloc(at(1), 16384, 16, 9);
+  rec->record_alloc(at(2), 4096, 16, 0);
+  (void)rec->finish("k", [](std::uint32_t) { return std::string("op"); });
+  rec->begin(0, 1);
+  EXPECT_EQ(rec->hint(8192), 7u);
+  EXPECT_EQ(rec->hint(16384), 0u) << "position 0 had another size";
+  rec->record_alloc(at(0), 8192, 16, 7);
+  EXPECT_EQ(rec->hint(16384), 9u);
+  rec->record_alloc(at(1), 32768, 16, 3);  // this recording deviates here
+  EXPECT_EQ(rec->hint(4096), 0u) << "an untagged allocation hints nothing";
+  rec->record_alloc(at(2), 4096, 16, 0);
+  EXPECT_EQ(rec->hint(8192), 0u) << "past the last recording's end";
+  (void)rec->finish("k", [](std::uint32_t) { return std::string("op"); });
+  rec->begin(0, 1);
+  rec->record_alloc(at(0), 8192, 16, 7);
+  EXPECT_EQ(rec->hint(32768), 3u) << "the hints are the latest recording's";
+  (void)rec->finish("k", [](std::uint32_t) { return std::string("op"); });
+  rec->begin(0, 2);
+  EXPECT_EQ(rec->hint(8192), 0u) << "another owner's recording";
+  (void)rec->finish("k2", [](std::uint32_t) { return std::string("op"); });
+  rec->begin(0, 0);
+  EXPECT_EQ(rec->hint(8192), 0u) << "a recording of nobody's";
+  delete rec;
+}
+
+// The engine asks the call-stack tagger only where the key's last recording gave no
+// op: a key recorded twice unwinds the stack for the first recording's allocations,
+// not again for the second's, and both recordings name their blocks the same.
+std::atomic<int> g_unwinds{0};
+std::atomic<unsigned> g_stack_op{0};
+std::uint32_t counting_stack_op() {
+  g_unwinds.fetch_add(1);
+  return g_stack_op.load();
+}
+
+TEST(Entry, ASecondRecordingTakesItsOpTagsFromTheFirst) {
+  using replayalloc::detail::g_untagged_op_source;
+  g_stack_op = replayalloc_op_id("a <- stack");
+  const auto before = g_untagged_op_source.exchange(&counting_stack_op);
+  replayalloc_set_op(0);
+  auto iteration = [](const char* key) {
+    std::vector<void*> blocks;
+    EXPECT_EQ(replayalloc_iteration_begin(key), 0);
+    const int recording = replayalloc_iteration_recording();
+    for (int i = 0; i < 40; ++i) blocks.push_back(replayalloc_malloc(kMin * (1 + i % 5)));
+    for (void* p : blocks) replayalloc_free(p);
+    replayalloc_iteration_end();
+    return recording;
+  };
+  g_unwinds = 0;
+  ASSERT_EQ(iteration("entry/op-hints"), 1) << "the first iteration of a new key records";
+  EXPECT_EQ(g_unwinds.load(), 40) << "the first recording tags every block by its stack";
+  g_unwinds = 0;
+  ASSERT_EQ(iteration("entry/op-hints"), 1) << "REPLAYALLOC_RECORD_ITERATIONS is 2 in this suite";
+  EXPECT_EQ(g_unwinds.load(), 0) << "the second recording unwound stacks its first had tagged";
+  g_unwinds = 0;
+  ASSERT_EQ(iteration("entry/op-hints-2"), 1);
+  EXPECT_EQ(g_unwinds.load(), 40) << "another key's recording took the first key's tags";
+  g_untagged_op_source.store(before);
+  replayalloc_wait_plans();
+  const std::string path = ::testing::TempDir() + "op_hints.csv";
+  ASSERT_EQ(replayalloc_save_trace("entry/op-hints", path.c_str()), 0);
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char line[512];
+  int tagged = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) tagged += std::strstr(line, "a <- stack") != nullptr;
+  std::fclose(f);
+  EXPECT_EQ(tagged, 40) << "the saved recording names every block after its stack";
 }
 
 }  // namespace
