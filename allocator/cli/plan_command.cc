@@ -35,6 +35,7 @@ std::string usage() {
       "                      search for the smallest slab, exact when it finishes, never\n"
       "                      worse than best (planner/search.h)\n"
       "  --time-limit S      search's budget in seconds (default 10)\n"
+      "  --goal BYTES        search: stop once the slab is at most BYTES (a known capacity)\n"
       "  --format F          csv (id,offset,size: one row per allocation in the slab),\n"
       "                      raplan (the plan file the engine loads) or minimalloc\n"
       "                      (MiniMalloc's solution: id,lower,upper,size,offset); default:\n"
@@ -54,6 +55,7 @@ int run_plan(const std::vector<std::string>& args) {
       args, {{"--output", "-o"},
              {"--algo", ""},
              {"--time-limit", ""},
+             {"--goal", ""},
              {"--format", ""},
              {"--slot-align", ""},
              {"--help", "-h", false}});
@@ -79,6 +81,14 @@ int run_plan(const std::vector<std::string>& args) {
     if (!v || *v <= 0) return usage_error("plan", usage(), absl::StrCat("--time-limit '", *s, "' is not a positive number"));
     if (algo != "search") return usage_error("plan", usage(), "--time-limit is for --algo search");
     so.time_limit_s = *v;
+  }
+  if (const std::optional<std::string> s = a->get("--goal")) {
+    const std::optional<double> v = parse_number(*s);
+    if (!v || *v != static_cast<double>(static_cast<std::uint64_t>(*v))) {
+      return usage_error("plan", usage(), absl::StrCat("--goal '", *s, "' is not a number of bytes"));
+    }
+    if (algo != "search") return usage_error("plan", usage(), "--goal is for --algo search");
+    so.goal_bytes = static_cast<std::uint64_t>(*v);
   }
   const std::string format =
       a->get("--format").value_or(ends_with(*out, ".raplan") ? "raplan" : "csv");

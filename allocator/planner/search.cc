@@ -452,7 +452,7 @@ absl::StatusOr<search_result> search_plan(const trace& t, const planner_options&
     r.seconds = std::chrono::duration<double>(clock::now() - start).count();
     return r;
   };
-  if (lo >= hi || in->plannable.size() > max_items) return finish();
+  if (lo >= hi || hi <= s.goal_bytes || in->plannable.size() > max_items) return finish();
   const problem p(*in);
   if (p.too_large()) return finish();
 
@@ -491,12 +491,13 @@ absl::StatusOr<search_result> search_plan(const trace& t, const planner_options&
     }
     return outcome::aborted;
   };
-  for (std::uint64_t limit = std::max<std::uint64_t>(1000, 2 * p.items().size()); lo < hi && !stopped; limit *= 2) {
+  auto done = [&] { return lo >= hi || stopped || hi <= s.goal_bytes; };
+  for (std::uint64_t limit = std::max<std::uint64_t>(1000, 2 * p.items().size()); !done(); limit *= 2) {
     // A round: the lowest capacity first (the lower bound is often reachable), then
     // bisection over what is left, stepping above the capacities left unknown.
     std::uint64_t a = lo;
     bool first = true;
-    while (a < hi && !stopped) {
+    while (a < hi && !done()) {
       const std::uint64_t cap = first ? a : a + (hi - a) / 2;
       first = false;
       const outcome out = probe(cap, limit);

@@ -30,6 +30,9 @@ struct search_options {
   // A budget of search nodes over all capacities tried: a machine-independent limit,
   // for deterministic tests. UINT64_MAX: none.
   std::uint64_t max_nodes = UINT64_MAX;
+  // Good enough: stop as soon as a placement of at most this many bytes is found (a
+  // known capacity, a device's free memory). 0: keep going to the optimum.
+  std::uint64_t goal_bytes = 0;
 };
 
 struct search_result {

@@ -111,6 +111,32 @@ TEST(SearchPlanner, NeverWorseThanBestAndAlwaysValid) {
   EXPECT_GT(improved, 0);  // the search does more than hand back best's plan
 }
 
+// A goal between the optimum and best's slab: the search stops at the first placement
+// under it, without proving anything further.
+TEST(SearchPlanner, StopsAtTheGoal) {
+  const planner_options o;
+  const auto cases = tiny_traces_above_bound(0x5ea4c406, 2500, o);
+  int tried = 0;
+  for (const auto& [t, optimum] : cases) {
+    const std::uint64_t best = plan_best(t, o)->slab_bytes;
+    search_options s = budget(UINT64_MAX);
+    s.goal_bytes = best;  // met at the start: no search
+    absl::StatusOr<search_result> r = search_plan(t, o, s);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->nodes, 0u);
+    EXPECT_EQ(r->plan.slab_bytes, best);
+    if (best == optimum) continue;
+    ++tried;
+    s.goal_bytes = best - 1;
+    r = search_plan(t, o, s);
+    ASSERT_TRUE(r.ok());
+    EXPECT_LE(r->plan.slab_bytes, best - 1);
+    EXPECT_GE(r->plan.slab_bytes, optimum);
+    EXPECT_TRUE(validate(t, r->plan, o).ok());
+  }
+  RecordProperty("goals_below_best", tried);
+}
+
 TEST(SearchPlanner, StopsAtTheStopFlagWithBestsPlan) {
   std::mt19937_64 rng(0x5ea4c405);
   const planner_options o;
