@@ -14,7 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cli/minimalloc_csv.h"
 #include "planner/plan_file.h"
+#include "planner/search.h"
 #include "support/status.h"
 #include "trace/trace_io.h"
 #ifdef REPLAYALLOC_CLI_HAVE_EXACT
@@ -160,6 +162,10 @@ absl::StatusOr<trace> load_trace(const std::string& path, bool* was_plan) {
     t = std::move(f->tr);
   } else if (starts_with(*bytes, "RPLYTRCE")) {
     t = decode_trace_binary(*bytes);
+  } else if (is_minimalloc_csv(*bytes)) {
+    absl::StatusOr<minimalloc_problem> m = decode_minimalloc_csv(*bytes);
+    if (!m.ok()) return with_path(path, m.status());
+    t = std::move(m->tr);
   } else if (starts_with(*bytes, "id,offset,size")) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": a plan CSV (id,offset,size) holds no lifetimes; give its trace or a .raplan"));
@@ -173,6 +179,7 @@ absl::StatusOr<trace> load_trace(const std::string& path, bool* was_plan) {
 
 std::vector<std::string> algorithm_names() {
   std::vector<std::string> names = planner_names();
+  names.push_back("search");
 #ifdef REPLAYALLOC_CLI_HAVE_EXACT
   if (std::find(names.begin(), names.end(), "exact") == names.end()) names.push_back("exact");
 #endif
@@ -183,6 +190,10 @@ absl::StatusOr<placement> plan_trace(const trace& t, std::string_view algorithm,
                                      const planner_options& o, double* ms) {
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<placement> p;
+  if (algorithm == "search") {
+    absl::StatusOr<search_result> r = search_plan(t, o);
+    p = r.ok() ? absl::StatusOr<placement>(std::move(r->plan)) : absl::StatusOr<placement>(r.status());
+  } else
 #ifdef REPLAYALLOC_CLI_HAVE_EXACT
   if (algorithm == "exact") {
     p = plan_exact(t, o);
@@ -224,6 +235,20 @@ absl::StatusOr<planned_input> load_planned(const std::string& path, std::string_
     REPLAYALLOC_RETURN_IF_ERROR(with_path(path, check_plannable(in.tr)));
     return in;
   }
+  if (is_minimalloc_csv(*bytes)) {
+    absl::StatusOr<minimalloc_problem> m = decode_minimalloc_csv(*bytes);
+    if (!m.ok()) return with_path(path, m.status());
+    if (!m->offsets.empty()) {  // a solution: its own placement, bytes as they are
+      in.o.slot_align = 1;
+      absl::StatusOr<placement> p = placement_from_offsets(m->tr, std::move(m->offsets), in.o, "minimalloc_csv");
+      if (!p.ok()) return with_path(path, p.status());
+      in.tr = std::move(m->tr);
+      in.p = *std::move(p);
+      in.from_plan_file = true;
+      REPLAYALLOC_RETURN_IF_ERROR(with_path(path, check_plannable(in.tr)));
+      return in;
+    }
+  }
   absl::StatusOr<trace> t = load_trace(path);
   if (!t.ok()) return t.status();
   in.tr = *std::move(t);
@@ -231,6 +256,28 @@ absl::StatusOr<planned_input> load_planned(const std::string& path, std::string_
   if (!p.ok()) return p.status();
   in.p = *std::move(p);
   return in;
+}
+
+absl::StatusOr<placement> placement_from_offsets(const trace& t, std::vector<std::uint64_t> offsets,
+                                                 const planner_options& o, std::string algorithm) {
+  REPLAYALLOC_EXPECTS(offsets.size() == t.allocations.size(), offsets.size(), " offsets for ",
+                      t.allocations.size(), " allocations");
+  REPLAYALLOC_RETURN_IF_ERROR(check_plannable(t));
+  placement p;
+  for (std::size_t i = 0; i < offsets.size(); ++i) {
+    if (t.allocations[i].outlives()) {
+      offsets[i] = not_in_slab;
+      continue;
+    }
+    REPLAYALLOC_EXPECTS(offsets[i] <= (std::uint64_t{1} << 62), "allocation ", t.allocations[i].id,
+                        ": offset ", offsets[i], " is beyond 2^62");
+    p.slab_bytes = std::max(p.slab_bytes, offsets[i] + slot_footprint(t.allocations[i], o));
+  }
+  p.offsets = std::move(offsets);
+  p.lower_bound_bytes = lower_bound(t, o);
+  p.algorithm = std::move(algorithm);
+  REPLAYALLOC_RETURN_IF_ERROR(validate(t, p, o));
+  return p;
 }
 
 absl::Status write_output(const std::string& path, std::string_view bytes) {

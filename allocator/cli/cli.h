@@ -74,7 +74,8 @@ struct planned_input {
   double plan_ms = 0;           // time make_plan() took, when planned here
 };
 
-// Reads a trace (binary or CSV, by content) or a plan file's trace. A plan CSV
+// Reads a trace (binary, CSV, or MiniMalloc's CSV id,lower,upper,size: cli/minimalloc_csv.h;
+// by content) or a plan file's trace. A plan CSV
 // ("id,offset,size") is refused: it holds no lifetimes. The trace is also checked to be
 // plannable without overflow (its slab-eligible footprints sum below 2^62).
 absl::StatusOr<trace> load_trace(const std::string& path, bool* was_plan = nullptr);
@@ -83,16 +84,24 @@ absl::StatusOr<trace> load_trace(const std::string& path, bool* was_plan = nullp
 // lower bound or report can overflow.
 absl::Status check_plannable(const trace& t);
 
-// Reads a plan file as it is, or a trace and plans it with `algorithm`; the placement
-// is checked with validate() either way.
+// Reads a plan file as it is (a .raplan, or a MiniMalloc solution: id,lower,upper,size,
+// offset, taken at slot alignment 1), or a trace and plans it with `algorithm`; the
+// placement is checked with validate() either way.
 absl::StatusOr<planned_input> load_planned(const std::string& path, std::string_view algorithm);
 
-// Runs make_plan() by name (with "exact" where the exact planner is built in), checks
+// Runs make_plan() by name (with "search", search_plan() with its default time limit,
+// and "exact" where the exact planner is built in), checks
 // the result with validate(), and times it.
 absl::StatusOr<placement> plan_trace(const trace& t, std::string_view algorithm,
                                      const planner_options& o, double* ms);
-// planner_names(), plus "exact" where it is built in.
+// planner_names(), plus "search", and "exact" where it is built in.
 std::vector<std::string> algorithm_names();
+
+// A placement of `t` from one offset per allocation (those of outliving allocations are
+// ignored): its slab (the end of the highest slot) and lower bound, checked with
+// validate(). Offsets below 2^62 (check_plannable() bounds the footprints the same way).
+absl::StatusOr<placement> placement_from_offsets(const trace& t, std::vector<std::uint64_t> offsets,
+                                                 const planner_options& o, std::string algorithm);
 
 // Writes `bytes` to `path` whole or not at all; "-" is stdout.
 absl::Status write_output(const std::string& path, std::string_view bytes);

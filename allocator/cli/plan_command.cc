@@ -1,31 +1,47 @@
-// `replayalloc plan TRACE -o PLAN [--algo NAME]`: plan a trace, write the plan.
+// `replayalloc plan TRACE -o PLAN [--algo NAME] [--time-limit S] [--format F]`: plan a
+// trace, write the plan, say whether it is proven optimal.
 #include <bit>
+#include <chrono>
+#include <optional>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/minimalloc_csv.h"
 #include "planner/plan_file.h"
+#include "planner/search.h"
 
 namespace replayalloc::cli {
 namespace {
 
 std::string usage() {
   return absl::StrCat(
-      "usage: replayalloc plan TRACE -o PLAN [--algo NAME] [--slot-align N]\n"
+      "usage: replayalloc plan TRACE -o PLAN [--algo NAME] [--time-limit S] [--format F]\n"
+      "                        [--slot-align N]\n"
       "\n"
-      "Plans TRACE (a trace file, binary or CSV id,size,align,alloc_at,free_at,op) and\n"
-      "writes PLAN: CSV with the header id,offset,size (one row per allocation placed in\n"
-      "the slab) unless PLAN ends in .raplan, which writes the binary plan file the engine\n"
-      "loads. Prints one JSON line: algorithm, allocations, planned, outliving, slab_bytes,\n"
-      "lower_bound_bytes, efficiency (lower bound / slab), plan_ms, output.\n"
+      "Plans TRACE (a trace file, binary or CSV id,size,align,alloc_at,free_at,op, or\n"
+      "MiniMalloc's CSV id,lower,upper,size) and writes PLAN. Prints one JSON line:\n"
+      "algorithm, allocations, planned, outliving, slab_bytes, lower_bound_bytes,\n"
+      "efficiency (lower bound / slab), proven_optimal (no smaller slab exists: the slab is\n"
+      "at the lower bound, or the search proved it), plan_ms, output; with --algo search\n"
+      "also proven_lower_bound_bytes (no slab is smaller) and search_nodes.\n"
       "\n"
       "  -o, --output PLAN   the plan to write (\"-\" for stdout, CSV)\n"
       "  --algo NAME         planner: ",
       absl::StrJoin(algorithm_names(), ", "),
-      " (default best)\n"
-      "  --slot-align N      slot alignment in bytes, a power of two (default 64)\n");
+      " (default best). search: a branch-and-bound\n"
+      "                      search for the smallest slab, exact when it finishes, never\n"
+      "                      worse than best (planner/search.h)\n"
+      "  --time-limit S      search's budget in seconds (default 10)\n"
+      "  --goal BYTES        search: stop once the slab is at most BYTES (a known capacity)\n"
+      "  --format F          csv (id,offset,size: one row per allocation in the slab),\n"
+      "                      raplan (the plan file the engine loads) or minimalloc\n"
+      "                      (MiniMalloc's solution: id,lower,upper,size,offset); default:\n"
+      "                      raplan when PLAN ends in .raplan, else csv\n"
+      "  --slot-align N      slot alignment in bytes, a power of two (default 64; 1 plans\n"
+      "                      MiniMalloc's problems byte for byte)\n");
 }
 
 bool ends_with(const std::string& s, std::string_view suffix) {
@@ -36,7 +52,13 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 
 int run_plan(const std::vector<std::string>& args) {
   absl::StatusOr<parsed_args> a = parse_args(
-      args, {{"--output", "-o"}, {"--algo", ""}, {"--slot-align", ""}, {"--help", "-h", false}});
+      args, {{"--output", "-o"},
+             {"--algo", ""},
+             {"--time-limit", ""},
+             {"--goal", ""},
+             {"--format", ""},
+             {"--slot-align", ""},
+             {"--help", "-h", false}});
   if (!a.ok()) return usage_error("plan", usage(), a.status());
   if (a->has("--help")) return print_help(usage());
   if (a->positional.size() != 1) return usage_error("plan", usage(), "expected one TRACE");
@@ -53,11 +75,46 @@ int run_plan(const std::vector<std::string>& args) {
     o.slot_align = static_cast<std::uint64_t>(*v);
   }
   const std::string algo = a->get("--algo").value_or("best");
+  search_options so;
+  if (const std::optional<std::string> s = a->get("--time-limit")) {
+    const std::optional<double> v = parse_number(*s);
+    if (!v || *v <= 0) return usage_error("plan", usage(), absl::StrCat("--time-limit '", *s, "' is not a positive number"));
+    if (algo != "search") return usage_error("plan", usage(), "--time-limit is for --algo search");
+    so.time_limit_s = *v;
+  }
+  if (const std::optional<std::string> s = a->get("--goal")) {
+    const std::optional<double> v = parse_number(*s);
+    if (!v || *v != static_cast<double>(static_cast<std::uint64_t>(*v))) {
+      return usage_error("plan", usage(), absl::StrCat("--goal '", *s, "' is not a number of bytes"));
+    }
+    if (algo != "search") return usage_error("plan", usage(), "--goal is for --algo search");
+    so.goal_bytes = static_cast<std::uint64_t>(*v);
+  }
+  const std::string format =
+      a->get("--format").value_or(ends_with(*out, ".raplan") ? "raplan" : "csv");
+  if (format != "csv" && format != "raplan" && format != "minimalloc") {
+    return usage_error("plan", usage(), absl::StrCat("unknown --format '", format, "'"));
+  }
+  if (format == "raplan" && *out == "-") return usage_error("plan", usage(), "a .raplan cannot go to stdout");
 
   absl::StatusOr<trace> t = load_trace(a->positional[0]);
   if (!t.ok()) return fail("plan", t.status());
   double ms = 0;
-  absl::StatusOr<placement> p = plan_trace(*t, algo, o, &ms);
+  absl::StatusOr<placement> p;
+  std::optional<search_result> searched;
+  if (algo == "search") {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<search_result> r = search_plan(*t, o, so);
+    ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!r.ok()) return fail("plan", r.status());
+    if (absl::Status v = validate(*t, r->plan, o); !v.ok()) {
+      return fail("plan", absl::InternalError(absl::StrCat("the search made an invalid plan: ", v.message())));
+    }
+    p = r->plan;
+    searched = *std::move(r);
+  } else {
+    p = plan_trace(*t, algo, o, &ms);
+  }
   if (!p.ok()) return fail("plan", p.status());
 
   std::uint64_t planned = 0;
@@ -70,15 +127,20 @@ int run_plan(const std::vector<std::string>& args) {
       .add("slab_bytes", p->slab_bytes)
       .add("lower_bound_bytes", p->lower_bound_bytes)
       .add("efficiency", efficiency(p->lower_bound_bytes, p->slab_bytes))
-      .add("plan_ms", ms)
-      .add("output", *out);
-  const std::string summary = j.str();
-  const plan_file f = make_plan_file(*std::move(t), *std::move(p), o);
-  const bool binary = ends_with(*out, ".raplan");
-  if (binary && *out == "-") return usage_error("plan", usage(), "a .raplan cannot go to stdout");
-  if (absl::Status s = write_output(*out, binary ? encode_plan(f) : encode_plan_csv(f)); !s.ok()) {
-    return fail("plan", s);
+      .add("proven_optimal", searched ? searched->proven_optimal : p->slab_bytes <= p->lower_bound_bytes);
+  if (searched) {
+    j.add("proven_lower_bound_bytes", searched->lower_bound).add("search_nodes", searched->nodes);
   }
+  j.add("plan_ms", ms).add("output", *out);
+  const std::string summary = j.str();
+  std::string bytes;
+  if (format == "minimalloc") {
+    bytes = encode_minimalloc_csv(*t, &p->offsets);
+  } else {
+    const plan_file f = make_plan_file(*std::move(t), *std::move(p), o);
+    bytes = format == "raplan" ? encode_plan(f) : encode_plan_csv(f);
+  }
+  if (absl::Status s = write_output(*out, bytes); !s.ok()) return fail("plan", s);
   // With the plan on stdout, the summary goes to stderr so the CSV stays clean.
   std::fprintf(*out == "-" ? stderr : stdout, "%s\n", summary.c_str());
   return exit_ok;

@@ -42,6 +42,7 @@ constexpr char usage[] =
     "usage: replayalloc plans DIR [--json]\n"
     "       replayalloc plans verify DIR [--json] [--slot-align N]\n"
     "       replayalloc plans prune DIR [--json] [--dry-run] [--slot-align N] [--tmp-age SECONDS]\n"
+    "       replayalloc plans optimize DIR [--json] [--time-limit S] [--slot-align N]\n"
     "\n"
     "A plan directory (REPLAYALLOC_PLAN_DIR) as the engine sees it.\n"
     "\n"
@@ -72,12 +73,20 @@ constexpr char usage[] =
     "link's target, not a file of another name. --dry-run only says what it would remove.\n"
     "A directory verify refuses is not pruned (exit code 1).\n"
     "\n"
+    "plans optimize DIR searches every plan verify calls ok for a smaller slab (the\n"
+    "branch-and-bound search of `replayalloc plan --algo search`, --time-limit seconds per\n"
+    "file, default 10) and rewrites a file, atomically and in the same format, only when\n"
+    "it found one. Per file: the slab before and after, the lower bound, their ratio, and\n"
+    "whether the slab is proven optimal. Exit code 1 when a file could not be searched or\n"
+    "rewritten.\n"
+    "\n"
     "  --json            one JSON object instead of the table\n"
     "  --slot-align N    the slot alignment of the processes that load DIR (default 64)\n"
     "  --tmp-age S       prune temporary files at least S seconds old (default 600)\n"
     "  --dry-run         prune: remove nothing, list what would be removed\n"
+    "  --time-limit S    optimize: the search's budget per file in seconds (default 10)\n"
     "\n"
-    "A directory named 'verify' or 'prune' is given as ./verify.\n";
+    "A directory named 'verify', 'prune' or 'optimize' is given as ./verify.\n";
 
 // "2025-03-01T12:00:00Z"; "?" for a time gmtime cannot express.
 std::string iso_utc(std::uint64_t seconds) {
@@ -429,12 +438,13 @@ int run_prune(const parsed_args& a, std::uint64_t slot_align, double tmp_age) {
 int run_plans(const std::vector<std::string>& args) {
   std::string command = "plans";
   std::vector<std::string> rest = args;
-  if (!rest.empty() && (rest[0] == "verify" || rest[0] == "prune")) {
+  if (!rest.empty() && (rest[0] == "verify" || rest[0] == "prune" || rest[0] == "optimize")) {
     command = absl::StrCat("plans ", rest[0]);
     rest.erase(rest.begin());
   }
   std::vector<option_spec> specs = {{"--json", "", false}, {"--help", "-h", false}};
   if (command != "plans") specs.push_back({"--slot-align", ""});
+  if (command == "plans optimize") specs.push_back({"--time-limit", ""});
   if (command == "plans prune") {
     specs.push_back({"--dry-run", "", false});
     specs.push_back({"--tmp-age", ""});
@@ -457,6 +467,15 @@ int run_plans(const std::vector<std::string>& args) {
     const std::optional<double> v = parse_number(*s);
     if (!v) return usage_error(command, usage, absl::StrCat("--tmp-age '", *s, "' is not a number of seconds"));
     tmp_age = *v;
+  }
+  if (command == "plans optimize") {
+    double limit = 10;
+    if (const std::optional<std::string> s = a->get("--time-limit")) {
+      const std::optional<double> v = parse_number(*s);
+      if (!v || *v <= 0) return usage_error(command, usage, absl::StrCat("--time-limit '", *s, "' is not a positive number"));
+      limit = *v;
+    }
+    return run_plans_optimize(*a, slot_align, limit);
   }
   if (command == "plans verify") return run_verify(*a, slot_align);
   if (command == "plans prune") return run_prune(*a, slot_align, tmp_age);
