@@ -453,6 +453,8 @@ absl::StatusOr<search_result> search_plan(const trace& t, const planner_options&
     return r;
   };
   if (lo >= hi || hi <= s.goal_bytes || in->plannable.size() > max_items) return finish();
+  // Stopped while best planned (or before): best's plan, as the search's first check would.
+  if (s.stop != nullptr && s.stop->load(std::memory_order_relaxed)) return finish();
   const problem p(*in);
   if (p.too_large()) return finish();
 

@@ -166,7 +166,13 @@ class engine {
   // Plans `env` for its regime of `e`; with `replace_id` (a plan_version::id; 0: none)
   // the plan replaces that version (a grown envelope) instead of waiting for the
   // regime to have none.
-  void make_plan(key_entry& e, const envelope& env, std::uint64_t replace_id = 0);
+  // Returns the version installed when a search might find a smaller slab (made by
+  // `best`, above its lower bound; Note [Improved plans]), else 0; `slab` its slab.
+  std::uint64_t make_plan(key_entry& e, const envelope& env, std::uint64_t replace_id = 0,
+                          std::uint64_t* slab = nullptr);
+  // Note [Improved plans]: searches job.env for a slab smaller than job.slab_bytes and
+  // swaps it in for version job.replace_id. On the planner thread.
+  void improve_plan(const plan_job& job);
   // Note [Background planning]: `env` planned for its regime of `e` by the planner
   // thread (or here, synchronously, when there is none); the regime's `planning`
   // names env until it is done. pre: e.mu not held; e held by the caller.
@@ -179,8 +185,12 @@ class engine {
   // Compiles `p` for `e` and makes it the key's plan unless one arrived meanwhile.
   // pre: validate(tr, p) holds. Returns false (and logs) when it could not.
   // `least`: least_served() of the envelope `tr` is (null: every slot exact).
+  // `improved`: the plan replaces version replace_id as a smaller plan of the same
+  // envelope (Note [Improved plans]), not a grown one. `installed`: set to the new
+  // version's id when it became the regime's plan.
   bool install_plan(key_entry& e, const trace& tr, placement p, bool from_file,
-                    std::uint64_t replace_id = 0, const std::vector<std::uint64_t>* least = nullptr);
+                    std::uint64_t replace_id = 0, const std::vector<std::uint64_t>* least = nullptr,
+                    bool improved = false, std::uint64_t* installed = nullptr);
   // lifecycle.cc
   void start_lifecycle();
   // plan_store.cc
@@ -215,6 +225,7 @@ class engine {
   domain_hooks hooks_[4];
   std::atomic<int> n_hooks_{0};
   std::atomic<std::uint64_t> plans_{0};
+  std::atomic<std::uint64_t> version_ids_{0};  // plan_version::id, of every version made
   std::atomic<std::uint64_t> rerecords_{0};
   std::atomic<std::uint64_t> recordings_{0};
   std::atomic<std::uint64_t> plans_loaded_{0};
@@ -230,6 +241,9 @@ class engine {
   std::atomic<std::uint64_t> plans_background_{0};
   std::atomic<std::uint64_t> plan_wait_us_total_{0};
   std::atomic<std::uint64_t> plan_wait_us_max_{0};
+  // Note [Improved plans]: smaller plans the search swapped in, and the time it took.
+  std::atomic<std::uint64_t> plans_improved_{0};
+  std::atomic<std::uint64_t> plan_search_us_total_{0};
 };
 
 }  // namespace replayalloc::detail

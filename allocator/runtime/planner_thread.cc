@@ -21,8 +21,19 @@ bool planner_thread::submit(plan_job&& job) {
   void* mem = backend::fallback_alloc(sizeof(node), alignof(node));
   if (mem == nullptr) return false;  // no memory for the queue: planned where it ended
   node* n = new (mem) node{std::move(job), nullptr};
-  if (tail_ != nullptr) tail_->next = n; else head_ = n;
-  tail_ = n;
+  if (n->job.improve) {
+    if (tail_ != nullptr) tail_->next = n; else head_ = n;
+    tail_ = n;
+  } else {
+    // Note [Improved plans]: a plan to be made goes before every improvement waiting,
+    // and stops the one running.
+    node** at = &head_;
+    while (*at != nullptr && !(*at)->job.improve) at = &(*at)->next;
+    n->next = *at;
+    *at = n;
+    if (n->next == nullptr) tail_ = n;
+    if (current_.improve) yield_.store(true, std::memory_order_relaxed);
+  }
   pending_.fetch_add(1, std::memory_order_release);
   lock.unlock();
   work_cv_.notify_one();
@@ -115,6 +126,7 @@ void planner_thread::serve() {
       current_ = pop_locked();
     }
     current_.on_planner_thread = true;
+    yield_.store(false, std::memory_order_relaxed);  // plans to be made are ahead of it
     lock.unlock();
     if (void (*hook)() = g_plan_job_hook.load(std::memory_order_acquire)) hook();
     run_(current_);

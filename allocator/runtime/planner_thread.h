@@ -63,6 +63,11 @@ struct plan_job {
   bool predicted = false;               // Note [Predicted plans]: sizes fitted, not recorded
   std::uint64_t queued_ns = 0;          // steady clock when the recording ended
   bool on_planner_thread = false;       // run by the planner thread (else where it was queued)
+  // Note [Improved plans]: a search for a smaller slab than the installed version
+  // `replace_id`'s (`slab_bytes`), queued after the plan was installed; it waits behind
+  // every plan still to be made and yields to one queued while it runs.
+  bool improve = false;
+  std::uint64_t slab_bytes = 0;
 };
 
 // For tests: called on the planner thread before each job it runs (null: nothing), so
@@ -91,6 +96,9 @@ class planner_thread {
   bool wait_idle_for(std::uint32_t ms);
   // Jobs queued or running.
   std::uint32_t pending() const { return pending_.load(std::memory_order_acquire); }
+  // Set while an improvement job runs and a plan to be made was queued behind it: the
+  // search stops at its next check (Note [Improved plans]).
+  const std::atomic<bool>* yield_flag() const { return &yield_; }
   bool enabled() const { return enabled_; }
 
   void prefork();
@@ -126,6 +134,7 @@ class planner_thread {
                               // child, the parent's unfinished one
   bool running_ = false;      // a thread serves the queue
   std::atomic<std::uint32_t> pending_{0};
+  std::atomic<bool> yield_{false};
 };
 
 }  // namespace replayalloc::detail

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "planner/planner.h"
+#include "planner/search.h"
 #include "replay/compiled_plan.h"
 #include "runtime/engine.h"
 #include "support/log.h"
@@ -19,6 +20,9 @@
 namespace replayalloc::detail {
 
 namespace {
+
+// Note [Improved plans]: the search runs only `best` above this many allocations.
+constexpr std::size_t max_improved_allocations = 16384;
 
 std::uint64_t now_ns() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -46,8 +50,18 @@ void engine::run_plan_job(const plan_job& job) {
   engine& self = get();
   key_entry& e = *job.entry;
   const bool background = job.on_planner_thread;
+  if (job.improve) {
+    try {
+      self.improve_plan(job);
+    } catch (const std::bad_alloc&) {
+      REPLAYALLOC_LOG(info, "'%s': out of memory searching for a smaller plan; the plan stays", e.key.c_str());
+    }
+    e.users.fetch_sub(1, std::memory_order_release);
+    return;
+  }
+  std::uint64_t improvable = 0, slab = 0;
   try {
-    self.make_plan(e, *job.env, job.replace_id);
+    improvable = self.make_plan(e, *job.env, job.replace_id, &slab);
     if (job.predicted) self.plans_predicted_.fetch_add(1, std::memory_order_relaxed);
   } catch (const std::bad_alloc&) {
     // No memory to plan: the regime records again when its plan is wanted next.
@@ -71,8 +85,42 @@ void engine::run_plan_job(const plan_job& job) {
                   job.predicted ? "predicted" : job.replace_id != 0 ? "grown" : "new",
                   job.env->tr.allocations.size(), background ? "in the background" : "synchronously",
                   static_cast<unsigned long long>(us));
+  // Note [Improved plans]: the search, queued behind every plan still to be made.
+  if (background && improvable != 0 && !job.predicted && self.opts_.plan_search_ms != 0 &&
+      job.env->tr.allocations.size() <= max_improved_allocations) {
+    plan_job next;
+    next.entry = &e;
+    next.env = job.env;
+    next.replace_id = improvable;
+    next.improve = true;
+    next.slab_bytes = slab;
+    next.queued_ns = now_ns();
+    e.users.fetch_add(1, std::memory_order_relaxed);  // held by the next job
+    if (!self.planner_.submit(std::move(next))) e.users.fetch_sub(1, std::memory_order_release);
+  }
   e.users.fetch_sub(1, std::memory_order_release);
 }
+
+// Note [Improved plans]
+// ~~~~~~~~~~~~~~~~~~~~~
+// `best` (planner/best.cc) plans inference traces at their lower bound, but envelopes
+// of changing shapes, generation requests and training steps often land 5-35% above it
+// (bench/RESULTS.md, "Planner"), and the search (planner/search.h) closes much of that
+// given tenths of a second to seconds: too long for the plan a request waits on, not
+// for the planner thread once the plan is in. So planning is tiered: the planner thread
+// makes and installs `best`'s plan as before (Note [Background planning]); when that
+// plan is above its lower bound, it queues an improvement job for the same envelope,
+// which runs the search for at most REPLAYALLOC_PLAN_SEARCH_MS (250 ms by default; 0:
+// never) and, when it finds a smaller slab, validates, saves and installs it in place
+// of the version it was asked to improve, as a grown plan is installed (threads replay
+// the old version to the end of their iterations, its slabs drain; the new one is taken
+// at an iteration's beginning). If that version is gone meanwhile (grown, retired,
+// re-recorded), the improvement is dropped. Improvements never delay a plan: one queued
+// waits behind every plan still to be made, and a running search stops (keeping what
+// it found) as soon as one is queued (planner_thread::yield_flag). Only plans made on
+// the planner thread, by `best` (not a key on probation: Note [Probation slabs]), of at
+// most max_improved_allocations allocations (the search itself runs only `best` above
+// that) are improved. Counted: plans_improved (not in `plans`), plan_search_us_total.
 
 void engine::wait_plans() {
   reentry_guard guard;
@@ -90,7 +138,7 @@ void engine::retire_dropped(key_entry& e, plan_version* v, bool from_file, const
   v->retire();
 }
 
-void engine::make_plan(key_entry& e, const envelope& env, std::uint64_t replace_id) {
+std::uint64_t engine::make_plan(key_entry& e, const envelope& env, std::uint64_t replace_id, std::uint64_t* slab) {
   const trace& tr = env.tr;
   const std::vector<std::uint64_t> least = least_served(env);
   planner_options po;
@@ -104,17 +152,52 @@ void engine::make_plan(key_entry& e, const envelope& env, std::uint64_t replace_
                     e.key.c_str(), static_cast<int>(ok.message().size()), ok.message().data());
     std::lock_guard<std::mutex> lock(e.mu);
     e.failed = true;
-    return;
+    return 0;
   }
   save_plan(e, tr, *p, least);  // plan_store.cc
-  if (!install_plan(e, tr, *std::move(p), false, replace_id, &least)) {
+  const bool improvable = !probation && p->slab_bytes > p->lower_bound_bytes;
+  if (slab != nullptr) *slab = p->slab_bytes;
+  std::uint64_t installed = 0;
+  if (!install_plan(e, tr, *std::move(p), false, replace_id, &least, false, &installed)) {
     std::lock_guard<std::mutex> lock(e.mu);
     e.failed = true;
+    return 0;
   }
+  return improvable ? installed : 0;
+}
+
+void engine::improve_plan(const plan_job& job) {
+  key_entry& e = *job.entry;
+  const trace& tr = job.env->tr;
+  planner_options po;
+  po.slot_align = opts_.slot_align;
+  search_options so;
+  so.time_limit_s = opts_.plan_search_ms / 1000.0;
+  so.stop = planner_.yield_flag();
+  const std::uint64_t t0 = now_ns();
+  absl::StatusOr<search_result> r = search_plan(tr, po, so);
+  plan_search_us_total_.fetch_add((now_ns() - t0) / 1000, std::memory_order_relaxed);
+  if (!r.ok() || r->plan.slab_bytes >= job.slab_bytes || !validate(tr, r->plan, po).ok()) {
+    REPLAYALLOC_LOG(debug, "'%s': no smaller plan found in %.0f ms", e.key.c_str(),
+                    r.ok() ? r->seconds * 1000 : 0.0);
+    return;
+  }
+  const std::vector<std::uint64_t> least = least_served(*job.env);
+  const std::uint64_t from = job.slab_bytes, to = r->plan.slab_bytes;
+  const bool optimal = r->proven_optimal;
+  std::uint64_t installed = 0;
+  save_plan(e, tr, r->plan, least);
+  install_plan(e, tr, std::move(r->plan), false, job.replace_id, &least, true, &installed);
+  if (installed == 0) return;  // the version to improve is gone: dropped
+  plans_improved_.fetch_add(1, std::memory_order_relaxed);
+  REPLAYALLOC_LOG(info, "'%s': the search found a smaller plan: slab %llu -> %llu bytes (%s)", e.key.c_str(),
+                  static_cast<unsigned long long>(from), static_cast<unsigned long long>(to),
+                  optimal ? "proven optimal" : "the best found in its time");
 }
 
 bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_file,
-                          std::uint64_t replace_id, const std::vector<std::uint64_t>* least) {
+                          std::uint64_t replace_id, const std::vector<std::uint64_t>* least,
+                          bool improved, std::uint64_t* installed) {
   planner_options po;
   po.slot_align = opts_.slot_align;
   absl::Status ok = absl::OkStatus();
@@ -159,7 +242,8 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
   v->plan = compile_plan(tr, p, po, managed.empty() ? nullptr : &managed, least, opts_.min_size);
   v->key = e.key;
   v->from_file = from_file;
-  v->id = plans_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (!improved) plans_.fetch_add(1, std::memory_order_relaxed);
+  v->id = version_ids_.fetch_add(1, std::memory_order_relaxed) + 1;
   REPLAYALLOC_LOG(info, "planned '%s': %zu allocations, slab %llu bytes, lower bound %llu bytes (%s)",
                   e.key.c_str(), tr.allocations.size(),
                   static_cast<unsigned long long>(p.slab_bytes),
@@ -198,8 +282,11 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
     g.slab_bytes = p.slab_bytes;
     g.lower_bound_bytes = p.lower_bound_bytes;
     e.recordings = 0;
+    if (installed != nullptr) *installed = v->id;
   }
-  if (old != nullptr) {
+  if (old != nullptr && improved) {
+    old->retire();  // as a grown plan's predecessor: threads on it finish their iterations
+  } else if (old != nullptr) {
     // Threads replaying the old version finish their iterations on it; its slabs are
     // unmapped as they drain (slab_pool.h).
     plans_grown_.fetch_add(1, std::memory_order_relaxed);

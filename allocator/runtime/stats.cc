@@ -238,6 +238,8 @@ Stats engine::stats(const domain_kind* only) {
   s.plans_background = plans_background_.load(std::memory_order_relaxed);
   s.plan_wait_us_total = plan_wait_us_total_.load(std::memory_order_relaxed);
   s.plan_wait_us_max = plan_wait_us_max_.load(std::memory_order_relaxed);
+  s.plans_improved = plans_improved_.load(std::memory_order_relaxed);
+  s.plan_search_us_total = plan_search_us_total_.load(std::memory_order_relaxed);
   s.recordings = recordings_.load(std::memory_order_relaxed);
   s.mapped_bytes = backend::mapped_slab_bytes();
   s.keys = keys;

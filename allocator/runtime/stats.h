@@ -56,6 +56,8 @@
   X(plans_background, engine, "plans_background", 0)                \
   X(plan_wait_us_total, engine, "plan_wait_us_total", 0)            \
   X(plan_wait_us_max, engine, "plan_wait_us_max", 0)                \
+  X(plans_improved, engine, "plans_improved", 0)                    \
+  X(plan_search_us_total, engine, "plan_search_us_total", 0)        \
   X(iterations_awaiting_plan, domain, "iterations_awaiting_plan", 0) \
   X(regimes, engine, "regimes", 0)                                  \
   X(slab_bytes, engine, "slab_bytes", 0)                            \

@@ -127,6 +127,8 @@ constexpr option_desc table[] = {
      "back off keys whose plans keep failing (Note [Setting aside])"},
     {"REPLAYALLOC_BACKGROUND_PLANNING", kind::boolean, 0, 1, false, REPLAYALLOC_SETS(background_planning),
      "plans made by a planner thread, off the request path (Note [Background planning]); 0: on the thread that ends the recording"},
+    {"REPLAYALLOC_PLAN_SEARCH_MS", kind::count, 0, 600000, false, REPLAYALLOC_SETS(plan_search_ms),
+     "milliseconds the planner thread may search for a smaller slab after installing a plan above its lower bound (Note [Improved plans]); 0: no search"},
     {"REPLAYALLOC_DEVIATION_PERCENT", kind::count, 0, 100, false, REPLAYALLOC_SETS(deviation_percent),
      "fallbacks (% of the plan) that make an iteration deviate"},
     {"REPLAYALLOC_RESYNC_WINDOW", kind::count, 0, 256, false, REPLAYALLOC_SETS(resync_window),

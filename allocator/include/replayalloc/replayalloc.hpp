@@ -84,6 +84,8 @@ struct Stats {
   std::uint64_t plans_background = 0;   ///< plans made and installed by the planner thread
   std::uint64_t plan_wait_us_total = 0; ///< their time from the recording's end to the install, summed (us)
   std::uint64_t plan_wait_us_max = 0;   ///< the longest of those times (us)
+  std::uint64_t plans_improved = 0;     ///< smaller plans the planner thread's search swapped in (not in `plans`)
+  std::uint64_t plan_search_us_total = 0; ///< time the planner thread spent searching for them (us)
   std::uint64_t iterations_awaiting_plan = 0;  ///< iterations passed through while their plan was being made
   std::uint64_t regimes = 0;            ///< structures planned now, over all keys (Note [Regimes])
   std::uint64_t slab_bytes = 0;         ///< sum of the current plans' slab sizes
