@@ -85,6 +85,25 @@ fi
   { cat "$tmp/version.txt" >&2; fail "bin/replayalloc version failed"; }
 echo "bin/replayalloc version: $(head -n 1 "$tmp/version.txt")"
 
+# ---- Versions: one number everywhere (project(VERSION)), the SONAME its major.
+step "versions"
+version=$(sed -n 's/^replayalloc \([0-9][0-9.]*\).*/\1/p' "$tmp/version.txt" | head -n 1)
+[ -n "$version" ] || fail "bin/replayalloc version printed no version"
+pc_version=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --modversion replayalloc) ||
+  fail "pkg-config --modversion replayalloc failed"
+[ "$pc_version" = "$version" ] || fail "replayalloc.pc says $pc_version, bin/replayalloc $version"
+grep -qF "#define REPLAYALLOC_VERSION_STRING \"$version\"" "$prefix/include/replayalloc/version.h" ||
+  fail "include/replayalloc/version.h does not define REPLAYALLOC_VERSION_STRING \"$version\""
+grep -qF "PACKAGE_VERSION \"$version\"" "$libdir/cmake/replayalloc/replayalloc-config-version.cmake" ||
+  fail "the CMake package's version is not $version"
+soname=$(readelf -d "$libdir/libreplayalloc.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
+[ "$soname" = "libreplayalloc.so.${version%%.*}" ] ||
+  fail "libreplayalloc.so's SONAME is '$soname', not libreplayalloc.so.${version%%.*}"
+[ -f "$libdir/libreplayalloc.so.$version" ] || fail "no $libdir/libreplayalloc.so.$version"
+[ "$(PYTHONPATH="$pydir" "$python" -c 'import replayalloc; print(replayalloc.__version__)')" = "$version" ] ||
+  fail "the installed Python package's replayalloc.__version__ is not $version"
+echo "version $version: bin/replayalloc, replayalloc.pc, version.h, the CMake package, replayalloc.__version__; SONAME $soname"
+
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 check_consumer() {  # check_consumer NAME PROGRAM
@@ -145,6 +164,16 @@ for f in c_demo.csv c_demo.ratrace; do
     { echo "$report" >&2; fail "replayalloc report $f: not the 6 allocations of an iteration"; }
 done
 echo "traces.c: the CSV and the binary trace read back, 6 allocations each"
+# The static library through the .pc file's private part (Requires.private, Libs.private).
+static_flags=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --static --libs replayalloc) ||
+  fail "pkg-config --static --libs replayalloc failed"
+static_flags=$(echo " $static_flags " | sed 's/ -lreplayalloc / /')
+# shellcheck disable=SC2086
+"$cc" -o "$tmp/pc_static" "$here/consumer/main.c" \
+  $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags replayalloc) "$libdir/libreplayalloc.a" $static_flags ||
+  fail "linking libreplayalloc.a with \$(pkg-config --static --libs replayalloc) failed"
+! readelf -d "$tmp/pc_static" | grep -q 'libreplayalloc\.so' || fail "pc_static links libreplayalloc.so"
+check_consumer "pkg-config --static consumer (libreplayalloc.a)" "$tmp/pc_static"
 if command -v readelf > /dev/null && command -v nm > /dev/null; then
   if readelf -d "$libdir/libreplayalloc.so" | grep -E 'NEEDED' | grep -q jemalloc; then
     fail "libreplayalloc.so needs libjemalloc.so: jemalloc's operator new and delete reach its users (Note [Private jemalloc])"
