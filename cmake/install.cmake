@@ -92,6 +92,8 @@ install(TARGETS replayalloc_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # ---- Public headers: the C and C++ API, and the integrations' C APIs when built.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/allocator/include/replayalloc
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
+install(FILES ${PROJECT_BINARY_DIR}/include/replayalloc/version.h
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/replayalloc)
 if(TARGET replayalloc_torch_shared)
   install(FILES ${PROJECT_SOURCE_DIR}/integrations/pytorch/cpu/include/replayalloc/torch.hpp
     DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/replayalloc)
@@ -115,6 +117,11 @@ else()
   set(REPLAYALLOC_PC_LIBDIR "\${prefix}/${CMAKE_INSTALL_LIBDIR}")
   set(REPLAYALLOC_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
 endif()
+# Requires.private: Abseil's pkg-config modules of the libraries the core links
+# (absl::status -> absl_status).
+list(REMOVE_ITEM REPLAYALLOC_ABSL_LIBS absl::symbolize)
+list(TRANSFORM REPLAYALLOC_ABSL_LIBS REPLACE "^absl::" "absl_" OUTPUT_VARIABLE pc_absl)
+list(JOIN pc_absl " " REPLAYALLOC_PC_ABSL)
 configure_file(${CMAKE_CURRENT_LIST_DIR}/replayalloc.pc.in
   ${CMAKE_CURRENT_BINARY_DIR}/replayalloc.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/replayalloc.pc
@@ -124,6 +131,12 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/replayalloc.pc
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/integrations/pytorch/python/replayalloc
   DESTINATION ${REPLAYALLOC_INSTALL_PYTHONDIR}
   FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+# replayalloc.__version__, from project(VERSION) (the source tree's package reads it
+# from CMakeLists.txt itself).
+file(WRITE ${PROJECT_BINARY_DIR}/python/replayalloc/_version.py
+  "__version__ = \"${PROJECT_VERSION}\"\n")
+install(FILES ${PROJECT_BINARY_DIR}/python/replayalloc/_version.py
+  DESTINATION ${REPLAYALLOC_INSTALL_PYTHONDIR}/replayalloc)
 
 # ---- Debian package: `cpack -G DEB` in the build folder. Dependencies are named for
 # Debian 12; libcudart (when the CUDA parts are built) comes from the CUDA toolkit,

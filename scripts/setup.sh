@@ -5,8 +5,8 @@
 set -euo pipefail
 
 packages=(
-  # toolchain
-  g++ cmake ninja-build pkg-config
+  # toolchain (dpkg-dev: dpkg-source, which unpacks Abseil's source package below)
+  g++ cmake ninja-build pkg-config dpkg-dev
   # the allocator's dependencies
   libjemalloc-dev libabsl-dev
   # tests and benchmarks
@@ -31,16 +31,59 @@ for p in "${packages[@]}"; do
   fi
 done
 
+# Abseil's Debian source package, of the installed libabsl-dev's version, unpacked
+# with Debian's patches under $abseil_src_root: the LD_PRELOAD library compiles the
+# Abseil pieces it needs from it as position-independent code and carries them hidden
+# inside (libabsl-dev's archives are built for executables: Note [Static Abseil],
+# cmake/static_abseil.cmake). Fetched with apt-get source through a private list of
+# deb-src entries made from the system's own deb entries; the system's apt
+# configuration is not changed. Without it the library links Abseil's shared libraries.
+abseil_src_root=${REPLAYALLOC_ABSEIL_SRC_ROOT:-/usr/local/src/replayalloc}
+fetch_abseil_source() {
+  local version dir work
+  version=$(dpkg-query -W -f='${Version}' libabsl-dev 2>/dev/null) || return 0
+  dir=$abseil_src_root/abseil-$version
+  [ -f "$dir/absl/base/options.h" ] && return 0
+  if [ "$(id -u)" -ne 0 ] && [ ${#as_root[@]} -eq 0 ]; then
+    echo "setup: not root: Abseil's source package not fetched; the LD_PRELOAD library will load Abseil's shared libraries" >&2
+    return 0
+  fi
+  echo "setup: fetching Abseil's source package $version (apt-get source) into $dir"
+  work=$(mktemp -d)
+  mkdir -p "$work/sources" "$work/lists/partial"
+  # deb-src entries beside each deb entry of the system's sources (both formats).
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] && sed 's/^Types:.*/Types: deb-src/' "$f" > "$work/sources/$(basename "$f")"
+  done
+  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+    sed -n 's/^deb \(.*\)/deb-src \1/p' > "$work/sources/system.list" || true
+  local apt_opts=(-q -o Dir::Etc::SourceList="$work/sources/system.list"
+                  -o Dir::Etc::SourceParts="$work/sources" -o Dir::State::Lists="$work/lists")
+  if "${as_root[@]}" apt-get "${apt_opts[@]}" update > "$work/log" 2>&1 &&
+     (cd "$work" && "${as_root[@]}" apt-get "${apt_opts[@]}" source "abseil=$version" >> "$work/log" 2>&1); then
+    "${as_root[@]}" mkdir -p "$abseil_src_root"
+    "${as_root[@]}" rm -rf "$dir"
+    "${as_root[@]}" mv "$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'abseil-*' | head -n 1)" "$dir"
+  else
+    tail -n 5 "$work/log" >&2
+    echo "setup: could not fetch Abseil's source package: the LD_PRELOAD library will load Abseil's shared libraries instead" >&2
+  fi
+  "${as_root[@]}" rm -rf "$work"
+}
+
+as_root=()
+if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo)
+fi
+
 if [ ${#missing[@]} -eq 0 ]; then
+  fetch_abseil_source
   echo "setup: all ${#packages[@]} packages present"
   exit 0
 fi
 
-as_root=()
 if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then
-    as_root=(sudo)
-  else
+  if [ ${#as_root[@]} -eq 0 ]; then
     echo "setup: missing packages (${missing[*]}) and not root; run: apt-get install ${missing[*]}" >&2
     exit 1
   fi
@@ -50,4 +93,5 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${as_root[@]}" apt-get update -qq
 "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fetch_abseil_source
 echo "setup: done"

@@ -74,6 +74,10 @@ void fallback_free(void* p) noexcept;
 void fallback_free_sized(void* p, std::size_t size, std::size_t align) noexcept;
 void* fallback_realloc(void* p, std::size_t size) noexcept;
 std::size_t fallback_usable_size(const void* p) noexcept;
+// Bytes the fallback allocator has handed out and not had back, process-wide as it
+// counts them (jemalloc: stats.allocated after an epoch; the C library: mallinfo2's
+// in-use bytes); 0 when it cannot say. Slow: for statistics only.
+std::size_t fallback_allocated_bytes() noexcept;
 
 // A standard allocator over the fallback, for the engine's own containers
 // (invariant 5: they never call the interposed malloc).

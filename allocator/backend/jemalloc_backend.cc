@@ -177,6 +177,14 @@ bool read_ctl(const char* name, T* value) noexcept {
 }
 }  // namespace
 
+std::size_t fallback_allocated_bytes() noexcept {
+  std::uint64_t epoch = 1;
+  std::size_t len = sizeof epoch;
+  std::size_t allocated = 0;
+  if (mallctl("epoch", &epoch, &len, &epoch, len) != 0 || !read_ctl("stats.allocated", &allocated)) return 0;
+  return allocated;
+}
+
 void release_free_memory(std::size_t slab_bytes) noexcept {
   mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
   // The dirty pages of every arena (MALLCTL_ARENAS_ALL), after refreshing the

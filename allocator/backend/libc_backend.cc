@@ -23,6 +23,10 @@ void release_free_memory(std::size_t slab_bytes) noexcept {
   if (static_cast<std::size_t>(::mallinfo2().fordblks) <= 2 * slab_bytes) ::malloc_trim(0);
 }
 
+std::size_t fallback_allocated_bytes() noexcept {
+  return static_cast<std::size_t>(::mallinfo2().uordblks);
+}
+
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
   if (inject_failure()) [[unlikely]] return nullptr;
   if (size == 0) size = 1;

@@ -22,6 +22,7 @@ std::mutex g_mu;
 std::uint8_t* g_used = nullptr;  // one byte per chunk: 1 when part of a slab
 std::size_t g_chunks = 0;
 std::size_t g_mapped = 0;
+std::size_t g_mapped_peak = 0;
 
 std::size_t round_chunks(std::size_t bytes) { return (bytes + chunk_bytes - 1) >> chunk_shift; }
 
@@ -111,6 +112,7 @@ void* map_slab(std::size_t bytes, std::size_t touch_bytes, bool prefault, std::s
     if (start == g_chunks) return nullptr;
     std::memset(g_used + start, 1, n);
     g_mapped += commit;
+    if (g_mapped > g_mapped_peak) g_mapped_peak = g_mapped;
   }
   void* p = reinterpret_cast<void*>(g_slab_range.base + (start << chunk_shift));
   if (::mprotect(p, commit, PROT_READ | PROT_WRITE) != 0) {
@@ -147,6 +149,16 @@ void unmap_slab(void* p, std::size_t bytes) noexcept {
 std::size_t mapped_slab_bytes() noexcept {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_mapped;
+}
+
+std::size_t mapped_slab_bytes_peak() noexcept {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_mapped_peak;
+}
+
+void reset_mapped_slab_peak() noexcept {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_mapped_peak = g_mapped;
 }
 
 void lock_for_fork() noexcept { g_mu.lock(); }

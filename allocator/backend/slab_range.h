@@ -57,8 +57,11 @@ void set_chunk_owner(void* p, std::size_t bytes, void* owner) noexcept;
 // Returns the memory to the system and the chunks to the range. pre: owners cleared.
 void unmap_slab(void* p, std::size_t bytes) noexcept;
 
-// Bytes of the range currently committed to slabs.
+// Bytes of the range currently committed to slabs, and the most committed at once
+// (since the start or the last reset_mapped_slab_peak(), which sets it to the current).
 std::size_t mapped_slab_bytes() noexcept;
+std::size_t mapped_slab_bytes_peak() noexcept;
+void reset_mapped_slab_peak() noexcept;
 
 // fork(): the range's mutex is held across it (the engine's atfork handlers).
 void lock_for_fork() noexcept;

@@ -12,6 +12,7 @@
 #include "runtime/check.h"
 #include "runtime/engine.h"
 #include "runtime/entry.h"
+#include "runtime/stats.h"
 #include "support/reentry.h"
 
 using replayalloc::detail::engine;
@@ -61,6 +62,9 @@ REPLAYALLOC_EXPORT int replayalloc_iteration_end(void) {
   }
   return engine::get().end(tls_state);
 }
+
+// The library's own version (replayalloc/version.h is the headers').
+REPLAYALLOC_EXPORT const char* replayalloc_version(void) { return REPLAYALLOC_VERSION_STRING; }
 
 REPLAYALLOC_EXPORT int replayalloc_wait_plans(void) {
   engine::get().wait_plans();
@@ -181,6 +185,8 @@ REPLAYALLOC_EXPORT size_t replayalloc_stats_json(char* buf, size_t cap) {
   return replayalloc::detail::format_stats_json(s, cap == 0 ? local : buf, cap == 0 ? 1 : cap);
 }
 
+REPLAYALLOC_EXPORT void replayalloc_reset_stats(void) { replayalloc::detail::reset_stats_baseline(); }
+
 REPLAYALLOC_EXPORT int replayalloc_save_trace(const char* key, const char* path) {
   if (key == nullptr || path == nullptr) return -1;
   return engine::get().save_trace(key, path);
@@ -192,4 +198,5 @@ REPLAYALLOC_EXPORT int replayalloc_save_trace(const char* key, const char* path)
 // API does.
 namespace replayalloc {
 REPLAYALLOC_EXPORT Stats stats() { return detail::engine::get().stats(); }
+REPLAYALLOC_EXPORT void reset_stats() { detail::reset_stats_baseline(); }
 }  // namespace replayalloc

@@ -12,8 +12,11 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <atomic>
+#include <mutex>
 #include <string>
 
+#include "backend/backend.h"
 #include "backend/slab_range.h"
 #include "replay/compiled_plan.h"
 #include "runtime/auto_mode.h"
@@ -109,12 +112,13 @@ int other_writer(const char* path, char* who) {
 void write_stats_at_exit() {
   const options& o = engine::get().opts();
   const Stats s = engine::get().stats(nullptr);
+  // (keys: a process whose counters replayalloc_reset_stats() set to zero did something.)
   if (!o.stats_idle && s.iterations == 0 && s.recordings == 0 && s.plans_loaded == 0 &&
-      s.slab_hits == 0 && s.plan_files_ignored == 0) {
+      s.slab_hits == 0 && s.plan_files_ignored == 0 && s.keys == 0) {
     return;  // did nothing (Note [Statistics at exit])
   }
-  char buf[4096];
-  const std::size_t n = format_stats_json(s, buf, sizeof buf);
+  char buf[8192];
+  const std::size_t n = o.stats_text ? format_stats_text(s, buf, sizeof buf) : format_stats_json(s, buf, sizeof buf);
   const std::size_t len = n < sizeof buf ? n : sizeof buf - 1;
   if (std::strcmp(o.stats_path, "stderr") == 0) {
     std::fwrite(buf, 1, len, stderr);
@@ -143,11 +147,18 @@ void write_stats_at_exit() {
   char name[64];
   program_name(name, sizeof name);
   char head[128];
-  const int h = std::snprintf(head, sizeof head, "{\"pid\":%d,\"program\":\"%s\",",
-                              static_cast<int>(::getpid()), name);
-  std::string text(head, static_cast<std::size_t>(h));
-  text.append(buf + 1, len > 0 ? len - 1 : 0);
-  text.push_back('\n');
+  std::string text;
+  if (o.stats_text) {  // the table names the process in its title line instead
+    const int h = std::snprintf(head, sizeof head, "pid %d (%s): ", static_cast<int>(::getpid()), name);
+    text.assign(head, static_cast<std::size_t>(h));
+    text.append(buf, len);
+  } else {
+    const int h = std::snprintf(head, sizeof head, "{\"pid\":%d,\"program\":\"%s\",",
+                                static_cast<int>(::getpid()), name);
+    text.assign(head, static_cast<std::size_t>(h));
+    text.append(buf + 1, len > 0 ? len - 1 : 0);
+    text.push_back('\n');
+  }
   const absl::Status st = write_file_atomic(path, text);
   if (!st.ok()) {
     REPLAYALLOC_LOG(error, "REPLAYALLOC_STATS: cannot write '%s' (%.*s)", path,
@@ -156,6 +167,72 @@ void write_stats_at_exit() {
 }
 
 void note_process_start() { g_started_ns = realtime_ns(); }
+
+// Note [Statistics reset]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// replayalloc_reset_stats() touches no counter: the hot path's counters are per domain
+// and written only by their thread. It saves the statistics of that moment (one
+// baseline per view: all domains, host, device) and stats() subtracts them from every
+// counter; values that are current (slab_bytes, lower_bound_bytes, mapped_bytes,
+// backend_bytes, regimes, keys) are not subtracted, and the peaks start again from the
+// current values. backend_bytes_peak is the most backend_bytes seen when statistics
+// were taken or reset; the fallback allocator keeps no peak of its own to ask.
+namespace {
+std::mutex g_reset_mu;
+Stats g_baseline[3];  // [0] all domains, [1] host, [2] device
+bool g_have_baseline = false;
+std::uint64_t g_plan_wait_max_base = 0;  // plan_wait_us_max as it was at the reset
+std::atomic<std::uint64_t> g_backend_peak{0};
+
+constexpr bool is_current_value(std::size_t offset) {
+  return offset == offsetof(Stats, slab_bytes) || offset == offsetof(Stats, lower_bound_bytes) ||
+         offset == offsetof(Stats, mapped_bytes) || offset == offsetof(Stats, mapped_bytes_peak) ||
+         offset == offsetof(Stats, backend_bytes) || offset == offsetof(Stats, backend_bytes_peak) ||
+         offset == offsetof(Stats, regimes) || offset == offsetof(Stats, keys) ||
+         offset == offsetof(Stats, plan_wait_us_max);
+}
+}  // namespace
+
+void note_backend_bytes(std::uint64_t bytes) {
+  std::uint64_t peak = g_backend_peak.load(std::memory_order_relaxed);
+  while (bytes > peak && !g_backend_peak.compare_exchange_weak(peak, bytes, std::memory_order_relaxed)) {
+  }
+}
+
+void apply_stats_reset(Stats& s, int only) {
+  s.backend_bytes_peak = g_backend_peak.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(g_reset_mu);
+  if (!g_have_baseline) return;
+  const Stats& base = g_baseline[only + 1];
+  auto* out = reinterpret_cast<std::uint64_t*>(&s);
+  const auto* in = reinterpret_cast<const std::uint64_t*>(&base);
+  for (std::size_t i = 0; i < sizeof(Stats) / sizeof(std::uint64_t); ++i) {
+    if (is_current_value(i * sizeof(std::uint64_t))) continue;
+    out[i] = out[i] >= in[i] ? out[i] - in[i] : 0;
+  }
+  // The longest plan wait since the reset: not known apart from the whole run's, so
+  // shown only when a longer one came after it.
+  if (s.plan_wait_us_max <= g_plan_wait_max_base) s.plan_wait_us_max = 0;
+}
+
+void reset_stats_baseline() {
+  {
+    std::lock_guard<std::mutex> lock(g_reset_mu);
+    g_have_baseline = false;  // the raw statistics, below
+  }
+  const domain_kind host = domain_kind::host, device = domain_kind::device;
+  const Stats all = engine::get().stats(nullptr);
+  const Stats h = engine::get().stats(&host);
+  const Stats d = engine::get().stats(&device);
+  backend::reset_mapped_slab_peak();
+  g_backend_peak.store(backend::fallback_allocated_bytes(), std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(g_reset_mu);
+  g_baseline[0] = all;
+  g_baseline[1] = h;
+  g_baseline[2] = d;
+  g_plan_wait_max_base = all.plan_wait_us_max;
+  g_have_baseline = true;
+}
 
 void add_domain(Stats& s, const domain_state& d) {
   const replay_cursor& c = d.cursor;
@@ -242,7 +319,11 @@ Stats engine::stats(const domain_kind* only) {
   s.plan_search_us_total = plan_search_us_total_.load(std::memory_order_relaxed);
   s.recordings = recordings_.load(std::memory_order_relaxed);
   s.mapped_bytes = backend::mapped_slab_bytes();
+  s.mapped_bytes_peak = backend::mapped_slab_bytes_peak();
+  s.backend_bytes = backend::fallback_allocated_bytes();
+  note_backend_bytes(s.backend_bytes);
   s.keys = keys;
+  apply_stats_reset(s, only == nullptr ? -1 : static_cast<int>(*only));
   return s;
 }
 
@@ -283,6 +364,42 @@ struct json_out {
 };
 
 }  // namespace
+
+namespace {
+bool is_bytes(const char* name) {
+  const std::size_t n = std::strlen(name);
+  return (n > 6 && std::strcmp(name + n - 6, "_bytes") == 0) ||
+         (n > 11 && std::strcmp(name + n - 11, "_bytes_peak") == 0);
+}
+}  // namespace
+
+// One line per field, as jemalloc's malloc_stats_print and PyTorch's memory_summary():
+// the name, the value, and sizes also in KiB/MiB/GiB.
+std::size_t format_stats_text(const Stats& s, char* buf, std::size_t cap) {
+  json_out out{buf, cap};
+  out.put("replayalloc statistics\n");
+  int group = 0;
+  auto field = [&](const char* name, int g, std::uint64_t v) {
+    if (g == 1 && group == 0) out.put("  fallbacks by reason:\n");
+    group = g;
+    char line[128];
+    if (is_bytes(name) && v >= 1024) {
+      const char* unit = v >= (std::uint64_t{1} << 30) ? "GiB" : v >= (std::uint64_t{1} << 20) ? "MiB" : "KiB";
+      const double div = v >= (std::uint64_t{1} << 30) ? 1073741824.0 : v >= (std::uint64_t{1} << 20) ? 1048576.0 : 1024.0;
+      std::snprintf(line, sizeof line, "  %s%-26s %20llu  (%.1f %s)\n", g == 1 ? "  " : "", name,
+                    static_cast<unsigned long long>(v), static_cast<double>(v) / div, unit);
+    } else {
+      std::snprintf(line, sizeof line, "  %s%-26s %20llu\n", g == 1 ? "  " : "", name,
+                    static_cast<unsigned long long>(v));
+    }
+    out.put(line);
+  };
+#define X(f, how, json, group) field(json, group, s.f);
+  REPLAYALLOC_STATS_FIELDS(X)
+#undef X
+  if (cap > 0) buf[out.len < cap ? out.len : cap - 1] = '\0';
+  return out.len;
+}
 
 std::size_t format_stats_json(const Stats& s, char* buf, std::size_t cap) {
   json_out out{buf, cap};

@@ -63,6 +63,9 @@
   X(slab_bytes, engine, "slab_bytes", 0)                            \
   X(lower_bound_bytes, engine, "lower_bound_bytes", 0)              \
   X(mapped_bytes, engine, "mapped_bytes", 0)                        \
+  X(mapped_bytes_peak, engine, "mapped_bytes_peak", 0)              \
+  X(backend_bytes, engine, "backend_bytes", 0)                      \
+  X(backend_bytes_peak, engine, "backend_bytes_peak", 0)            \
   X(keys, engine, "keys", 0)
 
 namespace replayalloc::detail {
@@ -76,6 +79,19 @@ void add_domain(Stats& s, const domain_state& d);
 // Writes `s` as the stats JSON object. Returns the length needed (snprintf-style:
 // the text is cut to cap - 1 characters and always terminated when cap > 0).
 std::size_t format_stats_json(const Stats& s, char* buf, std::size_t cap);
+
+// Writes `s` as a readable table (REPLAYALLOC_STATS_FORMAT=text), snprintf-style.
+std::size_t format_stats_text(const Stats& s, char* buf, std::size_t cap);
+
+// Subtracts what reset_stats_baseline() saved from the counters of `s` (the statistics
+// of domain kind `only`, or -1: all) and keeps the current values: Note [Statistics reset].
+void apply_stats_reset(Stats& s, int only);
+
+// A value of backend_bytes seen: raises backend_bytes_peak when larger.
+void note_backend_bytes(std::uint64_t bytes);
+
+// replayalloc_reset_stats(): saves the baseline apply_stats_reset() subtracts.
+void reset_stats_baseline();
 
 // REPLAYALLOC_STATS at exit (Note [Statistics at exit]); registered with atexit.
 void write_stats_at_exit();

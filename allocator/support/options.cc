@@ -1,10 +1,12 @@
 #include "support/options.h"
 
+#include <strings.h>
 #include <sys/stat.h>
 
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "support/log.h"
@@ -42,14 +44,15 @@ bool parse_size(const char* s, std::uint64_t* out) {
   return true;
 }
 
+// 1/0, true/false, yes/no, on/off, in any case (as the C library's strcasecmp).
 bool parse_bool(const char* s, bool* out) {
-  if (!std::strcmp(s, "1") || !std::strcmp(s, "true") || !std::strcmp(s, "yes") ||
-      !std::strcmp(s, "on")) {
+  if (!std::strcmp(s, "1") || !::strcasecmp(s, "true") || !::strcasecmp(s, "yes") ||
+      !::strcasecmp(s, "on")) {
     *out = true;
     return true;
   }
-  if (!std::strcmp(s, "0") || !std::strcmp(s, "false") || !std::strcmp(s, "no") ||
-      !std::strcmp(s, "off")) {
+  if (!std::strcmp(s, "0") || !::strcasecmp(s, "false") || !::strcasecmp(s, "no") ||
+      !::strcasecmp(s, "off")) {
     *out = false;
     return true;
   }
@@ -65,7 +68,7 @@ const char* find_env(char* const* envp, const char* name) {
   return nullptr;
 }
 
-enum class kind { size, count, boolean, mode, path, dir, budget, lms_memory };
+enum class kind { size, count, boolean, mode, path, dir, budget, lms_memory, stats_format };
 
 // One row per setting, as mimalloc's options table: its name, how its value is read,
 // the range a number must fall in, the member it sets and what it means (the README's
@@ -77,14 +80,16 @@ struct option_desc {
   std::uint64_t lo, hi;  // inclusive range for size/count
   bool pow2;             // size must be a power of two
   void (*set)(options& o, std::uint64_t v);  // size, count, boolean
+  std::uint64_t (*get)(const options& o);    // the same: its value (the default's in messages)
   char* (*text)(options& o);                 // path, dir: the buffer it fills
   const char* doc;
 };
 
-#define REPLAYALLOC_SETS(member) \
-  [](options& o, std::uint64_t v) { o.member = static_cast<decltype(o.member)>(v); }, nullptr
-#define REPLAYALLOC_FILLS(member) nullptr, [](options& o) -> char* { return o.member; }
-#define REPLAYALLOC_OWN nullptr, nullptr  // parsed by its kind's own case below
+#define REPLAYALLOC_SETS(member)                                                  \
+  [](options& o, std::uint64_t v) { o.member = static_cast<decltype(o.member)>(v); }, \
+      [](const options& o) { return static_cast<std::uint64_t>(o.member); }, nullptr
+#define REPLAYALLOC_FILLS(member) nullptr, nullptr, [](options& o) -> char* { return o.member; }
+#define REPLAYALLOC_OWN nullptr, nullptr, nullptr  // parsed by its kind's own case below
 
 constexpr std::uint64_t K = 1024, M = K * K, G = M * K, T = G * K;
 
@@ -97,6 +102,8 @@ constexpr option_desc table[] = {
      "warnings printed before going quiet"},
     {"REPLAYALLOC_STATS", kind::path, 0, 0, false, REPLAYALLOC_FILLS(stats_path),
      "where the statistics JSON goes at exit: 1 or stderr, stdout, or a path (%p, %e); 0 none"},
+    {"REPLAYALLOC_STATS_FORMAT", kind::stats_format, 0, 0, false, REPLAYALLOC_OWN,
+     "json | text: the statistics at exit as one JSON object or as a table"},
     {"REPLAYALLOC_STATS_IDLE", kind::boolean, 0, 1, false, REPLAYALLOC_SETS(stats_idle),
      "also write the statistics of a process that did nothing"},
     {"REPLAYALLOC_PLAN_DIR", kind::dir, 0, 0, false, REPLAYALLOC_FILLS(plan_dir),
@@ -155,7 +162,9 @@ constexpr bool table_complete() {
   for (const option_desc& d : table) {
     const bool number = d.k == kind::size || d.k == kind::count || d.k == kind::boolean;
     const bool text = d.k == kind::path || d.k == kind::dir;
-    if (number != (d.set != nullptr) || text != (d.text != nullptr)) return false;
+    if (number != (d.set != nullptr) || number != (d.get != nullptr) || text != (d.text != nullptr)) {
+      return false;
+    }
     if (d.doc == nullptr || d.doc[0] == '\0') return false;
   }
   return true;
@@ -221,8 +230,8 @@ int parse_options(char* const* envp, options* out) {
         else if (!std::strcmp(v, "auto")) out->mode = run_mode::automatic;
         else {
           ++bad;
-          REPLAYALLOC_LOG(error, "%s='%s' is not one of off|record|replay|auto; using '%s'", d.name,
-                          v, mode_name(out->mode));
+          REPLAYALLOC_LOG(error, "%s='%s' is not one of off|record|replay|auto; using the default, '%s'",
+                          d.name, v, mode_name(out->mode));
         }
         break;
       }
@@ -234,8 +243,8 @@ int parse_options(char* const* envp, options* out) {
         const std::size_t n = std::strlen(v);
         if (n >= sizeof out->stats_path) {
           ++bad;
-          REPLAYALLOC_LOG(error, "%s is longer than %zu characters; statistics disabled",
-                          d.name, sizeof out->stats_path - 1);
+          REPLAYALLOC_LOG(error, "%s is longer than %zu characters; using the default, none: statistics "
+                          "are not written", d.name, sizeof out->stats_path - 1);
         } else {
           std::memcpy(d.text(*out), v, n + 1);
         }
@@ -250,15 +259,16 @@ int parse_options(char* const* envp, options* out) {
         struct stat st;
         if (n == 0 || n >= sizeof out->plan_dir) {
           ++bad;
-          REPLAYALLOC_LOG(error, "%s must be a directory path of 1 to %zu characters; %s", d.name,
+          REPLAYALLOC_LOG(error, "%s must be a directory path of 1 to %zu characters; using the default, none: %s", d.name,
                           sizeof out->plan_dir - 1, cache ? "new plans are not saved" : "plans are neither saved nor loaded");
         } else if (::stat(v, &st) != 0 && (errno != ENOENT || ::mkdir(v, cache ? 0700 : 0755) != 0)) {
           ++bad;
-          REPLAYALLOC_LOG(error, "%s='%s' cannot be used (%s); %s", d.name, v, std::strerror(errno),
+          REPLAYALLOC_LOG(error, "%s='%s' cannot be used (%s); using the default, none: %s", d.name, v,
+                          std::strerror(errno),
                           cache ? "new plans are not saved" : "plans are neither saved nor loaded");
         } else if (::stat(v, &st) != 0 || !S_ISDIR(st.st_mode)) {
           ++bad;
-          REPLAYALLOC_LOG(error, "%s='%s' is not a directory; %s", d.name, v,
+          REPLAYALLOC_LOG(error, "%s='%s' is not a directory; using the default, none: %s", d.name, v,
                           cache ? "new plans are not saved" : "plans are neither saved nor loaded");
         } else {
           std::memcpy(dst, v, n + 1);
@@ -276,7 +286,7 @@ int parse_options(char* const* envp, options* out) {
           ++bad;
           REPLAYALLOC_LOG(error,
                           "%s='%s' is neither a size (bytes, optional K/M/G suffix) nor a fraction "
-                          "of device memory in (0, 1] such as 0.8; no budget is used",
+                          "of device memory in (0, 1] such as 0.8; using the default, none: no budget",
                           d.name, v);
         }
         break;
@@ -290,14 +300,23 @@ int parse_options(char* const* envp, options* out) {
         }
         break;
       }
+      case kind::stats_format: {
+        if (!::strcasecmp(v, "json")) out->stats_text = false;
+        else if (!::strcasecmp(v, "text")) out->stats_text = true;
+        else {
+          ++bad;
+          REPLAYALLOC_LOG(error, "%s='%s' is not one of json|text; using the default, 'json'", d.name, v);
+        }
+        break;
+      }
       case kind::boolean: {
         bool b;
         if (parse_bool(v, &b)) {
           d.set(*out, b ? 1 : 0);
         } else {
           ++bad;
-          REPLAYALLOC_LOG(error, "%s='%s' is not a boolean (0/1, true/false, on/off); using the default",
-                          d.name, v);
+          REPLAYALLOC_LOG(error, "%s='%s' is not a boolean (1/0, true/false, yes/no, on/off, any case); "
+                          "using the default, %d", d.name, v, static_cast<int>(d.get(options{})));
         }
         break;
       }
@@ -310,11 +329,12 @@ int parse_options(char* const* envp, options* out) {
         if (!ok || n < d.lo || n > d.hi || (d.pow2 && !std::has_single_bit(n))) {
           ++bad;
           REPLAYALLOC_LOG(error,
-                          "%s='%s' is not %s in [%llu, %llu]%s; using the default", d.name, v,
+                          "%s='%s' is not %s in [%llu, %llu]%s; using the default, %llu", d.name, v,
                           d.k == kind::size ? "a size (bytes, optional K/M/G suffix)" : "a whole number",
                           static_cast<unsigned long long>(d.lo),
                           static_cast<unsigned long long>(d.hi),
-                          d.pow2 ? " and a power of two" : "");
+                          d.pow2 ? " and a power of two" : "",
+                          static_cast<unsigned long long>(d.get(options{})));
         } else {
           d.set(*out, n);
         }
@@ -358,6 +378,51 @@ int parse_options(char* const* envp, options* out) {
   return bad;
 }
 
+void log_settings(const options& o) {
+  if (o.verbose < 2) return;
+  const options defaults{};
+  REPLAYALLOC_LOG(info, "settings in effect (REPLAYALLOC_VERBOSE=%d):", o.verbose);
+  for (const option_desc& d : table) {
+    char value[320];
+    bool is_default = true;
+    switch (d.k) {
+      case kind::size:
+      case kind::count:
+      case kind::boolean:
+        std::snprintf(value, sizeof value, "%llu", static_cast<unsigned long long>(d.get(o)));
+        is_default = d.get(o) == d.get(defaults);
+        break;
+      case kind::path:
+      case kind::dir: {
+        const char* t = d.text(const_cast<options&>(o));
+        std::snprintf(value, sizeof value, "%s", t[0] != '\0' ? t : "(none)");
+        is_default = t[0] == '\0';
+        break;
+      }
+      case kind::mode:
+        std::snprintf(value, sizeof value, "%s", mode_name(o.mode));
+        is_default = o.mode == defaults.mode;
+        break;
+      case kind::stats_format:
+        std::snprintf(value, sizeof value, "%s", o.stats_text ? "text" : "json");
+        is_default = !o.stats_text;
+        break;
+      case kind::budget:
+        if (o.cuda_budget_fraction > 0) std::snprintf(value, sizeof value, "%g", o.cuda_budget_fraction);
+        else if (o.cuda_budget_bytes > 0) std::snprintf(value, sizeof value, "%llu",
+                                                        static_cast<unsigned long long>(o.cuda_budget_bytes));
+        else std::snprintf(value, sizeof value, "(none)");
+        is_default = o.cuda_budget_fraction == 0 && o.cuda_budget_bytes == 0;
+        break;
+      case kind::lms_memory:
+        std::snprintf(value, sizeof value, "%s", o.cuda_lms_pinned ? "pinned" : "managed");
+        is_default = !o.cuda_lms_pinned;
+        break;
+    }
+    REPLAYALLOC_LOG(info, "  %-32s %s%s", d.name, value, is_default ? "" : "  (set)");
+  }
+}
+
 std::size_t option_count() { return sizeof table / sizeof table[0]; }
 const char* option_name(std::size_t i) { return i < option_count() ? table[i].name : nullptr; }
 const char* option_doc(std::size_t i) { return i < option_count() ? table[i].doc : nullptr; }
@@ -368,6 +433,7 @@ const options& process_options() {
   if (g_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     if (!g_frozen.load(std::memory_order_relaxed)) parse_options(environ, &g_options);
     g_state.store(2, std::memory_order_release);
+    log_settings(g_options);
   } else {
     while (g_state.load(std::memory_order_acquire) != 2) {
     }
@@ -383,6 +449,7 @@ bool set_process_options(const options& o) {
   set_log_verbosity(o.verbose);
   set_log_max_warnings(o.max_warnings);
   g_state.store(2, std::memory_order_release);
+  log_settings(o);
   return true;
 }
 

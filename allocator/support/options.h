@@ -37,6 +37,7 @@ struct options {
   int verbose = 1;                    // 0 errors, 1 +warnings, 2 +info, 3 +debug
   long max_warnings = 100;            // warnings printed before going quiet
   char stats_path[256] = "";          // "" none, "stderr", "stdout", or a file path
+  bool stats_text = false;            // REPLAYALLOC_STATS_FORMAT=text: a table instead of JSON
   bool stats_idle = false;            // also write REPLAYALLOC_STATS for a process that did nothing
   char plan_dir[256] = "";            // "" none, or a directory plans are loaded from (and saved to)
   char plan_cache[256] = "";          // "" none, or a writable directory new plans are saved to
@@ -79,6 +80,10 @@ int parse_options(char* const* envp, options* out);
 std::size_t option_count();
 const char* option_name(std::size_t i);
 const char* option_doc(std::size_t i);
+
+// At REPLAYALLOC_VERBOSE=2 and above: every setting's value, one line each, marked
+// "(set)" where it is not the default. Called once, when the options are parsed or set.
+void log_settings(const options& o);
 
 // Options from the process environment, parsed once. Thread-safe.
 const options& process_options();

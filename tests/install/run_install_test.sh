@@ -12,7 +12,10 @@
 #      by the installed `replayalloc report`) and then uses operator new and delete, with
 #      `cc $(pkg-config --cflags --libs replayalloc)`; checks that libreplayalloc.so
 #      neither needs libjemalloc.so nor exports an allocator (Note [Private jemalloc]),
-#   4. runs perl, and a /usr/bin/python3 loop, under
+#   4. checks that ldd of the installed libreplayalloc_preload.so lists nothing but libc,
+#      libm, libstdc++, libgcc_s, libjemalloc and the loader, and that it exports no
+#      Abseil symbol (Note [Static Abseil]; skipped when configure found no Abseil source),
+#      then runs perl, and a /usr/bin/python3 loop, under
 #      LD_PRELOAD=<prefix>/lib/.../libreplayalloc_preload.so with REPLAYALLOC_STATS=stderr
 #      (the right output, the statistics appear, the loop is served from a slab),
 #   5. when libreplayalloc_torch.so was built: the installed Python package with
@@ -35,6 +38,8 @@ python=/usr/bin/python3
 
 # What the caller's environment says must not leak into what is tested.
 unset DESTDIR PYTHONPATH
+# (REPLAYALLOC_EXPECT_STATIC_ABSEIL is the build's, from ctest: kept.)
+expect_static_abseil=${REPLAYALLOC_EXPECT_STATIC_ABSEIL:-1}
 for v in $(compgen -e | grep '^REPLAYALLOC_'); do unset "$v"; done
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/replayalloc-install.XXXXXX") || fail "mktemp"
@@ -79,6 +84,25 @@ fi
 "$prefix/bin/replayalloc" version > "$tmp/version.txt" 2>&1 ||
   { cat "$tmp/version.txt" >&2; fail "bin/replayalloc version failed"; }
 echo "bin/replayalloc version: $(head -n 1 "$tmp/version.txt")"
+
+# ---- Versions: one number everywhere (project(VERSION)), the SONAME its major.
+step "versions"
+version=$(sed -n 's/^replayalloc \([0-9][0-9.]*\).*/\1/p' "$tmp/version.txt" | head -n 1)
+[ -n "$version" ] || fail "bin/replayalloc version printed no version"
+pc_version=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --modversion replayalloc) ||
+  fail "pkg-config --modversion replayalloc failed"
+[ "$pc_version" = "$version" ] || fail "replayalloc.pc says $pc_version, bin/replayalloc $version"
+grep -qF "#define REPLAYALLOC_VERSION_STRING \"$version\"" "$prefix/include/replayalloc/version.h" ||
+  fail "include/replayalloc/version.h does not define REPLAYALLOC_VERSION_STRING \"$version\""
+grep -qF "PACKAGE_VERSION \"$version\"" "$libdir/cmake/replayalloc/replayalloc-config-version.cmake" ||
+  fail "the CMake package's version is not $version"
+soname=$(readelf -d "$libdir/libreplayalloc.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
+[ "$soname" = "libreplayalloc.so.${version%%.*}" ] ||
+  fail "libreplayalloc.so's SONAME is '$soname', not libreplayalloc.so.${version%%.*}"
+[ -f "$libdir/libreplayalloc.so.$version" ] || fail "no $libdir/libreplayalloc.so.$version"
+[ "$(PYTHONPATH="$pydir" "$python" -c 'import replayalloc; print(replayalloc.__version__)')" = "$version" ] ||
+  fail "the installed Python package's replayalloc.__version__ is not $version"
+echo "version $version: bin/replayalloc, replayalloc.pc, version.h, the CMake package, replayalloc.__version__; SONAME $soname"
 
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
@@ -140,6 +164,16 @@ for f in c_demo.csv c_demo.ratrace; do
     { echo "$report" >&2; fail "replayalloc report $f: not the 6 allocations of an iteration"; }
 done
 echo "traces.c: the CSV and the binary trace read back, 6 allocations each"
+# The static library through the .pc file's private part (Requires.private, Libs.private).
+static_flags=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --static --libs replayalloc) ||
+  fail "pkg-config --static --libs replayalloc failed"
+static_flags=$(echo " $static_flags " | sed 's/ -lreplayalloc / /')
+# shellcheck disable=SC2086
+"$cc" -o "$tmp/pc_static" "$here/consumer/main.c" \
+  $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags replayalloc) "$libdir/libreplayalloc.a" $static_flags ||
+  fail "linking libreplayalloc.a with \$(pkg-config --static --libs replayalloc) failed"
+! readelf -d "$tmp/pc_static" | grep -q 'libreplayalloc\.so' || fail "pc_static links libreplayalloc.so"
+check_consumer "pkg-config --static consumer (libreplayalloc.a)" "$tmp/pc_static"
 if command -v readelf > /dev/null && command -v nm > /dev/null; then
   if readelf -d "$libdir/libreplayalloc.so" | grep -E 'NEEDED' | grep -q jemalloc; then
     fail "libreplayalloc.so needs libjemalloc.so: jemalloc's operator new and delete reach its users (Note [Private jemalloc])"
@@ -148,6 +182,22 @@ if command -v readelf > /dev/null && command -v nm > /dev/null; then
            grep -xE '(malloc|free|calloc|realloc|posix_memalign|aligned_alloc|memalign|valloc|malloc_usable_size|_Zn[wa].*|_Zd[la].*|[a-z]*allocx|mallctl.*|malloc_conf)' || true)
   [ -z "$leaked" ] || fail "libreplayalloc.so exports allocator symbols: $leaked"
   echo "libreplayalloc.so: no libjemalloc.so needed, no allocator symbol exported"
+fi
+
+# ---- The LD_PRELOAD library is one file (Note [Static Abseil], cmake/static_abseil.cmake):
+# it needs nothing but the C and C++ runtimes, libjemalloc and the loader.
+step "ldd ${libdir#$prefix/}/libreplayalloc_preload.so"
+if [ "$expect_static_abseil" != 1 ]; then
+  echo "SKIPPED: this build links the LD_PRELOAD library to Abseil's shared libraries (REPLAYALLOC_STATIC_ABSEIL: configure said why)"
+else
+  deps=$(ldd "$libdir/libreplayalloc_preload.so") || fail "ldd libreplayalloc_preload.so failed"
+  echo "$deps" | sed 's/^/  /'
+  extra=$(echo "$deps" | awk '{print $1}' |
+          grep -vxE 'linux-vdso\.so\.1|/lib(64)?/ld-linux[^ ]*|libc\.so\.6|libm\.so\.6|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libjemalloc\.so\.2' || true)
+  [ -z "$extra" ] || fail "libreplayalloc_preload.so needs more than libc, libm, libstdc++, libgcc_s, libjemalloc and the loader: $(echo $extra)"
+  exported=$(nm -D --defined-only "$libdir/libreplayalloc_preload.so" | awk '{print $NF}' | grep -c '^_ZN4absl' || true)
+  [ "$exported" = 0 ] || fail "libreplayalloc_preload.so exports $exported Abseil symbols (they must stay hidden inside it)"
+  echo "libreplayalloc_preload.so: $(echo "$deps" | wc -l) entries in ldd, no Abseil library, no Abseil symbol exported"
 fi
 
 # ---- LD_PRELOAD

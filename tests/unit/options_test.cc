@@ -201,14 +201,14 @@ TEST_F(ParseOptions, Counts) {
 }
 
 TEST_F(ParseOptions, Booleans) {
-  for (const char* v : {"1", "true", "yes", "on"}) {
+  for (const char* v : {"1", "true", "yes", "on", "TRUE", "Yes", "ON", "True"}) {
     options o;
     o.prefault = false;
     std::string err;
     EXPECT_EQ(parse(env({std::string("REPLAYALLOC_PREFAULT=") + v}), &o, &err), 0) << v;
     EXPECT_TRUE(o.prefault) << v;
   }
-  for (const char* v : {"0", "false", "no", "off"}) {
+  for (const char* v : {"0", "false", "no", "off", "FALSE", "No", "OFF", "Off"}) {
     options o;
     std::string err;
     EXPECT_EQ(parse(env({std::string("REPLAYALLOC_PREFAULT=") + v}), &o, &err), 0) << v;
@@ -253,7 +253,7 @@ TEST_F(ParseOptions, PlanDirIsMadeWhenMissingAndRefusedWhenUnusable) {
   ::rmdir(dir.c_str());
   // A file is not a directory; a path under a missing parent cannot be made.
   EXPECT_EQ(parse(env({"REPLAYALLOC_PLAN_DIR=/etc/hostname"}), &o, &err), 1);
-  EXPECT_THAT(err, HasSubstr("is not a directory; plans are neither saved nor loaded"));
+  EXPECT_THAT(err, HasSubstr("is not a directory; using the default, none: plans are neither saved nor loaded"));
   EXPECT_STREQ(o.plan_dir, "");
   EXPECT_EQ(parse(env({"REPLAYALLOC_PLAN_DIR=/nonexistent/a/b"}), &o, &err), 1);
   EXPECT_THAT(err, HasSubstr("REPLAYALLOC_PLAN_DIR='/nonexistent/a/b' cannot be used"));
@@ -278,7 +278,7 @@ TEST_F(ParseOptions, PlanCacheIsMadePrivateAndStatsIdleIsABoolean) {
   EXPECT_EQ(st.st_mode & 0777, 0700u);  // only this user may plant plans in it
   ::rmdir(dir.c_str());
   EXPECT_EQ(parse(env({"REPLAYALLOC_PLAN_CACHE=/etc/hostname"}), &o, &err), 1);
-  EXPECT_THAT(err, HasSubstr("is not a directory; new plans are not saved"));
+  EXPECT_THAT(err, HasSubstr("is not a directory; using the default, none: new plans are not saved"));
   EXPECT_STREQ(o.plan_cache, "");
   EXPECT_EQ(parse(env({"REPLAYALLOC_STATS_IDLE=maybe"}), &o, &err), 1);
   EXPECT_FALSE(o.stats_idle);
@@ -407,6 +407,43 @@ TEST_F(ParseOptions, InvalidValueMessages) {
   // One message per invalid setting.
   EXPECT_EQ(parse(env({"REPLAYALLOC_MAX_SLABS=0"}), &o, &err), 1);
   EXPECT_EQ(err.find("REPLAYALLOC_MAX_SLABS"), err.rfind("REPLAYALLOC_MAX_SLABS"));
+}
+
+// Every error names the default it falls back to (issue 33), word for word.
+TEST_F(ParseOptions, InvalidValueMessagesNameTheDefault) {
+  options o;
+  std::string err;
+  EXPECT_EQ(parse(env({"REPLAYALLOC_PREFAULT=maybe"}), &o, &err), 1);
+  EXPECT_THAT(err, HasSubstr("REPLAYALLOC_PREFAULT='maybe' is not a boolean (1/0, true/false, yes/no, "
+                             "on/off, any case); using the default, 1"));
+  EXPECT_EQ(parse(env({"REPLAYALLOC_MAX_SLABS=0"}), &o, &err), 1);
+  EXPECT_THAT(err, HasSubstr("REPLAYALLOC_MAX_SLABS='0' is not a whole number in [1, 4096]; using the default, 64"));
+  EXPECT_EQ(parse(env({"REPLAYALLOC_MODE=fast"}), &o, &err), 1);
+  EXPECT_THAT(err, HasSubstr("using the default, '"));
+  EXPECT_EQ(parse(env({"REPLAYALLOC_STATS_FORMAT=xml"}), &o, &err), 1);
+  EXPECT_THAT(err, HasSubstr("REPLAYALLOC_STATS_FORMAT='xml' is not one of json|text; using the default, 'json'"));
+  EXPECT_FALSE(o.stats_text);
+  EXPECT_EQ(parse(env({"REPLAYALLOC_STATS_FORMAT=TEXT"}), &o, &err), 0);
+  EXPECT_TRUE(o.stats_text);
+}
+
+// REPLAYALLOC_VERBOSE=2 prints every setting once, marking the ones set.
+TEST_F(ParseOptions, VerboseTwoPrintsTheSettings) {
+  options o;
+  std::string err;
+  EXPECT_EQ(parse(env({"REPLAYALLOC_VERBOSE=2", "REPLAYALLOC_MAX_SLABS=7"}), &o, &err), 0);
+  testing::internal::CaptureStderr();
+  log_settings(o);
+  const std::string out = testing::internal::GetCapturedStderr();
+  set_log_verbosity(1);
+  EXPECT_THAT(out, HasSubstr("settings in effect (REPLAYALLOC_VERBOSE=2)"));
+  EXPECT_THAT(out, testing::ContainsRegex("REPLAYALLOC_MAX_SLABS +7  \\(set\\)"));
+  EXPECT_THAT(out, testing::ContainsRegex("REPLAYALLOC_SLOT_ALIGN +64\n"));
+  for (std::size_t i = 0; i < option_count(); ++i) EXPECT_THAT(out, HasSubstr(option_name(i)));
+  options quiet;
+  testing::internal::CaptureStderr();
+  log_settings(quiet);
+  EXPECT_THAT(testing::internal::GetCapturedStderr(), IsEmpty());
 }
 
 TEST_F(ParseOptions, StatsPathTooLong) {

@@ -22,6 +22,8 @@
 
 #include <stddef.h>
 
+#include "replayalloc/version.h" /* REPLAYALLOC_VERSION_MAJOR/MINOR/PATCH/STRING */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -64,10 +66,19 @@ unsigned replayalloc_op_id(const char *name);
 void replayalloc_set_op(unsigned op_id);
 unsigned replayalloc_current_op(void);
 
+/* The library's version, "MAJOR.MINOR.PATCH": the library the program runs with, where
+ * REPLAYALLOC_VERSION_STRING is the headers' it was compiled with. */
+const char *replayalloc_version(void);
+
 /* Statistics as one JSON object, written to buf (NUL-terminated, truncated to cap).
  * Returns the length the whole object needs, without the NUL. Keys include
  * allocations, slab_hits, fallbacks, plans, rerecords, slab_bytes, lower_bound_bytes. */
 size_t replayalloc_stats_json(char *buf, size_t cap);
+
+/* Sets the statistics' counters to zero and their peaks (mapped_bytes_peak,
+ * backend_bytes_peak, plan_wait_us_max) to the current values; current values such as
+ * slab_bytes and mapped_bytes stay. Thread-safe. */
+void replayalloc_reset_stats(void);
 
 /* Blocks until every plan being made in the background is installed (or has
  * failed): plans are made by a planner thread, off the request path, and a key's

@@ -91,9 +91,17 @@ struct Stats {
   std::uint64_t slab_bytes = 0;         ///< sum of the current plans' slab sizes
   std::uint64_t lower_bound_bytes = 0;  ///< sum of the current plans' lower bounds
   std::uint64_t mapped_bytes = 0;       ///< slab memory committed now (all slabs)
+  std::uint64_t mapped_bytes_peak = 0;  ///< the most slab memory committed at once (since the start or reset_stats())
+  std::uint64_t backend_bytes = 0;      ///< bytes the fallback allocator (jemalloc, or the C library's) has handed out and not had back, now
+  std::uint64_t backend_bytes_peak = 0; ///< the most of those seen when statistics were taken or a slab was made (since the start or reset_stats())
   std::uint64_t keys = 0;
 };
 
 Stats stats();
+
+/// Sets every counter to zero and every peak to its current value (as
+/// torch.cuda.reset_peak_memory_stats and jemalloc's stats reset); the current values
+/// (slab_bytes, mapped_bytes, backend_bytes, regimes, keys) are left as they are.
+void reset_stats();
 
 }  // namespace replayalloc

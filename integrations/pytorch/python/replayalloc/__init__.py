@@ -22,7 +22,25 @@ import re
 import sysconfig
 from contextlib import contextmanager
 
-__all__ = ["load", "iteration", "stats", "library_path"]
+__all__ = ["load", "iteration", "stats", "reset_stats", "library_path", "__version__"]
+
+
+def _source_version() -> str:
+    """The version of the source tree this package sits in: its CMakeLists.txt's
+    project(VERSION), where CMake takes it from too."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..")
+    try:
+        with open(os.path.join(root, "CMakeLists.txt"), encoding="utf-8") as f:
+            m = re.search(r"project\(replayalloc\s+VERSION\s+([0-9.]+)", f.read())
+        return m.group(1) if m else "0+unknown"
+    except OSError:
+        return "0+unknown"
+
+
+try:  # written by CMake's install and by the wheel build, from project(VERSION)
+    from ._version import __version__
+except ImportError:  # the source tree (PYTHONPATH=integrations/pytorch/python)
+    __version__ = _source_version()
 
 _LIB = None
 _LIB_PATH = None
@@ -171,6 +189,12 @@ def stats(device: bool = False) -> dict:
     if device and not hasattr(lib, "replayalloc_cuda_stats_json"):
         raise RuntimeError(f"replayalloc: {library_path()} was built without CUDA: no device statistics")
     return _json(lib.replayalloc_cuda_stats_json if device else lib.replayalloc_stats_json)
+
+
+def reset_stats() -> None:
+    """Sets the statistics' counters to zero, and their peaks to the current values
+    (replayalloc_reset_stats; as torch.cuda.reset_peak_memory_stats)."""
+    load().replayalloc_reset_stats()
 
 
 def wait_plans() -> None:
