@@ -20,6 +20,23 @@ namespace {
 
 std::atomic<std::uint64_t> g_rests{0};
 
+// Note [A process whose threads show no period]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A watcher rests (Note [Auto mode rests]) after watching a few thousand allocations
+// with no period, but each new thread starts watching afresh, and watching costs about
+// 1,500-2,000 instructions per watched allocation: a program whose threads are short
+// (larson's, which end and start successors all the time; a thread per request)
+// watched every thread's first 2,048 allocations and ran 25% more instructions than
+// jemalloc alone (bench/micro/threaded_stress.cc larson, callgrind). So the process
+// remembers: the rests taken for want of a period since a period was last found on any
+// thread (g_rests_without_period). From two on, a new thread's watcher begins with a
+// rest, as long as the latest of them (one history, doubled per rest beyond the
+// second, up to 32 times); a period found on any thread forgets them, and new threads
+// watch at once again. Where this is wrong: a process whose first threads show no
+// period and whose later ones would, each after its first rest: those later threads
+// are watched one rest later (16,384 allocations by default, a few inferences).
+std::atomic<std::uint32_t> g_rests_without_period{0};
+
 void rest(thread_state& t, auto_state& a, std::uint64_t budget) noexcept;
 
 }  // namespace
@@ -44,6 +61,15 @@ void watch(thread_state& t, std::size_t size) {
     if (mem == nullptr) return;
     t.autod = new (mem) auto_state(opts.auto_history);
     refresh_watched_gate(t);
+    // Note [A process whose threads show no period]
+    if (const std::uint32_t r = g_rests_without_period.load(std::memory_order_relaxed); r >= 2) {
+      t.autod->rests = std::min<std::uint32_t>(r - 2, 5);
+      rest(t, *t.autod, opts.auto_history);
+      REPLAYALLOC_LOG(info, "auto: thread %u begins resting (%llu allocations): the process's threads showed no "
+                      "period in their last %u watches", t.thread_no,
+                      static_cast<unsigned long long>(t.autod->resting), r);
+      return;
+    }
   }
   auto_state& a = *t.autod;
   if (a.resting > 0) {  // Note [Auto mode rests]
@@ -113,6 +139,7 @@ void watch(thread_state& t, std::size_t size) {
     return;
   }
   if (a.det.found() && (a.det.quiet() ? a.at_quiet >= a.det.quiet_run() : a.det.count() == a.det.next_boundary())) {
+    g_rests_without_period.store(0, std::memory_order_relaxed);  // Note [A process whose threads show no period]
     if (a.det.quiet()) {
       // The watched blocks stay tracked: their count says where iterations end.
       std::snprintf(a.key, sizeof a.key, "auto/%016llx/q%u", static_cast<unsigned long long>(a.det.signature()),
@@ -169,6 +196,7 @@ void watch(thread_state& t, std::size_t size) {
     const std::uint64_t watched = a.det.count() - a.watch_start;
     if (rare || watched >= budget) {
       rest(t, a, budget);
+      g_rests_without_period.fetch_add(1, std::memory_order_relaxed);
       REPLAYALLOC_LOG(info, "auto: thread %u shows no period in %llu allocations%s; not watched for the next %llu",
                       t.thread_no, static_cast<unsigned long long>(watched),
                       rare ? " (fewer than a quarter of their sizes recur)" : "",
@@ -310,5 +338,7 @@ void on_thread_exit(thread_state& t) {
 }
 
 std::uint64_t rests() { return g_rests.load(std::memory_order_relaxed); }
+
+void forget_rests() { g_rests_without_period.store(0, std::memory_order_relaxed); }
 
 }  // namespace replayalloc::detail::auto_mode

@@ -51,5 +51,8 @@ void on_thread_exit(thread_state& t);
 
 // Statistics: watchers that rested (Note [Auto mode rests]), process-wide.
 std::uint64_t rests();
+// Note [A process whose threads show no period]: new threads watch at once again, as
+// after a period found (tests).
+void forget_rests();
 
 }  // namespace replayalloc::detail::auto_mode

@@ -13,6 +13,7 @@
 #include "replayalloc/replayalloc.h"
 #include "replayalloc/replayalloc.hpp"
 #include "runtime/auto_detect.h"
+#include "runtime/auto_mode.h"
 #include "runtime/thread_state.h"
 #include "support/pattern.h"
 
@@ -50,6 +51,7 @@ void release(void* p, std::size_t n, how h) {
 // free the watcher misses leaves its block live there for good: the detector's live
 // bytes never return to zero, and no quiet point is found again.
 void watched_frees_are_seen(how h) {
+  replayalloc::detail::auto_mode::forget_rests();  // a fresh thread watches at once
   std::thread([h] {
     std::vector<void*> held;
     for (int i = 0; i < 40; ++i) {
@@ -79,6 +81,7 @@ void watched_frees_are_seen(how h) {
 // jemalloc from the top of the slow path, which must still count the rest down, one
 // per allocation, so that watching resumes after it, and count each as pass-through.
 TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
+  replayalloc::detail::auto_mode::forget_rests();
   std::thread([] {
     auto* const& a = replayalloc::detail::tls_state.autod;
     std::uint64_t salt = 0;
@@ -134,5 +137,57 @@ TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
 TEST(EntryAuto, PlainFreesOfWatchedBlocksAreSeen) { watched_frees_are_seen(how::plain); }
 
 TEST(EntryAuto, SizedFreesOfWatchedBlocksAreSeen) { watched_frees_are_seen(how::sized); }
+
+// Note [A process whose threads show no period] (runtime/auto_mode.cc): once two
+// watchers rested for want of a period (and none found one since), a new thread's
+// watcher begins with a rest instead of watching its first allocations; a period found
+// on any thread makes new threads watch at once again.
+TEST(EntryAuto, NewThreadsOfAProcessWithNoPeriodBeginResting) {
+  replayalloc::detail::auto_mode::forget_rests();
+  // A thread making sizes that never recur until its watcher rests; returns whether
+  // it was watched at its first allocation.
+  auto aperiodic = [] {
+    bool watched_at_first = false;
+    std::thread([&watched_at_first] {
+      const auto* const& a = replayalloc::detail::tls_state.autod;
+      for (std::uint64_t salt = 0;; ++salt) {
+        const std::size_t n = kMin + 16 * static_cast<std::size_t>(salt % 100000);
+        void* p = replayalloc_malloc(n);
+        ASSERT_NE(p, nullptr);
+        if (salt == 0) watched_at_first = a != nullptr && a->resting == 0;
+        replayalloc_free(p);
+        if (a != nullptr && a->resting != 0) break;
+        ASSERT_LT(salt, 100000u) << "auto mode never rested on a stream with no period";
+      }
+    }).join();
+    return watched_at_first;
+  };
+  EXPECT_TRUE(aperiodic()) << "the first thread did not watch";
+  EXPECT_TRUE(aperiodic()) << "one rest without a period made the next thread rest";
+  const replayalloc::Stats before = replayalloc::stats();
+  EXPECT_FALSE(aperiodic()) << "after two rests without a period, a new thread still watches its first allocations";
+  EXPECT_GE(replayalloc::stats().auto_rests - before.auto_rests, 1u);
+  // A thread that repeats a period of 64 allocations (of 64-127 KiB): it begins with a
+  // rest too, then watches, finds the period, and new threads watch at once again.
+  std::thread([] {
+    const auto* const& a = replayalloc::detail::tls_state.autod;
+    for (int rep = 0; rep < 2000 && !(a != nullptr && a->in_iteration); ++rep) {
+      std::vector<void*> held;
+      for (int i = 0; i < 64; ++i) {
+        const std::size_t n = 64 * 1024 + 1024 * static_cast<std::size_t>(i);
+        held.push_back(replayalloc_malloc(n));
+        if (held.size() > 2) {
+          replayalloc_free(held[held.size() - 3]);
+          held[held.size() - 3] = nullptr;
+        }
+      }
+      for (void* p : held) replayalloc_free(p);
+    }
+    ASSERT_NE(a, nullptr);
+    EXPECT_TRUE(a->in_iteration) << "the periodic thread's period was not found";
+  }).join();
+  // Two more aperiodic rests are needed again before a new thread rests at once.
+  EXPECT_TRUE(aperiodic()) << "a period found did not make new threads watch again";
+}
 
 }  // namespace
