@@ -8,7 +8,9 @@
 // The slots met are found by a stabbing query on a segment tree over positions (the
 // slots live at the allocation's first position) and a count-pruned segment tree over
 // start positions (those starting inside its lifetime): the code of commit 243c773,
-// less its work counter.
+// less its work counter, its scan of short ranges of leaves and its one-word sort keys
+// (neither changes an offset: slots met at one offset may come in any order, Note
+// [One-word sort keys] in planner/greedy_placer.cc).
 #pragma once
 
 #include <algorithm>
