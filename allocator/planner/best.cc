@@ -45,8 +45,10 @@ namespace {
 using detail::greedy_input;
 using detail::greedy_placer;
 
-// The improving pass's budget, in the placer's work units (index entries visited and
-// slots compared; about 2-3 ns each on a 2020s x86 core): a few milliseconds.
+// The improving pass's budget, in the placer's work units (per placement one, plus
+// two per slot met: greedy_placer::work(); about 2-5 ns each on a 2020s x86 core): a
+// few milliseconds. The units of the placer before the fast tier counted more per
+// placement, so this budget buys the placements it bought then, or more.
 constexpr std::uint64_t search_work = 1'000'000;
 // The fit search's budget (fit_search.cc; its work units cost about the same).
 constexpr std::uint64_t fit_work = 150'000;

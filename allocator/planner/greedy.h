@@ -29,12 +29,28 @@ namespace replayalloc::detail {
 // Note [Time index]
 // ~~~~~~~~~~~~~~~~~
 // On the lifetimes mapped onto positions (Note [Positions] in lifetimes.h), the slots
-// that meet a lifetime [l, r) are those live at l, found by a stabbing query on a
-// segment tree holding each slot at the O(log n) canonical nodes of its range (a slot
-// live at l sits at exactly one node on l's path to the root, so no filter is
-// needed), and those that start inside (l, r), found in a count-pruned segment tree
-// over start positions. Each is found once: a query costs O(log n) plus O(log n) per
-// slot found, whatever the lifetimes' lengths.
+// that meet a lifetime [l, r) are those live at l and those that start inside (l, r).
+// The plannable allocations are in alloc_at order, so the slots starting in a range
+// of positions are a run of that order (their ranks), found through start_rank_:
+//   * those starting inside (l, r): the run is scanned, in blocks of 64 ranks that
+//     are skipped whole while none of theirs is placed;
+//   * the short ones live at l (a lifetime of at most `window_` positions): they
+//     started in (l - window_, l], a run of at most window_ positions, scanned for
+//     the placed ones still live at l (back_last_: their end, 0 when not placed);
+//   * the long ones live at l (the rest): a segment tree over blocks of window_
+//     positions holds each at the canonical nodes of its blocks, and a stabbing query
+//     at l's block keeps those live at l.
+// Each slot met is found once. Every run scanned is contiguous, and in the orderings
+// that jump about in time (by size, by lifetime) a placement touches a few runs of
+// memory instead of a root-to-leaf path of lists (what the placer before the fast
+// tier walked: 20 levels at 10^6 positions, a cache miss each). window_ is chosen per
+// trace from its lifetimes' lengths (choose_window): the scan of the window costs
+// about window_ times the slots per position; a long slot costs its tree nodes.
+// Over one place(), the runs of (l, r) cost one visit per pair of intersecting
+// lifetimes, as finding them cost before (each pair was found once, by the later
+// placed); the offsets are those of that placer (tests/property/fast_placer_test.cc
+// compares them with tests/property/reference_greedy_placer.h, the placer of
+// 243c773).
 class greedy_placer {
  public:
   explicit greedy_placer(const greedy_input& in);
@@ -48,37 +64,66 @@ class greedy_placer {
 
   const std::vector<std::uint64_t>& offsets() const { return offsets_; }
 
-  // Work done by every place() so far (index entries visited and slots compared): a
-  // machine-independent measure of time, for budgets that must be deterministic.
+  // Work done by every place() so far: per placement, one plus twice the slots met (a
+  // slot is found, then compared). A machine-independent measure of time, for budgets
+  // that must be deterministic. It is never more than the placer before the fast tier
+  // counted for the same placement (that one also counted its trees' nodes), so a
+  // budget buys at least the placements it bought then: best.cc's improving pass
+  // follows the same course as before, as far or farther.
   std::uint64_t work() const { return work_; }
 
  private:
-  void push(std::size_t list, std::uint32_t slot);
-  void collect_starts(std::size_t node, std::size_t lo, std::size_t hi, std::size_t l, std::size_t r);
-
-  const greedy_input& in_;
-  std::size_t leaves_ = 1;                      // a power of two >= the positions
-  const std::vector<std::uint32_t>& first_;     // in.first, in.last
-  const std::vector<std::uint32_t>& last_;
-  std::vector<std::uint32_t> start_count_;      // per tree node: slots starting below it
-  // Note [Lists in place]
-  // ~~~~~~~~~~~~~~~~~~~~~
-  // The lists are lists 0 .. 2 * leaves_ - 1 (per tree node: the slots held there for
-  // stabbing queries) and 2 * leaves_ + p (the slots starting at leaf p). Which slots a
-  // list will hold depends only on the lifetimes, not on the order, so each list has its
-  // own run of entries_, sized once (list_ref::begin); a place() fills each run from its
-  // start (list_ref::fill), and a query scans the filled part: contiguous memory, where
-  // linked lists missed the cache once per slot. Each entry carries what a query needs
-  // (the slot's offset and end).
   struct index_entry {
     std::uint64_t offset, end;
   };
+  // A long slot in the tree: its place and its lifetime, to keep those live at l.
+  struct long_entry {
+    std::uint64_t offset, end;
+    std::uint32_t first, last;
+  };
+  static constexpr std::uint64_t unplaced = UINT64_MAX;
+  static constexpr unsigned block_bits = 6;  // ranks per placed count: 64
+
+  // What a placement reads of its allocation, in one place per rank: its lifetime,
+  // the runs of ranks it scans (Note [Time index]) and its slot.
+  struct rank_info {
+    std::uint32_t first, last;  // positions
+    std::uint32_t window_from;  // the first rank starting in (first - window_, first]
+    std::uint32_t after;        // the first rank starting after first
+    std::uint32_t stop;         // the first rank starting at or after last
+    std::uint32_t alignment;
+    std::uint64_t footprint;
+  };
+  void prefetch(std::uint32_t rank) const;
+  void collect_starting(std::uint32_t from, std::uint32_t to);
+  void collect_long(std::uint32_t l);
+  void index_long(std::uint32_t l, std::uint32_t r, const long_entry& e);
+
+  const greedy_input& in_;
+  const std::vector<std::uint32_t>& first_;  // in.first, in.last
+  const std::vector<std::uint32_t>& last_;
+  std::uint32_t window_ = 1;                 // Note [Time index]
+  std::vector<std::uint32_t> rank_;          // per allocation index: its rank
+  std::vector<rank_info> info_;              // per rank
+  std::vector<std::uint32_t> ranks_;         // the order being placed, as ranks
+  std::vector<index_entry> slot_;            // per rank: offset (unplaced) and end
+  std::vector<std::uint32_t> back_last_;     // per rank: last, when placed and short; else 0
+  std::vector<std::uint32_t> placed_;        // per 64 ranks: how many are placed
+  std::size_t leaves_ = 1;                   // of the long slots' tree: a power of two >= its blocks
+  std::uint32_t long_placed_ = 0;
+  // Note [Lists in place]
+  // ~~~~~~~~~~~~~~~~~~~~~
+  // The long slots' tree has a list per node (the slots held there for stabbing
+  // queries). Which slots a list will hold depends only on the lifetimes, not on the
+  // order, so each list has its own run of long_entries_, sized once (list_ref::begin);
+  // a place() fills each run from its start (list_ref::fill), and a query scans the
+  // filled part: contiguous memory, where linked lists missed the cache once per slot.
   struct list_ref {
     std::uint32_t begin;  // the run's first entry
     std::uint32_t fill;   // entries filled in this place()
   };
   std::vector<list_ref> lists_;
-  std::vector<index_entry> entries_;
+  std::vector<long_entry> long_entries_;
   std::vector<index_entry> cand_;                              // the slots met
   std::vector<std::uint64_t> packed_;                          // offset << 24 | index in cand_
   std::vector<std::uint64_t> offsets_;

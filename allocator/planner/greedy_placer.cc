@@ -9,75 +9,171 @@
 #include "planner/greedy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace replayalloc::detail {
+namespace {
+
+// Note [Time index]: the window, a power of two from 4 to 4096 positions, that makes
+// the least estimated work: each placement scans the slots starting in a window
+// (window * slots per position) and walks the long slots' tree (its depth); each long
+// slot costs its canonical nodes, pushed once and met by the queries below them.
+std::uint32_t choose_window(const greedy_input& in) {
+  const std::size_t n = in.plannable.size();
+  if (n == 0 || in.positions == 0) return 4;
+  std::uint64_t longer[13] = {};  // per k: lifetimes longer than 2^k positions
+  for (const std::uint32_t i : in.plannable) {
+    const std::uint32_t len = in.last[i] - in.first[i];
+    for (unsigned k = 2; k <= 12 && (std::uint32_t{1} << k) < len; ++k) ++longer[k];
+  }
+  const double per_position = static_cast<double>(n) / static_cast<double>(in.positions);
+  double best_cost = 0;
+  std::uint32_t best = 4;
+  for (unsigned k = 2; k <= 12; ++k) {
+    const double window = static_cast<double>(std::uint64_t{1} << k);
+    const double depth = 1 + std::log2(1 + static_cast<double>(in.positions) / window);
+    const double cost = static_cast<double>(n) * (window * per_position + depth) +
+                        4.0 * static_cast<double>(longer[k]) * depth;
+    if (k == 2 || cost < best_cost) {
+      best_cost = cost;
+      best = std::uint32_t{1} << k;
+    }
+  }
+  return best;
+}
+
+}  // namespace
 
 greedy_placer::greedy_placer(const greedy_input& in) : in_(in), first_(in.first), last_(in.last) {
   const auto& all = in.tr->allocations;
-  while (leaves_ < in.positions) leaves_ <<= 1;
-  start_count_.assign(2 * leaves_, 0);
+  const std::size_t n = in.plannable.size();
+  window_ = choose_window(in);
   offsets_.assign(all.size(), not_in_slab);
-  // Note [Lists in place]: each list's length (a slot at the canonical nodes of its
-  // range and at its start), then the runs.
-  const std::size_t lists = 3 * leaves_;
-  lists_.assign(lists, list_ref{0, 0});
+  rank_.assign(all.size(), 0);
+  // Plannable allocations are in alloc_at order: first_ never decreases along them,
+  // so the slots starting in a range of positions are a run of ranks.
+  std::vector<std::uint32_t> start_rank(in.positions + 2, static_cast<std::uint32_t>(n));
+  for (std::size_t k = n; k-- > 0;) {
+    const std::uint32_t i = in.plannable[k];
+    rank_[i] = static_cast<std::uint32_t>(k);
+    start_rank[first_[i]] = static_cast<std::uint32_t>(k);
+  }
+  for (std::size_t p = in.positions; p-- > 0;) start_rank[p] = std::min(start_rank[p], start_rank[p + 1]);
+  info_.resize(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::uint32_t i = in.plannable[k], l = first_[i], r = last_[i];
+    info_[k] = {l, r, start_rank[l + 1 > window_ ? l + 1 - window_ : 0], start_rank[l + 1], start_rank[r],
+                static_cast<std::uint32_t>(in.alignment[i]), in.footprint[i]};
+  }
+  slot_.assign(n, {unplaced, 0});
+  back_last_.assign(n, 0);
+  placed_.assign((n >> block_bits) + 1, 0);
+  // Note [Lists in place]: each list's length (a long slot at the canonical nodes of
+  // its blocks), then the runs.
+  const std::size_t blocks = in.positions / window_ + 1;
+  while (leaves_ < blocks) leaves_ <<= 1;
+  lists_.assign(2 * leaves_, list_ref{0, 0});
   for (const std::uint32_t i : in.plannable) {
-    ++lists_[2 * leaves_ + first_[i]].begin;
-    for (std::size_t a = first_[i] + leaves_, b = last_[i] + leaves_; a < b; a >>= 1, b >>= 1) {
+    if (last_[i] - first_[i] <= window_) continue;
+    for (std::size_t a = first_[i] / window_ + leaves_, b = (last_[i] - 1) / window_ + 1 + leaves_; a < b;
+         a >>= 1, b >>= 1) {
       if (a & 1) ++lists_[a++].begin;
       if (b & 1) ++lists_[--b].begin;
     }
   }
   std::uint32_t sum = 0;
   for (list_ref& x : lists_) sum += std::exchange(x.begin, sum);
-  entries_.resize(sum);
+  long_entries_.resize(sum);
 }
 
-void greedy_placer::push(std::size_t list, std::uint32_t slot) {
-  list_ref& x = lists_[list];
-  entries_[x.begin + x.fill++] = {offsets_[slot], offsets_[slot] + in_.footprint[slot]};
-}
-
-// Appends to cand_ the slots starting in [l, r), visiting only subtrees that hold one.
-void greedy_placer::collect_starts(std::size_t node, std::size_t lo, std::size_t hi, std::size_t l,
-                                   std::size_t r) {
-  ++work_;
-  if (start_count_[node] == 0 || hi <= l || r <= lo) return;
-  if (hi - lo <= 32) {  // a short range: its leaves directly (cheaper than the tree)
-    for (std::size_t p = std::max(lo, l); p < std::min(hi, r); ++p) {
-      const std::size_t list = 2 * leaves_ + p;
-      const index_entry* e = entries_.data() + lists_[list].begin;
-      const std::uint32_t n = lists_[list].fill;
-      for (std::uint32_t k = 0; k < n; ++k) cand_.push_back(e[k]);
-      work_ += 1 + n;
+// Appends to cand_ the placed slots of ranks [from, to), skipping blocks of 64 ranks
+// with none placed.
+void greedy_placer::collect_starting(std::uint32_t from, std::uint32_t to) {
+  std::uint32_t q = from;
+  while (q < to) {
+    const std::uint32_t block_end = std::min(to, ((q >> block_bits) + 1) << block_bits);
+    if (placed_[q >> block_bits] == 0) {
+      q = block_end;
+      continue;
     }
-    return;
+    for (; q < block_end; ++q) {
+      if (slot_[q].offset != unplaced) cand_.push_back(slot_[q]);
+    }
   }
-  const std::size_t mid = (lo + hi) / 2;
-  collect_starts(2 * node, lo, mid, l, r);
-  collect_starts(2 * node + 1, mid, hi, l, r);
+}
+
+// Appends to cand_ the placed long slots live at position l (Note [Time index]).
+void greedy_placer::collect_long(std::uint32_t l) {
+  for (std::size_t node = leaves_ + l / window_; node >= 1; node >>= 1) {
+    const long_entry* e = long_entries_.data() + lists_[node].begin;
+    const std::uint32_t n = lists_[node].fill;
+    for (std::uint32_t k = 0; k < n; ++k) {
+      if (e[k].first <= l && l < e[k].last) cand_.push_back({e[k].offset, e[k].end});
+    }
+  }
+}
+
+void greedy_placer::index_long(std::uint32_t l, std::uint32_t r, const long_entry& e) {
+  for (std::size_t a = l / window_ + leaves_, b = (r - 1) / window_ + 1 + leaves_; a < b; a >>= 1, b >>= 1) {
+    if (a & 1) {
+      list_ref& x = lists_[a++];
+      long_entries_[x.begin + x.fill++] = e;
+    }
+    if (b & 1) {
+      list_ref& x = lists_[--b];
+      long_entries_[x.begin + x.fill++] = e;
+    }
+  }
+  ++long_placed_;
+}
+
+// Asks the memory system for what placing `rank` will read. The order jumps about in
+// time (by size, by lifetime), so each placement's rank_info, runs of ranks and tree
+// path are elsewhere; fetched a few placements ahead they arrive together instead of
+// one cache miss after another.
+void greedy_placer::prefetch(std::uint32_t rank) const {
+  const rank_info& s = info_[rank];
+  __builtin_prefetch(&back_last_[s.window_from]);
+  __builtin_prefetch(&slot_[s.window_from]);
+  __builtin_prefetch(&slot_[s.after]);
+  __builtin_prefetch(&placed_[s.after >> block_bits]);
+  if (long_placed_ != 0) {
+    const std::size_t leaf = leaves_ + s.first / window_;
+    __builtin_prefetch(&lists_[leaf]);
+    __builtin_prefetch(&lists_[leaf >> 3]);
+  }
 }
 
 std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
                                    std::uint64_t give_up_above) {
   for (list_ref& x : lists_) x.fill = 0;
-  std::fill(start_count_.begin(), start_count_.end(), 0);
+  long_placed_ = 0;
+  std::fill(slot_.begin(), slot_.end(), index_entry{unplaced, 0});
+  std::fill(back_last_.begin(), back_last_.end(), 0);
+  std::fill(placed_.begin(), placed_.end(), 0);
   std::fill(offsets_.begin(), offsets_.end(), not_in_slab);
+  // The order as ranks first: independent loads, which the memory system overlaps.
+  ranks_.resize(order.size());
+  for (std::size_t j = 0; j < order.size(); ++j) ranks_[j] = rank_[order[j]];
+  constexpr std::size_t info_ahead = 16, data_ahead = 8;
   std::uint64_t slab = 0;
-  for (const std::uint32_t i : order) {
-    const std::size_t l = first_[i], r = last_[i];
-    // The slots that meet [l, r): those live at l, then those that start inside
-    // (l, r) (Note [Time index]).
+  std::size_t j = 0;
+  for (; j < ranks_.size(); ++j) {
+    if (j + info_ahead < ranks_.size()) __builtin_prefetch(&info_[ranks_[j + info_ahead]]);
+    if (j + data_ahead < ranks_.size()) prefetch(ranks_[j + data_ahead]);
+    const std::uint32_t k = ranks_[j];
+    const rank_info& s = info_[k];
+    const std::uint32_t l = s.first, r = s.last;
+    // The slots that meet [l, r) (Note [Time index]): the short ones live at l, those
+    // starting inside (l, r), the long ones live at l.
     cand_.clear();
-    for (std::size_t node = leaves_ + l; node >= 1; node >>= 1) {
-      const index_entry* e = entries_.data() + lists_[node].begin;
-      const std::uint32_t n = lists_[node].fill;
-      for (std::uint32_t k = 0; k < n; ++k) cand_.push_back(e[k]);
-      work_ += n;
+    for (std::uint32_t q = s.window_from; q < s.after; ++q) {
+      if (back_last_[q] > l) cand_.push_back(slot_[q]);
     }
-    collect_starts(1, 0, leaves_, l + 1, r);
-    work_ += cand_.size();
+    collect_starting(s.after, s.stop);
+    if (long_placed_ != 0) collect_long(l);
+    work_ += 2 * cand_.size() + 1;  // see work() in greedy.h
     // By offset; slots at the same offset in any order (after the first of them no
     // gap can end at that offset).
     //
@@ -85,7 +181,7 @@ std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
     // ~~~~~~~~~~~~~~~~~~~~~~~~~
     // When offsets fit in 40 bits and candidates are fewer than 2^24, (offset,
     // candidate) packed in one word sorts several times faster than pairs.
-    const std::uint64_t fp = in_.footprint[i], al = in_.alignment[i];
+    const std::uint64_t fp = s.footprint, al = s.alignment;
     std::uint64_t best = not_in_slab, best_gap = UINT64_MAX, end = 0;
     auto consider = [&](std::uint64_t oj, std::uint64_t ej) {
       const std::uint64_t off = align_up(end, al);
@@ -110,16 +206,20 @@ std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
       for (const auto& [oj, ej] : cand_) consider(oj, ej);
     }
     if (best == not_in_slab) best = align_up(end, al);
-    offsets_[i] = best;
     slab = std::max(slab, best + fp);
-    if (slab > give_up_above) return slab;
-    // Index the new slot: at the canonical nodes of [l, r), and at its start.
-    for (std::size_t a = l + leaves_, b = r + leaves_; a < b; a >>= 1, b >>= 1) {
-      if (a & 1) push(a++, i);
-      if (b & 1) push(--b, i);
+    if (slab > give_up_above) break;
+    // Index the new slot: its rank's entry, and the tree when it is long.
+    slot_[k] = {best, best + fp};
+    ++placed_[k >> block_bits];
+    if (r - l <= window_) {
+      back_last_[k] = r;
+    } else {
+      index_long(l, r, {best, best + fp, l, r});
     }
-    push(2 * leaves_ + l, i);
-    for (std::size_t node = leaves_ + l; node >= 1; node >>= 1) ++start_count_[node];
+  }
+  // The offsets by allocation index, in one pass (every rank when nothing gave up).
+  for (std::size_t k = 0; k < slot_.size(); ++k) {
+    if (slot_[k].offset != unplaced) offsets_[in_.plannable[k]] = slot_[k].offset;
   }
   return slab;
 }

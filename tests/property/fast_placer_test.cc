@@ -1,0 +1,157 @@
+// The fast tier (issue 32, item 2): greedy_placer must give, for every ordering, the
+// very offsets of the placer it replaced (reference_greedy_placer.h), on random traces
+// of several kinds: inference-like layer chains, random overlap, staircases, many
+// equal sizes, alignments of 1 byte to 4 KiB, lifetimes that all start at a few
+// positions, sizes whose slab passes 2^40 bytes, and traces long enough that its
+// index has lifetimes both shorter and longer than its window (Note [Time index]).
+// Every ordering best.cc tries, plus shuffled orders (the improving pass's are
+// arbitrary), plus the early stop at give_up_above. A difference in one offset fails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../bench/planner/synthetic.h"
+#include "planner/greedy.h"
+#include "random_traces.h"
+#include "reference_greedy_placer.h"
+
+namespace replayalloc {
+namespace {
+
+using namespace testing_random;
+using detail::greedy_input;
+
+// A trace with sizes from a handful of values: many ties in every ordering's keys.
+trace equal_sizes_trace(std::mt19937_64& rng, std::size_t n) {
+  trace t = event_trace(rng, n);
+  const std::uint64_t sizes[3] = {1 + rng() % 4096, 64, 1 + rng() % 100'000};
+  for (trace_allocation& a : t.allocations) a.size = sizes[rng() % 3];
+  return t;
+}
+
+// Sizes near 2^38: the slab passes 2^40 bytes, where the placer sorts pairs instead of
+// one-word keys (Note [One-word sort keys]).
+trace huge_sizes_trace(std::mt19937_64& rng, std::size_t n) {
+  trace t = event_trace(rng, n);
+  for (trace_allocation& a : t.allocations) a.size = (std::uint64_t{1} << 38) + rng() % (std::uint64_t{1} << 37);
+  return t;
+}
+
+// Alignments of 1 byte to 4 KiB on any trace (the slot alignment is varied apart).
+void vary_alignments(std::mt19937_64& rng, trace& t) {
+  for (trace_allocation& a : t.allocations) a.align = std::uint32_t{1} << (rng() % 13);
+}
+
+trace random_kind(std::mt19937_64& rng, int kind, std::size_t n) {
+  switch (kind) {
+    case 0: return bench::inference_like(std::max<std::size_t>(n, 8), rng());
+    case 1: return bench::random_overlap(n, rng());
+    case 2: return bench::staircase(n, rng());
+    case 3: return equal_sizes_trace(rng, n);
+    case 4: return event_trace(rng, n);
+    case 5: return coarse_trace(rng, n);
+    case 6: return chain_trace(rng, n);
+    case 7: return multi_stream_staircase(rng, 2 + rng() % 5, n);
+    case 8: return decode_trace(rng, 1 + rng() % 4, 2 + n / 40);
+    default: return huge_sizes_trace(rng, n);
+  }
+}
+constexpr int kinds = 10;
+
+// Places `order` with both placers, with and without an early stop; any difference in
+// the slab or in one offset is a failure naming the allocation.
+void expect_same_placement(const greedy_input& in, detail::greedy_placer& fast,
+                           testing::reference_greedy_placer& ref, const std::vector<std::uint32_t>& order,
+                           const char* what) {
+  SCOPED_TRACE(what);
+  const std::uint64_t want = ref.place(order);
+  const std::uint64_t got = fast.place(order);
+  ASSERT_EQ(got, want) << "slab";
+  for (const std::uint32_t i : in.plannable) {
+    ASSERT_EQ(fast.offsets()[i], ref.offsets()[i]) << "allocation index " << i;
+  }
+  if (want == 0) return;
+  // Stopped below the slab: both give up (a value above the limit), or neither.
+  const std::uint64_t limit = want - 1 - want / 16;
+  const std::uint64_t ref_stop = ref.place(order, limit);
+  const std::uint64_t fast_stop = fast.place(order, limit);
+  EXPECT_EQ(ref_stop > limit, fast_stop > limit);
+}
+
+void check_every_ordering(const trace& t, const planner_options& o, std::mt19937_64& rng) {
+  const absl::StatusOr<greedy_input> in = detail::prepare_greedy(t, o);
+  ASSERT_TRUE(in.ok()) << in.status();
+  detail::greedy_placer fast(*in);
+  testing::reference_greedy_placer ref(*in);
+  expect_same_placement(*in, fast, ref, detail::order_by_size(*in), "size");
+  expect_same_placement(*in, fast, ref, detail::order_by_breadth(*in), "breadth");
+  expect_same_placement(*in, fast, ref, detail::order_by_lifetime(*in), "lifetime");
+  expect_same_placement(*in, fast, ref, detail::order_by_arrival(*in), "arrival");
+  std::vector<std::uint32_t> shuffled = in->plannable;
+  std::shuffle(shuffled.begin(), shuffled.end(), rng);
+  expect_same_placement(*in, fast, ref, shuffled, "shuffled");
+  // Reversed arrival: every slot met starts after the one placed.
+  shuffled = detail::order_by_arrival(*in);
+  std::reverse(shuffled.begin(), shuffled.end());
+  expect_same_placement(*in, fast, ref, shuffled, "reversed arrival");
+}
+
+planner_options random_options(std::mt19937_64& rng) {
+  return planner_options{.slot_align = std::uint64_t{1} << (rng() % 8)};  // 1 .. 128
+}
+
+TEST(FastPlacer, SameOffsetsAsTheReferenceOnSmallTraces) {
+  std::mt19937_64 rng(0xfa57'0001);
+  for (int iter = 0; iter < 3000; ++iter) {
+    SCOPED_TRACE(iter);
+    trace t = random_kind(rng, iter % kinds, 1 + rng() % 120);
+    if (rng() % 4 == 0) vary_alignments(rng, t);
+    check_every_ordering(t, random_options(rng), rng);
+    if (HasFailure()) return;
+  }
+}
+
+// Long enough that the index holds lifetimes longer than its window in a tree of
+// several levels, and that one window holds many slots.
+TEST(FastPlacer, SameOffsetsAsTheReferenceOnLargerTraces) {
+  std::mt19937_64 rng(0xfa57'0002);
+  for (int iter = 0; iter < 60; ++iter) {
+    SCOPED_TRACE(iter);
+    // Coarse lifetimes meet a quarter of the trace each: fewer of them.
+    const std::size_t n = iter % kinds == 5 ? 300 + rng() % 1000 : 1000 + rng() % 5000;
+    trace t = random_kind(rng, iter % kinds, n);
+    if (iter % 5 == 4) vary_alignments(rng, t);
+    check_every_ordering(t, random_options(rng), rng);
+    if (HasFailure()) return;
+  }
+}
+
+// The planners by name still give what the reference gives for their ordering.
+TEST(FastPlacer, EachGreedyPlannerIsTheReferenceUnderItsOrdering) {
+  std::mt19937_64 rng(0xfa57'0003);
+  using ordering = std::vector<std::uint32_t> (*)(const greedy_input&);
+  const std::pair<const char*, ordering> planners[] = {{"greedy_by_size", detail::order_by_size},
+                                                       {"greedy_by_breadth", detail::order_by_breadth},
+                                                       {"greedy_by_lifetime", detail::order_by_lifetime},
+                                                       {"greedy_by_arrival", detail::order_by_arrival}};
+  for (int iter = 0; iter < 200; ++iter) {
+    SCOPED_TRACE(iter);
+    const trace t = random_kind(rng, iter % kinds, 1 + rng() % 400);
+    const planner_options o = random_options(rng);
+    const absl::StatusOr<greedy_input> in = detail::prepare_greedy(t, o);
+    ASSERT_TRUE(in.ok()) << in.status();
+    testing::reference_greedy_placer ref(*in);
+    for (const auto& [name, make_order] : planners) {
+      const absl::StatusOr<placement> p = make_plan(t, name, o);
+      ASSERT_TRUE(p.ok()) << name << ": " << p.status();
+      ASSERT_EQ(p->slab_bytes, ref.place(make_order(*in))) << name;
+      ASSERT_EQ(p->offsets, ref.offsets()) << name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace replayalloc
