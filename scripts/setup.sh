@@ -16,6 +16,9 @@ packages=(
   # PyTorch: libtorch for the C++ integration, Debian's python3 torch for the Python
   # package, the model scripts and their tests
   libtorch-dev python3-torch python3-torchvision
+  # the Python package's wheel, built and installed offline (pip wheel
+  # --no-build-isolation) and tested in a fresh virtual environment (install.wheel)
+  python3-setuptools python3-wheel python3-pip python3-venv
   # an optimised BLAS for libtorch (Debian's alternatives switch libblas.so.3 to it):
   # with the reference BLAS the benchmark models spend >70% of their time in it
   libopenblas0-pthread

@@ -10,6 +10,9 @@
 // renders without the script.
 //
 // Size: about 100 bytes per block (rect + data), so 20k blocks make a 2 MB page.
+//
+// --torch-snapshot FILE also (or only) writes the plan as PyTorch's memory snapshot, for
+// pytorch.org/memory_viz: Note [Torch snapshot] (cli/torch_snapshot.h).
 #include <cmath>
 #include <cstdio>
 
@@ -20,13 +23,14 @@
 #include "cli/analysis.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/torch_snapshot.h"
 
 namespace replayalloc::cli {
 namespace {
 
 std::string usage() {
   return absl::StrCat(
-      "usage: replayalloc viz TRACE|PLAN -o PLAN.html [--algo NAME] [--title TEXT]\n"
+      "usage: replayalloc viz TRACE|PLAN -o PLAN.html [--torch-snapshot FILE] [--algo NAME] [--title TEXT]\n"
       "\n"
       "Draws the plan as a self-contained HTML page (inline SVG, no network): each\n"
       "allocation placed in the slab is a block at its offset (y) over its lifetime on\n"
@@ -34,6 +38,11 @@ std::string usage() {
       "the dashed red line is the lower bound. A trace is planned first (--algo).\n"
       "\n"
       "  -o, --output FILE   the page to write (\"-\" for stdout)\n"
+      "  --torch-snapshot FILE\n"
+      "                      also write the plan as torch.cuda.memory._snapshot()'s pickle\n"
+      "                      (segments: the slab at the peak; device_traces: each alloc and\n"
+      "                      free in order, the op as its frame), for pytorch.org/memory_viz\n"
+      "                      and torch.cuda._memory_viz; -o may then be left out\n"
       "  --algo NAME         planner for a trace: ",
       absl::StrJoin(algorithm_names(), ", "),
       " (default best)\n"
@@ -84,18 +93,36 @@ std::string tick_bytes(double bytes, double unit, const char* unit_name) {
 
 int run_viz(const std::vector<std::string>& args) {
   absl::StatusOr<parsed_args> a =
-      parse_args(args, {{"--output", "-o"}, {"--algo", ""}, {"--title", ""}, {"--help", "-h", false}});
+      parse_args(args, {{"--output", "-o"}, {"--torch-snapshot", ""}, {"--algo", ""}, {"--title", ""},
+                        {"--help", "-h", false}});
   if (!a.ok()) return usage_error("viz", usage(), a.status());
   if (a->has("--help")) return print_help(usage());
   if (a->positional.size() != 1) return usage_error("viz", usage(), "expected one TRACE or PLAN");
   const std::optional<std::string> out = a->get("--output");
-  if (!out || out->empty()) return usage_error("viz", usage(), "missing -o PLAN.html");
+  const std::optional<std::string> snapshot = a->get("--torch-snapshot");
+  if (snapshot && snapshot->empty()) return usage_error("viz", usage(), "--torch-snapshot needs a FILE");
+  if (!snapshot && (!out || out->empty())) {
+    return usage_error("viz", usage(), "missing -o PLAN.html (or --torch-snapshot FILE)");
+  }
+  if (out && snapshot && *out == "-" && *snapshot == "-") {
+    return usage_error("viz", usage(), "-o and --torch-snapshot are both stdout (\"-\"); give one a file");
+  }
   const std::string& path = a->positional[0];
   absl::StatusOr<planned_input> in = load_planned(path, a->get("--algo").value_or("best"));
   if (!in.ok()) return fail("viz", in.status());
   const trace& t = in->tr;
   const placement& p = in->p;
   const trace_analysis r = analyze(t, in->o);
+
+  if (snapshot) {
+    const std::string pickle = torch_snapshot_pickle(t, p, r, in->o);
+    if (absl::Status s = write_output(*snapshot, pickle); !s.ok()) return fail("viz", s);
+    if (*snapshot != "-") {
+      std::fprintf(stderr, "%s: PyTorch memory snapshot (pickle), slab %s (%zu bytes)\n", snapshot->c_str(),
+                   format_bytes(p.slab_bytes).c_str(), pickle.size());
+    }
+    if (!out || out->empty()) return exit_ok;
+  }
 
   // Colours: the ops that cover the most bytes x time first.
   std::vector<std::pair<double, std::uint32_t>> area(t.ops.size());

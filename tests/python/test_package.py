@@ -10,7 +10,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import types
 import unittest
+from unittest import mock
 
 import replayalloc
 
@@ -131,6 +133,58 @@ class Torch(unittest.TestCase):
             rt.use_for_cuda()
         msg = str(cm.exception)
         self.assertTrue("2.0 or newer" in msg or "no CUDA device" in msg, msg)
+
+    def test_cuda_allocator_says_why_it_cannot(self):
+        torch = self.torch_or_skip()
+        import replayalloc.torch as rt
+        if hasattr(torch.cuda.memory, "CUDAPluggableAllocator") and torch.cuda.is_available():
+            self.skipTest("a GPU is present: bench/gpu/run.sh tests the pluggable allocator for real")
+        with self.assertRaises(RuntimeError) as cm:
+            rt.cuda_allocator()
+        msg = str(cm.exception)
+        self.assertIn("No allocator made: PyTorch's own CUDA allocator stays in use", msg)
+        if hasattr(replayalloc.load(), rt.CUDA_ALLOC_SYMBOL):
+            self.assertTrue("needs PyTorch 2.0 or newer" in msg or "PyTorch sees no CUDA device" in msg, msg)
+        else:
+            self.assertIn("was built without CUDA", msg)
+
+    def test_cuda_allocator_names_the_library_and_its_functions(self):
+        # torch's side stood in for (no GPU here): the allocator is made from this
+        # library's path and the two functions PyTorch calls.
+        torch = self.torch_or_skip()
+        import replayalloc.torch as rt
+        lib = replayalloc.load()
+        if not hasattr(lib, "replayalloc_cuda_stats_json"):
+            self.skipTest(f"{replayalloc.library_path()} was built without CUDA")
+        for name in (rt.CUDA_ALLOC_SYMBOL, rt.CUDA_FREE_SYMBOL):
+            self.assertTrue(hasattr(lib, name), f"{replayalloc.library_path()} does not export {name}")
+        made = []
+        with mock.patch.object(torch.cuda.memory, "CUDAPluggableAllocator",
+                               lambda *args: made.append(args) or "the allocator", create=True), \
+             mock.patch.object(torch.cuda, "is_available", lambda: True):
+            self.assertEqual(rt.cuda_allocator(), "the allocator")
+        self.assertEqual(made, [(replayalloc.library_path(), "replayalloc_cuda_alloc", "replayalloc_cuda_free")])
+
+    def test_cuda_allocator_refuses_a_library_without_cuda(self):
+        self.torch_or_skip()
+        import replayalloc.torch as rt
+        without_cuda = types.SimpleNamespace(replayalloc_stats_json=None)  # no CUDA functions
+        with mock.patch.object(rt, "load", lambda library=None: without_cuda), \
+             mock.patch.object(rt, "library_path", lambda: "/x/libreplayalloc_torch.so"):
+            with self.assertRaises(RuntimeError) as cm:
+                rt.cuda_allocator()
+        self.assertEqual(str(cm.exception),
+                         "replayalloc.torch.cuda_allocator(): /x/libreplayalloc_torch.so was built without CUDA "
+                         "(it has no replayalloc_cuda_alloc/replayalloc_cuda_free); configure with the CUDA "
+                         "toolkit found and rebuild. No allocator made: PyTorch's own CUDA allocator stays in use")
+
+    def torch_or_skip(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("torch is not installed (apt install python3-torch)")
+        replayalloc.load(LIB)
+        return torch
 
 
 if __name__ == "__main__":
