@@ -61,10 +61,11 @@ endforeach()
 # (the CUDA runtime under /usr/local/cuda) that the build tree's run path had.
 set_target_properties(${shared_targets} replayalloc_preload replayalloc_cli PROPERTIES
   INSTALL_RPATH_USE_LINK_PATH TRUE)
+# Components (one Debian package each, below): lib, dev, preload, python, tools.
 install(TARGETS ${shared_targets} EXPORT replayalloc-targets
-  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT lib NAMELINK_COMPONENT dev)
 install(EXPORT replayalloc-targets NAMESPACE replayalloc::
-  DESTINATION ${REPLAYALLOC_INSTALL_CMAKEDIR} FILE replayalloc-targets.cmake)
+  DESTINATION ${REPLAYALLOC_INSTALL_CMAKEDIR} FILE replayalloc-targets.cmake COMPONENT dev)
 
 # The static library: its users link jemalloc, Abseil and Threads too, which the
 # package's config file finds (replayalloc-config.cmake.in). It carries no compile
@@ -72,9 +73,9 @@ install(EXPORT replayalloc-targets NAMESPACE replayalloc::
 # for its own sources, on replayalloc_internal (allocator/CMakeLists.txt).
 set_target_properties(replayalloc PROPERTIES EXPORT_NAME replayalloc_static)
 install(TARGETS replayalloc EXPORT replayalloc-static-targets
-  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
 install(EXPORT replayalloc-static-targets NAMESPACE replayalloc::
-  DESTINATION ${REPLAYALLOC_INSTALL_CMAKEDIR} FILE replayalloc-static-targets.cmake)
+  DESTINATION ${REPLAYALLOC_INSTALL_CMAKEDIR} FILE replayalloc-static-targets.cmake COMPONENT dev)
 
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/replayalloc-config.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/replayalloc-config.cmake
@@ -83,24 +84,24 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/replayalloc-config-
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/replayalloc-config.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/replayalloc-config-version.cmake
-  DESTINATION ${REPLAYALLOC_INSTALL_CMAKEDIR})
+  DESTINATION ${REPLAYALLOC_INSTALL_CMAKEDIR} COMPONENT dev)
 
 # The LD_PRELOAD library and the command-line tool (not part of the CMake package).
-install(TARGETS replayalloc_preload LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(TARGETS replayalloc_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS replayalloc_preload LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT preload)
+install(TARGETS replayalloc_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
 
 # ---- Public headers: the C and C++ API, and the integrations' C APIs when built.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/allocator/include/replayalloc
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
 install(FILES ${PROJECT_BINARY_DIR}/include/replayalloc/version.h
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/replayalloc)
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/replayalloc COMPONENT dev)
 if(TARGET replayalloc_torch_shared)
   install(FILES ${PROJECT_SOURCE_DIR}/integrations/pytorch/cpu/include/replayalloc/torch.hpp
-    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/replayalloc)
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/replayalloc COMPONENT dev)
 endif()
 if(TARGET replayalloc_cuda_shared)
   install(FILES ${PROJECT_SOURCE_DIR}/integrations/cuda/include/replayalloc/cuda.h
-    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/replayalloc)
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/replayalloc COMPONENT dev)
 endif()
 
 # ---- pkg-config: the shared library. The prefix is found from the .pc file's own
@@ -125,44 +126,84 @@ list(JOIN pc_absl " " REPLAYALLOC_PC_ABSL)
 configure_file(${CMAKE_CURRENT_LIST_DIR}/replayalloc.pc.in
   ${CMAKE_CURRENT_BINARY_DIR}/replayalloc.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/replayalloc.pc
-  DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
 
 # ---- The Python package (finds the libraries relative to itself, see __init__.py).
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/integrations/pytorch/python/replayalloc
-  DESTINATION ${REPLAYALLOC_INSTALL_PYTHONDIR}
+  DESTINATION ${REPLAYALLOC_INSTALL_PYTHONDIR} COMPONENT python
   FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
 # replayalloc.__version__, from project(VERSION) (the source tree's package reads it
 # from CMakeLists.txt itself).
 file(WRITE ${PROJECT_BINARY_DIR}/python/replayalloc/_version.py
   "__version__ = \"${PROJECT_VERSION}\"\n")
 install(FILES ${PROJECT_BINARY_DIR}/python/replayalloc/_version.py
-  DESTINATION ${REPLAYALLOC_INSTALL_PYTHONDIR}/replayalloc)
+  DESTINATION ${REPLAYALLOC_INSTALL_PYTHONDIR}/replayalloc COMPONENT python)
 
-# ---- Debian package: `cpack -G DEB` in the build folder. Dependencies are named for
-# Debian 12; libcudart (when the CUDA parts are built) comes from the CUDA toolkit,
-# not from a Debian package, so it is not listed.
+# ---- Debian packages: `cpack -G DEB` in the build folder makes five, split as Debian
+# splits a library (one per component above):
+#   libreplayalloc0      the shared library (SONAME libreplayalloc.so.0) and the
+#                        integrations' libraries loaded by path (torch, CUDA)
+#   libreplayalloc-dev   headers, the static library, the libreplayalloc.so link, the
+#                        CMake package and the pkg-config file
+#   replayalloc-preload  the LD_PRELOAD library
+#   python3-replayalloc  the Python package
+#   replayalloc-tools    the replayalloc command
+# Each package's dependencies on other Debian packages are computed by dpkg-shlibdeps
+# from the ELF files it holds (CPACK_DEBIAN_PACKAGE_SHLIBDEPS), not listed by hand;
+# only those on each other (the same version) and on what no ELF file says (the -dev
+# package's users need jemalloc's and Abseil's development files; Python) are named.
+# libcudart (when the CUDA parts are built) comes from the CUDA toolkit, not from a
+# Debian package, and is not found by dpkg-shlibdeps: the CUDA library's users install
+# the toolkit.
+# Each package carries the license as Debian policy asks (/usr/share/doc/PACKAGE/copyright).
+foreach(pair IN ITEMS lib=libreplayalloc${PROJECT_VERSION_MAJOR} dev=libreplayalloc-dev
+                      preload=replayalloc-preload python=python3-replayalloc tools=replayalloc-tools)
+  string(REPLACE "=" ";" pair "${pair}")
+  list(GET pair 0 component)
+  list(GET pair 1 package)
+  install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/${package}
+    RENAME copyright COMPONENT ${component})
+endforeach()
 set(CPACK_PACKAGE_NAME replayalloc)
 set(CPACK_PACKAGE_VENDOR "replayalloc")
 set(CPACK_PACKAGE_CONTACT "replayalloc maintainers <maintainers@users.noreply.a-seed-8aaad03c.example>"
-    CACHE STRING "Maintainer of the Debian package")
+    CACHE STRING "Maintainer of the Debian packages")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
     "Record-plan-replay memory allocator for deep-learning inference")
 set(CPACK_PACKAGE_DESCRIPTION
-    "replayalloc records one iteration of a repetitive program, plans its allocations into one slab and replays later iterations from it. The package has the C/C++ library, the LD_PRELOAD library, the replayalloc tool, the CMake and pkg-config files and the Python package.")
+    "replayalloc records one iteration of a repetitive program, plans its allocations into one slab and replays later iterations from it.")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_GENERATOR DEB)
+set(CPACK_DEB_COMPONENT_INSTALL ON)
+set(CPACK_COMPONENTS_ALL lib dev preload python tools)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
-set(CPACK_DEBIAN_PACKAGE_SECTION libs)
-set(deb_depends "libc6 (>= 2.34), libstdc++6 (>= 12), libgcc-s1, libjemalloc2, libabsl20220623")
-set(deb_recommends "python3")
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# The packages' own libraries, for dpkg-shlibdeps (the tools link libreplayalloc.so.0).
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS "${PROJECT_BINARY_DIR}/allocator")
+set(deb_major ${PROJECT_VERSION_MAJOR})
+set(deb_same "(= ${PROJECT_VERSION})")
+set(CPACK_DEBIAN_LIB_PACKAGE_NAME libreplayalloc${deb_major})
+set(CPACK_DEBIAN_LIB_PACKAGE_SECTION libs)
+set(CPACK_COMPONENT_LIB_DESCRIPTION
+    "${CPACK_PACKAGE_DESCRIPTION_SUMMARY} (shared library)\n${CPACK_PACKAGE_DESCRIPTION}")
+set(CPACK_DEBIAN_DEV_PACKAGE_NAME libreplayalloc-dev)
+set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libreplayalloc${deb_major} ${deb_same}, libjemalloc-dev, libabsl-dev")
+set(CPACK_COMPONENT_DEV_DESCRIPTION
+    "${CPACK_PACKAGE_DESCRIPTION_SUMMARY} (development files)\nHeaders, the static library, the CMake package and the pkg-config file.")
+set(CPACK_DEBIAN_PRELOAD_PACKAGE_NAME replayalloc-preload)
+set(CPACK_DEBIAN_PRELOAD_PACKAGE_SECTION libs)
+set(CPACK_COMPONENT_PRELOAD_DESCRIPTION
+    "${CPACK_PACKAGE_DESCRIPTION_SUMMARY} (LD_PRELOAD library)\nlibreplayalloc_preload.so serves an unmodified program's malloc family.")
+set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-replayalloc)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "libreplayalloc${deb_major} ${deb_same}, python3")
+set(CPACK_COMPONENT_PYTHON_DESCRIPTION
+    "${CPACK_PACKAGE_DESCRIPTION_SUMMARY} (Python package)\nimport replayalloc.torch: PyTorch's CPU allocator and the CUDA pluggable allocator.")
+set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME replayalloc-tools)
+set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION utils)
+set(CPACK_COMPONENT_TOOLS_DESCRIPTION
+    "${CPACK_PACKAGE_DESCRIPTION_SUMMARY} (tools)\nThe replayalloc command: plans, reports, predictions and plan directories.")
 if(TARGET replayalloc_torch_shared)
-  # Debian's runtime package of libtorch is named after its version (libtorch1.13).
-  set(REPLAYALLOC_DEB_TORCH_PACKAGE "libtorch${Torch_VERSION_MAJOR}.${Torch_VERSION_MINOR}"
-      CACHE STRING "The Debian package with the libtorch the torch library was built against")
-  string(APPEND deb_depends ", ${REPLAYALLOC_DEB_TORCH_PACKAGE}")
-  string(APPEND deb_recommends ", python3-torch")
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_RECOMMENDS "python3-torch")
 endif()
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "${deb_depends}")
-set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "${deb_recommends}")
-# The static library and the CMake files need the development packages.
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "libjemalloc-dev, libabsl-dev, pkg-config, cmake")
