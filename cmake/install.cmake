@@ -155,15 +155,57 @@ install(FILES ${PROJECT_BINARY_DIR}/python/replayalloc/_version.py
 # libcudart (when the CUDA parts are built) comes from the CUDA toolkit, not from a
 # Debian package, and is not found by dpkg-shlibdeps: the CUDA library's users install
 # the toolkit.
-# Each package carries the license as Debian policy asks (/usr/share/doc/PACKAGE/copyright).
+# Each package carries what Debian policy asks in /usr/share/doc/PACKAGE: a
+# machine-readable copyright file (the license named, its text in Debian's
+# common-licenses) and a changelog (gzip -9n, written here).
+set(deb_doc "${PROJECT_BINARY_DIR}/debian-doc")
+file(WRITE ${deb_doc}/copyright
+"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: replayalloc
+Source: the replayalloc source tree
+
+Files: *
+Copyright: 2026 the replayalloc authors
+License: Apache-2.0
+ Licensed under the Apache License, Version 2.0 (the \"License\"); you may not use
+ this software except in compliance with the License.
+ .
+ On Debian systems, the full text of the Apache License, Version 2.0 is in
+ /usr/share/common-licenses/Apache-2.0.
+")
+string(TIMESTAMP deb_date "%a, %d %b %Y %H:%M:%S +0000" UTC)
 foreach(pair IN ITEMS lib=libreplayalloc${PROJECT_VERSION_MAJOR} dev=libreplayalloc-dev
                       preload=replayalloc-preload python=python3-replayalloc tools=replayalloc-tools)
   string(REPLACE "=" ";" pair "${pair}")
   list(GET pair 0 component)
   list(GET pair 1 package)
-  install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/${package}
-    RENAME copyright COMPONENT ${component})
+  file(WRITE ${deb_doc}/${package}/changelog
+"${package} (${PROJECT_VERSION}) unstable; urgency=medium
+
+  * Built from the replayalloc source tree, version ${PROJECT_VERSION}.
+
+ -- replayalloc maintainers <maintainers@users.noreply.a-seed-8aaad03c.example>  ${deb_date}
+")
+  execute_process(COMMAND gzip -9nf ${deb_doc}/${package}/changelog RESULT_VARIABLE gz)
+  install(FILES ${deb_doc}/copyright DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/${package}
+    COMPONENT ${component})
+  if(gz EQUAL 0)
+    install(FILES ${deb_doc}/${package}/changelog.gz DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/${package}
+      COMPONENT ${component})
+  endif()
 endforeach()
+# The libraries' packages tell ldconfig through a trigger (not a maintainer script).
+file(WRITE ${deb_doc}/triggers "activate-noawait ldconfig\n")
+# libcudart is found through the run path /usr/local/cuda/lib (the CUDA toolkit is not a
+# Debian package): said to lintian, with the reason, where the CUDA library is built.
+if(TARGET replayalloc_cuda_shared)
+  file(WRITE ${deb_doc}/lintian/libreplayalloc${PROJECT_VERSION_MAJOR}
+"# libcudart comes from the CUDA toolkit under /usr/local/cuda, which no Debian package provides.
+libreplayalloc${PROJECT_VERSION_MAJOR}: custom-library-search-path RUNPATH /usr/local/cuda/*
+")
+  install(FILES ${deb_doc}/lintian/libreplayalloc${PROJECT_VERSION_MAJOR}
+    DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/lintian/overrides COMPONENT lib)
+endif()
 set(CPACK_PACKAGE_NAME replayalloc)
 set(CPACK_PACKAGE_VENDOR "replayalloc")
 set(CPACK_PACKAGE_CONTACT "replayalloc maintainers <maintainers@users.noreply.a-seed-8aaad03c.example>"
@@ -178,6 +220,10 @@ set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_COMPONENTS_ALL lib dev preload python tools)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_STRIP_FILES ON)  # debug information stays in the build tree
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)  # a shlibs file for the library with a SONAME
+set(CPACK_DEBIAN_LIB_PACKAGE_CONTROL_EXTRA ${deb_doc}/triggers)
+set(CPACK_DEBIAN_PRELOAD_PACKAGE_CONTROL_EXTRA ${deb_doc}/triggers)
 # The packages' own libraries, for dpkg-shlibdeps (the tools link libreplayalloc.so.0).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS "${PROJECT_BINARY_DIR}/allocator")
 set(deb_major ${PROJECT_VERSION_MAJOR})

@@ -19,6 +19,8 @@ packages=(
   # the Python package's wheel, built and installed offline (pip wheel
   # --no-build-isolation) and tested in a fresh virtual environment (install.wheel)
   python3-setuptools python3-wheel python3-pip python3-venv
+  # the Debian packages' checker (install.debian_packages runs it on cpack's packages)
+  lintian
   # an optimised BLAS for libtorch (Debian's alternatives switch libblas.so.3 to it):
   # with the reference BLAS the benchmark models spend >70% of their time in it
   libopenblas0-pthread

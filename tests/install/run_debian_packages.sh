@@ -4,8 +4,8 @@
 # nothing of the others', their dependencies on Debian's libraries computed by
 # dpkg-shlibdeps (libstdc++6, libc6, Abseil's, libjemalloc2 for the preload library:
 # named by the ELF files, not by hand),
-# and their dependencies on each other at the same version. lintian runs on them where
-# it is installed (its errors fail the test; warnings are printed).
+# and their dependencies on each other at the same version. lintian (scripts/setup.sh
+# installs it) runs on them: its errors fail the test; its warnings are printed.
 # Exit 77 (skipped, with the reason): no cpack, dpkg-deb or dpkg-shlibdeps.
 # Usage: run_debian_packages.sh BUILD_DIR
 set -uo pipefail
