@@ -148,7 +148,7 @@ class engine {
   void on_thread_exit(thread_state& t);
 
   const options& opts() const { return opts_; }
-  bool replays() const { return opts_.mode == run_mode::replay || opts_.mode == run_mode::automatic; }
+  bool replays() const { return policy_.replays; }  // the mode makes plans (replay, auto)
 
   // fork(): every engine lock is taken before, released after in both processes; the
   // child also abandons the forking thread's open iteration (its slab stays out of the
