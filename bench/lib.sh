@@ -46,6 +46,16 @@ configure_build() {
   if (( ${#changed[@]} )); then cmake "${changed[@]}" "$build"; fi
 }
 
+# build_targets BUILD TARGET...: builds the targets in the build folder BUILD, unless
+# BENCH_PREBUILT=1 says BUILD already holds them (the GPU machine, which cannot configure
+# the project: bench/gpu/run_lent.sh lays prebuilt binaries out as a build folder).
+build_targets() {
+  local build=$1
+  shift
+  [[ ${BENCH_PREBUILT:-0} == 1 ]] && return
+  cmake --build "$build" --target "$@" > /dev/null
+}
+
 # preload_library BUILD, torch_library BUILD: replayalloc's LD_PRELOAD library and its
 # libtorch CPU allocator library in the build folder BUILD (built or not).
 preload_library() { echo "$1/hooks/libreplayalloc_preload.so"; }
@@ -59,9 +69,11 @@ require_file() { [[ -e $1 ]] || die "$1 missing ($2)"; }
 # allocator_library NAME: the shared library of a general-purpose allocator the
 # benchmarks preload, from its Debian package (scripts/setup.sh installs them): jemalloc,
 # tcmalloc (gperftools' minimal) or mimalloc. Prints the path, whether or not it exists.
+# ALLOCATOR_LIBDIR overrides the folder (the GPU machine: .gpu/lib, bench/gpu/prepare.sh).
 allocator_library() {
   local libdir
-  libdir=/usr/lib/$(uname -m)-linux-gnu  # Debian's multiarch folder: x86_64-linux-gnu here
+  # Debian's multiarch folder: x86_64-linux-gnu here
+  libdir=${ALLOCATOR_LIBDIR:-/usr/lib/$(uname -m)-linux-gnu}
   case $1 in
     jemalloc) echo "$libdir/libjemalloc.so.2" ;;
     tcmalloc) echo "$libdir/libtcmalloc_minimal.so.4" ;;
@@ -102,10 +114,14 @@ cpu_model() {
 }
 
 # source_commit: the repository's short commit, "+ uncommitted changes" when the working
-# tree differs from it ("unknown" outside git).
+# tree differs from it; outside git (the GPU machine gets the working tree alone) what
+# bench/gpu/prepare.sh wrote in .gpu/commit, else "unknown".
 source_commit() {
   local commit
-  commit=$(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo unknown)
+  if ! commit=$(git -C "$root" rev-parse --short HEAD 2> /dev/null); then
+    cat "$root/.gpu/commit" 2> /dev/null || echo unknown
+    return
+  fi
   git -C "$root" diff --quiet HEAD 2> /dev/null || commit="$commit + uncommitted changes"
   echo "$commit"
 }

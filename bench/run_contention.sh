@@ -8,7 +8,9 @@
 # medians and the ratio to the best general-purpose allocator of each T.
 # Usage: bench/run_contention.sh [ROUNDS] [THREADS...]   (default 3 rounds; T = 1 2 8 32)
 # Each run makes about 160 timed inferences in all (160 / T per thread), after 10
-# untimed ones per thread. Environment: BUILD_DIR (default <repo>/build).
+# untimed ones per thread. Environment: BUILD_DIR (default <repo>/build); BENCH_PREBUILT=1
+# (no build: BUILD_DIR holds the binaries), RESULTS_FILE and RESULTS_SECTION (default
+# bench/RESULTS.md, contention).
 set -euo pipefail
 export LC_ALL=C
 # shellcheck source=lib.sh
@@ -18,7 +20,7 @@ rounds=${1:-3}
 shift || true
 threads=("$@")
 [ ${#threads[@]} -gt 0 ] || threads=(1 2 8 32)
-cmake --build "$build" --target contention replayalloc_preload > /dev/null
+build_targets "$build" contention replayalloc_preload
 prog=$build/bench/contention
 pre=$(preload_library "$build")
 names=(glibc jemalloc tcmalloc mimalloc replay-auto replay-explicit)
@@ -71,4 +73,4 @@ done
   echo
 } > "$tmp/section"
 cat "$tmp/section"
-update_results text "$results" --name contention --body "$tmp/section"
+update_results text "${RESULTS_FILE:-$results}" --name "${RESULTS_SECTION:-contention}" --body "$tmp/section"

@@ -10,7 +10,8 @@
 # deterministic up to the threads' interleaving, about 1%). Checksums must agree.
 # Rewrites the "threaded-stress" section of bench/RESULTS.md.
 # Usage: bench/run_threaded_stress.sh [ROUNDS] [THREADS] [OPS]   (default 5 2 400000)
-# Environment: BUILD_DIR (default <repo>/build).
+# Environment: BUILD_DIR (default <repo>/build); BENCH_PREBUILT=1 (no build: BUILD_DIR
+# holds the binaries), RESULTS_FILE and RESULTS_SECTION (default bench/RESULTS.md, threaded-stress).
 set -euo pipefail
 export LC_ALL=C
 # shellcheck source=lib.sh
@@ -19,7 +20,7 @@ build=${BUILD_DIR:-$root/build}
 rounds=${1:-5}
 threads=${2:-2}
 ops=${3:-400000}
-cmake --build "$build" --target threaded_stress replayalloc_preload > /dev/null
+build_targets "$build" threaded_stress replayalloc_preload
 prog=$build/bench/threaded_stress
 pre=$(preload_library "$build")
 kinds=(larson rptest prodcons small)
@@ -85,4 +86,4 @@ done
   echo
 } > "$tmp/section"
 cat "$tmp/section"
-update_results text "$results" --name threaded-stress --body "$tmp/section"
+update_results text "${RESULTS_FILE:-$results}" --name "${RESULTS_SECTION:-threaded-stress}" --body "$tmp/section"

@@ -3,6 +3,9 @@
 #   .gpu/gpu_tests                 the real-GPU test suite (tests/gpu)
 #   .gpu/libreplayalloc_cuda.so    the pluggable allocator and Python package library
 #   .gpu/libreplayalloc_preload.so the LD_PRELOAD library, CUDA runtime interposed
+#   .gpu/bench/                    the standalone micro benchmarks the lent machine's
+#                                  16 cores run (contention, threaded_stress:
+#                                  bench/gpu/run_lent.sh)
 #   .gpu/lib/                      the shared libraries they need that the GPU image
 #                                  lacks (jemalloc, Abseil, the CUDA runtime), and the
 #                                  allocators the many-core study preloads (jemalloc,
@@ -23,6 +26,10 @@ cp build-gpu/tests/gpu_tests build-gpu/integrations/cuda/libreplayalloc_cuda.so 
   build-gpu/hooks/libreplayalloc_preload.so .gpu/
 for bin in .gpu/gpu_tests .gpu/libreplayalloc_cuda.so .gpu/libreplayalloc_preload.so; do
   ldd "$bin" | awk '/libabsl|libjemalloc|libcudart/ {print $3}' | xargs -r -I{} cp -L {} .gpu/lib/
+done
+mkdir -p .gpu/bench
+for prog in contention threaded_stress; do  # no dependency but libc and libstdc++
+  g++ -std=c++20 -O2 -g -pthread bench/micro/$prog.cc -o .gpu/bench/$prog -ldl
 done
 for a in jemalloc tcmalloc mimalloc; do cp -L "$(allocator_library $a)" .gpu/lib/; done
 source_commit > .gpu/commit  # the device machine gets the working tree, not its history

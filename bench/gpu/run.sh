@@ -8,8 +8,8 @@
 #   4. training steps of both models at batch 8 (issue 16) under the caching allocator
 #      and replayalloc's, parameters after the last step compared.
 # Results go to $OUT (or bench/gpu/out): gpu_tests.log, gpu_results.jsonl,
-# gpu_results.md.  ROUNDS (default 2), ITERS (default 200) and TRAIN_ITERS (default 50)
-# set the size.
+# gpu_results.md.  ROUNDS (default 2), ITERS (default 200), TRAIN_ROUNDS (default ROUNDS)
+# and TRAIN_ITERS (default 50) set the size.
 set -uo pipefail
 # shellcheck source=../lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -25,6 +25,7 @@ LIB="$PWD/.gpu/libreplayalloc_cuda.so"
 ROUNDS=${ROUNDS:-2}
 ITERS=${ITERS:-200}
 TRAIN_ITERS=${TRAIN_ITERS:-50}
+TRAIN_ROUNDS=${TRAIN_ROUNDS:-$ROUNDS}  # 0: no training cells
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee -a "$OUT/device.txt"
@@ -56,7 +57,7 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 echo "== training steps (issue 16): forward, loss, backward, optimizer step, zero_grad; batch 8"
-for round in $(seq 1 "$ROUNDS"); do
+for round in $(seq 1 "$TRAIN_ROUNDS"); do
   for model in resnet50 bert; do
     ref="$OUT/ref_${model}_train.pt"
     order="default replayalloc"
