@@ -49,17 +49,21 @@ def check_package(library):
     import replayalloc.torch as rt
     rt.use_for_cuda(library)
     import torch
-    a = torch.ones(1000, device="cuda")
-    for _ in range(4):
+    import replayalloc
+    a = torch.ones(1 << 20, device="cuda")  # 4 MiB: above every minimum size
+    for i in range(6):
         with rt.iteration("package-check"):
             b = (a * 2).sum()
-    assert float(b) == 2000.0
+        if i == 1:
+            replayalloc.wait_plans()  # the plan of the two recordings, made in the background
+    assert float(b) == float(1 << 21)
     try:
         rt.use_for_cuda(library)
         late = "no error"
     except RuntimeError as e:
         late = str(e)
     s = rt.stats(device=True)
+    assert s["slab_hits"] > 0, f"no device allocation served from a slab: {s}"
     print(json.dumps({"package_check": "ok", "second_call": late, "device_slab_hits": s["slab_hits"],
                       "device_plans": s["plans"]}))
 
