@@ -136,6 +136,10 @@ struct plan_version {
   std::uint64_t id = 0;
   bool from_file = false;  // loaded from REPLAYALLOC_PLAN_DIR (Note [Plan files])
   slab_source* source = nullptr;
+  // Note [Periodic iterations] (trace/period.h): the slot where the plan's steps end
+  // (its tail begins) and the allocations per step; both 0 when it has no period.
+  std::uint32_t tail_from = 0;
+  std::uint32_t period = 0;
 
   // A slab for a new iteration, in two halves. claim() runs with the mutex of the key
   // the version was read from held: between that read and the claim another thread

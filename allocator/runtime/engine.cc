@@ -312,6 +312,8 @@ void engine::end_replay(domain_state& d) {
   // that `v` is only compared, never read.
   const bool from_file = v->from_file;
   const std::uint64_t version_id = v->id;
+  const std::uint32_t tail_from = v->tail_from;
+  const std::uint32_t period = v->period;
   // Stop replaying before the slab may go back to the pool (replay/cursor_ops.h).
   const replay_outcome o = finish_replay(d.cursor, d.misses_at_begin);
   const std::uint32_t handed = o.handed;
@@ -336,6 +338,8 @@ void engine::end_replay(domain_state& d) {
   rs.first_too_large_at = o.first_too_large_at;
   rs.first_too_large_size = o.first_too_large_size;
   rs.first_size = d.first_size;
+  rs.tail_from = tail_from;
+  rs.period = period;
   replay_verdict verdict;
   {
     std::lock_guard<std::mutex> lock(e.mu);
@@ -348,10 +352,10 @@ void engine::end_replay(domain_state& d) {
   if (verdict.deviated || verdict.grew) {
     // What a deviation looked like (REPLAYALLOC_VERBOSE=3): where it left the plan, and
     // what was made of it.
-    REPLAYALLOC_LOG(debug, "'%s' regime %d: replay %s (planned %u, handed %u, misses %llu; first miss at slot %u, "
-                    "%llu bytes; first request %llu bytes): %s",
+    REPLAYALLOC_LOG(debug, "'%s' regime %d: replay %s (planned %u, handed %u, misses %llu, outgrown %u; first miss "
+                    "at slot %u, %llu bytes; first request %llu bytes): %s",
                     e.key.c_str(), rs.regime, verdict.grew ? "outgrew its slots" : "deviated", planned, handed,
-                    static_cast<unsigned long long>(misses), rs.first_miss_at,
+                    static_cast<unsigned long long>(misses), rs.grown, rs.first_miss_at,
                     static_cast<unsigned long long>(rs.first_miss_size), static_cast<unsigned long long>(d.first_size),
                     verdict.explained ? "another regime's" : verdict.grow_wanted ? "the plan grows"
                                                          : verdict.counted     ? "counted" : "not counted");

@@ -8,6 +8,7 @@
 
 #include "replay/slab_pool.h"
 #include "support/log.h"
+#include "trace/period.h"
 #include "trace/size_model.h"
 
 namespace replayalloc::detail {
@@ -58,6 +59,54 @@ std::shared_ptr<const envelope> predicted_envelope(const regime& g, std::uint32_
 // replayed there, or a second new structure in a row: noise) the next probe waits
 // four times longer than the last (4, 16, .. 4,096 iterations), and the marked context
 // is given back to the regime replayed there. REQUIRES: e.mu held.
+// Note [Periodic iterations]: a request of a periodic regime outgrew slot at - 1
+// (`size` bytes, its first miss: the slot is its own), one whose size varied between
+// recordings or steps (the shape's; a slot of one fixed size outgrown is another
+// structure's, and the iteration is recorded as before). Its prompt or its batch is
+// larger than any recorded, and the sizes that scale with them grow by about the
+// same factor: every prefix and tail capacity whose size varied, and each step
+// column's base (not its slope: the growth per step is per token), are raised by
+// that factor and a quarter (Note [Growth headroom]). An allocation that grows faster
+// (attention scores, with the square of the prompt) outgrows again, and the next
+// such request raises it further; four in a row without a clean replay stop it.
+// Null when nothing grows. REQUIRES: the key's mutex held.
+std::shared_ptr<const envelope> scaled_periodic_envelope(const regime& g, std::uint32_t at, std::uint64_t size) {
+  if (at == 0 || g.env == nullptr || !g.env->lines.periodic()) return nullptr;
+  const envelope& e = *g.env;
+  if (at - 1 >= e.tr.allocations.size()) return nullptr;
+  const std::uint64_t cap = e.tr.allocations[at - 1].size;
+  // A slot of one fixed size that a request outgrew is another structure's (a kernel
+  // that picked another workspace), not a larger shape: recorded as before.
+  if (size <= cap || cap == 0 || e.least[at - 1] >= cap) return nullptr;
+  const double factor = 1.25 * static_cast<double>(size) / static_cast<double>(cap);
+  auto scaled = [&](std::uint64_t v) {
+    const double raised = static_cast<double>(v) * factor;
+    if (raised >= static_cast<double>(max_request_bytes)) return std::uint64_t{max_request_bytes};
+    return (static_cast<std::uint64_t>(raised) + 63) & ~std::uint64_t{63};
+  };
+  auto out = std::make_shared<envelope>(e);
+  const step_lines& l = out->lines;
+  for (std::size_t i = 0; i < out->tr.allocations.size(); ++i) {
+    // The steps of a column with a line: from the line, below.
+    if (i >= l.prefix && i < l.tail_from() && l.kind[(i - l.prefix) % l.period] == step_lines::linear) continue;
+    std::uint64_t& c = out->tr.allocations[i].size;
+    if (out->least[i] < c) c = std::max(c, scaled(c));
+  }
+  for (std::size_t c = 0; c < l.period; ++c) {
+    if (l.kind[c] == step_lines::linear) out->lines.base[c] = scaled(l.base[c]);
+  }
+  detail::raise_to_lines(*out);
+  return out;
+}
+
+// Note [Periodic iterations]: an extended envelope holds at most this many steps, and
+// at most max_extended_allocations allocations in all.
+std::uint64_t max_extended_steps(const step_lines& l) {
+  const std::uint64_t fixed = std::uint64_t{l.prefix} + l.tail;
+  if (fixed >= max_extended_allocations || l.period == 0) return l.steps;
+  return std::max<std::uint64_t>(l.steps, (max_extended_allocations - fixed) / l.period);
+}
+
 void finish_probe(key_entry& e, const recording_intent& in, policy_counts& n, int r) {
   ++n.probes;
   const bool repeats = r >= 0 && (e.regimes[r].version != nullptr || e.regimes[r].recordings >= 2);
@@ -130,7 +179,10 @@ begin_decision decide_begin(key_entry& e, std::uint64_t first_size, bool can_rep
 recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<const trace>& recorded,
                                           const recording_intent& in, const policy_settings& s, policy_counts& n) {
   recording_decision out;
-  const std::uint64_t shape = recorded->shape_signature();
+  // Note [Periodic iterations]: a recording that repeats a step joins the regime of its
+  // structure whatever its number of steps.
+  const trace_period period = find_period(*recorded);
+  const std::uint64_t shape = period.found() ? period.signature : recorded->shape_signature();
   e.recording = false;
   ++e.recordings;
   e.last_trace = recorded;
@@ -141,7 +193,7 @@ recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<co
     // Note [Envelope]: the same allocations, made and freed in the same order, at
     // other sizes: each allocation's capacity is the largest size recorded.
     auto merged = std::make_shared<envelope>(*e.regimes[r].env);
-    grew = merge_envelope(*merged, *recorded);
+    grew = merge_envelope(*merged, *recorded, &period);
     e.regimes[r].env = std::move(merged);
   } else {
     r = e.slot_for_new_regime();
@@ -172,7 +224,7 @@ recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<co
       e.forget_regime(r);
       regime& g = e.regimes[r];
       g = regime{};
-      g.env = std::make_shared<const envelope>(make_envelope(*recorded));
+      g.env = std::make_shared<const envelope>(make_envelope(*recorded, &period));
       g.shape = shape;
     }
   }
@@ -186,7 +238,9 @@ recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<co
   ++g.recordings;
   g.last_seen = e.uses;
   if (!recorded->allocations.empty()) g.saw_first(recorded->allocations.front().size);
-  if (recorded->allocations.size() <= max_sampled_allocations) {  // Note [Predicted plans]
+  // Note [Predicted plans]: sizes fitted to a shape need recordings of one length; a
+  // periodic regime's follow their steps' lines instead (Note [Periodic iterations]).
+  if (!period.found() && recorded->allocations.size() <= max_sampled_allocations) {
     size_sample sizes(recorded->allocations.size());
     for (std::size_t i = 0; i < sizes.size(); ++i) sizes[i] = recorded->allocations[i].size;
     add_size_sample(g.samples, sizes);
@@ -245,16 +299,28 @@ replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const
   // A larger shape: at least two slots whose allocation outgrew them (slow_path.cc
   // counts them). One larger block among the same shapes is a deviation; a shape
   // change makes every allocation that scales with it larger.
-  const bool grew = rs.grown >= 2;
+  // Note [Periodic iterations] (trace/period.h): a request with more steps than a
+  // periodic plan overran it: it followed the plan into its tail, and at least half a
+  // step's requests after that went to the backend (some of them larger than the tail's
+  // slots). That is a longer request, neither a larger shape nor a deviation: the plan
+  // is extended by steps (below).
+  const bool periodic = rs.period != 0;
+  const bool overran = periodic && rs.first_miss_at > rs.tail_from && rs.misses * 2 >= rs.period;
+  v.overran = overran;
+  const bool grew = rs.grown >= 2 && !overran;
   v.grew = grew;
   const std::uint64_t pct = s.deviation_percent;
   const std::uint32_t planned = rs.planned;
+  // A request with fewer steps than a periodic plan replays a prefix of it, so the
+  // slots it did not reach are not missing, and its misses count against what it
+  // asked for.
+  const std::uint64_t asked = periodic ? std::max<std::uint64_t>(std::uint64_t{rs.handed} + rs.misses, 1) : planned;
+  const std::uint32_t missing = periodic ? 0 : planned - std::min(rs.handed, planned);
   // An iteration whose requests outgrew their slots is a larger shape, not a deviation:
   // it grows the envelope (below); the recording that does so says whether the
   // program's structure changed too.
-  const bool deviated = !grew && planned > 0 &&
-                        (rs.misses * 100 > pct * planned ||
-                         std::uint64_t{planned - std::min(rs.handed, planned)} * 100 > pct * planned);
+  const bool deviated = !grew && !overran && planned > 0 &&
+                        (rs.misses * 100 > pct * asked || std::uint64_t{missing} * 100 > pct * planned);
   v.deviated = deviated;
   // Note [Regimes]: an iteration that deviated, or whose requests outgrew their slots,
   // may have followed another structure. It followed another planned regime when that
@@ -270,7 +336,27 @@ replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const
   e.structure_deviations = (e.structure_deviations << 1) | (other_structure ? 1u : 0u);
   if (e.regimes[r].version == rs.version) {  // `rs.version` is installed, so alive: its plan may be read
     if (grew) ++e.regimes[r].grown_in_a_row;
-    if (!other_structure) {
+    if (overran) {
+      // Note [Periodic iterations]: the envelope extended to the steps this request
+      // needed (its misses, in steps, and one more) plus a quarter (Note [Growth
+      // headroom]), planned off the request path; the plan serves on meanwhile.
+      regime& g = e.regimes[r];
+      const step_lines* l = g.env != nullptr ? &g.env->lines : nullptr;
+      if (g.planning == nullptr && s.replays && !e.failed && l != nullptr && l->periodic() && l->period == rs.period) {
+        const std::uint64_t needed = l->steps + (rs.misses + l->period - 1) / l->period + 1;
+        const std::uint64_t steps = std::min<std::uint64_t>(needed + needed / 4, max_extended_steps(*l));
+        if (steps > l->steps) {
+          if (std::optional<envelope> longer = extend_envelope(*g.env, static_cast<std::uint32_t>(steps))) {
+            v.predicted = std::make_shared<const envelope>(*std::move(longer));
+            g.env = v.predicted;
+            g.planning = v.predicted.get();
+            v.grow_wanted = true;
+          }
+        }
+      }
+      e.learn_regime(r);
+      v.explained = g.planning != nullptr;
+    } else if (!other_structure) {
       if (!deviated) {
         e.failures.store(0, std::memory_order_relaxed);
         e.regimes[r].confirmed = true;
@@ -290,6 +376,17 @@ replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const
       // it replaces is neither a deviation nor a reason to record or predict again.
       e.learn_regime(r);
       v.explained = true;
+    } else if (grew && s.replays && !e.failed && periodic && e.regimes[r].grown_in_a_row < 4 &&
+               rs.first_too_large_at == rs.first_miss_at &&
+               (v.predicted = scaled_periodic_envelope(e.regimes[r], rs.first_too_large_at,
+                                                      rs.first_too_large_size)) != nullptr) {
+      // Note [Periodic iterations]: a longer prompt or a larger batch, planned at once
+      // from the envelope scaled to the request that outgrew its slot.
+      e.regimes[r].env = v.predicted;
+      e.regimes[r].planning = v.predicted.get();
+      e.regimes[r].grow_wanted = false;
+      v.grow_wanted = true;
+      e.learn_regime(r);
     } else if (grew && s.replays && !e.failed && e.regimes[r].grown_in_a_row == 1 &&
                rs.first_too_large_at == rs.first_miss_at &&
                (v.predicted = predicted_envelope(e.regimes[r], rs.first_too_large_at, rs.first_too_large_size)) != nullptr) {

@@ -102,6 +102,9 @@ struct replay_summary {
   std::uint32_t first_too_large_at = 0;
   std::uint64_t first_too_large_size = 0;
   std::uint64_t first_size = 0;  // the iteration's first request, when known
+  // Note [Periodic iterations]: the plan's tail_from and period (0: no period).
+  std::uint32_t tail_from = 0;
+  std::uint32_t period = 0;
 };
 
 // After a replay.
@@ -111,6 +114,7 @@ struct replay_verdict {
   bool explained = false;   // another regime's iteration, or one a plan on the way serves
   bool grow_wanted = false; // the plan grows: predicted now, or the next iteration records
   bool counted = false;     // counts towards retiring the plan
+  bool overran = false;     // a periodic plan's request had more steps than the plan
   std::shared_ptr<const envelope> predicted;  // plan it now, replacing version_id
 };
 // REQUIRES: e.mu held.

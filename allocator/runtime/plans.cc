@@ -16,6 +16,7 @@
 #include "runtime/engine.h"
 #include "support/log.h"
 #include "support/reentry.h"
+#include "trace/period.h"
 
 namespace replayalloc::detail {
 
@@ -242,6 +243,11 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
   v->plan = compile_plan(tr, p, po, managed.empty() ? nullptr : &managed, least, opts_.min_size);
   v->key = e.key;
   v->from_file = from_file;
+  // Note [Periodic iterations]: the regime of a plan whose iterations repeat a step is
+  // its periodic signature, as the recordings' (key_policy.cc).
+  const trace_period per = find_period(tr);
+  v->tail_from = per.found() ? per.tail_from() : 0;
+  v->period = per.period;
   if (!improved) plans_.fetch_add(1, std::memory_order_relaxed);
   v->id = version_ids_.fetch_add(1, std::memory_order_relaxed) + 1;
   REPLAYALLOC_LOG(info, "planned '%s': %zu allocations, slab %llu bytes, lower bound %llu bytes (%s)",
@@ -251,7 +257,7 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
   plan_version* old = nullptr;
   {
     std::lock_guard<std::mutex> lock(e.mu);
-    const std::uint64_t shape = tr.shape_signature();
+    const std::uint64_t shape = per.found() ? per.signature : tr.shape_signature();
     int r = e.find_regime(shape);
     if (r < 0 && from_file) {
       // Note [Regimes]: a loaded plan starts its regime (1 where the sizes varied).
@@ -261,7 +267,7 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
         return true;
       }
       e.forget_regime(r);
-      envelope env = make_envelope(tr);
+      envelope env = make_envelope(tr, &per);
       if (least != nullptr) env.least = *least;
       e.regimes[r] = regime{};
       e.regimes[r].env = std::make_shared<const envelope>(std::move(env));

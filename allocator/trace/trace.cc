@@ -7,6 +7,7 @@
 #include "support/config.h"
 #include "support/hash.h"
 #include "support/status.h"
+#include "trace/period.h"
 
 namespace replayalloc {
 
@@ -29,14 +30,24 @@ std::uint64_t trace::shape_signature() const {
   return detail::fnv1a(h, events);
 }
 
-envelope make_envelope(const trace& t) {
-  envelope e{t, {}};
+envelope make_envelope(const trace& t, const trace_period* period) {
+  envelope e{t, {}, {}};
   e.least.reserve(t.allocations.size());
   for (const trace_allocation& a : t.allocations) e.least.push_back(a.size);
+  // Note [Periodic iterations]: each step's sizes on its column's line.
+  detail::add_period(e, period != nullptr ? *period : find_period(t));
   return e;
 }
 
-bool merge_envelope(envelope& into, const trace& t) {
+bool merge_envelope(envelope& into, const trace& t, const trace_period* period) {
+  if (into.lines.periodic()) {
+    // Note [Periodic iterations]: the same step, repeated a different number of times.
+    const trace_period p = period != nullptr ? *period : find_period(t);
+    const step_lines& l = into.lines;
+    if (p.found() && p.prefix == l.prefix && p.period == l.period && p.tail == l.tail) {
+      return detail::merge_periodic(into, t, p);
+    }
+  }
   bool grew = false;
   const std::size_t n = std::min(into.tr.allocations.size(), t.allocations.size());
   for (std::size_t i = 0; i < n; ++i) {

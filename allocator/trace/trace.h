@@ -68,14 +68,44 @@ struct trace {
 //    the shape, so any smaller shape (also one never recorded) fits it.
 // Safety never depends on which request takes which slot: a slot is handed out only
 // when the request fits its capacity and its bytes are free (the overlap lists).
+//
+// Recordings of an iteration that repeats a step (an LLM request: Note [Periodic
+// iterations], trace/period.h) join one envelope whatever their number of steps: its
+// structure is the recording with the most steps, and `lines` says where its steps are
+// and how each step's sizes follow the position.
+struct step_lines {
+  std::uint32_t prefix = 0;  // allocations before the first step
+  std::uint32_t period = 0;  // allocations per step; 0: the envelope has no period
+  std::uint32_t steps = 0;   // full steps
+  std::uint32_t tail = 0;    // allocations after them
+  std::uint64_t step_events = 0;
+  // Per column (a step's c-th allocation): fixed, one size (base) in every step of
+  // every recording; linear, size at step s <= base + slope * s in every recording;
+  // irregular, neither: its slots keep the capacities recorded at their positions.
+  enum : std::uint8_t { fixed, linear, irregular };
+  std::vector<std::uint64_t> slope;
+  std::vector<std::uint64_t> base;
+  std::vector<std::uint8_t> kind;
+  // Per column: the recordings disagree on its sizes (another prompt, another batch):
+  // its slots serve any smaller request. A column every recording agrees on keeps
+  // matching exactly, as in any envelope (Note [Envelope]).
+  std::vector<std::uint8_t> varies;
+  bool periodic() const { return period != 0; }
+  std::uint32_t tail_from() const { return prefix + steps * period; }
+};
 struct envelope {
   trace tr;                          // sizes: capacities
   std::vector<std::uint64_t> least;  // per allocation: the smallest size recorded
+  step_lines lines;                  // Note [Periodic iterations]
 };
-envelope make_envelope(const trace& t);
-// Adds `t` to `into`. pre: t.shape_signature() == into.tr.shape_signature(). Returns
-// true when a capacity grew (the envelope needs a new plan).
-bool merge_envelope(envelope& into, const trace& t);
+struct trace_period;
+// `period`, when given, is find_period(t) (trace/period.h), already computed.
+envelope make_envelope(const trace& t, const trace_period* period = nullptr);
+// Adds `t` to `into`. pre: regime_signature(t) == regime_signature(into.tr)
+// (trace/period.h): the same structure, or the same step repeated a different number
+// of times. Returns true when a capacity or the number of steps grew (the envelope
+// needs a new plan).
+bool merge_envelope(envelope& into, const trace& t, const trace_period* period = nullptr);
 // Per allocation, the least request its slot serves (see above).
 std::vector<std::uint64_t> least_served(const envelope& e);
 // Note [Growth headroom]

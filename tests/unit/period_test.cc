@@ -1,0 +1,176 @@
+// Note [Periodic iterations] (trace/period.h): the step an LLM request repeats is found
+// inside one recording, requests of different lengths share one regime, their
+// envelope covers every recording at every position, and an envelope extended by
+// steps is a valid trace of the same regime whose capacities follow the lines.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "trace/period.h"
+#include "trace/trace.h"
+
+namespace replayalloc {
+namespace {
+
+// Builds a trace as a program would record it: each call advances the event counter.
+struct builder {
+  trace t;
+  std::uint64_t at = 0;
+  builder() { t.ops = {"unknown"}; }
+  std::size_t alloc(std::uint64_t size) {
+    trace_allocation a;
+    a.id = t.allocations.size();
+    a.size = size;
+    a.alloc_at = at++;
+    t.allocations.push_back(a);
+    return t.allocations.size() - 1;
+  }
+  void free(std::size_t i) { t.allocations[i].free_at = at++; }
+  trace done() {
+    t.events = at;
+    return t;
+  }
+};
+
+constexpr std::uint64_t kHidden = 4096;  // bytes per token of one layer's activation
+
+// A GPT-shaped request: a prefill of `prompt` tokens, then `steps` decode steps whose
+// key/value caches grow by one token each (torch.cat: the new cache made, the old
+// freed), logits kept until the next step, a token per step held to the end.
+trace request(std::uint64_t prompt, int steps, int layers = 3, std::uint64_t batch = 1) {
+  builder b;
+  std::vector<std::size_t> k(layers), v(layers), held;
+  const std::size_t x = b.alloc(batch * prompt * kHidden);
+  for (int l = 0; l < layers; ++l) {
+    const std::size_t qkv = b.alloc(batch * 3 * prompt * kHidden);
+    k[l] = b.alloc(batch * prompt * kHidden);
+    v[l] = b.alloc(batch * prompt * kHidden);
+    const std::size_t scores = b.alloc(batch * 4 * prompt * prompt * 4);
+    b.free(qkv);
+    b.free(scores);
+  }
+  b.free(x);
+  std::size_t logits = b.alloc(batch * 32000);
+  held.push_back(b.alloc(batch * 8));
+  for (int s = 0; s < steps; ++s) {
+    const std::uint64_t pos = prompt + s + 1;
+    const std::size_t h = b.alloc(batch * kHidden);
+    for (int l = 0; l < layers; ++l) {
+      const std::size_t nk = b.alloc(batch * pos * kHidden);
+      b.free(k[l]);
+      k[l] = nk;
+      const std::size_t nv = b.alloc(batch * pos * kHidden);
+      b.free(v[l]);
+      v[l] = nv;
+      const std::size_t scores = b.alloc(batch * 4 * pos * 4 + 64);
+      b.free(scores);
+    }
+    b.free(h);
+    const std::size_t next = b.alloc(batch * 32000);
+    b.free(logits);
+    logits = next;
+    held.push_back(b.alloc(batch * 8));
+  }
+  b.free(logits);
+  for (int l = 0; l < layers; ++l) {
+    b.free(k[l]);
+    b.free(v[l]);
+  }
+  for (auto it = held.rbegin(); it != held.rend(); ++it) b.free(*it);  // a list, freed backwards
+  return b.done();
+}
+
+TEST(Period, FindsTheDecodeStepOfARequest) {
+  const trace t = request(20, 12);
+  const trace_period p = find_period(t);
+  ASSERT_TRUE(p.found());
+  // One decode step: the hidden state, per layer a key, a value and scores, logits, a
+  // token: 1 + 3 * 3 + 2 = 12 allocations.
+  EXPECT_EQ(p.period, 12u);
+  EXPECT_GE(p.steps, 9u);
+  EXPECT_EQ(p.prefix + p.steps * p.period + p.tail, t.allocations.size());
+  EXPECT_EQ(p.step_events, t.allocations[p.prefix + p.period].alloc_at - t.allocations[p.prefix].alloc_at);
+}
+
+TEST(Period, RequestsOfAnyLengthShareOneRegime) {
+  const std::uint64_t sig = regime_signature(request(20, 12));
+  EXPECT_EQ(regime_signature(request(20, 30)), sig);
+  EXPECT_EQ(regime_signature(request(57, 5)), sig);
+  EXPECT_EQ(regime_signature(request(3, 40, 3, 4)), sig);  // another batch: sizes only
+  // Another model (more layers) is another regime; so is one without the step.
+  EXPECT_NE(regime_signature(request(20, 12, 4)), sig);
+  EXPECT_FALSE(find_period(request(20, 1)).found());
+}
+
+TEST(Period, NoPeriodInAStreamThatDoesNotRepeat) {
+  std::mt19937_64 rng(7);
+  builder b;
+  std::vector<std::size_t> live;
+  for (int i = 0; i < 3000; ++i) {
+    if (!live.empty() && rng() % 2 == 0) {
+      const std::size_t k = rng() % live.size();
+      b.free(live[k]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    live.push_back(b.alloc(4096 + rng() % 100000));
+    b.at += rng() % 3;  // frees of blocks too small to record
+  }
+  for (std::size_t i : live) b.free(i);
+  EXPECT_FALSE(find_period(b.done()).found());
+}
+
+// Every allocation of `t` fits the envelope's slot at its position (prefix and steps
+// at the same index, the tail after the envelope's steps).
+void expect_covers(const envelope& e, const trace& t) {
+  const trace_period p = find_period(t);
+  ASSERT_TRUE(p.found());
+  ASSERT_LE(p.steps, e.lines.steps);
+  for (std::size_t i = 0; i < t.allocations.size(); ++i) {
+    const std::size_t at = i < p.tail_from() ? i : i + std::size_t{e.lines.steps - p.steps} * p.period;
+    ASSERT_LT(at, e.tr.allocations.size());
+    EXPECT_GE(e.tr.allocations[at].size, t.allocations[i].size) << "allocation " << i << " at " << at;
+  }
+}
+
+TEST(Period, TheEnvelopeCoversEveryRecordingAtEveryPosition) {
+  const trace a = request(40, 8), b = request(12, 25), c = request(25, 15);
+  envelope e = make_envelope(a);
+  EXPECT_TRUE(merge_envelope(e, b));  // more steps: the structure grows
+  EXPECT_EQ(e.lines.steps, find_period(b).steps);
+  merge_envelope(e, c);
+  EXPECT_EQ(regime_signature(e.tr), regime_signature(a));
+  for (const trace* t : {&a, &b, &c}) expect_covers(e, *t);
+  // The longest prompt at the most steps, never recorded together: the lines cover it.
+  expect_covers(e, request(40, 25));
+  // A key/value cache column varies: it serves any smaller request.
+  const std::size_t k0 = e.lines.prefix + 1;
+  EXPECT_EQ(least_served(e)[k0], 1u);
+  EXPECT_TRUE(check_trace(e.tr).ok());
+}
+
+TEST(Period, AnExtendedEnvelopeIsAValidTraceOfTheSameRegime) {
+  envelope e = make_envelope(request(30, 10));
+  merge_envelope(e, request(10, 6));
+  const std::optional<envelope> longer = extend_envelope(e, e.lines.steps + 20);
+  ASSERT_TRUE(longer.has_value());
+  EXPECT_TRUE(check_trace(longer->tr).ok());
+  EXPECT_EQ(longer->lines.steps, e.lines.steps + 20);
+  EXPECT_EQ(longer->tr.allocations.size(), e.tr.allocations.size() + 20 * e.lines.period);
+  EXPECT_EQ(regime_signature(longer->tr), regime_signature(e.tr));
+  const trace_period p = find_period(longer->tr);
+  EXPECT_EQ(p.steps, longer->lines.steps);
+  EXPECT_EQ(p.tail_from(), longer->lines.tail_from());
+  // Requests up to the recorded prompt, as long as the extension, fit every slot.
+  expect_covers(*longer, request(30, 10 + 20 - 1));
+  expect_covers(*longer, request(8, 28));
+  // Fewer steps than it has, or no period: nothing to extend.
+  EXPECT_FALSE(extend_envelope(e, e.lines.steps).has_value());
+  builder flat;
+  flat.free(flat.alloc(4096));
+  EXPECT_FALSE(extend_envelope(make_envelope(flat.done()), 50).has_value());
+}
+
+}  // namespace
+}  // namespace replayalloc
