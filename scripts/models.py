@@ -139,7 +139,7 @@ class _GptBlock(torch.nn.Module):
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
         if t > 1:
             total = k.shape[2]
-            causal = torch.ones(t, total, dtype=torch.bool).tril(total - t)
+            causal = torch.ones(t, total, dtype=torch.bool, device=att.device).tril(total - t)
             att = att.masked_fill(~causal, float("-inf"))
         y = (att.softmax(-1) @ v).transpose(1, 2).reshape(b, t, h)
         x = x + self.proj(y)
@@ -158,7 +158,7 @@ class Gpt2Like(torch.nn.Module):
 
     def forward(self, ids, past=None):
         start = 0 if past is None else past[0][0].shape[2]
-        x = self.wte(ids) + self.wpe(torch.arange(start, start + ids.shape[1]).unsqueeze(0))
+        x = self.wte(ids) + self.wpe(torch.arange(start, start + ids.shape[1], device=ids.device).unsqueeze(0))
         cache = []
         for i, block in enumerate(self.blocks):
             x, kv = block(x, None if past is None else past[i])

@@ -68,6 +68,55 @@ def check_package(library):
                       "device_plans": s["plans"]}))
 
 
+def generate(a, rt):
+    """--generate: the GPT-2-shaped decoder of bench/torch/generation.py on the GPU, greedy,
+    prompts of 8..64 tokens and 8..32 new tokens drawn per request (a fixed seed), one
+    iteration per request under one key (issue 31: Note [Periodic iterations]). Prints one
+    JSON line: tokens per second over the requests after the warm-up, the device slab's
+    share of their device allocations, the device memory used, the tokens' digest."""
+    import hashlib
+    import random
+    import models
+    import torch
+    torch.manual_seed(0)
+    m, _ = models.build("gpt2", 1, layers=12, hidden=768, heads=12, vocab=50257, max_len=1024)
+    m = m.cuda()
+    rng = random.Random(2026)
+    work = [(torch.randint(0, 50257, (1, rng.randint(8, 64)), generator=torch.Generator().manual_seed(i)).cuda(),
+             rng.randint(8, 32)) for i in range(a.warmup + a.iters)]
+    free0, _ = torch.cuda.mem_get_info()
+    digest = hashlib.sha256()
+    tokens, t_start, s0 = 0, None, None
+    with torch.inference_mode():
+        for i, (prompt, n) in enumerate(work):
+            if i == a.warmup:
+                torch.cuda.synchronize()
+                t_start = time.perf_counter()
+                s0 = rt.stats(device=True) if rt else None
+            with rt.iteration("gpt2/request") if rt else contextlib.nullcontext():
+                out = models.generate(m, prompt, n)
+            digest.update(out.cpu().numpy().tobytes())
+            if i >= a.warmup:
+                tokens += n
+            if i == a.warmup - 1 and rt:
+                import replayalloc
+                replayalloc.wait_plans()
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t_start
+    free1, _ = torch.cuda.mem_get_info()
+    out = {"allocator": a.allocator, "model": "gpt2-12l", "mode": "generate", "round": a.round,
+           "requests": a.iters, "tokens_per_s": tokens / wall, "device_used_mib": (free0 - free1) / 2**20,
+           "digest": digest.hexdigest()}
+    if rt:
+        s = rt.stats(device=True)
+        d = {k: s[k] - s0[k] for k in ("slab_hits", "fallbacks", "passthrough", "allocations")}
+        out["slab_share"] = d["slab_hits"] / max(1, d["slab_hits"] + d["fallbacks"] + d["passthrough"])
+        out["slab_mib"] = s["slab_bytes"] / 2**20
+        out["lower_bound_mib"] = s["lower_bound_bytes"] / 2**20
+        out["plans"] = s["plans"]
+    print(json.dumps(out))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--allocator", choices=["default", "async", "replayalloc"])
@@ -80,9 +129,16 @@ def main():
     ap.add_argument("--library")
     ap.add_argument("--check-package", action="store_true")
     ap.add_argument("--train", action="store_true", help="time training steps, not inferences")
+    ap.add_argument("--generate", action="store_true", help="LLM generation, one iteration per request")
     a = ap.parse_args()
     if a.check_package:
         return check_package(a.library)
+    if a.generate:
+        rt = None
+        if a.allocator == "replayalloc":
+            import replayalloc.torch as rt
+            rt.use_for_cuda(a.library)
+        return generate(a, rt)
 
     rt = None
     if a.allocator == "replayalloc":

@@ -12,6 +12,10 @@
 #   4. stress    bench/run_threaded_stress.sh at 16 threads: auto mode where nothing
 #                repeats (cap 45 s);
 #   5. contention bench/run_contention.sh at T = 16, the allocator alone (the rest).
+# Two more steps run only when STEPS names them: package (the Python package's
+# use_for_cuda check alone) and generation (a 12-layer GPT-2-shaped decoder on the GPU,
+# one iteration per request, PyTorch's caching allocator against replayalloc's pluggable
+# allocator, twice each: bench_torch.py --generate).
 # Results come back in $OUT (at most 8 files): the RESULTS.md section each step wrote
 # (lent_*.md), the log, and lent_raw.tar.gz with the raw runs (jsonl, logs), from
 # which bench/update_results.py writes a section here when a step ran out of time.
@@ -28,7 +32,9 @@ raw=$(mktemp -d)
 exec > >(tee -a "$OUT/lent.log") 2>&1
 start=$(date +%s)
 elapsed() { echo $(($(date +%s) - start)); }
-want() { [[ -z ${STEPS:-} || " $STEPS " == *" $1 "* ]]; }
+want() {
+  case $1 in package | generation) [[ " ${STEPS:-} " == *" $1 "* ]] ;; *) [[ -z ${STEPS:-} || " $STEPS " == *" $1 "* ]] ;; esac
+}
 export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
 export ALLOCATOR_LIBDIR="$PWD/.gpu/lib" PYTHONUNBUFFERED=1
 # The micro benchmarks as a build folder (BENCH_PREBUILT: the scripts run no cmake).
@@ -54,6 +60,23 @@ if want tests; then
   timeout 90 .gpu/gpu_tests > "$raw/gpu_tests.log" 2>&1
   echo "gpu_tests exit $?"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED' "$raw/gpu_tests.log" | tail -n 20
+fi
+if want package; then
+  echo "== [$(elapsed) s] the Python package's use_for_cuda"
+  PY=$(torch_python python3 /usr/bin/python3)
+  PYTHONPATH="$PWD/integrations/pytorch/python" timeout 120 "$PY" bench/gpu/bench_torch.py --check-package \
+    --library "$PWD/.gpu/libreplayalloc_cuda.so" 2>&1 | tail -n 3 | tee "$raw/package.log"
+fi
+if want generation; then
+  echo "== [$(elapsed) s] generation on the GPU, one iteration per request (issue 31)"
+  PY=$(torch_python python3 /usr/bin/python3)
+  for alloc in default replayalloc replayalloc default; do
+    PYTHONPATH="$PWD/integrations/pytorch/python" timeout 150 "$PY" bench/gpu/bench_torch.py --generate \
+      --allocator "$alloc" --warmup 12 --iters 24 --library "$PWD/.gpu/libreplayalloc_cuda.so" \
+      2>> "$raw/generation.err" | tail -n 1 | tee -a "$raw/gpu_generation.jsonl"
+  done
+  tail -n 5 "$raw/generation.err"
+  cp "$raw/gpu_generation.jsonl" "$OUT/lent_gpu_generation.jsonl" 2> /dev/null
 fi
 if want manycore; then
   echo "== [$(elapsed) s] many-core e2e"
