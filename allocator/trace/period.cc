@@ -177,7 +177,8 @@ namespace detail {
 // Raises every step's capacity (and the tail's last step, the columns' positions at
 // step `steps`) to its column's line, and lets a column whose recordings disagree serve
 // any smaller request.
-void raise_to_lines(envelope& e) {
+bool raise_to_lines(envelope& e) {
+  bool rose = false;
   const step_lines& l = e.lines;
   for (std::size_t s = 0; s <= l.steps; ++s) {
     for (std::size_t c = 0; c < l.period; ++c) {
@@ -186,10 +187,15 @@ void raise_to_lines(envelope& e) {
       // One size everywhere: kept exact (Note [Envelope]); no line: as recorded.
       if (l.kind[c] != step_lines::linear) continue;
       std::uint64_t& cap = e.tr.allocations[i].size;
-      cap = std::max(cap, on_line(l, c, s));
+      const std::uint64_t line = on_line(l, c, s);
+      if (line > cap) {
+        cap = line;
+        rose = true;
+      }
       if (l.varies[c]) e.least[i] = 1;
     }
   }
+  return rose;
 }
 
 }  // namespace detail
@@ -203,19 +209,15 @@ std::size_t position_in(const step_lines& l, std::uint32_t steps, std::uint32_t 
   return i < tail_from ? i : i + std::size_t{into_steps - steps} * l.period;
 }
 
-// Folds the sizes of `t` (period p, no more steps than `into`) into `into`.
-bool fold_sizes(envelope& into, const trace& t, const trace_period& p) {
+// Folds the capacities of `t` (`steps` steps, no more than `into` has) into `into`, and
+// `least` (per allocation of t; null: t's sizes) into its least sizes.
+bool fold_sizes(envelope& into, const trace& t, std::uint32_t steps, const std::vector<std::uint64_t>* least) {
   bool grew = false;
   for (std::size_t i = 0; i < t.allocations.size(); ++i) {
-    const std::size_t at = position_in(into.lines, p.steps, into.lines.steps, i);
+    const std::size_t at = position_in(into.lines, steps, into.lines.steps, i);
     if (at >= into.tr.allocations.size()) break;
-    std::uint64_t& cap = into.tr.allocations[at].size;
     const std::uint64_t size = t.allocations[i].size;
-    if (size > cap) {
-      cap = size;
-      grew = true;
-    }
-    into.least[at] = std::min(into.least[at], size);
+    grew = detail::fold_slot(into, at, size, least != nullptr ? (*least)[i] : size) || grew;
   }
   return grew;
 }
@@ -250,38 +252,19 @@ void add_period(envelope& e, const trace_period& p) {
 }
 
 bool merge_periodic(envelope& into, const trace& t, const trace_period& p) {
-  step_lines incoming = lines_of(t, p);
   if (p.steps > into.lines.steps) {
-    // The longer request's structure, with the shorter ones' sizes folded in.
-    envelope longer = make_envelope(t);
-    const envelope shorter = std::move(into);
-    trace_period sp;
-    sp.prefix = shorter.lines.prefix;
-    sp.period = shorter.lines.period;
-    sp.steps = shorter.lines.steps;
-    sp.tail = shorter.lines.tail;
-    // Capacities and least sizes of the shorter envelope, as a trace of its own.
-    trace sizes = shorter.tr;
-    fold_sizes(longer, sizes, sp);
-    for (std::size_t i = 0; i < shorter.least.size(); ++i) {
-      const std::size_t at = position_in(longer.lines, sp.steps, longer.lines.steps, i);
-      if (at < longer.least.size()) longer.least[at] = std::min(longer.least[at], shorter.least[i]);
-    }
-    merge_lines(longer.lines, shorter.lines);
+    // The longer request's structure, with the shorter ones' capacities and least sizes
+    // folded in.
+    envelope longer = make_envelope(t, &p);
+    fold_sizes(longer, into.tr, into.lines.steps, &into.least);
+    merge_lines(longer.lines, into.lines);
     raise_to_lines(longer);
     into = std::move(longer);
     return true;
   }
-  bool grew = fold_sizes(into, t, p);
-  merge_lines(into.lines, incoming);
-  const std::vector<std::uint64_t> before = [&] {
-    std::vector<std::uint64_t> caps(into.tr.allocations.size());
-    for (std::size_t i = 0; i < caps.size(); ++i) caps[i] = into.tr.allocations[i].size;
-    return caps;
-  }();
-  raise_to_lines(into);
-  for (std::size_t i = 0; i < before.size() && !grew; ++i) grew = into.tr.allocations[i].size > before[i];
-  return grew;
+  bool grew = fold_sizes(into, t, p.steps, nullptr);
+  merge_lines(into.lines, lines_of(t, p));
+  return raise_to_lines(into) || grew;
 }
 
 }  // namespace detail

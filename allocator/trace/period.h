@@ -93,9 +93,12 @@ namespace detail {
 void add_period(envelope& e, const trace_period& p);
 bool merge_periodic(envelope& into, const trace& t, const trace_period& p);
 // Raises every step's capacity to its column's line (and the tail's first step's, at
-// the position after the last step); a column whose size varies serves any smaller
-// request (least 1).
-void raise_to_lines(envelope& e);
+// the position after the last step); a column whose recordings disagree serves any
+// smaller request (least 1).
+bool raise_to_lines(envelope& e);  // true when a capacity rose
+// Folds one recorded allocation into slot `at` of `e`: its capacity at least `size`,
+// its least size at most `least`. True when the capacity rose (trace.cc).
+bool fold_slot(envelope& e, std::size_t at, std::uint64_t size, std::uint64_t least);
 }  // namespace detail
 
 }  // namespace replayalloc

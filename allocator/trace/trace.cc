@@ -51,16 +51,22 @@ bool merge_envelope(envelope& into, const trace& t, const trace_period* period) 
   bool grew = false;
   const std::size_t n = std::min(into.tr.allocations.size(), t.allocations.size());
   for (std::size_t i = 0; i < n; ++i) {
-    std::uint64_t& cap = into.tr.allocations[i].size;
-    const std::uint64_t size = t.allocations[i].size;
-    if (size > cap) {
-      cap = size;
-      grew = true;
-    }
-    into.least[i] = std::min(into.least[i], size);
+    grew = detail::fold_slot(into, i, t.allocations[i].size, t.allocations[i].size) || grew;
   }
   return grew;
 }
+
+namespace detail {
+
+bool fold_slot(envelope& e, std::size_t at, std::uint64_t size, std::uint64_t least) {
+  std::uint64_t& cap = e.tr.allocations[at].size;
+  e.least[at] = std::min(e.least[at], least);
+  if (size <= cap) return false;
+  cap = size;
+  return true;
+}
+
+}  // namespace detail
 
 void add_growth_headroom(envelope& e) {
   for (std::size_t i = 0; i < e.tr.allocations.size() && i < e.least.size(); ++i) {
