@@ -23,6 +23,7 @@ void period_detector::reset() {
   quiet_level_ = 0;
   quiet_run_ = 0;
   base_ = count_;
+  watched_from_ = count_;
   period_ = 0;
   boundary_ = 0;
   signature_ = 0;
@@ -154,6 +155,13 @@ bool period_detector::detect_shape() {
   const std::size_t n = sizes_.size() - max_life;  // symbols known below n
   const std::size_t p = best_period(n, [this](std::size_t i) { return symbol(i); }, shape_periods, 8);
   if (p == 0) return false;
+  step_ = static_cast<std::uint32_t>(p);
+  // Note [Requests of repeated steps]: the requests this step makes; or, while the
+  // watch is younger than a history, none yet when fewer than 4 of them are in it or
+  // the step's sizes grow.
+  const requests_seen seen = detect_requests(p);
+  if (seen == requests_seen::found) return true;
+  if ((seen == requests_seen::too_few || grows(p, n)) && count_ - watched_from_ < history_) return false;
   found_at(p, n, true);
   return true;
 }
@@ -161,6 +169,9 @@ bool period_detector::detect_shape() {
 // See Note [Iterations between quiet points].
 bool period_detector::detect_quiet() {
   if (quiet_rejections_ >= 2) return false;
+  // A step of structure found before (and given up: its iterations kept deviating)
+  // may be that of requests that only now fill enough of the history.
+  if (detect_requests(step_) == requests_seen::found) return true;
   // The newest 512, 1,024, .. quiet_window allocations: the least count over a longer
   // window may be one of the program's start (weights not yet made).
   for (std::size_t window = 512; window <= quiet_window; window *= 2) {
@@ -170,31 +181,42 @@ bool period_detector::detect_quiet() {
   return false;
 }
 
+// The cuts between the pieces of stream positions [from, n): the least count of live
+// watched blocks there (`level`), and the last allocation of each run at that count,
+// runs as long as most are (`run`). A request's first allocation may follow the last
+// one's epilogue (its output serialized: made and freed at that count), so the cut is
+// the last allocation of each run. Returns the number of cuts (at most `capacity`).
+std::size_t period_detector::quiet_cuts(std::size_t from, std::size_t n, std::uint32_t* cuts, std::size_t capacity,
+                                        std::uint32_t& level, std::uint32_t& run) const {
+  level = UINT32_MAX;
+  for (std::size_t i = from; i < n; ++i) level = std::min(level, blocks_[i]);
+  std::uint32_t runs[max_quiet_cuts];
+  std::size_t k = 0;
+  capacity = std::min(capacity, max_quiet_cuts);
+  for (std::size_t i = from + 1; i < n && k < capacity; ++i) {
+    if (blocks_[i] != level || blocks_[i - 1] == level) continue;
+    std::uint32_t r = 1;
+    while (i + r < n && blocks_[i + r] == level && r < 8) ++r;
+    if (i + r >= n) break;  // the newest run may not be over
+    cuts[k] = static_cast<std::uint32_t>(i);
+    runs[k++] = r;
+  }
+  if (k == 0) return 0;
+  std::uint32_t tally[9] = {};
+  for (std::size_t j = 0; j < k; ++j) ++tally[runs[j]];
+  run = static_cast<std::uint32_t>(std::max_element(tally + 1, tally + 9) - tally);
+  for (std::size_t j = 0; j < k; ++j) cuts[j] += std::min(run, runs[j]) - 1;
+  return k;
+}
+
 bool period_detector::detect_quiet(std::size_t window) {
   const std::size_t n = sizes_.size();
   if (n < 8 * min_quiet_piece) return false;
   const std::size_t from = n > window ? n - window : 0;
-  std::uint32_t level = UINT32_MAX;
-  for (std::size_t i = from; i < n; ++i) level = std::min(level, blocks_[i]);
-  // Runs at the least count: a request's first allocation may follow the last one's
-  // epilogue (its output serialized: made and freed at that count), so the cut is the
-  // last allocation of each run, with runs as long as most are.
   std::uint32_t cuts[quiet_window / min_quiet_piece + 2];
-  std::uint32_t runs[std::size(cuts)];
-  std::size_t k = 0;
-  for (std::size_t i = from + 1; i < n && k < std::size(cuts); ++i) {
-    if (blocks_[i] != level || blocks_[i - 1] == level) continue;
-    std::uint32_t run = 1;
-    while (i + run < n && blocks_[i + run] == level && run < 8) ++run;
-    if (i + run >= n) break;  // the newest run may not be over
-    cuts[k] = static_cast<std::uint32_t>(i);
-    runs[k++] = run;
-  }
+  std::uint32_t level = 0, run = 0;
+  const std::size_t k = quiet_cuts(from, n, cuts, std::size(cuts), level, run);
   if (k < 9) return false;
-  std::uint32_t tally[9] = {};
-  for (std::size_t j = 0; j < k; ++j) ++tally[runs[j]];
-  const std::uint32_t run = static_cast<std::uint32_t>(std::max_element(tally + 1, tally + 9) - tally);
-  for (std::size_t j = 0; j < k; ++j) cuts[j] += std::min(run, runs[j]) - 1;
   std::size_t shortest = SIZE_MAX, longest = 0;
   for (std::size_t j = 0; j + 1 < k; ++j) {
     const std::size_t len = cuts[j + 1] - cuts[j];
@@ -206,6 +228,10 @@ bool period_detector::detect_quiet(std::size_t window) {
     longest = std::max(longest, len);
   }
   if (longest > 4 * shortest) return false;
+  // Pieces no longer than a step of structure found before are that step, between its
+  // own quiet points (the key/value caches of the steps before are live there): the
+  // requests are made of them (Note [Requests of repeated steps]).
+  if (step_ != 0 && longest <= step_) return false;
   std::size_t lengths[8];
   int distinct = 0;
   for (std::size_t j = k - 9; j + 1 < k; ++j) {
@@ -213,6 +239,99 @@ bool period_detector::detect_quiet(std::size_t window) {
     if (std::find(lengths, lengths + distinct, len) == lengths + distinct) lengths[distinct++] = len;
   }
   if (distinct > quiet_lengths) return false;
+  take_quiet(cuts, k, level, run);
+  return true;
+}
+
+// Note [Requests of repeated steps]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// LLM generation: a request is a prefill and then a number of decode steps nobody
+// knows in advance, each the same structure (a period of lifetimes, Note [Periods
+// whose sizes change]) with sizes that grow by the position, and the key/value caches
+// handed from step to step. The period of structure found is then the decode step,
+// and iterations of one step can never serve the caches (each outlives its step) nor
+// stay within a plan (the sizes grow every step); the request is the iteration (Note
+// [Periodic iterations], trace/period.h, serves it: a prefix for a shorter one, the
+// step extended for a longer one). So, before a period of structure `step` is taken,
+// the stream is cut at its quiet points (the least count of live watched blocks over
+// the history, or over its newest half, quarter, .., down to 8 steps) as between
+// requests (Note [Iterations between quiet points]), and the pieces are taken for the
+// requests when they are made of that step: at least 4 pieces, each of at least
+// min_quiet_piece allocations, min_period_bytes on average, at least three in four
+// holding a run of at least 3 steps alike in structure, and those runs at least half
+// of all their allocations. Their lengths may then differ without bound (the number of
+// steps is the request's), unlike those of other quiet pieces. While the watch is
+// younger than one history and its pieces are such requests but fewer than 4, or some
+// allocation of the step grew in each of its last 8 periods (a cache one token longer
+// per step: requests are likely, but none may have ended yet), the step is not taken:
+// more of the stream is awaited. The key's iterations
+// begin and end at that count, as between other quiet points. Where it can be wrong:
+// a model whose layers repeat (the step) and whose requests return to one count of
+// live blocks is taken by the request too, which is what it is; a stream whose step
+// is not inside quiet pieces (a loop with no requests) keeps the step, one history
+// later when its sizes grow.
+period_detector::requests_seen period_detector::detect_requests(std::size_t step) {
+  if (step == 0 || sizes_.size() <= max_life) return requests_seen::none;
+  const std::size_t n = sizes_.size() - max_life;  // symbols known below n
+  requests_seen seen = requests_seen::none;
+  for (std::size_t window = n; window >= 8 * step && window >= 8 * min_quiet_piece; window /= 2) {
+    std::uint32_t cuts[max_quiet_cuts];
+    std::uint32_t level = 0, run = 0;
+    const std::size_t k = quiet_cuts(n - window, n, cuts, std::size(cuts), level, run);
+    if (k < 2) continue;
+    std::uint64_t bytes = 0, total = 0, stepped = 0;
+    std::size_t with_steps = 0;
+    bool short_piece = false;
+    for (std::size_t j = 0; j + 1 < k && !short_piece; ++j) {
+      const std::size_t a = cuts[j], b = cuts[j + 1];
+      short_piece = b - a < min_quiet_piece;
+      std::size_t best = 0, alike = 0;
+      for (std::size_t i = a; i < b; ++i) {
+        bytes += sizes_[i];
+        alike = i >= a + step && symbol(i) == symbol(i - step) ? alike + 1 : 0;
+        best = std::max(best, alike);
+      }
+      total += b - a;
+      if (best >= 2 * step) {
+        ++with_steps;
+        stepped += best + step;
+      }
+    }
+    const std::size_t pieces = k - 1;
+    if (short_piece || bytes < min_period_bytes * pieces || 4 * with_steps < 3 * pieces || 2 * stepped < total) {
+      continue;
+    }
+    if (k < 5) {  // requests of that step, but too few of them to take
+      seen = requests_seen::too_few;
+      continue;
+    }
+      take_quiet(cuts, k, level, run);
+    return requests_seen::found;
+  }
+  return seen;
+}
+
+// Whether some allocation of the period `p` ending at n grew in each of its last
+// shape_periods periods: a decode step's key/value caches, one token longer each step.
+bool period_detector::grows(std::size_t p, std::size_t n) const {
+  if (n < (shape_periods + 1) * p) return false;
+  for (std::size_t c = 1; c <= p; ++c) {
+    bool rising = true;
+    for (std::size_t k = 0; k < shape_periods && rising; ++k) rising = sizes_[n - c - k * p] > sizes_[n - c - (k + 1) * p];
+    if (rising) return true;
+  }
+  return false;
+}
+
+// Iterations begin where `level` watched blocks are live: the k cuts of the stream
+// (positions in sizes_) are where pieces begin, `run` allocations in a row at that
+// count the last of which begins one.
+void period_detector::take_quiet(const std::uint32_t* cuts, std::size_t k, std::uint32_t level, std::uint32_t run) {
+  std::size_t shortest = SIZE_MAX, longest = 0;
+  for (std::size_t j = 0; j + 1 < k; ++j) {
+    shortest = std::min<std::size_t>(shortest, cuts[j + 1] - cuts[j]);
+    longest = std::max<std::size_t>(longest, cuts[j + 1] - cuts[j]);
+  }
   quiet_ = true;
   quiet_level_ = level;
   quiet_run_ = run;
@@ -230,7 +349,6 @@ bool period_detector::detect_quiet(std::size_t window) {
     break;
   }
   signature_ = h;
-  return true;
 }
 
 bool period_detector::rejected(std::size_t p) const {

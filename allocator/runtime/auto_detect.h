@@ -82,6 +82,8 @@ inline constexpr std::size_t shape_periods = 8;  // periods alike before one of 
 inline constexpr std::size_t quiet_window = 4096;
 inline constexpr std::uint32_t min_quiet_piece = 16;
 inline constexpr int quiet_lengths = 4;  // max_regimes (runtime/engine.h)
+// Note [Requests of repeated steps]: the most cuts one search looks at.
+inline constexpr std::size_t max_quiet_cuts = quiet_window / min_quiet_piece + 2;
 // Note [Auto mode rests]: a watch's first recur_sample allocations are tallied for
 // sizes seen before in it, in a table of recur_bits bits (one per hash of a size).
 inline constexpr std::uint32_t recur_sample = 2048;
@@ -134,6 +136,12 @@ class period_detector {
   bool detect_shape();
   bool detect_quiet();
   bool detect_quiet(std::size_t window);
+  enum class requests_seen { none, too_few, found };
+  requests_seen detect_requests(std::size_t step);
+  bool grows(std::size_t p, std::size_t n) const;
+  std::size_t quiet_cuts(std::size_t from, std::size_t n, std::uint32_t* cuts, std::size_t capacity,
+                         std::uint32_t& level, std::uint32_t& run) const;
+  void take_quiet(const std::uint32_t* cuts, std::size_t k, std::uint32_t level, std::uint32_t run);
   template <class Value>
   std::size_t best_period(std::size_t n, Value value, std::size_t periods, std::size_t probe,
                           int* matches = nullptr) const;
@@ -158,10 +166,14 @@ class period_detector {
   std::uint32_t quiet_level_ = 0;
   std::uint32_t quiet_run_ = 0;
   std::uint32_t quiet_rejections_ = 0;  // quiet iterations given up; 2 end the search
+  // Note [Requests of repeated steps]: the latest period of structure found (kept
+  // when it is given up), the step that requests may be made of.
+  std::uint32_t step_ = 0;
   std::uint64_t next_detect_ = 0;  // stream positions of the next searches
   std::uint64_t next_shape_ = 0;
   std::uint64_t count_ = 0;    // allocations observed (the stream position)
   std::uint64_t base_ = 0;     // stream position of sizes_[0]
+  std::uint64_t watched_from_ = 0;  // stream position of the last reset
   std::uint32_t period_ = 0;
   std::uint64_t boundary_ = 0; // a stream position where an iteration starts
   std::uint64_t signature_ = 0;

@@ -289,5 +289,76 @@ TEST(PeriodDetector, RandomLifetimesHaveNoQuietPoints) {
   EXPECT_FALSE(d.found());
 }
 
+// Note [Requests of repeated steps]: LLM generation as a Python loop makes it. A
+// request is a prefill, then a number of decode steps drawn per request, each the same
+// structure with sizes that grow by the position: per layer a key and a value cache
+// grown by one token (torch.cat: the new one made; the old one freed only when the call
+// that read it returns, after the next step's caches are made) and two scratch blocks,
+// then the logits. The period of structure is the decode step, but its iterations could
+// never hold the caches (each outlives its step) nor its sizes; the iterations are
+// the requests, between the counts where only the weights are live.
+struct generation_model : encoder_stream {
+  std::vector<std::size_t> past;  // the caches the next step reads
+  void weights(int n) {
+    for (int i = 0; i < n; ++i) alloc(1 << 20);
+  }
+  void request(std::uint64_t prompt, int steps, int layers = 4) {
+    const std::uint64_t row = 1024;  // bytes per token of one layer's key or value
+    const std::size_t x = alloc(prompt * row);
+    for (int l = 0; l < layers; ++l) {
+      const std::size_t qkv = alloc(3 * prompt * row);
+      past.push_back(alloc(prompt * row));
+      past.push_back(alloc(prompt * row));
+      release(alloc(16 * prompt * prompt));
+      release(qkv);
+    }
+    release(x);
+    std::size_t logits = alloc(32000);
+    for (int s = 1; s < steps; ++s) {
+      std::vector<std::size_t> next;
+      for (int l = 0; l < layers; ++l) {
+        next.push_back(alloc((prompt + s) * row));
+        next.push_back(alloc((prompt + s) * row));
+        release(alloc(4096));
+        release(alloc(4096 + 64 * (prompt + s)));
+      }
+      release(logits);
+      logits = alloc(32000);
+      for (std::size_t h : past) release(h);  // `past` rebound after the call returns
+      past = std::move(next);
+    }
+    release(logits);
+    for (std::size_t h : past) release(h);
+    past.clear();
+  }
+};
+
+TEST(PeriodDetector, FindsGenerationRequestsMadeOfDecodeSteps) {
+  std::uint64_t sig[2] = {0, 0};
+  for (int run = 0; run < 2; ++run) {
+    period_detector d;
+    generation_model m{{d}};
+    m.weights(40);
+    std::mt19937_64 rng(run + 3);
+    int requests = 0, longest = 0;
+    while (!d.found() && requests < 200) {
+      const std::uint64_t prompt = 8 + rng() % 57;
+      const int steps = 8 + static_cast<int>(rng() % 57);
+      m.request(prompt, steps);
+      ++requests;
+      longest = std::max(longest, 1 + 4 * 4 + 1 + (steps - 1) * (4 * 4 + 1));
+    }
+    ASSERT_TRUE(d.found()) << "run " << run;
+    EXPECT_TRUE(d.quiet()) << "took a period of " << d.period() << (d.by_shape() ? " in structure" : "");
+    EXPECT_FALSE(d.by_shape());
+    EXPECT_EQ(d.quiet_level(), 40u);  // the weights: between two requests
+    EXPECT_LE(d.period(), static_cast<std::uint32_t>(longest));
+    EXPECT_GT(d.period(), 4u * 17) << "a request, not a decode step";
+    EXPECT_LE(requests, 40);
+    sig[run] = d.signature();
+  }
+  EXPECT_EQ(sig[0], sig[1]);
+}
+
 }  // namespace
 }  // namespace replayalloc::detail
