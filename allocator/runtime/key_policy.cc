@@ -69,7 +69,15 @@ std::shared_ptr<const envelope> predicted_envelope(const regime& g, std::uint32_
 // that factor and a quarter (Note [Growth headroom]). An allocation that grows faster
 // (attention scores, with the square of the prompt) outgrows again, and the next
 // such request raises it further; four in a row without a clean replay stop it.
-// Null when nothing grows. REQUIRES: the key's mutex held.
+// Only a request at most max_scaled_growth times its slot: a larger jump (a batch of 8
+// after batches of 1 to 3) scaled every slot that varies by the ratio of one of them
+// (an attention-score slot grows with the square of the prompt), and the envelope
+// with it (T1/B8 of bench/RESULTS.md "Generation": slab 8 -> 51 MiB, 372 MiB peak
+// RSS); such a request is recorded instead, and its sizes join the envelope as they
+// are (Note [Envelope]): 315 MiB, the same share from the slab.
+// Null when nothing grows, or the jump is larger. REQUIRES: the key's mutex held.
+constexpr double max_scaled_growth = 2.0;
+
 std::shared_ptr<const envelope> scaled_periodic_envelope(const regime& g, std::uint32_t at, std::uint64_t size) {
   if (at == 0 || g.env == nullptr || !g.env->lines.periodic()) return nullptr;
   const envelope& e = *g.env;
@@ -78,6 +86,7 @@ std::shared_ptr<const envelope> scaled_periodic_envelope(const regime& g, std::u
   // A slot of one fixed size that a request outgrew is another structure's (a kernel
   // that picked another workspace), not a larger shape: recorded as before.
   if (size <= cap || cap == 0 || e.least[at - 1] >= cap) return nullptr;
+  if (static_cast<double>(size) > max_scaled_growth * static_cast<double>(cap)) return nullptr;
   const double factor = 1.25 * static_cast<double>(size) / static_cast<double>(cap);
   auto scaled = [&](std::uint64_t v) {
     const double raised = static_cast<double>(v) * factor;

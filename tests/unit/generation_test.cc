@@ -10,6 +10,7 @@
 // checked against the request's live blocks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -31,6 +32,7 @@ struct counts {
   std::uint64_t requests = 0;
   std::uint64_t in_slab = 0;
   int bad = 0;  // overwritten or overlapping blocks
+  std::uint64_t peak = 0;  // the most bytes one request held at once
 };
 
 // The blocks of one request, checked on every allocation and free.
@@ -49,6 +51,8 @@ class live_blocks {
     const std::uint64_t t = ++tag_;
     fill(p, n, t);
     live_[a] = {n, t};
+    bytes_ += n;
+    c_.peak = std::max(c_.peak, bytes_);
     ++c_.requests;
     c_.in_slab += in_slab_range(p);
     return p;
@@ -58,6 +62,7 @@ class live_blocks {
     ASSERT_NE(it, live_.end());
     if (!intact(p, it->second.n, it->second.tag)) ++c_.bad;
     replayalloc_free(p);
+    bytes_ -= it->second.n;
     live_.erase(it);
   }
 
@@ -67,6 +72,7 @@ class live_blocks {
     std::uint64_t tag;
   };
   std::map<std::uintptr_t, block> live_;
+  std::uint64_t bytes_ = 0;
   counts& c_;
   std::uint64_t& tag_;
 };
@@ -224,6 +230,13 @@ TEST(Generation, BatchAndLengthChangingPerRequestAndPerStep) {
   EXPECT_EQ(warm.bad + steady.bad, 0);
   EXPECT_GE(share(steady), 0.90);
   EXPECT_LE(after.plans - before.plans, 16u);
+  // The plan is sized near the largest request, not by scaling every slot by one
+  // slot's ratio to a batch 8 times larger (Note [Periodic iterations], key_policy.cc:
+  // max_scaled_growth).
+  const std::uint64_t largest = std::max(warm.peak, steady.peak);
+  std::printf("generation, dynamic batching: slab %.1f MiB, the largest request held %.1f MiB at once\n",
+              static_cast<double>(after.slab_bytes) / (1 << 20), static_cast<double>(largest) / (1 << 20));
+  EXPECT_LE(after.slab_bytes, 2 * largest);
 }
 
 // A preallocated cache (a static key/value cache of the longest sequence, made at the

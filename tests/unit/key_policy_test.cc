@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/key_policy.h"
+#include "trace/period.h"
 
 namespace replayalloc::detail {
 
@@ -61,7 +62,7 @@ class KeyPolicy : public ::testing::Test {
       sl.least = least[i];
       v->plan.slots.push_back(sl);
     }
-    const int r = e_.find_regime(d.to_plan->tr.shape_signature());
+    const int r = e_.find_regime(regime_signature(d.to_plan->tr));
     ASSERT_GE(r, 0);
     regime& g = e_.regimes[r];
     EXPECT_EQ(g.planning, d.to_plan.get()) << "a plan to make is on the way until installed";
@@ -283,6 +284,76 @@ TEST_F(KeyPolicy, AWrongPredictionExplainedByAnotherRegimeIsNotADeviation) {
   EXPECT_FALSE(w.explained);
   EXPECT_TRUE(w.counted);
   e_.regimes[rb].version = b_plan;
+}
+
+// A generation request (Note [Periodic iterations]): a prefill of `prompt` tokens at
+// `batch`, then `steps` decode steps whose caches grow by one token each.
+std::shared_ptr<const trace> generation(std::uint64_t prompt, int steps, std::uint64_t batch = 1) {
+  auto t = std::make_shared<trace>();
+  t->key = "k";
+  t->ops = {"unknown"};
+  std::uint64_t clock = 0;
+  auto alloc = [&](std::uint64_t size) {
+    trace_allocation a;
+    a.id = t->allocations.size();
+    a.size = size;
+    a.alloc_at = clock++;
+    t->allocations.push_back(a);
+    return t->allocations.size() - 1;
+  };
+  auto release = [&](std::size_t i) { t->allocations[i].free_at = clock++; };
+  std::size_t cache = alloc(batch * prompt * 4096);
+  release(alloc(batch * prompt * prompt * 64));  // attention scores: the prompt squared
+  for (int s = 1; s <= steps; ++s) {
+    const std::size_t next = alloc(batch * (prompt + s) * 4096);
+    release(cache);
+    cache = next;
+    release(alloc(batch * 8192));
+  }
+  release(cache);
+  t->events = clock;
+  return t;
+}
+
+// Note [Periodic iterations], key_policy.cc: a request whose prompt or batch outgrew
+// the plan by at most max_scaled_growth is planned at once from the envelope scaled to
+// it; a larger jump (a batch several times any recorded) is recorded instead, so that
+// one slot's ratio does not raise every slot that varies (the slab of a Python loop
+// batching 1..8 went 8 -> 51 MiB that way).
+TEST_F(KeyPolicy, APeriodicPlanScalesToASomewhatLargerRequestAndRecordsAMuchLargerOne) {
+  record(generation(20, 12), begin());
+  install(record(generation(30, 16), begin()));
+  ASSERT_TRUE(e_.regimes[0].env->lines.periodic());
+  const std::uint64_t first = e_.regimes[0].env->tr.allocations[0].size;
+  auto outgrown = [&](std::uint64_t size) {
+    const begin_decision b = begin();
+    EXPECT_EQ(b.what, begin_decision::replay);
+    const plan_version* v = e_.regimes[b.regime].version;
+    replay_summary rs;
+    rs.version = v;
+    rs.version_id = v->id;
+    rs.regime = b.regime;
+    rs.planned = v->plan.planned_slots;
+    rs.handed = 1;
+    rs.misses = 20;
+    rs.grown = 20;
+    rs.first_miss_at = rs.first_too_large_at = 1;
+    rs.first_miss_size = rs.first_too_large_size = size;
+    rs.period = 2;
+    rs.tail_from = rs.planned - 1;
+    return decide_after_replay(e_, rs, s_);
+  };
+  const replay_verdict larger = outgrown(first * 3 / 2);
+  EXPECT_TRUE(larger.grew);
+  ASSERT_NE(larger.predicted, nullptr) << "a prompt half as long again: scaled at once";
+  EXPECT_GE(larger.predicted->tr.allocations[0].size, first * 3 / 2);
+  install({.to_plan = larger.predicted, .replace_id = e_.regimes[0].version->id});
+  const std::uint64_t scaled = e_.regimes[0].env->tr.allocations[0].size;
+  const replay_verdict much = outgrown(scaled * 4);
+  EXPECT_TRUE(much.grew);
+  EXPECT_EQ(much.predicted, nullptr) << "a batch 4 times larger: recorded, not scaled";
+  EXPECT_TRUE(much.grow_wanted);
+  EXPECT_TRUE(begin().growing);
 }
 
 }  // namespace
