@@ -10,7 +10,7 @@ packages=(
   # the allocator's dependencies
   libjemalloc-dev libabsl-dev
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev valgrind
+  libgtest-dev libgmock-dev libbenchmark-dev valgrind strace
   # programs the LD_PRELOAD tests run preloaded; allocators the benchmarks compare with
   git sqlite3 perl libtcmalloc-minimal4 libmimalloc2.0
   # PyTorch: libtorch for the C++ integration, Debian's python3 torch for the Python

@@ -1,0 +1,130 @@
+#!/usr/bin/python3
+"""bench/e2e/count_syscalls.py: what each allocator asks of the kernel per steady-state
+inference (issue 34, part 5), counted, not timed.
+
+  count_syscalls.py --build BUILD_DIR --out RUNS.jsonl [--cells SPEC] [--allocators a,b,...]
+                    [--extra K]
+
+For each cell (MODEL:THREADS:WARMUP:ITERATIONS, as bench/e2e/run_e2e.py takes them) and
+each allocator (run_e2e.py's seven), the e2e driver runs twice under `strace -f -c`
+(every thread), once with ITERATIONS timed inferences per thread and once with
+ITERATIONS + K: the difference of the two runs' counts of mmap, munmap, madvise, brk,
+mremap, mprotect and futex, over the THREADS x K extra inferences, is what one
+steady-state inference costs in system calls (start-up, model loading, warm-up and
+exit cancel out). Minor page faults per inference are the longer run's own figure for
+its timed phase (getrusage, the driver's JSON line). Outputs are checked against the
+glibc reference as in run_e2e.py. One JSON line per cell and allocator goes to RUNS.jsonl;
+bench/run_counting.sh makes the RESULTS.md section from it.
+
+strace stops every thread at each traced call, so the runs are slow and their timings
+mean nothing; the counts do not depend on it, except futex, whose count is how often
+threads met a held lock or waited for work (more often when they run slower): read it
+as an upper bound, and compare allocators on the same cell only.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run_e2e  # noqa: E402  (bench/e2e/run_e2e.py)
+
+CALLS = ("mmap", "munmap", "madvise", "brk", "mremap", "mprotect", "futex")
+CELLS = ("mobilenet_v3_large:1:10:8,mobilenet_v3_large:2:10:8,mobilenet_v3_large:4:8:4,"
+         "resnet50:1:8:4,resnet50:2:8:4,resnet50:4:8:2,"
+         "bert_b1:1:8:8,bert_b1:2:8:8,bert_b1:4:8:4,"
+         "lstm:1:8:8,lstm:2:8:8,lstm:4:8:4")
+
+
+def strace_counts(path):
+    """{syscall: calls} from an `strace -c` summary."""
+    counts = {}
+    for line in open(path):
+        fields = line.split()
+        # % time, seconds, usecs/call, calls, [errors,] syscall
+        if len(fields) >= 5 and re.fullmatch(r"[\d.]+", fields[0]) and fields[-1] in CALLS:
+            counts[fields[-1]] = int(fields[3])
+    return counts
+
+
+def run_once(cmd, env, timeout):
+    """(strace counts, the driver's JSON line or None, return code, stderr tail)."""
+    with tempfile.NamedTemporaryFile(prefix="strace-", suffix=".txt", delete=False) as f:
+        summary = f.name
+    try:
+        p = subprocess.run(["strace", "-f", "-c", "-o", summary, "-e", "trace=" + ",".join(CALLS)] + cmd,
+                           env=env, capture_output=True, text=True, timeout=timeout)
+        line = None
+        for l in p.stdout.splitlines():
+            if l.startswith("{"):
+                try:
+                    line = json.loads(l)
+                except json.JSONDecodeError:
+                    pass
+        return strace_counts(summary), line, p.returncode, p.stderr.strip().splitlines()[-3:]
+    finally:
+        os.remove(summary)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--cells", default=CELLS)
+    ap.add_argument("--allocators", default=",".join(run_e2e.ALLOCATORS))
+    ap.add_argument("--extra", type=int, default=8, help="K: extra timed inferences per thread of the longer run")
+    ap.add_argument("--timeout", type=int, default=900)
+    a = ap.parse_args()
+    build = os.path.abspath(a.build)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    cells = run_e2e.parse_cells(a.cells)
+    allocators = ["glibc"] + [x for x in a.allocators.split(",") if x and x != "glibc"]
+    setups = {x: run_e2e.allocator_setup(x, build) for x in allocators}
+    driver = os.path.join(build, "bench", "e2e", "e2e_driver")
+    models_dir = os.path.join(build, "models")
+    subprocess.run(["/usr/bin/python3", os.path.join(root, "scripts", "make_models.py"), models_dir]
+                   + sorted({c["model"] for c in cells}), check=True)
+    ref_dir = os.path.join(build, "e2e-refs")
+    os.makedirs(ref_dir, exist_ok=True)
+    env0 = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD",)}
+    env0.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    failures = 0
+    with open(a.out, "w") as out:
+        for c in cells:
+            ref = os.path.join(ref_dir, run_e2e.reference_name(c))
+            for x in allocators:
+                env_extra, args = setups[x]
+                runs = []
+                for iterations in (c["iterations"], c["iterations"] + a.extra):
+                    cmd = [driver, "--model", os.path.join(models_dir, f"{c['model']}.pt"),
+                           "--input", os.path.join(models_dir, f"{c['model']}.input.pt"),
+                           "--reference", ref, "--threads", str(c["threads"]), "--warmup", str(c["warmup"]),
+                           "--iterations", str(iterations), "--label", x] + args
+                    if c["model"] in run_e2e.VARLEN:
+                        cmd += ["--lengths", run_e2e.VARLEN[c["model"]]]
+                    if x == "glibc" and not os.path.exists(ref):
+                        cmd.append("--write-reference")
+                    runs.append(run_once(cmd, dict(env0, **env_extra), a.timeout))
+                (short, _, rc1, err1), (long_, line, rc2, err2) = runs
+                extra = c["threads"] * a.extra
+                rec = {"allocator": x, "cell": f"{c['model']}/T{c['threads']}", "model": c["model"],
+                       "threads": c["threads"], "extra_inferences": extra,
+                       "per_inference": {k: (long_.get(k, 0) - short.get(k, 0)) / extra for k in CALLS},
+                       "faults_per_inference": line["minor_faults_per_inference"] if line else None,
+                       "outputs_wrong": line["outputs_wrong"] if line else None, "rc": [rc1, rc2]}
+                if rc1 != 0 or rc2 != 0 or line is None:
+                    failures += 1
+                    rec["error"] = err2 or err1
+                out.write(json.dumps(rec) + "\n")
+                out.flush()
+                pi = rec["per_inference"]
+                print(f"{rec['cell']:<24} {x:<16} " + " ".join(f"{k} {pi[k]:.1f}" for k in CALLS)
+                      + f" faults {rec['faults_per_inference']}" + (" FAILED" if "error" in rec else ""), flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
