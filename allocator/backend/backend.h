@@ -78,6 +78,11 @@ std::size_t fallback_usable_size(const void* p) noexcept;
 // counts them (jemalloc: stats.allocated after an epoch; the C library: mallinfo2's
 // in-use bytes); 0 when it cannot say. Slow: for statistics only.
 std::size_t fallback_allocated_bytes() noexcept;
+// Bytes of memory the fallback allocator holds resident now, its metadata and the free
+// pages it has not given back included (jemalloc: stats.resident after an epoch; the
+// C library: mallinfo2's arena and mmapped bytes, an upper bound); 0 when it cannot say.
+// Slow: for statistics only.
+std::size_t fallback_resident_bytes() noexcept;
 
 // A standard allocator over the fallback, for the engine's own containers
 // (invariant 5: they never call the interposed malloc).

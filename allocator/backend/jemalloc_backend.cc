@@ -185,6 +185,14 @@ std::size_t fallback_allocated_bytes() noexcept {
   return allocated;
 }
 
+std::size_t fallback_resident_bytes() noexcept {
+  std::uint64_t epoch = 1;
+  std::size_t len = sizeof epoch;
+  std::size_t resident = 0;
+  if (mallctl("epoch", &epoch, &len, &epoch, len) != 0 || !read_ctl("stats.resident", &resident)) return 0;
+  return resident;
+}
+
 void release_free_memory(std::size_t slab_bytes) noexcept {
   mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
   // The dirty pages of every arena (MALLCTL_ARENAS_ALL), after refreshing the

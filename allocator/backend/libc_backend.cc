@@ -27,6 +27,11 @@ std::size_t fallback_allocated_bytes() noexcept {
   return static_cast<std::size_t>(::mallinfo2().uordblks);
 }
 
+std::size_t fallback_resident_bytes() noexcept {
+  const struct mallinfo2 m = ::mallinfo2();
+  return static_cast<std::size_t>(m.arena + m.hblkhd);
+}
+
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
   if (inject_failure()) [[unlikely]] return nullptr;
   if (size == 0) size = 1;

@@ -161,6 +161,21 @@ void reset_mapped_slab_peak() noexcept {
   g_mapped_peak = g_mapped;
 }
 
+std::size_t resident_slab_bytes() noexcept {
+  static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  unsigned char vec[chunk_bytes / 4096];  // one byte per page of a chunk (pages of 4 KiB or more)
+  const std::size_t pages = chunk_bytes / page;
+  std::size_t resident = 0;
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (std::size_t i = 0; i < g_chunks; ++i) {
+    if (g_used[i] == 0) continue;
+    void* p = reinterpret_cast<void*>(g_slab_range.base + (i << chunk_shift));
+    if (::mincore(p, chunk_bytes, vec) != 0) continue;
+    for (std::size_t k = 0; k < pages; ++k) resident += (vec[k] & 1) != 0 ? page : 0;
+  }
+  return resident;
+}
+
 void lock_for_fork() noexcept { g_mu.lock(); }
 void unlock_after_fork() noexcept { g_mu.unlock(); }
 

@@ -62,6 +62,11 @@ void unmap_slab(void* p, std::size_t bytes) noexcept;
 std::size_t mapped_slab_bytes() noexcept;
 std::size_t mapped_slab_bytes_peak() noexcept;
 void reset_mapped_slab_peak() noexcept;
+// Bytes of the committed slabs' pages that are resident now (mincore over every chunk
+// a slab owns): a slab not pre-faulted (Note [Probation slabs]) holds only the pages its
+// iterations touched. Slow (a system call per chunk, under the range's mutex): for
+// statistics only.
+std::size_t resident_slab_bytes() noexcept;
 
 // fork(): the range's mutex is held across it (the engine's atfork handlers).
 void lock_for_fork() noexcept;

@@ -66,7 +66,11 @@
   X(mapped_bytes_peak, engine, "mapped_bytes_peak", 0)              \
   X(backend_bytes, engine, "backend_bytes", 0)                      \
   X(backend_bytes_peak, engine, "backend_bytes_peak", 0)            \
-  X(keys, engine, "keys", 0)
+  X(keys, engine, "keys", 0)                                        \
+  X(resident_bytes, engine, "resident_bytes", 0)                    \
+  X(resident_bytes_peak, engine, "resident_bytes_peak", 0)          \
+  X(slab_resident_bytes, engine, "slab_resident_bytes", 0)          \
+  X(backend_resident_bytes, engine, "backend_resident_bytes", 0)
 
 namespace replayalloc::detail {
 

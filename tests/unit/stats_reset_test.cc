@@ -77,4 +77,33 @@ TEST(StatsText, IsATableOfEveryField) {
   EXPECT_EQ(std::string(small), text.substr(0, 15));
 }
 
+// Note [Resident memory by owner]: the process's resident set, and of it the slabs'
+// pages and the fallback allocator's, each as the kernel or jemalloc counts them.
+TEST(StatsResident, SaysWhereTheResidentBytesAre) {
+  for (int r = 0; r < 6; ++r) {
+    {
+      replayalloc::Iteration it("stats-resident/a");
+      auto* a = static_cast<unsigned char*>(replayalloc_malloc(3 << 20));
+      auto* b = static_cast<unsigned char*>(replayalloc_malloc(1 << 20));
+      for (std::size_t i = 0; i < (3u << 20); i += 4096) a[i] = 1;  // every page touched
+      for (std::size_t i = 0; i < (1u << 20); i += 4096) b[i] = 1;
+      replayalloc_free(a);
+      replayalloc_free(b);
+    }
+    replayalloc_wait_plans();
+  }
+  const replayalloc::Stats s = replayalloc::stats();
+  ASSERT_GT(s.slab_hits, 0u);
+  // The slab's pages the replays wrote are resident, and no more than it committed.
+  EXPECT_GE(s.slab_resident_bytes, std::uint64_t{4} << 20);
+  EXPECT_LE(s.slab_resident_bytes, s.mapped_bytes);
+  EXPECT_GT(s.backend_resident_bytes, 0u);
+  EXPECT_GE(s.resident_bytes, s.slab_resident_bytes);
+  EXPECT_GE(s.resident_bytes_peak, s.resident_bytes - (s.resident_bytes >> 4));  // read apart, nearly together
+  char buf[8192];
+  const std::size_t n = replayalloc::detail::format_stats_text(s, buf, sizeof buf);
+  ASSERT_LT(n, sizeof buf);
+  EXPECT_THAT(std::string(buf, n), testing::ContainsRegex("\n  slab_resident_bytes +[0-9]+  \\([0-9.]+ MiB\\)\n"));
+}
+
 }  // namespace

@@ -95,6 +95,11 @@ struct Stats {
   std::uint64_t backend_bytes = 0;      ///< bytes the fallback allocator (jemalloc, or the C library's) has handed out and not had back, now
   std::uint64_t backend_bytes_peak = 0; ///< the most of those seen when statistics were taken or a slab was made (since the start or reset_stats())
   std::uint64_t keys = 0;
+  // Where the process's resident memory is (Note [Resident memory by owner], runtime/stats.cc).
+  std::uint64_t resident_bytes = 0;          ///< the process's resident set now (/proc/self/statm)
+  std::uint64_t resident_bytes_peak = 0;     ///< its most since the process started (the kernel's; not reset)
+  std::uint64_t slab_resident_bytes = 0;     ///< of it, host slab pages (mincore)
+  std::uint64_t backend_resident_bytes = 0;  ///< of it, the fallback allocator's (jemalloc's stats.resident)
 };
 
 Stats stats();
