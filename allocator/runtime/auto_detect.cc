@@ -264,12 +264,14 @@ bool period_detector::detect_quiet(std::size_t window) {
 // younger than one history and its pieces are such requests but fewer than 4, or some
 // allocation of the step grew in each of its last 8 periods (a cache one token longer
 // per step: requests are likely, but none may have ended yet), the step is not taken:
-// more of the stream is awaited. The key's iterations
-// begin and end at that count, as between other quiet points. Where it can be wrong:
-// a model whose layers repeat (the step) and whose requests return to one count of
-// live blocks is taken by the request too, which is what it is; a stream whose step
-// is not inside quiet pieces (a loop with no requests) keeps the step, one history
-// later when its sizes grow.
+// more of the stream is awaited. The key's iterations begin and end at that count, as
+// between other quiet points. Where it can be wrong: a model whose layers repeat (the
+// step) and whose requests return to one count of live blocks is taken by the request
+// too, which is what it is; a stream whose step is not inside quiet pieces (a loop
+// with no requests) keeps the step, one history later when its sizes grow; requests
+// longer than a quarter of the history are never seen 4 at a time (mark them); and
+// requests whose step's structure depends on the batch (blocks crossing the minimum
+// size at larger batches) share no step, and are not found this way.
 period_detector::requests_seen period_detector::detect_requests(std::size_t step) {
   if (step == 0 || sizes_.size() <= max_life) return requests_seen::none;
   const std::size_t n = sizes_.size() - max_life;  // symbols known below n
@@ -305,7 +307,7 @@ period_detector::requests_seen period_detector::detect_requests(std::size_t step
       seen = requests_seen::too_few;
       continue;
     }
-      take_quiet(cuts, k, level, run);
+    take_quiet(cuts, k, level, run);
     return requests_seen::found;
   }
   return seen;
