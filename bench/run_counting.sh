@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/run_counting.sh: the counting table (issue 34, part 5): per steady-state
 # inference of each e2e model at T = 1, 2, 4, the system calls each allocator makes
-# (mmap, munmap, madvise, brk, mremap, mprotect, futex) and the minor page faults,
+# (mmap, munmap, madvise, brk, mremap, mprotect, futex), the pthread mutex calls and
+# the minor page faults,
 # counted in runs of their own under `strace -f -c` (bench/e2e/count_syscalls.py says
 # how: two runs per cell and allocator, the difference over the extra inferences).
 # Writes the "Counting" section of RESULTS.md.
@@ -14,7 +15,7 @@ set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 build=${BUILD_DIR:-$root/build}
 command -v strace > /dev/null || die "strace is not installed (scripts/setup.sh installs it)"
-cmake --build "$build" --target e2e_driver replayalloc_preload replayalloc_torch_shared > /dev/null || die "build failed"
+cmake --build "$build" --target e2e_driver mutex_count replayalloc_preload replayalloc_torch_shared > /dev/null || die "build failed"
 scratch_dir
 machine_meta "$build" > "$tmp/meta"
 cells_args=()
@@ -27,7 +28,7 @@ python3 - "$tmp/runs.jsonl" "$tmp/meta" "${EXTRA:+EXTRA=$EXTRA }bench/run_counti
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 meta = dict(l.rstrip("\n").split("=", 1) for l in open(sys.argv[2]) if "=" in l)
-calls = ("mmap", "munmap", "madvise", "brk", "mremap", "mprotect", "futex")
+calls = ("mmap", "munmap", "madvise", "brk", "mremap", "mprotect", "futex", "mutex_lock", "mutex_trylock")
 print("## Counting: what each allocator asks of the kernel per inference")
 print()
 print(f"- Date: {meta.get('date')}; machine: {meta.get('nproc')} cores, {meta.get('cpu')}, kernel {meta.get('kernel')}; "
@@ -37,7 +38,11 @@ print(f"- Command: `{sys.argv[3]}`. Each cell and allocator ran twice under `str
       "extra inferences: one steady-state inference's system calls (start-up, loading, warm-up and exit cancel out). "
       "Faults: the longer run's minor page faults per timed inference (getrusage). Counts, not times: strace slows "
       "every call it stops at, so futex counts (threads meeting a held lock or waiting for work) are upper bounds, to "
-      "compare within a cell. Outputs checked against glibc's in every run.")
+      "compare within a cell. mutex_lock, mutex_trylock: calls of pthread_mutex_lock and pthread_mutex_trylock seen by a "
+      "counting shim preloaded first (bench/e2e/mutex_count.c), differenced the same way: jemalloc's and replayalloc's "
+      "mutexes are pthread mutexes, and so are libtorch's own (the same under every allocator: read them against "
+      "glibc's, whose malloc locks, as tcmalloc's spin locks and mimalloc's atomics, are not seen). Outputs checked "
+      "against glibc's in every run.")
 print()
 print("| cell | allocator | " + " | ".join(calls) + " | faults |")
 print("|---|---|" + "---:|" * (len(calls) + 1))

@@ -12,7 +12,11 @@ ITERATIONS + K: the difference of the two runs' counts of mmap, munmap, madvise,
 mremap, mprotect and futex, over the THREADS x K extra inferences, is what one
 steady-state inference costs in system calls (start-up, model loading, warm-up and
 exit cancel out). Minor page faults per inference are the longer run's own figure for
-its timed phase (getrusage, the driver's JSON line). Outputs are checked against the
+its timed phase (getrusage, the driver's JSON line). Mutex acquisitions: the same
+difference of the calls of pthread_mutex_lock and pthread_mutex_trylock that a counting
+shim preloaded first sees (bench/e2e/mutex_count.c: jemalloc's mutexes and replayalloc's
+are pthread mutexes; glibc malloc's arena locks, tcmalloc's spin locks and mimalloc's
+atomics are not, and are not seen; libtorch's own are, the same under every allocator). Outputs are checked against the
 glibc reference as in run_e2e.py. One JSON line per cell and allocator goes to RUNS.jsonl;
 bench/run_counting.sh makes the RESULTS.md section from it.
 
@@ -33,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_e2e  # noqa: E402  (bench/e2e/run_e2e.py)
 
 CALLS = ("mmap", "munmap", "madvise", "brk", "mremap", "mprotect", "futex")
+MUTEXES = ("mutex_lock", "mutex_trylock")  # bench/e2e/mutex_count.c
 CELLS = ("mobilenet_v3_large:1:10:8,mobilenet_v3_large:2:10:8,mobilenet_v3_large:4:8:4,"
          "resnet50:1:8:4,resnet50:2:8:4,resnet50:4:8:2,"
          "bert_b1:1:8:8,bert_b1:2:8:8,bert_b1:4:8:4,"
@@ -50,12 +55,19 @@ def strace_counts(path):
     return counts
 
 
-def run_once(cmd, env, timeout):
-    """(strace counts, the driver's JSON line or None, return code, stderr tail)."""
+def run_once(cmd, env, timeout, shim):
+    """(strace and mutex counts, the driver's JSON line or None, return code, stderr tail)."""
     with tempfile.NamedTemporaryFile(prefix="strace-", suffix=".txt", delete=False) as f:
         summary = f.name
+    with tempfile.NamedTemporaryFile(prefix="mutex-", suffix=".txt", delete=False) as f:
+        mutexes = f.name
+    # The preloads and the shim's output go to the traced program only (strace -E): strace
+    # preloaded with the shim would write its own counts over the program's at its exit.
+    preload = ":".join(x for x in (shim, env.get("LD_PRELOAD", "")) if x)
+    env = {k: v for k, v in env.items() if k != "LD_PRELOAD"}
     try:
-        p = subprocess.run(["strace", "-f", "-c", "-o", summary, "-e", "trace=" + ",".join(CALLS)] + cmd,
+        p = subprocess.run(["strace", "-f", "-c", "-o", summary, "-e", "trace=" + ",".join(CALLS),
+                            "-E", "LD_PRELOAD=" + preload, "-E", "MUTEX_COUNT_OUT=" + mutexes] + cmd,
                            env=env, capture_output=True, text=True, timeout=timeout)
         line = None
         for l in p.stdout.splitlines():
@@ -64,9 +76,14 @@ def run_once(cmd, env, timeout):
                     line = json.loads(l)
                 except json.JSONDecodeError:
                     pass
-        return strace_counts(summary), line, p.returncode, p.stderr.strip().splitlines()[-3:]
+        counts = strace_counts(summary)
+        for l in open(mutexes):  # "lock N", "trylock N" (bench/e2e/mutex_count.c)
+            name, n = l.split()
+            counts["mutex_" + name] = int(n)
+        return counts, line, p.returncode, p.stderr.strip().splitlines()[-3:]
     finally:
         os.remove(summary)
+        os.remove(mutexes)
 
 
 def main():
@@ -84,6 +101,9 @@ def main():
     allocators = ["glibc"] + [x for x in a.allocators.split(",") if x and x != "glibc"]
     setups = {x: run_e2e.allocator_setup(x, build) for x in allocators}
     driver = os.path.join(build, "bench", "e2e", "e2e_driver")
+    shim = os.path.join(build, "bench", "e2e", "libmutex_count.so")
+    if not os.path.exists(shim):
+        sys.exit(f"count_syscalls.py: {shim} not built (ninja -C {build} mutex_count)")
     models_dir = os.path.join(build, "models")
     subprocess.run(["/usr/bin/python3", os.path.join(root, "scripts", "make_models.py"), models_dir]
                    + sorted({c["model"] for c in cells}), check=True)
@@ -107,12 +127,12 @@ def main():
                         cmd += ["--lengths", run_e2e.VARLEN[c["model"]]]
                     if x == "glibc" and not os.path.exists(ref):
                         cmd.append("--write-reference")
-                    runs.append(run_once(cmd, dict(env0, **env_extra), a.timeout))
+                    runs.append(run_once(cmd, dict(env0, **env_extra), a.timeout, shim))
                 (short, _, rc1, err1), (long_, line, rc2, err2) = runs
                 extra = c["threads"] * a.extra
                 rec = {"allocator": x, "cell": f"{c['model']}/T{c['threads']}", "model": c["model"],
                        "threads": c["threads"], "extra_inferences": extra,
-                       "per_inference": {k: (long_.get(k, 0) - short.get(k, 0)) / extra for k in CALLS},
+                       "per_inference": {k: (long_.get(k, 0) - short.get(k, 0)) / extra for k in CALLS + MUTEXES},
                        "faults_per_inference": line["minor_faults_per_inference"] if line else None,
                        "outputs_wrong": line["outputs_wrong"] if line else None, "rc": [rc1, rc2]}
                 if rc1 != 0 or rc2 != 0 or line is None:
@@ -121,7 +141,7 @@ def main():
                 out.write(json.dumps(rec) + "\n")
                 out.flush()
                 pi = rec["per_inference"]
-                print(f"{rec['cell']:<24} {x:<16} " + " ".join(f"{k} {pi[k]:.1f}" for k in CALLS)
+                print(f"{rec['cell']:<24} {x:<16} " + " ".join(f"{k} {pi[k]:.1f}" for k in CALLS + MUTEXES)
                       + f" faults {rec['faults_per_inference']}" + (" FAILED" if "error" in rec else ""), flush=True)
     return 1 if failures else 0
 
