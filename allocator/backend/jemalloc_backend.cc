@@ -175,23 +175,20 @@ bool read_ctl(const char* name, T* value) noexcept {
   std::size_t len = sizeof *value;
   return mallctl(name, value, &len, nullptr, 0) == 0 && len == sizeof *value;
 }
+
+// A jemalloc statistic after refreshing them (an epoch); 0 when it cannot be read.
+std::size_t fresh_stat(const char* name) {
+  std::uint64_t epoch = 1;
+  std::size_t len = sizeof epoch;
+  std::size_t value = 0;
+  if (mallctl("epoch", &epoch, &len, &epoch, len) != 0 || !read_ctl(name, &value)) return 0;
+  return value;
+}
 }  // namespace
 
-std::size_t fallback_allocated_bytes() noexcept {
-  std::uint64_t epoch = 1;
-  std::size_t len = sizeof epoch;
-  std::size_t allocated = 0;
-  if (mallctl("epoch", &epoch, &len, &epoch, len) != 0 || !read_ctl("stats.allocated", &allocated)) return 0;
-  return allocated;
-}
+std::size_t fallback_allocated_bytes() noexcept { return fresh_stat("stats.allocated"); }
 
-std::size_t fallback_resident_bytes() noexcept {
-  std::uint64_t epoch = 1;
-  std::size_t len = sizeof epoch;
-  std::size_t resident = 0;
-  if (mallctl("epoch", &epoch, &len, &epoch, len) != 0 || !read_ctl("stats.resident", &resident)) return 0;
-  return resident;
-}
+std::size_t fallback_resident_bytes() noexcept { return fresh_stat("stats.resident"); }
 
 void release_free_memory(std::size_t slab_bytes) noexcept {
   mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);

@@ -89,6 +89,18 @@ bool expand_stats_path(const char* pattern, char* out, std::size_t cap) {
   return true;
 }
 
+// The first cap - 1 bytes of the file at `path`, NUL-terminated, read with plain
+// system calls (nothing here may allocate). False when it cannot be read or is empty.
+bool read_head(const char* path, int flags, char* buf, std::size_t cap) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | flags);
+  if (fd < 0) return false;
+  const ssize_t got = ::read(fd, buf, cap - 1);
+  ::close(fd);
+  if (got <= 0) return false;
+  buf[got] = '\0';
+  return true;
+}
+
 // When `path` holds statistics another process wrote since this one started: that
 // process's pid (and name in `who`); otherwise 0.
 // pre: `who` holds at least 64 characters.
@@ -97,13 +109,8 @@ int other_writer(const char* path, char* who) {
   if (::lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
   const std::int64_t written = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   if (written < g_started_ns) return 0;
-  const int fd = ::open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return 0;
   char head[256];
-  const ssize_t got = ::read(fd, head, sizeof head - 1);
-  ::close(fd);
-  if (got <= 0) return 0;
-  head[got] = '\0';
+  if (!read_head(path, O_NOFOLLOW, head, sizeof head)) return 0;
   int pid = 0;
   if (std::sscanf(head, "{\"pid\":%d,\"program\":\"%63[^\"]\"", &pid, who) < 1) return 0;
   return pid == ::getpid() ? 0 : pid;
@@ -202,13 +209,8 @@ namespace {
 // The resident set now, in bytes: the second field of /proc/self/statm (pages), read
 // with plain system calls (no stdio: nothing here may allocate). 0 when unreadable.
 std::uint64_t process_resident_bytes() {
-  const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
   char buf[128];
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
+  if (!read_head("/proc/self/statm", 0, buf, sizeof buf)) return 0;
   const char* p = std::strchr(buf, ' ');
   if (p == nullptr) return 0;
   const std::uint64_t pages = std::strtoull(p + 1, nullptr, 10);

@@ -79,6 +79,11 @@ class KeyPolicy : public ::testing::Test {
   // A replay of regime r's plan that handed out `handed` of its slots, `misses` missed.
   replay_verdict replay(const begin_decision& b, std::uint32_t handed, std::uint64_t misses = 0,
                         std::uint32_t grown = 0, std::uint32_t first_miss_at = 2) {
+    return decide_after_replay(e_, summary(b, handed, misses, grown, first_miss_at), s_);
+  }
+  // What such a replay reports (its outgrown request 1 MiB).
+  replay_summary summary(const begin_decision& b, std::uint32_t handed, std::uint64_t misses = 0,
+                         std::uint32_t grown = 0, std::uint32_t first_miss_at = 2) {
     EXPECT_EQ(b.what, begin_decision::replay);
     const plan_version* v = e_.regimes[b.regime].version;
     replay_summary rs;
@@ -92,7 +97,7 @@ class KeyPolicy : public ::testing::Test {
     rs.first_miss_at = misses > 0 || grown > 0 ? first_miss_at : 0;
     rs.first_too_large_at = grown > 0 ? first_miss_at : 0;
     rs.first_miss_size = rs.first_too_large_size = grown > 0 ? 1 << 20 : 0;
-    return decide_after_replay(e_, rs, s_);
+    return rs;
   }
 
   key_entry e_;
@@ -326,18 +331,7 @@ TEST_F(KeyPolicy, APeriodicPlanScalesToASomewhatLargerRequestAndRecordsAMuchLarg
   ASSERT_TRUE(e_.regimes[0].env->lines.periodic());
   const std::uint64_t first = e_.regimes[0].env->tr.allocations[0].size;
   auto outgrown = [&](std::uint64_t size) {
-    const begin_decision b = begin();
-    EXPECT_EQ(b.what, begin_decision::replay);
-    const plan_version* v = e_.regimes[b.regime].version;
-    replay_summary rs;
-    rs.version = v;
-    rs.version_id = v->id;
-    rs.regime = b.regime;
-    rs.planned = v->plan.planned_slots;
-    rs.handed = 1;
-    rs.misses = 20;
-    rs.grown = 20;
-    rs.first_miss_at = rs.first_too_large_at = 1;
+    replay_summary rs = summary(begin(), 1, 20, 20, 1);
     rs.first_miss_size = rs.first_too_large_size = size;
     rs.period = 2;
     rs.tail_from = rs.planned - 1;
