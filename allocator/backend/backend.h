@@ -42,13 +42,14 @@ void keep_huge_pages() noexcept;
 
 // Gives the backend's free pages back to the system when they are mostly what a new
 // slab of `slab_bytes` replaces (jemalloc: flushes this thread's cache, then purges
-// every arena when its dirty pages are at most twice slab_bytes; glibc: malloc_trim
-// when the free bytes it holds are). Called once per host slab made
+// every arena when their dirty pages are at most twice slab_bytes, else this thread's
+// arena when its own are at most three times: Note [Purging what a slab replaces];
+// glibc: malloc_trim when the free bytes it holds are). Called once per host slab made
 // (replay/slab_pool.cc), so that the pages the slab's iterations used from the backend
 // until then (recording, passing through) and the slab's own are not resident at the
 // same time. When the slab is small against the backend's free pages, those pages are
 // mostly the rest of the program's, which it would fault back in (a TorchScript
-// MobileNetV3: ~3,000 page faults for a 0.3 MiB slab): they are left to the backend's
+// MobileNetV3: ~3,000 page faults for a 0.2 MiB slab): they are left to the backend's
 // own decay. Slow when it purges (madvise).
 void release_free_memory(std::size_t slab_bytes) noexcept;
 

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -215,14 +216,14 @@ TEST(Entry, JemallocFastEntryPointsKeepTheContract) {
   be::fallback_free_sized(a, 100, 4096);
 }
 
-std::uint64_t jemalloc_dirty_bytes() {
+std::uint64_t jemalloc_dirty_bytes(unsigned arena = MALLCTL_ARENAS_ALL) {
   std::uint64_t epoch = 1;
   std::size_t len = sizeof epoch;
   mallctl("epoch", &epoch, &len, &epoch, len);
   std::size_t pdirty = 0;
   len = sizeof pdirty;
   char name[64];
-  std::snprintf(name, sizeof name, "stats.arenas.%u.pdirty", static_cast<unsigned>(MALLCTL_ARENAS_ALL));
+  std::snprintf(name, sizeof name, "stats.arenas.%u.pdirty", arena);
   if (mallctl(name, &pdirty, &len, nullptr, 0) != 0) return 0;
   return std::uint64_t{pdirty} * 4096;
 }
@@ -292,6 +293,58 @@ TEST(Entry, ASmallSlabLeavesTheProgramsOtherFreePagesAlone) {
   // A purge leaves under 4 MiB (the test above); decay alone keeps most of them.
   EXPECT_GE(jemalloc_dirty_bytes(), dirty_before / 2)
       << "a 256 KiB slab gave back the program's free pages (" << (dirty_before >> 20) << " MiB)";
+}
+
+// ...and when the backend's free pages are mostly other threads' (a service whose
+// inference threads each have an arena of their own, Note [Purging what a slab
+// replaces]), the arena of the thread that makes the slab is purged, the others kept.
+TEST(Entry, ASlabReturnsItsOwnThreadsPagesAndLeavesOtherThreadsAlone) {
+  namespace be = replayalloc::detail::backend;
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  std::vector<void*> others;  // 128 MiB of this thread's, freed: dirty in its arena
+  for (int i = 0; i < 128; ++i) {
+    void* p = be::fallback_alloc(kMiB, 16);
+    ASSERT_NE(p, nullptr);
+    std::memset(p, i, kMiB);
+    others.push_back(p);
+  }
+  for (void* p : others) be::fallback_free(p);
+  unsigned main_arena = 0;
+  std::size_t len = sizeof main_arena;
+  ASSERT_EQ(mallctl("thread.arena", &main_arena, &len, nullptr, 0), 0);
+  const std::uint64_t main_dirty = jemalloc_dirty_bytes(main_arena);
+  ASSERT_GE(main_dirty, std::uint64_t{48} << 20) << "jemalloc did not keep the freed pages";
+  std::uint64_t recorded_dirty = 0, replayed_dirty = ~std::uint64_t{0};
+  std::uint64_t hits = 0;
+  std::thread worker([&] {
+    unsigned arena = 0;  // an arena of its own, as jemalloc gives each new thread
+    std::size_t n = sizeof arena;
+    ASSERT_EQ(mallctl("arenas.create", &arena, &n, nullptr, 0), 0);
+    ASSERT_EQ(mallctl("thread.arena", nullptr, nullptr, &arena, sizeof arena), 0);
+    auto iteration = [] {
+      replayalloc::Iteration it("entry/own-arena");
+      std::vector<void*> blocks;
+      for (int i = 0; i < 24; ++i) {  // 24 MiB live at the peak
+        void* p = replayalloc_malloc(kMiB);
+        std::memset(p, i, kMiB);
+        blocks.push_back(p);
+      }
+      for (void* p : blocks) replayalloc_free(p);
+    };
+    iteration();  // recorded
+    iteration();  // recorded again: planned at its end
+    recorded_dirty = jemalloc_dirty_bytes(arena);
+    const std::uint64_t before = replayalloc::stats().slab_hits;
+    iteration();  // replayed: its 24 MiB slab made at its begin
+    hits = replayalloc::stats().slab_hits - before;
+    replayed_dirty = jemalloc_dirty_bytes(arena);
+  });
+  worker.join();
+  ASSERT_EQ(hits, 24u) << "the third iteration was not replayed";
+  ASSERT_GE(recorded_dirty, std::uint64_t{16} << 20) << "jemalloc did not keep the recordings' pages";
+  EXPECT_LT(replayed_dirty, std::uint64_t{4} << 20)
+      << "the slab's own thread kept its recordings' pages (" << (recorded_dirty >> 20) << " MiB)";
+  EXPECT_GE(jemalloc_dirty_bytes(main_arena), main_dirty / 2) << "another thread's free pages were given back";
 }
 
 // Note [Live filters]: a bucket is non-zero exactly while a block whose first page
