@@ -44,7 +44,7 @@ void keep_huge_pages() noexcept;
 // slab of `slab_bytes` replaces (jemalloc: flushes this thread's cache, then purges
 // every arena when their dirty pages are at most twice slab_bytes, else this thread's
 // arena when its own are at most three times: Note [Purging what a slab replaces];
-// glibc: malloc_trim when the free bytes it holds are). Called once per host slab made
+// glibc, which has no decay: malloc_trim, always). Called once per host slab made
 // (replay/slab_pool.cc), so that the pages the slab's iterations used from the backend
 // until then (recording, passing through) and the slab's own are not resident at the
 // same time. When the slab is small against the backend's free pages, those pages are
