@@ -166,6 +166,16 @@ int main(int argc, char** argv) {
               s2.lower_bound_bytes
                   ? 100.0 * (static_cast<double>(s2.slab_bytes) / static_cast<double>(s2.lower_bound_bytes) - 1)
                   : 0.0);
+  // Where the resident bytes are (Note [Resident memory by owner]): the slabs' pages,
+  // jemalloc's (the fallback; this program links libreplayalloc.a and -ljemalloc, so
+  // jemalloc is its malloc too: the model's weights, libtorch's own), and the rest
+  // (code, stacks, libtorch's own mappings).
+  const auto mib = [](std::uint64_t b) { return static_cast<double>(b) / (1 << 20); };
+  const std::uint64_t owned = s2.slab_resident_bytes + s2.backend_resident_bytes;
+  std::printf("  resident: %.1f MiB now (peak %.1f MiB): slabs %.1f MiB, jemalloc (the fallback, and this "
+              "program's malloc: the weights) %.1f MiB, the rest %.1f MiB\n",
+              mib(s2.resident_bytes), mib(s2.resident_bytes_peak), mib(s2.slab_resident_bytes),
+              mib(s2.backend_resident_bytes), mib(s2.resident_bytes > owned ? s2.resident_bytes - owned : 0));
   std::printf("  op tags: %.0f ns per op outside a recorded iteration, %.0f ns inside one (+%.0f ns "
               "per op while recording; replayed iterations pay nothing)\n",
               op_plain, op_tagged, op_tagged - op_plain);
