@@ -7,6 +7,7 @@
 // statistics (stats.cc), auto mode, a client of begin/end (auto_mode.cc), threads and
 // fork (lifecycle.cc).
 #include "runtime/engine.h"
+#include "runtime/iteration_log.h"
 
 #include <pthread.h>
 
@@ -134,7 +135,11 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
   d.marked[0] = d.marked[1] = -1;
   d.first_size = first_size;
   bump(d.iterations);
-  if (e == nullptr || opts_.mode == run_mode::off) return;
+  open_iteration_log(d.log);
+  if (e == nullptr || opts_.mode == run_mode::off) {
+    d.log.passed = "REPLAYALLOC_MODE=off";
+    return;
+  }
   // The version is claimed from under the key's mutex: once that is released another
   // thread may retire it, and a retired version deletes itself with its last slab.
   // The claim counts as a slab (slab_pool.h), so `v` outlives it.
@@ -149,12 +154,15 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
     const begin_decision b = decide_begin(*e, first_size, slabs_ok_ || e->kind != domain_kind::host, policy_);
     switch (b.what) {
       case begin_decision::pass:
+        d.log.passed = e->failed ? "the key is given up" : "another thread records the key";
         return;
       case begin_decision::set_aside:
         bump(d.set_aside);
+        d.log.passed = "the key is set aside";
         return;
       case begin_decision::awaiting:
         bump(d.awaiting_plan);
+        d.log.passed = "its plan is being made";
         awaiting = true;
         break;
       case begin_decision::record:
@@ -183,6 +191,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
       if (mem == nullptr) {
         std::lock_guard<std::mutex> lock(e->mu);
         e->recording = false;
+        d.log.passed = "no memory for a recording";
         return;
       }
       d.recorder = new (mem) trace_recorder;
@@ -191,7 +200,14 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
     set_phase(d, phase::record);
     return;
   }
+  // A new slab (no idle one of this version): its time is the iteration's (Note [The
+  // iteration log]).
+  const std::uint64_t slab_from = claimed && claim.s == nullptr && d.log.began_ns != 0 ? monotonic_ns() : 0;
   slab* s = claimed ? v->finish(claim, context, &why) : nullptr;
+  if (slab_from != 0 && s != nullptr) {
+    d.log.slab_ns = monotonic_ns() - slab_from;
+    d.log.slab_bytes = slab_bytes;
+  }
   // Over REPLAYALLOC_MAX_SLAB_MEMORY: unmap idle slabs of other keys and try once
   // more, with the key's version read again (the failed claim was dropped, and `v`
   // may be gone).
@@ -207,6 +223,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
   }
   if (s == nullptr) {
     d.no_slab = true;
+    d.log.passed = why;
     REPLAYALLOC_LOG(info, "iteration of '%s' passes through: %s", e->key.c_str(), why);
     return;
   }
@@ -235,8 +252,17 @@ int engine::end(thread_state& t) {
 void engine::domain_end(domain_state& d) {
   reentry_guard guard;
   unmask_plan(d);
-  if (d.ph == phase::record) end_record(d);
-  if (d.ph == phase::replay) end_replay(d);
+  const std::uint64_t ended = d.log.began_ns != 0 ? monotonic_ns() : 0;
+  const bool recorded = d.ph == phase::record, replayed = d.ph == phase::replay;
+  if (recorded) {
+    d.log.recorded = d.recorder->size();
+    end_record(d);
+  }
+  if (replayed) end_replay(d);
+  if (ended != 0) {
+    say_iteration(d.log, d.entry != nullptr ? d.entry->key.c_str() : "?", d.regime, tls_state.thread_no, recorded,
+                  replayed, ended);
+  }
   set_phase(d, phase::none);
   if (d.entry != nullptr) d.entry->users.fetch_sub(1, std::memory_order_release);
   d.entry = nullptr;
@@ -302,7 +328,10 @@ void engine::end_record_impl(domain_state& d) {
     retire_dropped(e, old, old->from_file,
                    old->from_file ? "its allocation sequence changed" : dec.dropped_why);
   }
-  if (dec.to_plan != nullptr) submit_plan(e, std::move(dec.to_plan), dec.replace_id, false);
+  if (dec.to_plan != nullptr) {
+    d.log.submitted = true;
+    submit_plan(e, std::move(dec.to_plan), dec.replace_id, false);
+  }
 }
 
 void engine::end_replay(domain_state& d) {
@@ -346,6 +375,17 @@ void engine::end_replay(domain_state& d) {
     verdict = decide_after_replay(e, rs, policy_);
   }
   d.last_deviated = verdict.deviated;
+  if (d.log.began_ns != 0) {
+    d.log.handed = handed;
+    d.log.planned = planned;
+    d.log.misses = misses;
+  }
+  if (verdict.deviated || verdict.grew) {
+    d.log.verdict = verdict.explained     ? "deviated: another regime's"
+                    : verdict.grow_wanted ? "outgrew its slots: the plan grows"
+                    : verdict.counted     ? "deviated: counted against the plan"
+                                          : "deviated: not counted";
+  }
   // Note [Predicted plans]: planned like a recording's envelope (Note [Background
   // planning]); the plan it replaces serves meanwhile.
   if (verdict.predicted != nullptr) submit_plan(e, std::move(verdict.predicted), version_id, true);

@@ -16,6 +16,7 @@
 
 #include "backend/slab_range.h"
 #include "replay/fast_path.h"
+#include "runtime/iteration_log.h"
 #include "support/reentry.h"
 #include "support/config.h"
 
@@ -54,6 +55,7 @@ struct domain_state {
   // Check mode (runtime/check.h): the plan is hidden from the cursor (hide_plan()) so
   // that every request takes the slow path, while `masked`.
   bool masked = false;
+  iteration_log log;  // Note [The iteration log]: this iteration's, at REPLAYALLOC_VERBOSE=3
 
   std::atomic<std::uint64_t> slab_hits{0};
   std::atomic<std::uint64_t> hit_bytes{0};

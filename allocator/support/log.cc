@@ -8,7 +8,6 @@
 namespace replayalloc::detail {
 namespace {
 
-std::atomic<int> g_verbosity{1};
 std::atomic<long> g_max_warnings{100};
 std::atomic<long> g_warnings{0};
 
@@ -24,12 +23,11 @@ const char* level_name(log_level level) {
 
 }  // namespace
 
-void set_log_verbosity(int level) { g_verbosity.store(level, std::memory_order_relaxed); }
+void set_log_verbosity(int level) { g_log_verbosity.store(level, std::memory_order_relaxed); }
 void set_log_max_warnings(long cap) { g_max_warnings.store(cap, std::memory_order_relaxed); }
-int log_verbosity() { return g_verbosity.load(std::memory_order_relaxed); }
 
 void log_message(log_level level, const char* fmt, ...) {
-  if (static_cast<int>(level) > g_verbosity.load(std::memory_order_relaxed) &&
+  if (static_cast<int>(level) > g_log_verbosity.load(std::memory_order_relaxed) &&
       level != log_level::error) {
     return;
   }

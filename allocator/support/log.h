@@ -6,6 +6,7 @@
 // program that deviates on every call cannot flood its log.
 #pragma once
 
+#include <atomic>
 #include <cstdarg>
 
 namespace replayalloc::detail {
@@ -14,9 +15,10 @@ enum class log_level : int { error = 0, warning = 1, info = 2, debug = 3 };
 
 // Current verbosity (REPLAYALLOC_VERBOSE); errors are always printed, warnings
 // while fewer than the cap have been printed.
+inline std::atomic<int> g_log_verbosity{1};
 void set_log_verbosity(int level);
 void set_log_max_warnings(long cap);
-int log_verbosity();
+inline int log_verbosity() { return g_log_verbosity.load(std::memory_order_relaxed); }
 
 void log_message(log_level level, const char* fmt, ...)
     __attribute__((format(printf, 2, 3)));

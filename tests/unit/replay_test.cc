@@ -18,6 +18,7 @@
 #include "backend/slab_range.h"
 #include "replayalloc/replayalloc.hpp"
 #include "runtime/engine.h"
+#include "support/log.h"
 #include "support/pattern.h"
 #include "trace/trace_io.h"
 
@@ -574,3 +575,37 @@ TEST(Api, DeferredOpsAreNamedWhenATraceIsWrittenNotWhileRecording) {
 }
 
 }  // namespace
+
+// Note [The iteration log]: at REPLAYALLOC_VERBOSE=3 each iteration ends with one line
+// saying what it was (recorded, replayed, passed through and why), its duration, the
+// slab made for it and what a deviation came to; below 3, nothing.
+TEST(IterationLog, SaysWhatEachIterationWasAndWhatItsSlabCost) {
+  using replayalloc::detail::set_log_verbosity;
+  const std::vector<step> other = {A(1, 4096), A(2, 65536), F(2), A(3, 12288), F(1), F(3)};  // deviates at 3
+  (void)replayalloc::stats();  // the engine made (it sets the verbosity of the settings)
+  set_log_verbosity(3);
+  ::testing::internal::CaptureStderr();
+  warm_up("iteration-log", k_model);
+  iteration("iteration-log", k_model, 3);  // replayed: its slab made
+  iteration("iteration-log", k_model, 4);  // replayed: the slab reused
+  iteration("iteration-log", other, 5);    // replayed, deviates
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  set_log_verbosity(1);
+  ::testing::internal::CaptureStderr();
+  iteration("iteration-log", k_model, 6);
+  const std::string quiet = ::testing::internal::GetCapturedStderr();
+
+  const auto count = [&err](const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = err.find(what); at != std::string::npos; at = err.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("iteration of 'iteration-log' (thread "), 5u) << err;
+  EXPECT_EQ(count("recorded (8 allocations)"), 2u) << err;
+  EXPECT_EQ(count("recorded (8 allocations); a plan asked for"), 1u) << err;
+  EXPECT_EQ(count("replayed regime 0: 8 of 8 slots handed out, 0 misses"), 2u) << err;
+  EXPECT_EQ(count("a new slab of "), 1u) << "only the first replay makes a slab:\n" << err;
+  EXPECT_THAT(err, ::testing::HasSubstr("slots handed out, 1 misses; deviated")) << err;
+  EXPECT_THAT(err, ::testing::ContainsRegex("\\(thread [0-9]+\\): [0-9]+\\.[0-9]{3} ms, ")) << err;
+  EXPECT_THAT(quiet, ::testing::Not(::testing::HasSubstr("iteration of"))) << quiet;
+}
