@@ -7,7 +7,7 @@
 //              [--threads T] [--warmup W] [--iterations N] [--label NAME]
 //              [--iterations-api none|explicit|torch] [--torch-lib libreplayalloc_torch.so]
 //              [--lengths L1,L2,...]
-//              [--train --target M.target.pt [--optimizer sgd|adam]]
+//              [--train --target M.target.pt [--optimizer sgd|adam]] [--mark-timed]
 //
 // The allocator is chosen outside the program (bench/e2e/run_e2e.py): nothing (glibc),
 // LD_PRELOAD of jemalloc, tcmalloc, mimalloc or libreplayalloc_preload.so, or, with
@@ -22,6 +22,11 @@
 //   torch     replayalloc_torch_iteration_begin/end of the dlopen'ed integration
 // The key is "e2e/<model file name>": every thread shares the plan, each replays on a
 // slab of its own.
+// --mark-timed: writes "e2e_driver: timed phase" to stderr between the warm-up and the
+// timed phase (every thread's warm-up done), and at the end "e2e_driver: timed_ms"
+// with every timed inference's latency, so that what the allocator logged in the timed
+// phase (REPLAYALLOC_VERBOSE=3, Note [The iteration log]) can be told from the warm-up's
+// (bench/e2e/tail_events.py).
 //
 // What is measured: the threads start their W warm-up inferences together, wait at a
 // barrier, then run their N timed inferences together. Throughput = T*N / the wall
@@ -81,7 +86,7 @@ using end_fn = int (*)();
 struct options {
   std::string model, input, reference, label = "unnamed", api = "none", torch_lib;
   std::string target, optimizer = "sgd";  // --train only
-  bool write_reference = false, train = false;
+  bool write_reference = false, train = false, mark_timed = false;
   int threads = 1, warmup = 5, iterations = 10;
   std::vector<std::int64_t> lengths;  // empty: the input as it is
 };
@@ -117,6 +122,7 @@ options parse(int argc, char** argv) {
     else if (a == "--iterations-api") o.api = value();
     else if (a == "--torch-lib") o.torch_lib = value();
     else if (a == "--train") o.train = true;
+    else if (a == "--mark-timed") o.mark_timed = true;
     else if (a == "--target") o.target = value();
     else if (a == "--optimizer") o.optimizer = value();
     else if (a == "--lengths") {
@@ -396,6 +402,7 @@ int run_training(const options& o, begin_fn begin, end_fn end, stats_fn stats) {
       for (int i = 0; i < o.warmup; ++i) mine.push_back(step());
       sync.arrive_and_wait();  // warm-up done
       ++passed;
+      if (o.mark_timed && t == 0) std::fprintf(stderr, "e2e_driver: timed phase\n");
       sync.arrive_and_wait();  // timed phase starts
       ++passed;
       auto& times = ms[u];
@@ -537,6 +544,7 @@ int main(int argc, char** argv) {
       }
       sync.arrive_and_wait();  // warm-up done
       ++passed;
+      if (o.mark_timed && t == 0) std::fprintf(stderr, "e2e_driver: timed phase\n");
       sync.arrive_and_wait();  // timed phase starts
       ++passed;
       auto& mine = ms[static_cast<std::size_t>(t)];
@@ -562,5 +570,10 @@ int main(int argc, char** argv) {
 
   std::vector<double> all;
   for (const auto& v : ms) all.insert(all.end(), v.begin(), v.end());
+  if (o.mark_timed) {
+    std::fprintf(stderr, "e2e_driver: timed_ms");
+    for (double v : all) std::fprintf(stderr, " %.3f", v);
+    std::fprintf(stderr, "\n");
+  }
   return print_line(o, key, all, phase, chk, stats_json(stats), "");
 }
