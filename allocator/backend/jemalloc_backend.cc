@@ -191,6 +191,7 @@ std::size_t fallback_allocated_bytes() noexcept { return fresh_stat("stats.alloc
 std::size_t fallback_resident_bytes() noexcept { return fresh_stat("stats.resident"); }
 
 // Note [Purging what a slab replaces]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A slab takes over iterations the backend served until then: the recordings, and on
 // every thread the iterations it passed through while other threads held the slabs.
 // Their blocks are free in jemalloc, their pages dirty, and jemalloc's decay returns

@@ -1,7 +1,9 @@
 // replayalloc/runtime/iteration_log.h: what happened to one iteration, said at its end.
 //
-// Layer: runtime. Note [The iteration log]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Layer: runtime.
+//
+// Note [The iteration log]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
 // A slow iteration under replayalloc has a reason the statistics only sum up: it was
 // recorded, it waited for its plan, its slab was made and faulted in (the backend's
 // free pages purged first), it deviated and the plan grew or was dropped, it passed
