@@ -70,6 +70,10 @@
 
 namespace replayalloc::detail {
 
+// Note [A dormant watcher]: backend frees in a row, with no watched allocation among
+// them, after which the watcher stops seeing frees until its next watched allocation.
+inline constexpr std::uint32_t dormant_after = 16384;
+
 // The least a period must allocate to be taken for an iteration (see detect()).
 inline constexpr std::uint64_t min_period_bytes = std::uint64_t{256} << 10;
 // Note [Periods whose sizes change]: lifetimes are told apart up to this many watched
@@ -214,6 +218,9 @@ struct auto_state {
   // began, and the slow-path allocations it saw (slab slots the cursor counts).
   bool in_iteration = false;
   std::uint32_t count = 0;
+  // Note [A dormant watcher] (auto_mode.cc): backend frees the gate sent to the watcher
+  // since its last watched allocation.
+  std::uint32_t unwatched_frees = 0;
 
   live_filter filter;  // of `live`
 };

@@ -100,8 +100,13 @@ inline bool free_backend_filtered(thread_state& t, void* p) {
   if ((g & gate_recording) != 0 && t.host.recorder->maybe_live(p)) return false;
   // The watcher: only frees of blocks it may be watching (or counting: Note
   // [Iterations between quiet points]).
-  if ((g & gate_watched) != 0 && (!t.autod->in_iteration || t.autod->det.quiet()) && t.autod->filter.maybe_live(p)) {
-    return false;
+  if ((g & gate_watched) != 0) {
+    auto_state& a = *t.autod;
+    const bool counting_ends = a.in_iteration && a.det.quiet();
+    if ((!a.in_iteration || counting_ends) && a.filter.maybe_live(p)) return false;
+    // Note [A dormant watcher] (auto_mode.cc): the slow path's free makes it dormant
+    // (no call here: it would cost every inline free a stack frame).
+    if (++a.unwatched_frees >= dormant_after && !counting_ends) [[unlikely]] return false;
   }
   // The gate is past gate_unready: the backend has a plain free.
   backend::g_plain_free.load(std::memory_order_relaxed)(p);

@@ -143,7 +143,7 @@ std::string malloc_provider() {
   return info.dli_fname;
 }
 
-constexpr std::int64_t kSizes[] = {64, 1 << 10, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 64 << 20};
+constexpr std::int64_t kSizes[] = {8, 64, 256, 1 << 10, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 64 << 20};
 
 }  // namespace
 

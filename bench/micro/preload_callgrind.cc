@@ -6,7 +6,7 @@
 // REPLAYALLOC_MIN_SIZE, the path to jemalloc's thread cache.
 //
 //   valgrind --tool=callgrind --collect-atstart=no env LD_PRELOAD=libreplayalloc_preload.so
-//     ./preload_callgrind SIZE [PAIRS] [ITERATIONS] [new]
+//     ./preload_callgrind SIZE [PAIRS] [ITERATIONS] [new|malloc] [unmarked]
 //
 // K iterations of M pairs `p = malloc(size); <p escapes>; free(p);` (with `new`:
 // `p = operator new(size); ...; operator delete(p, size);`, C++'s sized delete); when
@@ -14,6 +14,9 @@
 // each iteration is marked with them (outside the collected part), so pairs of at
 // least the minimum size replay from the slab after the warm-up. Prints pairs=K*M and, under replayalloc,
 // in_slab=the measured pairs whose block came from a slab (checked by run_micro.sh).
+// `unmarked`: no iteration is marked, as in a program that knows nothing of replayalloc
+// (auto mode then watches the thread: it allocates and frees one 64 KiB buffer first,
+// as programs do at start-up, so that the thread has a watcher).
 #include <dlfcn.h>
 #include <valgrind/callgrind.h>
 
@@ -42,13 +45,14 @@ unsigned long long slab_hits(stats_fn stats) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s SIZE [PAIRS=256] [ITERATIONS=100] [new]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s SIZE [PAIRS=256] [ITERATIONS=100] [new|malloc] [unmarked]\n", argv[0]);
     return 2;
   }
   const std::size_t size = std::strtoull(argv[1], nullptr, 10);
   const int m = argc > 2 ? std::atoi(argv[2]) : 256;
   const int k = argc > 3 ? std::atoi(argv[3]) : 100;
   const bool cxx = argc > 4 && std::strcmp(argv[4], "new") == 0;
+  const bool unmarked = argc > 5 && std::strcmp(argv[5], "unmarked") == 0;
   if (size == 0 || m <= 0 || k <= 0) {
     std::fprintf(stderr, "preload_callgrind: size, pairs and iterations must be positive\n");
     return 2;
@@ -56,7 +60,12 @@ int main(int argc, char** argv) {
   auto begin = reinterpret_cast<begin_fn>(dlsym(RTLD_DEFAULT, "replayalloc_iteration_begin"));
   auto end = reinterpret_cast<end_fn>(dlsym(RTLD_DEFAULT, "replayalloc_iteration_end"));
   auto stats = reinterpret_cast<stats_fn>(dlsym(RTLD_DEFAULT, "replayalloc_stats_json"));
-  if (begin == nullptr || end == nullptr) begin = nullptr, end = nullptr;
+  if (begin == nullptr || end == nullptr || unmarked) begin = nullptr, end = nullptr;
+  if (unmarked) {
+    void* buffer = std::malloc(64 << 10);
+    escape(buffer);
+    std::free(buffer);
+  }
   auto iteration = [&](bool collect) {
     if (begin != nullptr) begin("preload_callgrind");
     if (collect) CALLGRIND_TOGGLE_COLLECT;

@@ -137,6 +137,11 @@ measure() {  # NAME
     below_min_preload_new_64)
       run_case "$1" "$library" "$program" 64 $pairs $iterations new
       [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
+    watched_below_min_64)  # Note [A dormant watcher]: 1,000 iterations, most of them after it went dormant
+      run_case "$1" "$library" "$program" 64 $pairs 1000 malloc unmarked
+      [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
+    watched_one_size_4096)
+      run_case "$1" "$library" "$program" 4096 $pairs $iterations malloc unmarked ;;
     jemalloc_64) run_case "$1" "" "$hotpath" jemalloc 64 $pairs $iterations pairs ;;
     jemalloc_preload_64)  # jemalloc's own library preloaded under the preload cases' program
       local je
