@@ -52,11 +52,11 @@ for a in "${allocators[@]}"; do
   for size in 8 64 256 1024 4096; do
     for kind in malloc new; do
       out="$tmp/cg.$a.$size.$kind"
-      arg=()
+      arg=(malloc)
       [[ $kind == new ]] && arg=(new)
       env ${lib:+LD_PRELOAD=$lib} $(mode_of "$a") REPLAYALLOC_BACKGROUND_PLANNING=0 \
         valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out" \
-        "$build/bench/preload_callgrind" "$size" 256 100 "${arg[@]}" > "$out.log" 2>&1 \
+        "$build/bench/preload_callgrind" "$size" 256 1000 "${arg[@]}" unmarked > "$out.log" 2>&1 \
         || die "preload_callgrind under $a failed: $(tail -3 "$out.log")"
       ir=$(grep -m1 '^summary:' "$out" | awk '{print $2}')
       echo "$a $size $kind $ir" >> "$tmp/cg.tsv"
@@ -65,7 +65,7 @@ for a in "${allocators[@]}"; do
 done
 # The loop alone (two empty out-of-line functions), as run_micro.sh measures it.
 valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$tmp/cg.base" \
-  "$build/bench/hotpath_callgrind" baseline 64 256 100 pairs > /dev/null 2>&1 || true
+  "$build/bench/hotpath_callgrind" baseline 64 256 1000 pairs > /dev/null 2>&1 || true
 base=$(grep -m1 '^summary:' "$tmp/cg.base" 2> /dev/null | awk '{print $2}')
 echo "load_after=$(load_average)" >> "$tmp/meta"
 python3 - "$tmp" "$rounds" "${base:-0}" "bench/run_small_path.sh${1:+ $1}" > "$tmp/section" <<'PY'
@@ -83,7 +83,7 @@ for a in allocs:
 cg = {}
 for line in open(os.path.join(tmp, "cg.tsv")):
     a, size, kind, ir = line.split()
-    cg[(a, int(size), kind)] = int(ir) / (256 * 100)
+    cg[(a, int(size), kind)] = int(ir) / (256 * 1000)
 print("## Small path: requests below the minimum size (issue 34, part 4)")
 print()
 print(f"- Date: {meta.get('date')}; machine: {meta.get('nproc')} cores, {meta.get('cpu')}, kernel {meta.get('kernel')}; "
@@ -110,7 +110,7 @@ for t in (1, 2, 4):
         print(f"| {size} B | " + " | ".join(f"{m[a]:.2f}" for a in allocs) +
               f" | {m['replayalloc'] / best:.2f} | {m['replayalloc'] / m['jemalloc']:.2f} |")
     print()
-print(f"**Instructions per pair** (callgrind, user space; the benchmark loop's {base / 25600:.1f} included)")
+print(f"**Instructions per pair** (callgrind, user space; the benchmark loop's {base / 256000:.1f} included)")
 print()
 print("| size | call | " + " | ".join(allocs) + " | replayalloc ÷ best |")
 print("|---:|---|" + "---:|" * (len(allocs) + 1))
