@@ -201,9 +201,10 @@ std::size_t fallback_resident_bytes() noexcept { return fresh_stat("stats.reside
 // bytes, so the purge is sized by choosing what to purge:
 //  - every arena, when their dirty pages are at most twice the slab (one thread
 //    recorded: what it recorded is most of what is free);
-//  - else this thread's arena, when its dirty pages are at most three times the slab:
-//    each thread of a multi-threaded service has an arena of its own, and the pages
-//    there are what this thread's iterations used (ResNet-50, 4 threads: 21-25 MiB
+//  - else this thread's arena, when its dirty pages are at most three times the slab
+//    for each thread using that arena: each thread of a multi-threaded service has an
+//    arena of its own (or shares one with a few, where threads outnumber jemalloc's
+//    four arenas per CPU), and the pages there are what those threads' iterations used (ResNet-50, 4 threads: 21-25 MiB
 //    dirty in each inference thread's arena, against an 11 MiB slab and 75-94 MiB in
 //    all arenas together; MobileNetV3: 10-11 MiB against 7 MiB and 41 MiB);
 //  - else nothing: the free pages are mostly the rest of the program's (the model's
@@ -245,7 +246,13 @@ void release_free_memory(std::size_t slab_bytes) noexcept {
   unsigned own = 0;
   if (!read_ctl("thread.arena", &own)) return;
   const std::size_t mine = dirty_pages(own, &known);
-  if (known && mine != 0 && mine <= 3 * slab_pages) purge(own);
+  // Threads share an arena when there are more of them than arenas (jemalloc makes four
+  // per CPU): each may have left an iteration's pages there.
+  char name[48];
+  std::snprintf(name, sizeof name, "stats.arenas.%u.nthreads", own);
+  unsigned sharing = 1;
+  if (!read_ctl(name, &sharing) || sharing == 0) sharing = 1;
+  if (known && mine != 0 && mine <= 3 * slab_pages * sharing) purge(own);
 }
 
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept {

@@ -347,6 +347,58 @@ TEST(Entry, ASlabReturnsItsOwnThreadsPagesAndLeavesOtherThreadsAlone) {
   EXPECT_GE(jemalloc_dirty_bytes(main_arena), main_dirty / 2) << "another thread's free pages were given back";
 }
 
+// ...and an arena two threads share (more threads than jemalloc's arenas) holds what
+// both left: its pages are purged when they are at most three times the slab for each
+// thread using it.
+TEST(Entry, ASlabPurgesAnArenaItsThreadSharesByTheThreadsUsingIt) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  unsigned arena = 0;
+  std::size_t n = sizeof arena;
+  ASSERT_EQ(mallctl("arenas.create", &arena, &n, nullptr, 0), 0);
+  std::atomic<int> stage{0};
+  std::thread other([&] {  // the other thread of the arena: 64 MiB of its own, freed
+    ASSERT_EQ(mallctl("thread.arena", nullptr, nullptr, &arena, sizeof arena), 0);
+    std::vector<void*> blocks;
+    for (int i = 0; i < 64; ++i) {
+      void* p = replayalloc::detail::backend::fallback_alloc(kMiB, 16);
+      std::memset(p, i, kMiB);
+      blocks.push_back(p);
+    }
+    for (void* p : blocks) replayalloc::detail::backend::fallback_free(p);
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();  // still using the arena
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  std::uint64_t before = 0, after = ~std::uint64_t{0}, hits = 0;
+  std::thread worker([&] {
+    ASSERT_EQ(mallctl("thread.arena", nullptr, nullptr, &arena, sizeof arena), 0);
+    auto iteration = [] {
+      replayalloc::Iteration it("entry/shared-arena");
+      std::vector<void*> blocks;
+      for (int i = 0; i < 10; ++i) {  // 10 MiB live at the peak
+        void* p = replayalloc_malloc(kMiB);
+        std::memset(p, i, kMiB);
+        blocks.push_back(p);
+      }
+      for (void* p : blocks) replayalloc_free(p);
+    };
+    iteration();
+    iteration();
+    before = jemalloc_dirty_bytes(arena);  // the other's pages (jemalloc keeps ~40 MiB): above 3 x 10
+    const std::uint64_t h = replayalloc::stats().slab_hits;
+    iteration();  // replayed: its 10 MiB slab made at its begin
+    hits = replayalloc::stats().slab_hits - h;
+    after = jemalloc_dirty_bytes(arena);
+  });
+  worker.join();
+  stage = 2;
+  other.join();
+  ASSERT_EQ(hits, 10u) << "the third iteration was not replayed";
+  ASSERT_GT(before, std::uint64_t{30} << 20) << "the shared arena holds less than three slabs' worth";
+  ASSERT_LE(before, std::uint64_t{60} << 20) << "the shared arena holds more than six slabs' worth";
+  EXPECT_LT(after, std::uint64_t{4} << 20) << "the shared arena kept " << (before >> 20) << " MiB";
+}
+
 // Note [Live filters]: a bucket is non-zero exactly while a block whose first page
 // hashes to it is in the table.
 TEST(Entry, LiveFilterCountsLiveBlocks) {
