@@ -8,6 +8,7 @@
 //              [--iterations-api none|explicit|torch] [--torch-lib libreplayalloc_torch.so]
 //              [--lengths L1,L2,...]
 //              [--train --target M.target.pt [--optimizer sgd|adam]] [--mark-timed]
+//              [--callgrind-timed]
 //
 // The allocator is chosen outside the program (bench/e2e/run_e2e.py): nothing (glibc),
 // LD_PRELOAD of jemalloc, tcmalloc, mimalloc or libreplayalloc_preload.so, or, with
@@ -27,6 +28,9 @@
 // with every timed inference's latency, so that what the allocator logged in the timed
 // phase (REPLAYALLOC_VERBOSE=3, Note [The iteration log]) can be told from the warm-up's
 // (bench/e2e/tail_events.py).
+// --callgrind-timed: under `valgrind --tool=callgrind --instr-atstart=no`, instruments
+// the timed phase only (CALLGRIND_START/STOP_INSTRUMENTATION; nothing natively), so that
+// the run's counts are its timed inferences' (bench/run_alloc_instructions.sh).
 //
 // What is measured: the threads start their W warm-up inferences together, wait at a
 // barrier, then run their N timed inferences together. Throughput = T*N / the wall
@@ -47,6 +51,15 @@
 #include <dlfcn.h>
 #include <sys/resource.h>
 #include <time.h>
+
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>  // no-ops unless run under callgrind
+#define E2E_CALLGRIND_START() CALLGRIND_START_INSTRUMENTATION
+#define E2E_CALLGRIND_STOP() CALLGRIND_STOP_INSTRUMENTATION
+#else
+#define E2E_CALLGRIND_START() ((void)0)
+#define E2E_CALLGRIND_STOP() ((void)0)
+#endif
 
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -86,7 +99,7 @@ using end_fn = int (*)();
 struct options {
   std::string model, input, reference, label = "unnamed", api = "none", torch_lib;
   std::string target, optimizer = "sgd";  // --train only
-  bool write_reference = false, train = false, mark_timed = false;
+  bool write_reference = false, train = false, mark_timed = false, callgrind_timed = false;
   int threads = 1, warmup = 5, iterations = 10;
   std::vector<std::int64_t> lengths;  // empty: the input as it is
 };
@@ -123,6 +136,7 @@ options parse(int argc, char** argv) {
     else if (a == "--torch-lib") o.torch_lib = value();
     else if (a == "--train") o.train = true;
     else if (a == "--mark-timed") o.mark_timed = true;
+    else if (a == "--callgrind-timed") o.callgrind_timed = true;
     else if (a == "--target") o.target = value();
     else if (a == "--optimizer") o.optimizer = value();
     else if (a == "--lengths") {
@@ -403,6 +417,7 @@ int run_training(const options& o, begin_fn begin, end_fn end, stats_fn stats) {
       sync.arrive_and_wait();  // warm-up done
       ++passed;
       if (o.mark_timed && t == 0) std::fprintf(stderr, "e2e_driver: timed phase\n");
+      if (o.callgrind_timed && t == 0) E2E_CALLGRIND_START();
       sync.arrive_and_wait();  // timed phase starts
       ++passed;
       auto& times = ms[u];
@@ -545,6 +560,7 @@ int main(int argc, char** argv) {
       sync.arrive_and_wait();  // warm-up done
       ++passed;
       if (o.mark_timed && t == 0) std::fprintf(stderr, "e2e_driver: timed phase\n");
+      if (o.callgrind_timed && t == 0) E2E_CALLGRIND_START();
       sync.arrive_and_wait();  // timed phase starts
       ++passed;
       auto& mine = ms[static_cast<std::size_t>(t)];
@@ -568,6 +584,7 @@ int main(int argc, char** argv) {
   const timed_phase phase = run_workers(o.threads, sync, worker);
   if (failed) return 2;
 
+  if (o.callgrind_timed) E2E_CALLGRIND_STOP();
   std::vector<double> all;
   for (const auto& v : ms) all.insert(all.end(), v.begin(), v.end());
   if (o.mark_timed) {
