@@ -96,7 +96,9 @@ def self_costs(path):
 
 
 def in_allocator(allocator, ob, fl):
-    if ob not in OBJECTS[allocator]:
+    # The object's file name, as the loader resolved it: libtcmalloc_minimal.so.4.5.9 for
+    # libtcmalloc_minimal.so.4, libmimalloc.so.2.0 for libmimalloc.so.2.
+    if not any(ob == o or ob.startswith(o + ".") for o in OBJECTS[allocator]):
         return False
     if ob == "libc.so.6":  # glibc's malloc: its malloc/ sources (malloc.c, arena.c, hooks.c, ...)
         return "/malloc/" in fl or fl.startswith("malloc/")
@@ -169,6 +171,9 @@ def main():
         for (ob, fl), v in costs.items():
             if in_allocator(x, ob, fl):
                 rec["by_object"][ob] = rec["by_object"].get(ob, 0) + v
+        if not rec["by_object"]:
+            rec["error"] = [f"none of {OBJECTS[x]} in the callgrind file {out} (kept)"]
+            return rec
         os.remove(out)
         return rec
 
