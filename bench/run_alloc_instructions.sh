@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # bench/run_alloc_instructions.sh: instructions spent inside the allocator per
-# steady-state inference (issue 34, part 5), each e2e model at T = 1 under every
-# allocator, counted by callgrind over the timed inferences only
+# steady-state inference (issue 34, part 5), e2e models at T = 1 (MobileNetV3 by
+# default: see alloc_instructions.py) under every allocator, counted by callgrind over
+# the timed inferences only
 # (bench/e2e/alloc_instructions.py says how). Writes the "Counting: instructions inside
 # the allocator" section of RESULTS.md.
-# Usage: bench/run_alloc_instructions.sh [CELLS [JOBS]]   (default: the script's four
-#   cells; 2 jobs at once: callgrind counts do not depend on the machine's load)
-# Environment: BUILD_DIR (default <repo>/build). About 25 minutes with 2 jobs on 2 cores.
+# Usage: bench/run_alloc_instructions.sh [CELLS [JOBS]]   (default: MobileNetV3; 2 jobs
+#   at once: callgrind counts do not depend on the machine's load)
+# Environment: BUILD_DIR (default <repo>/build). About 12 minutes with 2 jobs on 2 cores.
 # shellcheck source=lib.sh
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -57,7 +58,8 @@ for cell, rs in by.items():
         prog = r["program_ir"] / r["inferences"]
         split = ""
         if len(r.get("by_object", {})) > 1:
-            split = " (" + ", ".join(f"{ob} {v / r['inferences'] / 1e6:.2f} M" for ob, v in r["by_object"].items()) + ")"
+            split = " (" + ", ".join(f"{'its malloc and free, in an object callgrind could not name' if ob == '???' else ob} "
+                                     f"{v / r['inferences'] / 1e6:.2f} M" for ob, v in r["by_object"].items()) + ")"
         print(f"| {cell} | {a} | {per[a]:,.0f}{split} | {per[a] / best:.2f} | {100 * per[a] / prog:.2f}% | {prog / 1e6:.1f} M |")
 wrong = sum(1 for r in rows if r.get("outputs_wrong") or r.get("rc"))
 print()
