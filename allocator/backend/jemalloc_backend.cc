@@ -204,20 +204,21 @@ std::size_t fallback_resident_bytes() noexcept { return fresh_stat("stats.reside
 //  - else this thread's arena, when its dirty pages are at most three times the slab
 //    for each thread using that arena: each thread of a multi-threaded service has an
 //    arena of its own (or shares one with a few, where threads outnumber jemalloc's
-//    four arenas per CPU), and the pages there are what those threads' iterations used (ResNet-50, 4 threads: 21-25 MiB
-//    dirty in each inference thread's arena, against an 11 MiB slab and 75-94 MiB in
-//    all arenas together; MobileNetV3: 10-11 MiB against 7 MiB and 41 MiB);
+//    four arenas per CPU), and the pages there are what those threads' iterations
+//    used (ResNet-50, 4 threads: 21-25 MiB dirty in each inference thread's arena,
+//    against an 11 MiB slab and 75-94 MiB in all arenas together; MobileNetV3:
+//    10-11 MiB against 7 MiB and 41 MiB);
 //  - else nothing: the free pages are mostly the rest of the program's (the model's
 //    loading, a cache it freed), which it would fault back in (a TorchScript
 //    MobileNetV3's first 0.2 MiB slab against 10 MiB: ~3,000 page faults), and which
 //    jemalloc's decay returns as the program goes on.
 namespace {
-std::size_t dirty_pages(unsigned arena, bool* known) noexcept {
-  char name[48];
-  std::snprintf(name, sizeof name, "stats.arenas.%u.pdirty", arena);
-  std::size_t pdirty = 0;
-  *known = read_ctl(name, &pdirty);
-  return pdirty;
+// stats.arenas.<arena>.<field> (statistics as of the last epoch); false if unreadable.
+template <class T>
+bool arena_stat(unsigned arena, const char* field, T* value) noexcept {
+  char name[64];
+  std::snprintf(name, sizeof name, "stats.arenas.%u.%s", arena, field);
+  return read_ctl(name, value);
 }
 
 void purge(unsigned arena) noexcept {
@@ -237,22 +238,19 @@ void release_free_memory(std::size_t slab_bytes) noexcept {
     return;
   }
   const std::size_t slab_pages = slab_bytes / page;
-  bool known = false;
-  const std::size_t all = dirty_pages(MALLCTL_ARENAS_ALL, &known);
-  if (!known || all <= 2 * slab_pages) {
+  std::size_t all = 0;
+  if (!arena_stat(MALLCTL_ARENAS_ALL, "pdirty", &all) || all <= 2 * slab_pages) {
     purge(MALLCTL_ARENAS_ALL);
     return;
   }
   unsigned own = 0;
-  if (!read_ctl("thread.arena", &own)) return;
-  const std::size_t mine = dirty_pages(own, &known);
+  std::size_t mine = 0;
+  if (!read_ctl("thread.arena", &own) || !arena_stat(own, "pdirty", &mine) || mine == 0) return;
   // Threads share an arena when there are more of them than arenas (jemalloc makes four
   // per CPU): each may have left an iteration's pages there.
-  char name[48];
-  std::snprintf(name, sizeof name, "stats.arenas.%u.nthreads", own);
   unsigned sharing = 1;
-  if (!read_ctl(name, &sharing) || sharing == 0) sharing = 1;
-  if (known && mine != 0 && mine <= 3 * slab_pages * sharing) purge(own);
+  if (!arena_stat(own, "nthreads", &sharing) || sharing == 0) sharing = 1;
+  if (mine <= 3 * slab_pages * sharing) purge(own);
 }
 
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept {

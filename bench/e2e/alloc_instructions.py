@@ -158,12 +158,9 @@ def main():
     def one(c, x):
         extra, args = run_e2e.allocator_setup(x, build)
         out = os.path.join(scratch, f"{c['model']}.{x}.cg")
-        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", driver,
-               "--model", os.path.join(models_dir, f"{c['model']}.pt"),
-               "--input", os.path.join(models_dir, f"{c['model']}.input.pt"),
-               "--reference", os.path.join(ref_dir, run_e2e.reference_name(c)),
-               "--threads", "1", "--warmup", str(c["warmup"]), "--iterations", str(c["iterations"]),
-               "--label", x, "--callgrind-timed"] + args
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+        cmd += run_e2e.driver_command(driver, models_dir, os.path.join(ref_dir, run_e2e.reference_name(c)), c, x,
+                                      args + ["--callgrind-timed"])
         p = subprocess.run(cmd, env=dict(env0, **extra), capture_output=True, text=True)
         rec = {"cell": f"{c['model']}/T1", "model": c["model"], "allocator": x, "rc": p.returncode,
                "inferences": c["iterations"]}

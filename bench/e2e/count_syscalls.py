@@ -119,12 +119,7 @@ def main():
                 env_extra, args = setups[x]
                 runs = []
                 for iterations in (c["iterations"], c["iterations"] + a.extra):
-                    cmd = [driver, "--model", os.path.join(models_dir, f"{c['model']}.pt"),
-                           "--input", os.path.join(models_dir, f"{c['model']}.input.pt"),
-                           "--reference", ref, "--threads", str(c["threads"]), "--warmup", str(c["warmup"]),
-                           "--iterations", str(iterations), "--label", x] + args
-                    if c["model"] in run_e2e.VARLEN:
-                        cmd += ["--lengths", run_e2e.VARLEN[c["model"]]]
+                    cmd = run_e2e.driver_command(driver, models_dir, ref, c, x, args, iterations)
                     if x == "glibc" and not os.path.exists(ref):
                         cmd.append("--write-reference")
                     runs.append(run_once(cmd, dict(env0, **env_extra), a.timeout, shim))

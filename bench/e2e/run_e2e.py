@@ -93,6 +93,24 @@ def parse_cells(spec):
     return cells
 
 
+def driver_command(driver, models_dir, ref, c, label, args, iterations=None):
+    """e2e_driver's command line for one run of cell `c` under allocator `label` (its
+    driver arguments `args`): model, input, reference, threads, warm-up and iterations
+    (`iterations` instead of the cell's when given), --lengths for a model whose shapes
+    change, --train for a training model. The caller adds --write-reference and the
+    like."""
+    cmd = [driver, "--model", os.path.join(models_dir, f"{c['model']}.pt"),
+           "--input", os.path.join(models_dir, f"{c['model']}.input.pt"),
+           "--reference", ref, "--threads", str(c["threads"]), "--warmup", str(c["warmup"]),
+           "--iterations", str(c["iterations"] if iterations is None else iterations), "--label", label] + args
+    if c["model"] in VARLEN:
+        cmd += ["--lengths", VARLEN[c["model"]]]
+    if c["model"] in TRAIN:
+        cmd += ["--train", "--target", os.path.join(models_dir, f"{c['model']}.target.pt"),
+                "--optimizer", TRAIN[c["model"]]]
+    return cmd
+
+
 def allocator_setup(name, build, libdir=LIBDIR):
     """(extra environment, driver arguments) for one allocator."""
     preload = os.path.join(build, "hooks", "libreplayalloc_preload.so")
@@ -172,15 +190,7 @@ def main():
                 ref = os.path.join(ref_dir, reference_name(c))
                 for x in order:
                     env_extra, args = setups[x]
-                    cmd = [driver, "--model", os.path.join(models_dir, f"{c['model']}.pt"),
-                           "--input", os.path.join(models_dir, f"{c['model']}.input.pt"),
-                           "--reference", ref, "--threads", str(c["threads"]), "--warmup", str(c["warmup"]),
-                           "--iterations", str(c["iterations"]), "--label", x] + args
-                    if c["model"] in VARLEN:
-                        cmd += ["--lengths", VARLEN[c["model"]]]
-                    if c["model"] in TRAIN:
-                        cmd += ["--train", "--target", os.path.join(models_dir, f"{c['model']}.target.pt"),
-                                "--optimizer", TRAIN[c["model"]]]
+                    cmd = driver_command(driver, models_dir, ref, c, x, args)
                     if x == "glibc" and not os.path.exists(ref):
                         cmd.append("--write-reference")
                     env = dict(base_env, **env_extra)

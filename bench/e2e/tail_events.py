@@ -123,12 +123,7 @@ def main():
                 ref = os.path.join(ref_dir, run_e2e.reference_name(c))
                 for x in order:
                     extra, args = setups[x]
-                    cmd = [driver, "--model", os.path.join(models_dir, f"{c['model']}.pt"),
-                           "--input", os.path.join(models_dir, f"{c['model']}.input.pt"), "--reference", ref,
-                           "--threads", str(c["threads"]), "--warmup", str(c["warmup"]),
-                           "--iterations", str(c["iterations"]), "--label", x, "--mark-timed"] + args
-                    if c["model"] in run_e2e.VARLEN:
-                        cmd += ["--lengths", run_e2e.VARLEN[c["model"]]]
+                    cmd = run_e2e.driver_command(driver, models_dir, ref, c, x, args + ["--mark-timed"])
                     if x == "glibc" and not os.path.exists(ref):
                         cmd.append("--write-reference")
                     p = subprocess.run(cmd, env=dict(env0, **extra), capture_output=True, text=True,

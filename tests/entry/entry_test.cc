@@ -228,22 +228,42 @@ std::uint64_t jemalloc_dirty_bytes(unsigned arena = MALLCTL_ARENAS_ALL) {
   return std::uint64_t{pdirty} * 4096;
 }
 
+// One iteration of `key`: `blocks` blocks of `size` bytes, all live at once, written,
+// then freed.
+void blocks_iteration(const char* key, int blocks, std::size_t size) {
+  replayalloc::Iteration it(key);
+  std::vector<void*> live;
+  for (int i = 0; i < blocks; ++i) {
+    void* p = replayalloc_malloc(size);
+    ASSERT_NE(p, nullptr);
+    std::memset(p, i, size);
+    live.push_back(p);
+  }
+  for (void* p : live) replayalloc_free(p);
+}
+
+// `mib` MiB of the program's own from the backend, written and freed: dirty pages in
+// this thread's jemalloc arena.
+void free_pages_of_the_program(int mib) {
+  namespace be = replayalloc::detail::backend;
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  std::vector<void*> blocks;
+  for (int i = 0; i < mib; ++i) {
+    void* p = be::fallback_alloc(kMiB, 16);
+    ASSERT_NE(p, nullptr);
+    std::memset(p, i, kMiB);
+    blocks.push_back(p);
+  }
+  for (void* p : blocks) be::fallback_free(p);
+}
+
 // When a slab is made, the blocks its iterations had from jemalloc until then (the
 // recordings', back in jemalloc and unused from then on) are returned to the system
 // before the slab is faulted in.
 TEST(Entry, RecordedPagesAreReturnedWhenTheSlabIsMade) {
   constexpr int kBlocks = 48;
   constexpr std::size_t kSize = std::size_t{1} << 20;  // 48 MiB live at the peak
-  auto iteration = [] {
-    replayalloc::Iteration it("entry/release");
-    std::vector<void*> blocks;
-    for (int i = 0; i < kBlocks; ++i) {
-      void* p = replayalloc_malloc(kSize);
-      std::memset(p, i, kSize);
-      blocks.push_back(p);
-    }
-    for (void* p : blocks) replayalloc_free(p);
-  };
+  auto iteration = [] { blocks_iteration("entry/release", kBlocks, kSize); };
   const std::uint64_t plans = replayalloc::stats().plans;
   iteration();  // recorded (REPLAYALLOC_RECORD_ITERATIONS=2: not planned yet)
   ASSERT_EQ(replayalloc::stats().plans, plans);
@@ -261,27 +281,9 @@ TEST(Entry, RecordedPagesAreReturnedWhenTheSlabIsMade) {
 // are mostly the rest of the program's, which it would fault back in, and jemalloc's
 // decay returns the recording's few within seconds (backend::release_free_memory).
 TEST(Entry, ASmallSlabLeavesTheProgramsOtherFreePagesAlone) {
-  namespace be = replayalloc::detail::backend;
-  constexpr std::size_t kMiB = std::size_t{1} << 20;
-  std::vector<void*> others;  // 128 MiB of the program's own, freed: dirty in jemalloc
-  for (int i = 0; i < 128; ++i) {
-    void* p = be::fallback_alloc(kMiB, 16);
-    ASSERT_NE(p, nullptr);
-    std::memset(p, i, kMiB);
-    others.push_back(p);
-  }
-  for (void* p : others) be::fallback_free(p);
+  free_pages_of_the_program(128);  // dirty in jemalloc
   ASSERT_GE(jemalloc_dirty_bytes(), std::uint64_t{48} << 20) << "jemalloc did not keep the freed pages";
-  auto iteration = [] {
-    replayalloc::Iteration it("entry/small-slab");
-    std::vector<void*> blocks;
-    for (int i = 0; i < 4; ++i) {
-      void* p = replayalloc_malloc(64 * 1024);
-      std::memset(p, i, 64 * 1024);
-      blocks.push_back(p);
-    }
-    for (void* p : blocks) replayalloc_free(p);
-  };
+  auto iteration = [] { blocks_iteration("entry/small-slab", 4, 64 * 1024); };
   const std::uint64_t dirty_before = jemalloc_dirty_bytes();
   const std::uint64_t plans = replayalloc::stats().plans;
   iteration();  // recorded
@@ -299,16 +301,8 @@ TEST(Entry, ASmallSlabLeavesTheProgramsOtherFreePagesAlone) {
 // inference threads each have an arena of their own, Note [Purging what a slab
 // replaces]), the arena of the thread that makes the slab is purged, the others kept.
 TEST(Entry, ASlabReturnsItsOwnThreadsPagesAndLeavesOtherThreadsAlone) {
-  namespace be = replayalloc::detail::backend;
   constexpr std::size_t kMiB = std::size_t{1} << 20;
-  std::vector<void*> others;  // 128 MiB of this thread's, freed: dirty in its arena
-  for (int i = 0; i < 128; ++i) {
-    void* p = be::fallback_alloc(kMiB, 16);
-    ASSERT_NE(p, nullptr);
-    std::memset(p, i, kMiB);
-    others.push_back(p);
-  }
-  for (void* p : others) be::fallback_free(p);
+  free_pages_of_the_program(128);  // this thread's: dirty in its arena
   unsigned main_arena = 0;
   std::size_t len = sizeof main_arena;
   ASSERT_EQ(mallctl("thread.arena", &main_arena, &len, nullptr, 0), 0);
@@ -321,16 +315,7 @@ TEST(Entry, ASlabReturnsItsOwnThreadsPagesAndLeavesOtherThreadsAlone) {
     std::size_t n = sizeof arena;
     ASSERT_EQ(mallctl("arenas.create", &arena, &n, nullptr, 0), 0);
     ASSERT_EQ(mallctl("thread.arena", nullptr, nullptr, &arena, sizeof arena), 0);
-    auto iteration = [] {
-      replayalloc::Iteration it("entry/own-arena");
-      std::vector<void*> blocks;
-      for (int i = 0; i < 24; ++i) {  // 24 MiB live at the peak
-        void* p = replayalloc_malloc(kMiB);
-        std::memset(p, i, kMiB);
-        blocks.push_back(p);
-      }
-      for (void* p : blocks) replayalloc_free(p);
-    };
+    auto iteration = [] { blocks_iteration("entry/own-arena", 24, kMiB); };  // 24 MiB live at the peak
     iteration();  // recorded
     iteration();  // recorded again: planned at its end
     recorded_dirty = jemalloc_dirty_bytes(arena);
@@ -358,13 +343,7 @@ TEST(Entry, ASlabPurgesAnArenaItsThreadSharesByTheThreadsUsingIt) {
   std::atomic<int> stage{0};
   std::thread other([&] {  // the other thread of the arena: 64 MiB of its own, freed
     ASSERT_EQ(mallctl("thread.arena", nullptr, nullptr, &arena, sizeof arena), 0);
-    std::vector<void*> blocks;
-    for (int i = 0; i < 64; ++i) {
-      void* p = replayalloc::detail::backend::fallback_alloc(kMiB, 16);
-      std::memset(p, i, kMiB);
-      blocks.push_back(p);
-    }
-    for (void* p : blocks) replayalloc::detail::backend::fallback_free(p);
+    free_pages_of_the_program(64);
     stage = 1;
     while (stage.load() != 2) std::this_thread::yield();  // still using the arena
   });
@@ -372,16 +351,7 @@ TEST(Entry, ASlabPurgesAnArenaItsThreadSharesByTheThreadsUsingIt) {
   std::uint64_t before = 0, after = ~std::uint64_t{0}, hits = 0;
   std::thread worker([&] {
     ASSERT_EQ(mallctl("thread.arena", nullptr, nullptr, &arena, sizeof arena), 0);
-    auto iteration = [] {
-      replayalloc::Iteration it("entry/shared-arena");
-      std::vector<void*> blocks;
-      for (int i = 0; i < 10; ++i) {  // 10 MiB live at the peak
-        void* p = replayalloc_malloc(kMiB);
-        std::memset(p, i, kMiB);
-        blocks.push_back(p);
-      }
-      for (void* p : blocks) replayalloc_free(p);
-    };
+    auto iteration = [] { blocks_iteration("entry/shared-arena", 10, kMiB); };  // 10 MiB live at the peak
     iteration();
     iteration();
     before = jemalloc_dirty_bytes(arena);  // the other's pages (jemalloc keeps ~40 MiB): above 3 x 10
