@@ -134,6 +134,52 @@ TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
   }).join();
 }
 
+// Note [A dormant watcher]: dormant_after frees of unwatched (small) blocks in a row,
+// with no watched allocation among them, and the watcher stops seeing frees: it forgets
+// its live blocks and the gate lets frees past it; a block it watched, freed meanwhile,
+// goes back to the backend intact; its next watched allocation wakes it. Fewer in a row
+// (a watched allocation between) leave it watching.
+TEST(EntryAuto, AWatcherGoesDormantAfterUnwatchedFreesAndWakesAtItsNextWatchedAllocation) {
+  replayalloc::detail::auto_mode::forget_rests();
+  std::thread([] {
+    using replayalloc::detail::dormant_after;
+    using replayalloc::detail::gate_watched;
+    auto gate = [] { return replayalloc::detail::tls_state.free_gate; };
+    std::uint64_t salt = 0;
+    auto small_pairs = [&salt](std::uint32_t n) {
+      for (std::uint32_t i = 0; i < n; ++i, ++salt) {
+        void* q = replayalloc_malloc(48);
+        ASSERT_NE(q, nullptr);
+        fill(q, 48, salt);
+        ASSERT_TRUE(intact(q, 48, salt));
+        replayalloc_free(q);
+      }
+    };
+    const std::size_t n = 2 * kMin;
+    void* held = replayalloc_malloc(n);  // watched, and live throughout
+    ASSERT_NE(held, nullptr);
+    fill(held, n, 7);
+    ASSERT_EQ(watched_live(), 1u) << "auto mode does not watch this thread";
+    small_pairs(dormant_after - 100);
+    void* p = replayalloc_malloc(n + 16);  // a watched allocation: the count starts again
+    replayalloc_free(p);
+    small_pairs(dormant_after - 100);
+    EXPECT_NE(gate() & gate_watched, 0u) << "dormant although a watched allocation broke the row";
+    EXPECT_EQ(watched_live(), 1u);
+    small_pairs(200);
+    EXPECT_EQ(gate() & gate_watched, 0u) << "still watching after " << dormant_after << " unwatched frees in a row";
+    EXPECT_EQ(watched_live(), 0u) << "a dormant watcher keeps its live blocks";
+    ASSERT_TRUE(intact(held, n, 7));
+    replayalloc_free(held);  // past the watcher, to the backend
+    p = replayalloc_malloc(n + 32);  // wakes it
+    ASSERT_NE(p, nullptr);
+    EXPECT_NE(gate() & gate_watched, 0u) << "a watched allocation did not wake the watcher";
+    EXPECT_EQ(watched_live(), 1u) << "the woken watcher does not follow its new block";
+    replayalloc_free(p);
+    EXPECT_EQ(watched_live(), 0u) << "the woken watcher did not see the free";
+  }).join();
+}
+
 TEST(EntryAuto, PlainFreesOfWatchedBlocksAreSeen) { watched_frees_are_seen(how::plain); }
 
 TEST(EntryAuto, SizedFreesOfWatchedBlocksAreSeen) { watched_frees_are_seen(how::sized); }
