@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages replayalloc needs, when they are missing.
 # Idempotent and quiet: prints one line when everything is already there.
-# Usage: scripts/setup.sh            (run as root, or with sudo available)
+# Usage: scripts/setup.sh [--onnx]   (run as root, or with sudo available)
 set -euo pipefail
 
 packages=(
@@ -28,6 +28,15 @@ packages=(
   # (headless Chromium), fuzzing (clang's libFuzzer runtime) and profiling
   glpk-utils chromium clang libclang-rt-14-dev linux-perf
 )
+
+# Optional groups, for what only some benchmarks need: --onnx (bench/run_onnx_generation.sh:
+# Node.js, and npm where it does not come with it, to install onnxruntime-node).
+for arg in "$@"; do
+  case $arg in
+    --onnx) packages+=(nodejs); command -v npm > /dev/null || packages+=(npm) ;;
+    *) echo "setup: unknown option '$arg' (known: --onnx)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

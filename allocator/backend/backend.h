@@ -40,6 +40,11 @@ bool use_fast_entry_points() noexcept;
 // the program's MALLOC_CONF chose otherwise. Call once, under the reentry guard.
 void keep_huge_pages() noexcept;
 
+// Makes the backend zero a reused large block it callocs by memset, not by giving its
+// pages back and faulting them in again (jemalloc: Note [Zeroing by memset] in
+// jemalloc_backend.cc; glibc memsets already). Call once, under the reentry guard.
+void zero_reused_by_memset() noexcept;
+
 // Gives the backend's free pages back to the system when they are mostly what a new
 // slab of `slab_bytes` replaces (jemalloc: flushes this thread's cache, then purges
 // every arena when their dirty pages are at most twice slab_bytes, else this thread's

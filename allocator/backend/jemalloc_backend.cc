@@ -29,6 +29,7 @@
 #include <limits>
 
 #include "backend/backend.h"
+#include "support/config.h"
 
 // AddressSanitizer does not see jemalloc's blocks (mallocx is not intercepted), but
 // code that ran in them may have poisoned parts of them (Abseil's hash tables poison
@@ -70,6 +71,28 @@
 // of 8 MiB and more at the free, so keep_huge_pages() sets its threshold to that of the
 // other arenas when the option is 0, whoever set it (a 16 MiB block freed and allocated
 // again on the main thread: 4,097 faults each time before, 0 after).
+// Note [Zeroing by memset]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// jemalloc 5.3 zeroes a calloc'd block of a large size class (16 KiB and up) that it
+// takes from its free dirty pages by purging them (MADV_DONTNEED: ehooks_zero, for an
+// arena with jemalloc's default extent hooks), so the program faults every page back in
+// as it writes the block. A program that callocs the same large blocks over and over
+// pays a page fault per page per call where glibc, whose calloc memsets a reused chunk,
+// pays none. ONNX Runtime's generation loop under Node.js is one: every output tensor
+// is copied into a zero-filled ArrayBuffer (Node's ArrayBuffer allocator callocs), and
+// under jemalloc alone it made ~100 page faults and ~3 ms of system time per token
+// against glibc's ~23 and ~0.4 ms, at 0.4x glibc's tokens/s (bench/run_onnx_generation.sh).
+// jemalloc zeroes by memset in an arena whose extent hooks are not its own default
+// table (it does not know what user hooks' purges cost), and still skips the memset for
+// memory it knows is zero (fresh from the kernel, or purged by decay). So the fallback
+// gives every arena that serves a large calloc a copy of the default table: the same
+// functions at another address, which changes how a reused block is zeroed and nothing
+// else jemalloc does with our arenas (the huge-page and guard-page paths that also look
+// at the table are off: hpa, san_guard_large, metadata_thp). A thread hooks its own arena
+// at its first large calloc (one thread-local test per large calloc after that); an arena
+// whose hooks are not the default ones (the program's own, in a build that shares
+// jemalloc with it) is left alone.
+
 #if defined(REPLAYALLOC_PRIVATE_JEMALLOC)
 extern "C" {
 void* replayalloc_je_malloc(std::size_t size) noexcept;
@@ -125,6 +148,37 @@ void* symbol_of(void* handle, const void* base, const char* name) noexcept {
 }
 #endif
 
+// Note [Zeroing by memset]: jemalloc's default extent hooks, a copy of them that makes
+// jemalloc zero reused blocks by memset, and the least size jemalloc serves from its
+// arenas' extents (its first large size class); SIZE_MAX until zero_reused_by_memset().
+extent_hooks_t* g_default_hooks = nullptr;
+extent_hooks_t g_memset_hooks{};
+std::atomic<std::size_t> g_large_min{std::numeric_limits<std::size_t>::max()};
+// This thread's arena has been given g_memset_hooks (or was left alone).
+constinit thread_local bool t_arena_hooked REPLAYALLOC_TLS_IE = false;
+
+// Gives this thread's arena the copied hooks, once per thread (Note [Zeroing by memset]).
+[[gnu::noinline]] void hook_this_threads_arena() noexcept {
+  t_arena_hooked = true;
+  unsigned arena = 0;
+  std::size_t len = sizeof arena;
+  if (mallctl("thread.arena", &arena, &len, nullptr, 0) != 0) return;
+  char name[48];
+  std::snprintf(name, sizeof name, "arena.%u.extent_hooks", arena);
+  extent_hooks_t* current = nullptr;
+  len = sizeof current;
+  if (mallctl(name, &current, &len, nullptr, 0) != 0 || current != g_default_hooks) return;
+  extent_hooks_t* mine = &g_memset_hooks;
+  mallctl(name, nullptr, nullptr, &mine, sizeof mine);
+}
+
+// Before jemalloc zeroes a large calloc'd block, the arena serving it zeroes by memset.
+inline void before_large_calloc(std::size_t size) noexcept {
+  if (size >= g_large_min.load(std::memory_order_relaxed) && !t_arena_hooked) [[unlikely]] {
+    hook_this_threads_arena();
+  }
+}
+
 }  // namespace
 
 
@@ -157,6 +211,21 @@ bool use_fast_entry_points() noexcept {
   g_plain_free.store(reinterpret_cast<free_fn>(f), std::memory_order_relaxed);
 #endif
   return true;
+}
+
+void zero_reused_by_memset() noexcept {
+  if (g_default_hooks != nullptr) return;
+  extent_hooks_t* hooks = nullptr;
+  std::size_t len = sizeof hooks;
+  std::size_t large = 0;
+  std::size_t large_len = sizeof large;
+  if (mallctl("arena.0.extent_hooks", &hooks, &len, nullptr, 0) != 0 || hooks == nullptr ||
+      mallctl("arenas.lextent.0.size", &large, &large_len, nullptr, 0) != 0 || large == 0) {
+    return;  // not jemalloc 5's interface: its own zeroing stays
+  }
+  g_memset_hooks = *hooks;
+  g_default_hooks = hooks;
+  g_large_min.store(large, std::memory_order_relaxed);
 }
 
 void keep_huge_pages() noexcept {
@@ -263,6 +332,7 @@ void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
 
 void* fallback_calloc(std::size_t size) noexcept {
   if (inject_failure()) [[unlikely]] return nullptr;
+  before_large_calloc(size);
   if (calloc_fn c = g_je_calloc.load(std::memory_order_relaxed)) [[likely]] return fresh(c(1, at_least_min(size)));
   return fresh(mallocx(at_least_min(size), MALLOCX_ZERO));
 }

@@ -16,7 +16,8 @@ namespace replayalloc::detail::backend {
 // g_plain_malloc and g_plain_free stay null: fallback_alloc is malloc already.
 bool use_fast_entry_points() noexcept { return true; }  // malloc and free already
 
-void keep_huge_pages() noexcept {}  // glibc's own thresholds (mallopt) stay the program's
+void keep_huge_pages() noexcept {}
+void zero_reused_by_memset() noexcept {}  // glibc's calloc memsets a reused chunk  // glibc's own thresholds (mallopt) stay the program's
 
 // glibc returns free memory only from the top of a heap, never by time as jemalloc's
 // decay does: what the slab's iterations used from it (recorded, passed through on

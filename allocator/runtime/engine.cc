@@ -56,6 +56,7 @@ engine::engine()
   reentry_guard guard;
   backend::use_fast_entry_points();
   backend::keep_huge_pages();
+  backend::zero_reused_by_memset();
   if (opts_.mode != run_mode::off) slabs_ok_ = backend::reserve_slab_range(opts_.reserve_bytes);
   set_host_slab_limit(opts_.max_slab_memory);
   // Note [Auto mode as a client]: its watcher hears of the slow path's requests.
