@@ -39,6 +39,23 @@
 //     that ends the recording, as before this note (said once).
 // replayalloc_wait_plans() blocks until the queue is empty and no job runs: a service
 // that warms up before taking traffic, a benchmark, a test.
+//
+// Small plans are not sent to the thread (Note [Plans that arrive in time]).
+//
+// Note [Plans that arrive in time]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A plan sent to the planner thread arrives when that thread next runs: on a loaded
+// machine, after the program's next iterations, or after its end. A short program then
+// replays by chance (the README's eight-iteration C program got 0 slab hits in 9 of 10
+// runs at a load of 6), and an unmodified ResNet-50 loop recorded one more iteration
+// because its 2.7 ms plan missed the next one. A plan of few allocations takes
+// microseconds to make (`best`: ~0.2 ms at 1,000 inference-shaped allocations,
+// bench/RESULTS.md "The fast tier"): less than the recording that precedes it. So a job
+// whose envelope has at most REPLAYALLOC_INLINE_PLAN_MAX allocations (default 256) is
+// made on the thread that ends the recording, at the recording's end, and the next
+// iteration replays on every run; only larger plans go to the planner thread, and
+// improving a plan made here (Note [Improved plans]) still goes there. 0 sends every plan
+// to the thread (the background tests, which hold a plan on the way by a test hook).
 #pragma once
 
 #include <pthread.h>

@@ -41,7 +41,8 @@ void engine::submit_plan(key_entry& e, std::shared_ptr<const envelope> env, std:
   job.queued_ns = now_ns();
   // The job holds the key until it is done (Note [Bounds]: a held key is not forgotten).
   e.users.fetch_add(1, std::memory_order_relaxed);
-  if (planner_.submit(std::move(job))) return;
+  // Note [Plans that arrive in time]: a small plan is made here, now.
+  if (job.env->tr.allocations.size() > opts_.inline_plan_max && planner_.submit(std::move(job))) return;
   // No planner thread: planned here, on the thread that ended the recording. `job`
   // is untouched when submit() refuses it.
   run_plan_job(job);
@@ -87,7 +88,9 @@ void engine::run_plan_job(const plan_job& job) {
                   job.env->tr.allocations.size(), background ? "in the background" : "synchronously",
                   static_cast<unsigned long long>(us));
   // Note [Improved plans]: the search, queued behind every plan still to be made.
-  if (background && improvable != 0 && !job.predicted && self.opts_.plan_search_ms != 0 &&
+  // A small plan made on the recording's thread (Note [Plans that arrive in time]) is
+  // improved on the planner thread too; submit() refuses where there is none.
+  if (improvable != 0 && !job.predicted && self.opts_.plan_search_ms != 0 &&
       job.env->tr.allocations.size() <= max_improved_allocations) {
     plan_job next;
     next.entry = &e;

@@ -134,6 +134,8 @@ constexpr option_desc table[] = {
      "back off keys whose plans keep failing (Note [Setting aside])"},
     {"REPLAYALLOC_BACKGROUND_PLANNING", kind::boolean, 0, 1, false, REPLAYALLOC_SETS(background_planning),
      "plans made by a planner thread, off the request path (Note [Background planning]); 0: on the thread that ends the recording"},
+    {"REPLAYALLOC_INLINE_PLAN_MAX", kind::count, 0, 1u << 20, false, REPLAYALLOC_SETS(inline_plan_max),
+     "plans of at most this many allocations are made on the thread that ends the recording, so the next iteration replays (Note [Plans that arrive in time]); 0: every plan on the planner thread"},
     {"REPLAYALLOC_PLAN_SEARCH_MS", kind::count, 0, 600000, false, REPLAYALLOC_SETS(plan_search_ms),
      "milliseconds the planner thread may search for a smaller slab after installing a plan above its lower bound (Note [Improved plans]); 0: no search"},
     {"REPLAYALLOC_DEVIATION_PERCENT", kind::count, 0, 100, false, REPLAYALLOC_SETS(deviation_percent),

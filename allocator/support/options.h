@@ -58,6 +58,9 @@ struct options {
   bool set_aside = true;              // back off keys whose plans keep failing (Note [Setting aside])
   bool background_planning = true;    // plans made by a planner thread (Note [Background planning])
   std::uint32_t plan_search_ms = 250; // Note [Improved plans]: the search's time per installed plan; 0 none
+  // Note [Plans that arrive in time]: plans of at most this many allocations are made on
+  // the thread that ends the recording; 0: every plan on the planner thread.
+  std::uint32_t inline_plan_max = 256;
   // Frames of the call stack naming a recorded allocation's op when the program sets
   // none (LD_PRELOAD library only; 0: no stack tags).
   std::uint32_t stack_depth = default_stack_depth;
