@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "backend/backend.h"
@@ -84,14 +85,22 @@
 // against glibc's ~23 and ~0.4 ms, at 0.4x glibc's tokens/s (bench/run_onnx_generation.sh).
 // jemalloc zeroes by memset in an arena whose extent hooks are not its own default
 // table (it does not know what user hooks' purges cost), and still skips the memset for
-// memory it knows is zero (fresh from the kernel, or purged by decay). So the fallback
-// gives every arena that serves a large calloc a copy of the default table: the same
-// functions at another address, which changes how a reused block is zeroed and nothing
-// else jemalloc does with our arenas (the huge-page and guard-page paths that also look
-// at the table are off: hpa, san_guard_large, metadata_thp). A thread hooks its own arena
-// at its first large calloc (one thread-local test per large calloc after that); an arena
-// whose hooks are not the default ones (the program's own, in a build that shares
-// jemalloc with it) is left alone.
+// memory it knows is zero (fresh from the kernel, or purged by decay). So large callocs
+// go to arenas of the fallback's own, made with `arenas.create` and a copy of the
+// default table (the same functions at another address): one per automatic arena, made
+// by the first thread of that arena that callocs a large block, so threads keep apart
+// as jemalloc keeps them; without the thread cache (MALLOCX_TCACHE_NONE: a block served
+// there is zeroed there). Large blocks up to the thread cache's largest (16-32 KiB) go
+// back to the freeing thread's cache, where such an arena would never find them: they
+// are jemalloc's malloc and a memset (Node.js's 32,000-byte logits buffers were still
+// 8-16 faults per token when left to jemalloc's calloc, whose thread cache misses often
+// after a garbage collection frees many at once). jemalloc's automatic arenas keep
+// their hooks: arena 0 shares
+// its table with jemalloc's own metadata (b0), which must never run a hook that is not
+// jemalloc's (a first version that gave the automatic arenas the copy hung a Node.js
+// process inside jemalloc, 1 run in ~8). A block from these arenas is freed by the
+// ordinary free, which finds its arena. Where they cannot be made, calloc stays
+// jemalloc's.
 
 #if defined(REPLAYALLOC_PRIVATE_JEMALLOC)
 extern "C" {
@@ -148,35 +157,67 @@ void* symbol_of(void* handle, const void* base, const char* name) noexcept {
 }
 #endif
 
-// Note [Zeroing by memset]: jemalloc's default extent hooks, a copy of them that makes
-// jemalloc zero reused blocks by memset, and the least size jemalloc serves from its
-// arenas' extents (its first large size class); SIZE_MAX until zero_reused_by_memset().
-extent_hooks_t* g_default_hooks = nullptr;
+// Note [Zeroing by memset]: a copy of jemalloc's default extent hooks, which makes
+// jemalloc zero reused blocks by memset; the least size our arenas serve (above the
+// thread cache's largest and jemalloc's first large size class; SIZE_MAX until
+// zero_reused_by_memset()); the arenas made with the copy, by automatic arena (0: not
+// made yet).
 extent_hooks_t g_memset_hooks{};
 std::atomic<std::size_t> g_large_min{std::numeric_limits<std::size_t>::max()};
-// This thread's arena has been given g_memset_hooks (or was left alone).
-constinit thread_local bool t_arena_hooked REPLAYALLOC_TLS_IE = false;
+// Up to the thread cache's largest block (0: none), a large calloc is jemalloc's malloc
+// and a memset.
+std::atomic<std::size_t> g_cached_max{0};
+// From jemalloc's opt.oversize_threshold on (Note [The fallback's huge blocks]) blocks
+// stay in jemalloc's arena for them, which purges them at the free: fresh zero pages.
+std::atomic<std::size_t> g_large_max{std::numeric_limits<std::size_t>::max()};
+constexpr unsigned max_calloc_arenas = 256;
+std::atomic<unsigned> g_calloc_arena[max_calloc_arenas] = {};
+// The mallocx flags of this thread's large callocs: -1 not chosen yet, 0 jemalloc's
+// calloc (no arena of ours), else MALLOCX_ZERO | its arena | MALLOCX_TCACHE_NONE.
+constinit thread_local int t_calloc_flags REPLAYALLOC_TLS_IE = -1;
 
-// Gives this thread's arena the copied hooks, once per thread (Note [Zeroing by memset]).
-[[gnu::noinline]] void hook_this_threads_arena() noexcept {
-  t_arena_hooked = true;
-  unsigned arena = 0;
-  std::size_t len = sizeof arena;
-  if (mallctl("thread.arena", &arena, &len, nullptr, 0) != 0) return;
-  char name[48];
-  std::snprintf(name, sizeof name, "arena.%u.extent_hooks", arena);
-  extent_hooks_t* current = nullptr;
-  len = sizeof current;
-  if (mallctl(name, &current, &len, nullptr, 0) != 0 || current != g_default_hooks) return;
-  extent_hooks_t* mine = &g_memset_hooks;
-  mallctl(name, nullptr, nullptr, &mine, sizeof mine);
+// The flags of this thread's large callocs, once per thread: the arena of ours that
+// stands beside the thread's automatic arena, made by the first thread that needs it.
+// pre: g_large_min was set (zero_reused_by_memset()).
+[[gnu::noinline]] int choose_calloc_flags() noexcept {
+  if (g_large_min.load(std::memory_order_acquire) == std::numeric_limits<std::size_t>::max()) return 0;
+  unsigned own = 0;
+  std::size_t len = sizeof own;
+  if (mallctl("thread.arena", &own, &len, nullptr, 0) != 0) {
+    t_calloc_flags = 0;
+    return 0;
+  }
+  std::atomic<unsigned>& slot = g_calloc_arena[own % max_calloc_arenas];
+  unsigned arena = slot.load(std::memory_order_acquire);
+  if (arena == 0) {
+    // Arenas are made one at a time. Another thread making one (or one that was, in
+    // the parent of a forked child): jemalloc's calloc this time, the choice again at
+    // the next large calloc; never a wait.
+    static std::atomic_flag making = ATOMIC_FLAG_INIT;
+    if (making.test_and_set(std::memory_order_acquire)) return 0;
+    arena = slot.load(std::memory_order_acquire);
+    if (arena == 0) {
+      extent_hooks_t* hooks = &g_memset_hooks;
+      unsigned made = 0;
+      len = sizeof made;
+      if (mallctl("arenas.create", &made, &len, &hooks, sizeof hooks) == 0 && made != 0) {
+        slot.store(made, std::memory_order_release);
+        arena = made;
+      }
+    }
+    making.clear(std::memory_order_release);
+  }
+  t_calloc_flags = arena == 0 ? 0 : MALLOCX_ZERO | MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
+  return t_calloc_flags;
 }
 
-// Before jemalloc zeroes a large calloc'd block, the arena serving it zeroes by memset.
-inline void before_large_calloc(std::size_t size) noexcept {
-  if (size >= g_large_min.load(std::memory_order_relaxed) && !t_arena_hooked) [[unlikely]] {
-    hook_this_threads_arena();
-  }
+// A large calloc from this thread's arena of ours; null when there is none (then the
+// caller uses jemalloc's calloc) or when it has no memory.
+inline void* calloc_in_own_arena(std::size_t size, bool* served) noexcept {
+  int flags = t_calloc_flags;
+  if (flags < 0) [[unlikely]] flags = choose_calloc_flags();
+  *served = flags != 0;
+  return flags != 0 ? mallocx(size, flags) : nullptr;
 }
 
 }  // namespace
@@ -214,7 +255,7 @@ bool use_fast_entry_points() noexcept {
 }
 
 void zero_reused_by_memset() noexcept {
-  if (g_default_hooks != nullptr) return;
+  if (g_large_min.load(std::memory_order_relaxed) != std::numeric_limits<std::size_t>::max()) return;
   extent_hooks_t* hooks = nullptr;
   std::size_t len = sizeof hooks;
   std::size_t large = 0;
@@ -223,9 +264,21 @@ void zero_reused_by_memset() noexcept {
       mallctl("arenas.lextent.0.size", &large, &large_len, nullptr, 0) != 0 || large == 0) {
     return;  // not jemalloc 5's interface: its own zeroing stays
   }
-  g_memset_hooks = *hooks;
-  g_default_hooks = hooks;
-  g_large_min.store(large, std::memory_order_relaxed);
+  // Blocks up to the thread cache's largest go back to the freeing thread's cache, where
+  // an arena of ours would never find them: those are taken from jemalloc as they are
+  // and memset here.
+  std::size_t tcache_max = 0;
+  std::size_t tcache_len = sizeof tcache_max;
+  if (mallctl("arenas.tcache_max", &tcache_max, &tcache_len, nullptr, 0) == 0 && tcache_max >= large) {
+    g_cached_max.store(tcache_max, std::memory_order_relaxed);
+  }
+  std::size_t oversize = 0;
+  std::size_t oversize_len = sizeof oversize;
+  if (mallctl("opt.oversize_threshold", &oversize, &oversize_len, nullptr, 0) == 0 && oversize != 0) {
+    g_large_max.store(oversize, std::memory_order_relaxed);
+  }
+  g_memset_hooks = *hooks;  // read only: arena 0 keeps its table
+  g_large_min.store(large, std::memory_order_release);
 }
 
 void keep_huge_pages() noexcept {
@@ -332,7 +385,19 @@ void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
 
 void* fallback_calloc(std::size_t size) noexcept {
   if (inject_failure()) [[unlikely]] return nullptr;
-  before_large_calloc(size);
+  if (size >= g_large_min.load(std::memory_order_relaxed) &&
+      size < g_large_max.load(std::memory_order_relaxed)) [[unlikely]] {
+    // Note [Zeroing by memset]
+    if (size <= g_cached_max.load(std::memory_order_relaxed)) {
+      malloc_fn m = g_je_malloc.load(std::memory_order_relaxed);
+      void* p = fresh(m != nullptr ? m(size) : mallocx(size, 0));
+      if (p != nullptr) std::memset(p, 0, size);
+      return p;
+    }
+    bool served = false;
+    void* p = calloc_in_own_arena(size, &served);
+    if (served) return fresh(p);
+  }
   if (calloc_fn c = g_je_calloc.load(std::memory_order_relaxed)) [[likely]] return fresh(c(1, at_least_min(size)));
   return fresh(mallocx(at_least_min(size), MALLOCX_ZERO));
 }

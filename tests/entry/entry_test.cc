@@ -396,36 +396,46 @@ TEST(Entry, ASlabPurgesAnArenaItsThreadSharesByTheThreadsUsingIt) {
 
 // Note [Zeroing by memset]: a large block calloc'd again from jemalloc's free pages is
 // zeroed in place (memset), not given back to the kernel and faulted in again by the
-// program's writes; and whichever way it is zeroed, every byte of it is zero. Sizes
-// above jemalloc's thread cache (32 KiB), so that the arena serves them. Fails without
-// the copied hooks: 64 page faults of 64 pages for the 256 KiB block.
-TEST(Entry, ALargeBlockCallocdAgainIsZeroedInPlace) {
+// program's writes; and whichever way it is zeroed, every byte of it is zero. On the
+// main thread (jemalloc's arena 0) and on a thread of its own; sizes in and above
+// jemalloc's thread cache (32 KiB). jemalloc's own arenas keep their hooks. Fails
+// without the arenas of copied hooks: 65 page faults for the 64 pages of 256 KiB.
+void calloc_again_is_zeroed_in_place() {
   constexpr std::size_t kPage = 4096;
-  const std::size_t sizes[] = {48 * 1024, 256 * 1024, 1 << 20, 3 << 20};
+  const std::size_t sizes[] = {20 * 1024, 48 * 1024, 256 * 1024, 1 << 20, 3 << 20};
+  for (std::size_t n : sizes) {
+    auto* first = static_cast<unsigned char*>(replayalloc_calloc(1, n));
+    ASSERT_NE(first, nullptr);
+    std::memset(first, 0xA5, n);  // dirty: the next block of this size must be zeroed
+    replayalloc_free(first);
+    rusage before{};
+    getrusage(RUSAGE_THREAD, &before);
+    auto* again = static_cast<unsigned char*>(replayalloc_calloc(1, n));
+    ASSERT_NE(again, nullptr);
+    std::size_t nonzero = 0;
+    for (std::size_t i = 0; i < n; ++i) nonzero += again[i] != 0 ? 1 : 0;
+    std::memset(again, 0x5A, n);  // the program writes what it asked for
+    rusage after{};
+    getrusage(RUSAGE_THREAD, &after);
+    EXPECT_EQ(nonzero, 0u) << n << " B: calloc returned " << nonzero << " non-zero bytes";
+    EXPECT_LT(after.ru_minflt - before.ru_minflt, 4)
+        << n << " B: " << after.ru_minflt - before.ru_minflt << " page faults for " << n / kPage
+        << " pages: the block's pages were given back to be zeroed";
+    replayalloc_free(again);
+  }
+}
+
+TEST(Entry, ALargeBlockCallocdAgainIsZeroedInPlace) {
   (void)replayalloc::stats();  // the engine, which gives the fallback its settings
-  std::thread fresh_thread([&] {  // a thread of its own: its first large calloc hooks its arena
-    for (std::size_t n : sizes) {
-      auto* first = static_cast<unsigned char*>(replayalloc_calloc(1, n));
-      ASSERT_NE(first, nullptr);
-      std::memset(first, 0xA5, n);  // dirty: the next block of this size must be zeroed
-      replayalloc_free(first);
-      rusage before{};
-      getrusage(RUSAGE_THREAD, &before);
-      auto* again = static_cast<unsigned char*>(replayalloc_calloc(1, n));
-      ASSERT_NE(again, nullptr);
-      std::size_t nonzero = 0;
-      for (std::size_t i = 0; i < n; ++i) nonzero += again[i] != 0 ? 1 : 0;
-      std::memset(again, 0x5A, n);  // the program writes what it asked for
-      rusage after{};
-      getrusage(RUSAGE_THREAD, &after);
-      EXPECT_EQ(nonzero, 0u) << n << " B: calloc returned " << nonzero << " non-zero bytes";
-      EXPECT_LT(after.ru_minflt - before.ru_minflt, 4)
-          << n << " B: " << after.ru_minflt - before.ru_minflt << " page faults for " << n / kPage
-          << " pages: the block's pages were given back to be zeroed";
-      replayalloc_free(again);
-    }
-  });
-  fresh_thread.join();
+  extent_hooks_t* hooks_before = nullptr;
+  std::size_t len = sizeof hooks_before;
+  ASSERT_EQ(mallctl("arena.0.extent_hooks", &hooks_before, &len, nullptr, 0), 0);
+  calloc_again_is_zeroed_in_place();  // the main thread
+  std::thread other(calloc_again_is_zeroed_in_place);
+  other.join();
+  extent_hooks_t* hooks_after = nullptr;
+  ASSERT_EQ(mallctl("arena.0.extent_hooks", &hooks_after, &len, nullptr, 0), 0);
+  EXPECT_EQ(hooks_after, hooks_before) << "jemalloc's arena 0 (and its metadata's base) got other hooks";
 }
 
 // Note [Live filters]: a bucket is non-zero exactly while a block whose first page
