@@ -1,40 +1,52 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages replayalloc needs, when they are missing.
 # Idempotent and quiet: prints one line when everything is already there.
-# Usage: scripts/setup.sh [--onnx]   (run as root, or with sudo available)
+# Usage: scripts/setup.sh [--main-job] [--onnx]   (run as root, or with sudo available)
 set -euo pipefail
 
-packages=(
-  # toolchain (dpkg-dev: dpkg-source, which unpacks Abseil's source package below)
-  g++ cmake ninja-build pkg-config dpkg-dev
-  # the allocator's dependencies
-  libjemalloc-dev libabsl-dev
+# What the main job (scripts/demo.sh) needs: build the libraries, make a TorchScript
+# ResNet-50 with Python's torch, run it through libtorch.
+main_job_packages=(
+  # toolchain
+  g++ cmake ninja-build pkg-config
+  # the allocator's dependencies; Google Benchmark, which bench/ (the main job's folder)
+  # is built with
+  libjemalloc-dev libabsl-dev libbenchmark-dev
+  # PyTorch: libtorch for the C++ integration, Debian's python3 torch and torchvision for
+  # the model scripts
+  libtorch-dev python3-torch python3-torchvision
+  # an optimised BLAS for libtorch (Debian's alternatives switch libblas.so.3 to it):
+  # with the reference BLAS the benchmark models spend >70% of their time in it
+  libopenblas0-pthread
+)
+# What only the tests and benchmarks add (scripts/test.sh).
+test_packages=(
+  # dpkg-source, which unpacks Abseil's source package below (the LD_PRELOAD library)
+  dpkg-dev
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev valgrind strace
+  libgtest-dev libgmock-dev valgrind strace
   # programs the LD_PRELOAD tests run preloaded; allocators the benchmarks compare with
   git sqlite3 perl libtcmalloc-minimal4 libmimalloc2.0
-  # PyTorch: libtorch for the C++ integration, Debian's python3 torch for the Python
-  # package, the model scripts and their tests
-  libtorch-dev python3-torch python3-torchvision
   # the Python package's wheel, built and installed offline (pip wheel
   # --no-build-isolation) and tested in a fresh virtual environment (install.wheel)
   python3-setuptools python3-wheel python3-pip python3-venv
   # the Debian packages' checker (install.debian_packages runs it on cpack's packages)
   lintian
-  # an optimised BLAS for libtorch (Debian's alternatives switch libblas.so.3 to it):
-  # with the reference BLAS the benchmark models spend >70% of their time in it
-  libopenblas0-pthread
   # the planner's exact mode (an integer program solved by GLPK), the viz render test
   # (headless Chromium), fuzzing (clang's libFuzzer runtime) and profiling
   glpk-utils chromium clang libclang-rt-14-dev linux-perf
 )
 
-# Optional groups, for what only some benchmarks need: --onnx (bench/run_onnx_generation.sh:
-# Node.js, and npm where it does not come with it, to install onnxruntime-node).
+# Groups: everything by default; --main-job only what the main job needs (and no
+# Abseil source); --onnx adds what bench/run_onnx_generation.sh needs (Node.js, and npm
+# where it does not come with it, to install onnxruntime-node).
+packages=("${main_job_packages[@]}" "${test_packages[@]}")
+abseil_source=1
 for arg in "$@"; do
   case $arg in
+    --main-job) packages=("${main_job_packages[@]}"); abseil_source=0 ;;
     --onnx) packages+=(nodejs); command -v npm > /dev/null || packages+=(npm) ;;
-    *) echo "setup: unknown option '$arg' (known: --onnx)" >&2; exit 2 ;;
+    *) echo "setup: unknown option '$arg' (known: --main-job, --onnx)" >&2; exit 2 ;;
   esac
 done
 
@@ -55,6 +67,7 @@ done
 abseil_src_root=${REPLAYALLOC_ABSEIL_SRC_ROOT:-/usr/local/src/replayalloc}
 fetch_abseil_source() {
   local version dir work
+  [ "$abseil_source" = 1 ] || return 0
   version=$(dpkg-query -W -f='${Version}' libabsl-dev 2>/dev/null) || return 0
   dir=$abseil_src_root/abseil-$version
   [ -f "$dir/absl/base/options.h" ] && return 0

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 # REPLAYALLOC_STATIC_ABSEIL=ON: the LD_PRELOAD library carries Abseil inside, from the
 # source setup.sh fetched (Note [Static Abseil]); a missing source fails here, not later.
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREPLAYALLOC_STATIC_ABSEIL=ON >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREPLAYALLOC_STATIC_ABSEIL=ON \
+  -DREPLAYALLOC_BUILD_TESTS=ON >/dev/null
 cmake --build build -j"$(nproc)"
 ctest --test-dir build --output-on-failure -j"$(nproc)"

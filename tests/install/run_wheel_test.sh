@@ -11,7 +11,11 @@
 #      imports replayalloc.torch from the environment, the library from the wheel,
 #      __version__ that of the build, runs a small model for a few iterations under
 #      replayalloc.torch.iteration() and finds slab hits in the statistics,
-#   4. a wheel build with REPLAYALLOC_BUILD_DIR naming a folder without the library
+#   4. `pip install .` at the root of a clean clone of the source (pyproject.toml there;
+#      the working tree's uncommitted files copied in) into another fresh environment
+#      installs the same files as the wheel, and the package works there with no
+#      environment variables but REPLAYALLOC_BUILD_DIR at install time,
+#   5. a wheel build with REPLAYALLOC_BUILD_DIR naming a folder without the library
 #      fails, saying where it looked.
 # Exit 77 (ctest's SKIP_RETURN_CODE), saying why, when /usr/bin/python3 cannot import
 # torch; any failing step ends the script with a message and exit code 1.
@@ -105,6 +109,44 @@ s = rt.stats()
 assert s["slab_hits"] > 0, s
 print("wheel: replayalloc", replayalloc.__version__, "from", rt.library_path(), "slab_hits", s["slab_hits"])
 ' "$tmp/venv" "$version") || fail "the wheel installed in a fresh environment did not work (above)"
+
+# ---- pip install . at the root of a clean clone (pyproject.toml there), into another
+# fresh environment: the same files as the wheel above, and the package works there too
+step "pip install . at the root of a clean clone, into a fresh virtual environment"
+if git -C "$src" rev-parse --git-dir > /dev/null 2>&1; then
+  git clone -q --no-hardlinks "$src" "$tmp/clone" > "$tmp/clone.log" 2>&1 ||
+    { cat "$tmp/clone.log" >&2; fail "git clone of $src failed"; }
+  # What the working tree has that is not committed yet (a session's change under test).
+  git -C "$src" ls-files -z --modified --others --exclude-standard |
+    (cd "$src" && xargs -0 -r cp --parents -t "$tmp/clone" 2> /dev/null) || true
+else
+  cp -r "$src" "$tmp/clone" && rm -rf "$tmp/clone/build"
+fi
+"$python" -m venv --system-site-packages "$tmp/venv-root" > "$tmp/venv-root.log" 2>&1 ||
+  { cat "$tmp/venv-root.log" >&2; fail "$python -m venv failed"; }
+(cd "$tmp/clone" && REPLAYALLOC_BUILD_DIR="$build" "$tmp/venv-root/bin/python" -m pip install . --no-build-isolation \
+   --no-deps --no-index) > "$tmp/install-root.log" 2>&1 ||
+  { cat "$tmp/install-root.log" >&2; fail "pip install . at the clone's root failed"; }
+site=$("$tmp/venv-root/bin/python" -c 'import replayalloc, os; print(os.path.dirname(replayalloc.__file__))' 2> /dev/null) ||
+  fail "pip install . installed no importable replayalloc"
+(cd "$site" && find . -type f ! -path '*/__pycache__/*' | sort) > "$tmp/root-files"
+"$python" -m zipfile -l "$wheel" | awk '$1 ~ /^replayalloc\// { sub(/^replayalloc/, ".", $1); print $1 }' | sort > "$tmp/wheel-files"
+diff "$tmp/wheel-files" "$tmp/root-files" > "$tmp/files.diff" ||
+  { cat "$tmp/files.diff" >&2; fail "pip install . installed other files than the wheel carries (above)"; }
+cmp -s "$site/lib/libreplayalloc_torch.so" "$lib" || fail "pip install . carries another library than $lib"
+mkdir -p "$tmp/run-root"
+(cd "$tmp/run-root" && "$tmp/venv-root/bin/python" -c '
+import torch
+import replayalloc
+import replayalloc.torch as rt
+rt.install_cpu()
+for i in range(6):
+    with rt.iteration("root-install/mlp"):
+        torch.randn(64, 1024).relu_().sum().item()
+s = rt.stats()
+assert s["slab_hits"] > 0, s
+print("pip install .: replayalloc", replayalloc.__version__, "slab_hits", s["slab_hits"])
+') || fail "the package installed by pip install . did not work (above)"
 
 # ---- no library, no wheel
 step "REPLAYALLOC_BUILD_DIR naming a folder without the library"
