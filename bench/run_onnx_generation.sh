@@ -57,7 +57,7 @@ for r in $(seq 1 "$rounds"); do
     sessions=${cell%%:*} arena=${cell##*:}
     for a in "${order[@]}"; do
       rm -f "$tmp/stats.json"
-      line=$(cd "$onnx" && LD_PRELOAD=${preload[$a]} REPLAYALLOC_STATS=$tmp/stats.json \
+      line=$(cd "$onnx" && NODE_PATH=$onnx/node_modules LD_PRELOAD=${preload[$a]} REPLAYALLOC_STATS=$tmp/stats.json REPLAYALLOC_STATS_IDLE=1 \
              node "$root/bench/onnx/generate.js" "$model" --sessions "$sessions" --arena "$arena" \
              --warmup "$warmup" --requests "$requests" 2> /dev/null | tail -n 1)
       [ -n "$line" ] || line='{"error": true}'
@@ -68,12 +68,14 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 echo "load_after=$(load_average)" >> "$tmp/meta"
-python3 - "$out" "$tmp/meta" "$rounds" "$requests" "$warmup" "$cells" "${all[*]}" > "$tmp/section" <<'PY'
+python3 - "$out" "$tmp/meta" "$rounds" "$requests" "$warmup" "$cells" "${all[*]}" > "$tmp/section" <<'PY' ||
 import collections, json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 meta = dict(l.rstrip("\n").split("=", 1) for l in open(sys.argv[2]) if "=" in l)
 rounds, requests, warmup, cells, names = sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6].split(), sys.argv[7].split()
 general = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
+if not any("error" not in r["run"] for r in rows):
+    sys.exit("every run failed: no section written")
 print("## Generation in a second framework: ONNX Runtime under Node.js")
 print()
 print(f"- Date: {meta.get('date')}; machine: {meta.get('nproc')} cores, {meta.get('cpu')}, kernel {meta.get('kernel')}; "
@@ -131,5 +133,6 @@ same = all(len(d) == 1 for d in sums.values())
 print(f"{len(rows)} runs; generated tokens {'identical in every run of each cell' if same else 'DIFFER within a cell'}; "
       + "; ".join(notes) + ".")
 PY
+  die "no results: every run failed (round lines above)"
 cat "$tmp/section"
 [[ ${NO_RESULTS:-0} == 1 ]] || update_results text "$root/bench/RESULTS.md" --name onnx-generation --body "$tmp/section"
