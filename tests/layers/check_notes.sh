@@ -18,6 +18,8 @@ import re, sys
 design, files = sys.argv[1], sys.argv[2:]
 defined, referenced = {}, {}
 for path in files:
+    if path.endswith("tests/layers/check_notes.sh"):  # this checker's own examples
+        continue
     try:
         lines = open(path, encoding="utf-8", errors="replace").read().split("\n")
     except OSError:
