@@ -11,6 +11,7 @@ void period_detector::reset() {
   next_detect_ = 0;
   next_shape_ = 0;
   sizes_.clear();
+  same_run_ = 0;
   live_.clear();
   life_.clear();
   blocks_.clear();
@@ -37,7 +38,9 @@ bool period_detector::observe(std::uint64_t size, std::uint64_t live, std::uint3
     life_.erase(life_.begin(), life_.begin() + static_cast<std::ptrdiff_t>(drop));
     blocks_.erase(blocks_.begin(), blocks_.begin() + static_cast<std::ptrdiff_t>(drop));
     base_ += drop;
+    same_run_ = std::min<std::size_t>(same_run_, sizes_.size());
   }
+  same_run_ = !sizes_.empty() && sizes_.back() == size ? same_run_ + 1 : 1;
   sizes_.push_back(size);
   live_.push_back(live);
   life_.push_back(0);
@@ -101,6 +104,17 @@ std::size_t period_detector::best_period(std::size_t n, Value value, std::size_t
     while (k < cap && k + d < n && value(n - 1 - k) == value(n - 1 - k - d)) ++k;
     return k;
   };
+  // A stream of one value over every candidate's reach: each candidate (p up to
+  // n / periods) is a multiple of 1, so none is taken, and each q matches; answered
+  // without walking them (a stream of 4 KiB pairs searched 256 candidates every time).
+  if (probe >= 1 && n > probe) {
+    trail[1] = trailing(1, 2 * (n / periods));
+    if (trail[1] >= 2 * (n / periods)) {
+      const std::size_t reach = std::min(n / periods, n - probe);
+      if (matches != nullptr) *matches = static_cast<int>(std::min<std::size_t>(reach, 256));
+      return 0;
+    }
+  }
   for (std::size_t q = n - 1; q-- > probe - 1 && candidates < 256 && periods * (n - 1 - q) <= n;) {
     bool same = true;
     for (std::size_t k = 0; k < probe && same; ++k) same = value(q - k) == value(n - 1 - k);
@@ -142,6 +156,14 @@ std::size_t period_detector::best_period(std::size_t n, Value value, std::size_t
 // A period of sizes: three periods alike.
 bool period_detector::detect() {
   const std::size_t n = sizes_.size();
+  // One size over every candidate's reach (a third of the history): each candidate is a
+  // multiple of 1, so best_period would take none, after walking that run once per
+  // search (a stream of 4 KiB pairs: ~170 instructions per watched allocation); the
+  // sizes recur when it would have counted two candidates.
+  if (n >= 3 && same_run_ - 1 >= 2 * (n / 3)) {
+    if (std::min(n / 3, n - 1) >= 2) sizes_recur_ = true;
+    return false;
+  }
   int matches = 0;
   const std::size_t p = best_period(n, [this](std::size_t i) { return sizes_[i]; }, 3, 1, &matches);
   if (matches >= 2) sizes_recur_ = true;

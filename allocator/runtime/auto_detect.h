@@ -163,6 +163,7 @@ class period_detector {
   std::vector<std::uint32_t, backend::internal_allocator<std::uint32_t>> blocks_;
   bool by_shape_ = false;
   bool sizes_recur_ = false;
+  std::size_t same_run_ = 0;  // the newest sizes_ that are all one size
   std::bitset<recur_bits> seen_;  // sizes of the first recur_sample, hashed
   std::uint32_t sampled_ = 0;
   std::uint32_t recurred_ = 0;
