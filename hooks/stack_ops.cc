@@ -22,7 +22,28 @@
 // ones cost the walk and one hash lookup. Names are per-process strings: traces and
 // plans compare the names, never the addresses, so they match across runs despite
 // ASLR.
+//
+// Note [Cached unwind steps]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The DWARF walk costs about 1 us per recorded allocation (it interprets each frame's
+// call-frame information), which made a recorded iteration with call-stack tags 6-11x
+// the same iteration under jemalloc (bench/RESULTS.md, "Planning latency"). But a
+// recording passes the same call sites over and over, and at a given return address
+// the frame's CFA (the caller's stack pointer) is, in compiled code, the stack pointer
+// plus a constant: the frame's size there. So each thread keeps a table of those
+// constants by return address, learnt from the DWARF walks it makes (the difference of
+// two frames' stack pointers, as libgcc computed them), and walks the stack with it: CFA = SP + k(pc), the return
+// address at CFA - 8, SP = CFA, until `depth` frames outside this library. A return
+// address not in the table (a call site seen for the first time) makes that walk a
+// DWARF one, which fills the table; one whose constant was seen to differ between two
+// walks (a frame that grows its stack at run time: alloca, variable-length arrays) is
+// marked and walks with DWARF from then on. Every load of the walk is checked against
+// the thread's stack, and an address that leaves it ends the walk with DWARF. The
+// frames, hence the names, are the DWARF walk's (tests/preload_cuda/stack_program.cc
+// compares both). x86-64 only (the return address just below the CFA); elsewhere, and
+// with REPLAYALLOC_STACK_CACHE=0, every walk is DWARF.
 #include <dlfcn.h>
+#include <pthread.h>
 #include <link.h>
 #include <unwind.h>
 
@@ -31,10 +52,13 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <new>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/debugging/symbolize.h"
+#include "backend/backend.h"
 #include "runtime/engine.h"
+#include "support/config.h"
 #include "support/options.h"
 
 namespace replayalloc::detail {
@@ -73,12 +97,58 @@ void find_own_range() {
   g_hi.store(r.hi, std::memory_order_release);
 }
 
+// Note [Cached unwind steps]: a thread's table of frame sizes by return address,
+// direct-mapped, made on its first walk (from the backend: we run inside the reentry
+// guard) and never freed (a thread's exit leaves it: a few KiB per thread that
+// recorded). k = 0 is an empty slot; k < 0 marks a return address walked with DWARF.
+struct step_cache {
+  static constexpr std::size_t slots = 2048;
+  std::uintptr_t pc[slots];
+  std::int32_t k[slots];
+  std::uintptr_t stack_lo, stack_hi;  // the thread's stack, [lo, hi)
+  static std::size_t slot(std::uintptr_t pc) { return (pc ^ (pc >> 11)) % slots; }
+  // The frame size at pc: > 0 when known, 0 when not, < 0 when it varies.
+  std::int32_t at(std::uintptr_t p) const {
+    const std::size_t i = slot(p);
+    return pc[i] == p ? k[i] : 0;
+  }
+  void learn(std::uintptr_t p, std::intptr_t size) {
+    const std::size_t i = slot(p);
+    if (size <= 0 || size > (1 << 24)) size = -1;  // not a frame size: DWARF there
+    if (pc[i] == p && k[i] != 0 && k[i] != size) size = -1;  // it varies: DWARF there
+    pc[i] = p;
+    k[i] = static_cast<std::int32_t>(size);
+  }
+};
+constinit thread_local step_cache* t_steps REPLAYALLOC_TLS_IE = nullptr;
+
+step_cache* thread_steps() {
+  if (t_steps != nullptr) return t_steps;
+  void* mem = backend::fallback_alloc(sizeof(step_cache), alignof(step_cache));
+  if (mem == nullptr) return nullptr;
+  auto* c = new (mem) step_cache{};
+  pthread_attr_t attr;
+  void* base = nullptr;
+  std::size_t size = 0;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    pthread_attr_getstack(&attr, &base, &size);
+    pthread_attr_destroy(&attr);
+  }
+  c->stack_lo = reinterpret_cast<std::uintptr_t>(base);
+  c->stack_hi = c->stack_lo + size;
+  t_steps = c;
+  return c;
+}
+
 struct walk {
   std::uintptr_t lo, hi;
   int depth;         // frames wanted outside this library
   int n = 0;         // frames kept
   int seen = 0;      // frames walked
   std::uintptr_t pcs[max_depth];
+  step_cache* steps = nullptr;     // where the DWARF walk teaches frame sizes
+  std::uintptr_t prev_sp = 0;      // the frame before's stack pointer and return
+  std::uintptr_t prev_pc = 0;      // address (the DWARF walk)
 };
 
 _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
@@ -86,9 +156,68 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
   if (++w->seen > max_walk) return _URC_END_OF_STACK;
   const std::uintptr_t pc = _Unwind_GetIP(ctx);
   if (pc == 0) return _URC_END_OF_STACK;
+  // Note [Cached unwind steps]: libgcc's CFA of a frame's context is the stack pointer
+  // of that frame (the CFA of the one it called), so the frame before this one, stepped
+  // past, was this CFA minus the one before in size, at its return address.
+  const std::uintptr_t sp = _Unwind_GetCFA(ctx);
+  if (w->steps != nullptr && w->seen > 1) w->steps->learn(w->prev_pc, static_cast<std::intptr_t>(sp - w->prev_sp));
+  w->prev_sp = sp;
+  w->prev_pc = pc;
+  if (w->seen == 1) return _URC_NO_REASON;  // unwind_stack itself
   if (pc >= w->lo && pc < w->hi) return _URC_NO_REASON;  // the hook, the API, the engine
   w->pcs[w->n++] = pc;
   return w->n == w->depth ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+// Note [Cached unwind steps]: the walk from unwind_stack's caller with the thread's
+// table; false (w unchanged) when a frame's size is not known there or a load would
+// leave the thread's stack. `sp` is unwind_stack's CFA, `pc` its return address.
+bool cached_walk(walk* w, const step_cache& c, std::uintptr_t sp, std::uintptr_t pc) {
+#if defined(__x86_64__)
+  std::uintptr_t pcs[max_depth];
+  int n = 0;
+  for (int seen = 0; n < w->depth; ++seen) {
+    if (seen == max_walk || pc == 0) return false;
+    if (!(pc >= w->lo && pc < w->hi)) {
+      pcs[n++] = pc;
+      if (n == w->depth) break;
+    }
+    // Step past this frame: only frames stepped past need their size.
+    const std::int32_t k = c.at(pc);
+    if (k <= 0) return false;
+    const std::uintptr_t cfa = sp + static_cast<std::uintptr_t>(k);
+    if (cfa - 8 < c.stack_lo || cfa > c.stack_hi) return false;
+    pc = *reinterpret_cast<const std::uintptr_t*>(cfa - 8);
+    sp = cfa;
+  }
+  std::memcpy(w->pcs, pcs, sizeof(std::uintptr_t) * static_cast<std::size_t>(n));
+  w->n = n;
+  return true;
+#else
+  (void)w, (void)c, (void)sp, (void)pc;
+  return false;
+#endif
+}
+
+// The stack above this library, into w: with the thread's table of frame sizes where
+// it knows every frame on the way, else with the DWARF walk, which teaches the table.
+// Its own frame keeps a frame pointer, so that its CFA (its caller's stack pointer) is
+// known without unwinding.
+#if defined(__clang__)
+[[gnu::noinline]]
+#else
+[[gnu::noinline, gnu::optimize("no-omit-frame-pointer")]]
+#endif
+void unwind_stack(walk* w) {
+  step_cache* c = process_options().stack_cache ? thread_steps() : nullptr;
+  if (c != nullptr) {
+    const auto sp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)) + 16;
+    const auto pc = reinterpret_cast<std::uintptr_t>(__builtin_return_address(0));
+    if (cached_walk(w, *c, sp, pc)) return;
+  }
+  w->steps = c;
+  _Unwind_Backtrace(on_frame, w);
+  asm volatile("" ::: "memory");  // keep the call above from becoming a tail call
 }
 
 // One frame's name into `out`: the demangled function without its "()", else
@@ -144,7 +273,7 @@ std::uint32_t stack_op() {
   if (g_hi.load(std::memory_order_acquire) == 0) find_own_range();
   walk w{g_lo.load(std::memory_order_relaxed), g_hi.load(std::memory_order_relaxed),
          static_cast<int>(depth < max_depth ? depth : max_depth), 0, 0, {}};
-  _Unwind_Backtrace(on_frame, &w);
+  unwind_stack(&w);
   if (w.n == 0) return 0;
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (int i = 0; i < w.n; ++i) h = (h ^ w.pcs[i]) * 0x100000001b3ull;

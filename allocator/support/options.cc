@@ -146,6 +146,8 @@ constexpr option_desc table[] = {
      "touch a new slab's pages when it is made"},
     {"REPLAYALLOC_STACK_DEPTH", kind::count, 0, 16, false, REPLAYALLOC_SETS(stack_depth),
      "call-stack frames naming an untagged recorded allocation"},
+    {"REPLAYALLOC_STACK_CACHE", kind::boolean, 0, 1, false, REPLAYALLOC_SETS(stack_cache),
+     "walk call stacks with the frame sizes learnt per return address, DWARF only for frames not seen before (Note [Cached unwind steps]); 0: DWARF for every frame"},
     {"REPLAYALLOC_CUDA_BUDGET", kind::budget, 0, 0, false, REPLAYALLOC_OWN,
      "device memory a plan's slab may use: bytes or a fraction"},
     {"REPLAYALLOC_CUDA_LMS_THRESHOLD", kind::size, 1, 64 * T, false, REPLAYALLOC_SETS(cuda_lms_threshold),

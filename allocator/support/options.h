@@ -64,6 +64,9 @@ struct options {
   // Frames of the call stack naming a recorded allocation's op when the program sets
   // none (LD_PRELOAD library only; 0: no stack tags).
   std::uint32_t stack_depth = default_stack_depth;
+  // Note [Cached unwind steps]: call stacks walked with the frame sizes learnt per return
+  // address, DWARF only where a frame is new; false: DWARF for every frame.
+  bool stack_cache = true;
   // CUDA (integrations/cuda): the device-memory budget for slabs, in bytes, or as a
   // fraction of the device's memory (exactly one of the two is non-zero, or neither:
   // no budget); allocations at least this large move out of a slab that would not fit.

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 // Out of line, and using the block after malloc returns, so neither is inlined nor
 // a tail call: each keeps its own frame above the hook.
@@ -45,10 +46,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (tagged) set_op(op_id("explicit/op"));
-  void* w = stack_test_make_weights(64 << 10);
-  void* a = stack_test_make_activations(128 << 10);
-  std::free(a);
-  std::free(w);
+  // Three of each: the first walk of a call site is the DWARF unwinder's, the next
+  // ones use the frame sizes it taught (Note [Cached unwind steps]): all must name the
+  // same frames.
+  void* w[3];
+  void* a[3];
+  for (int i = 0; i < 3; ++i) {
+    w[i] = stack_test_make_weights(64 << 10);
+    a[i] = stack_test_make_activations(128 << 10);
+  }
+  for (int i = 0; i < 3; ++i) {
+    std::free(a[i]);
+    std::free(w[i]);
+  }
   set_op(0);
   end();
   if (save("stack-ops", argv[1]) != 0) return 1;
@@ -77,6 +87,31 @@ int main(int argc, char** argv) {
   if (a_row.find(a_want) == std::string::npos) {
     std::fprintf(stderr, "stack_program: the 128 KiB row does not name %s: '%s'\n", a_want, a_row.c_str());
     ++failed;
+  }
+  // Every row of a size names the same frames (its last column, the op).
+  auto ops_of = [&](const char* size) {
+    std::vector<std::string> ops;
+    const std::string key = std::string(",") + size + ",";
+    for (std::size_t at = csv.find(key); at != std::string::npos; at = csv.find(key, at + 1)) {
+      const std::size_t eol = csv.find('\n', at);
+      const std::string row = csv.substr(at, eol - at);
+      ops.push_back(row.substr(row.find(',', row.find(',', row.find(',', row.find(',', 1) + 1) + 1) + 1) + 1));
+    }
+    return ops;
+  };
+  for (const char* size : {"65536", "131072"}) {
+    const std::vector<std::string> ops = ops_of(size);
+    if (ops.size() != 3) {
+      std::fprintf(stderr, "stack_program: %zu rows of %s B, not 3\n", ops.size(), size);
+      ++failed;
+    }
+    for (const std::string& op : ops) {
+      if (op != ops[0]) {
+        std::fprintf(stderr, "stack_program: rows of %s B name other frames: '%s' and '%s'\n", size, ops[0].c_str(),
+                     op.c_str());
+        ++failed;
+      }
+    }
   }
   // The caller's frame follows: "f <- main".
   if (!tagged && w_row.find(" <- main") == std::string::npos) {
