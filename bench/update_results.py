@@ -325,7 +325,7 @@ def e2e_section(runs_path, meta):
            if training else
            f"Written by `{script}` (`bench/e2e/run_e2e.py`, `bench/e2e/e2e_driver.cc`).", ""]
     out += machine_lines(meta)
-    out.append(f"- Libraries: libtorch {meta.get('torch_version', '?')} (Debian; {meta.get('blas', 'generic BLAS')}), glibc, jemalloc 5.3, "
+    out.append(f"- Libraries: libtorch {meta.get('torch_version', '?')} (Debian; {meta.get('blas', 'BLAS not recorded')}), glibc, jemalloc 5.3, "
                "tcmalloc (gperftools minimal), mimalloc 2.0 (Debian packages)")
     out.append(f"- Command: `{meta['e2e_cmd']}` ({rounds} rounds)")
     out.append("")
