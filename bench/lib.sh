@@ -98,6 +98,16 @@ torch_python() {
   die "none of $* imports torch and torchvision (scripts/setup.sh installs Debian's)"
 }
 
+# rotated ROUND NAME...: the names, one a line, rotated by ROUND - 1 (ROUND from 1), the
+# order in which a round runs the allocators, so that none always runs first.
+rotated() {
+  local r=$1
+  shift
+  local names=("$@") k
+  k=$(( (r - 1) % ${#names[@]} ))
+  printf '%s\n' "${names[@]:k}" "${names[@]:0:k}"
+}
+
 # ---- The machine block -------------------------------------------------------------------
 
 # utc_now: the date and time as RESULTS.md gives them, "2026-11-24 07:43 UTC".

@@ -31,8 +31,7 @@ all=(glibc jemalloc tcmalloc mimalloc replay-auto replay-torch replay-request)
 machine_meta "$build" > "$tmp/meta"
 out=$tmp/runs.jsonl
 for r in $(seq 1 "$rounds"); do
-  k=$(( (r - 1) % ${#all[@]} ))
-  order=("${all[@]:k}" "${all[@]:0:k}")
+  mapfile -t order < <(rotated "$r" "${all[@]}")
   for cell in $cells; do
     threads=${cell%%:*} batch=${cell##*:}
     for a in "${order[@]}"; do

@@ -51,8 +51,7 @@ done
 machine_meta "$build" > "$tmp/meta"
 out=$tmp/runs.jsonl
 for r in $(seq 1 "$rounds"); do
-  k=$(( (r - 1) % ${#all[@]} ))
-  order=("${all[@]:k}" "${all[@]:0:k}")
+  mapfile -t order < <(rotated "$r" "${all[@]}")
   for cell in $cells; do
     sessions=${cell%%:*} arena=${cell##*:}
     for a in "${order[@]}"; do
