@@ -158,10 +158,9 @@ void* symbol_of(void* handle, const void* base, const char* name) noexcept {
 #endif
 
 // Note [Zeroing by memset]: a copy of jemalloc's default extent hooks, which makes
-// jemalloc zero reused blocks by memset; the least size our arenas serve (above the
-// thread cache's largest and jemalloc's first large size class; SIZE_MAX until
-// zero_reused_by_memset()); the arenas made with the copy, by automatic arena (0: not
-// made yet).
+// jemalloc zero reused blocks by memset; the least calloc zeroed here rather than by
+// jemalloc's calloc (its first large size class; SIZE_MAX until zero_reused_by_memset());
+// the arenas made with the copy, by automatic arena (0: not made yet).
 extent_hooks_t g_memset_hooks{};
 std::atomic<std::size_t> g_large_min{std::numeric_limits<std::size_t>::max()};
 // Up to the thread cache's largest block (0: none), a large calloc is jemalloc's malloc
