@@ -140,40 +140,49 @@ TEST(ImprovedPlans, ASmallerPlanFromTheSearchIsSwappedInAndServes) {
   EXPECT_EQ(replayed.rerecords, after.rerecords);
 }
 
-// The planner thread's hook: while `g_hold` is set, a job waits before it is run.
-std::atomic<bool> g_hold{false};
-std::atomic<int> g_held{0};
+// The planner thread's hook, one job at a time: the n-th job to reach it (counting
+// from 1) waits until `g_released` is at least n, so a test releases jobs by number and
+// knows which one is held (a job that reaches the hook after a release of its number
+// passes; one that reaches it before waits, whatever the timing).
+std::atomic<int> g_released{0};
+std::atomic<int> g_held{0};  // jobs that reached the hook
 
 void hold_hook() {
-  g_held.fetch_add(1);
-  while (g_hold.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int n = g_held.fetch_add(1) + 1;
+  while (g_released.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+// Waits up to 10 s for `n` jobs to have reached the hook.
+bool reached(int n) {
+  for (int i = 0; i < 10000 && g_held.load() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return g_held.load() >= n;
 }
 
 TEST(ImprovedPlans, APlanToBeMadeStopsTheSearch) {
   const chosen c = improvable_iteration(0x1a2b3c);
   ASSERT_FALSE(c.blocks.empty());
+  g_held.store(0);
+  g_released.store(0);
   replayalloc::detail::g_plan_job_hook.store(&hold_hook);
   const replayalloc::Stats before = replayalloc::stats();
   iteration("improve/yield", c.blocks);
-  g_hold.store(true);
-  iteration("improve/yield", c.blocks);  // best's plan queued: held at the hook
-  for (int i = 0; i < 10000 && g_held.load() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_GE(g_held.load(), 1);
-  g_hold.store(false);  // best's plan is made; the improvement is queued and held next
-  for (int i = 0; i < 10000 && g_held.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_GE(g_held.load(), 2) << "no improvement was queued after best's plan";
-  g_hold.store(true);
-  // While the improvement waits to run, another key's recording ends: its plan to be
-  // made stops the search, which then keeps best's plan.
-  // (Blocks one after another: best's plan is at the lower bound, nothing to improve.)
+  iteration("improve/yield", c.blocks);  // best's plan queued: job 1, held at the hook
+  ASSERT_TRUE(reached(1));
+  g_released.store(1);  // best's plan is made; the improvement is queued: job 2, held
+  ASSERT_TRUE(reached(2)) << "no improvement was queued after best's plan";
+  // The improvement is the planner thread's current job, held before it searches. Another
+  // key's recording ends: its plan to be made (job 3) stops the search, which then keeps
+  // best's plan. (Blocks one after another: best's plan is at the lower bound, nothing to
+  // improve.)
   std::vector<block> other;
   for (std::uint32_t i = 0; i < 8; ++i) other.push_back({8192, 2 * i, 2 * i + 1});
   iteration("improve/other", other);
   iteration("improve/other", other);
-  g_hold.store(false);
+  g_released.store(1 << 20);  // every job from here on
   replayalloc_wait_plans();
   replayalloc::detail::g_plan_job_hook.store(nullptr);
   const replayalloc::Stats after = replayalloc::stats();
+  EXPECT_EQ(g_held.load(), 3) << "jobs through the hook: best's plan, the improvement, the other key's plan";
   EXPECT_EQ(after.plans - before.plans, 2u) << "the other key's plan was not made";
   EXPECT_EQ(after.plans_improved - before.plans_improved, 0u) << "the stopped search swapped a plan in";
   EXPECT_EQ(iteration("improve/yield", c.blocks), static_cast<int>(c.blocks.size()));
