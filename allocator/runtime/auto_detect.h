@@ -57,6 +57,28 @@
 // whose activations fall below REPLAYALLOC_MIN_SIZE mid-request reaches the count there
 // too, and its pieces are parts of requests; they deviate and are given up like any
 // period that does not hold (auto_mode.cc).
+//
+// Note [Anchored iterations]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Counting allocations from one boundary keeps iterations on the program's only while
+// every iteration makes the same number: one extra (a prefill among decode steps, a
+// tensor crossing REPLAYALLOC_MIN_SIZE) shifts every boundary after it, and the
+// iterations, cut across, deviate until the period is given up. When the size at the
+// boundary comes exactly once a period (and one and two periods before), it is the
+// period's anchor: iterations begin at its requests and end at the next one (after half
+// a period at least; after two, the anchor lost, anyway), so they resynchronize at the
+// first step after any other. A period of structure whose boundary of least live bytes
+// has no such size begins at the allocation of least live bytes among those that do:
+// live bytes say little where a host's collector frees blocks in batches, and climb
+// between collections. ONNX Runtime under Node.js is the case: each decode step is one
+// run that starts with a 7,008-byte block; its key/value cache and logits are copied
+// into calloc'd JavaScript buffers the collector frees hundreds of allocations later,
+// on another thread, so no quiet point shows a request, and the step, not the request,
+// is the iteration (its sizes grow token by token: Note [Growth headroom], scaled at
+// once as periodic plans are, key_policy.cc). Such steps are taken after a quarter of a
+// history, not a whole one, when at most a third of their blocks outlive them; the
+// steps of a Python loop hand their caches on (11 of 18 outlive a step) and wait for
+// their requests (Note [Requests of repeated steps]).
 #pragma once
 
 #include <bitset>
@@ -121,6 +143,9 @@ class period_detector {
   std::uint64_t count() const { return count_; }
   // A stable name for the period's sequence of sizes.
   std::uint64_t signature() const { return signature_; }
+  // Note [Anchored iterations]: the size of the allocation that begins each iteration
+  // when it recurs exactly once a period (0: none; iterations are counted).
+  std::uint64_t anchor() const { return anchor_; }
   // Note [Auto mode rests]: true once some search of sizes since the last reset found
   // the newest size at least twice before it (a stream that repeats anything does;
   // random sizes almost never).
@@ -151,6 +176,8 @@ class period_detector {
                           int* matches = nullptr) const;
   std::uint8_t symbol(std::size_t i) const;
   void found_at(std::size_t p, std::size_t end, bool by_shape);
+  bool anchors(std::size_t j, std::size_t p) const;
+  bool steps_stand_alone(std::size_t p, std::size_t n) const;
   bool rejected(std::size_t p) const;
   std::vector<std::uint32_t, backend::internal_allocator<std::uint32_t>> rejected_;
   std::uint32_t history_;
@@ -182,6 +209,7 @@ class period_detector {
   std::uint32_t period_ = 0;
   std::uint64_t boundary_ = 0; // a stream position where an iteration starts
   std::uint64_t signature_ = 0;
+  std::uint64_t anchor_ = 0;
 };
 
 // A thread's watcher (auto_mode.cc): the detector, and the watched blocks live now

@@ -103,22 +103,31 @@ void watch(thread_state& t, std::size_t size) {
     const std::uint64_t made = handed + a.count;
     // (A block freed by another thread is not seen here: past 4 times the longest piece
     // the iteration ends anyway, as a poor one.)
+    // Note [Anchored iterations]: an anchored one ends at its anchor's next request
+    // (after half a period at least), or, the anchor lost, after two periods.
+    const std::uint64_t anchor = a.det.anchor();
     const bool done =
         a.det.quiet() ? made >= min_quiet_piece &&
                             (a.at_quiet >= a.det.quiet_run() || made >= 4 * std::uint64_t{a.det.period()})
+        : anchor != 0 ? (size == anchor && 2 * made >= a.det.period()) || made >= 2 * std::uint64_t{a.det.period()}
         : replaying ? cursor_next(d.cursor) >= d.cursor.count || handed + a.count >= a.det.period()
                     : a.count >= a.det.period();
     if (done) {
       // A replayed iteration that served less than (100 - DEVIATION_PERCENT)% of the
       // period (of what it made, between quiet points) from the slab did not repeat it.
-      const std::uint64_t expected = a.det.quiet() ? made : a.det.period();
+      // Blocks that outlive the iteration have no slot (they are the backend's): what a
+      // replay can hand out is at most the plan's slots.
+      const std::uint64_t expected =
+          a.det.quiet() || !replaying || d.version == nullptr
+              ? (a.det.quiet() ? made : a.det.period())
+              : std::min<std::uint64_t>(a.det.period(), d.version->plan.planned_slots);
       const bool poor = replaying && std::uint64_t{handed} * 100 <
                                          expected * (100 - opts.deviation_percent);
       // A period of structure (Note [Periods whose sizes change]) whose key failed once
       // (a plan retired, a recording of another structure) was taken where the program
       // only looked periodic: it is given up at once, not after many poor iterations.
       const key_entry* e = t.entry;
-      const bool failed_shape = a.det.by_shape() && e != nullptr &&
+      const bool failed_shape = a.det.by_shape() && anchor == 0 && e != nullptr &&
                                 e->failures.load(std::memory_order_relaxed) != 0;
       eng.end(t);
       a.in_iteration = false;
@@ -126,7 +135,8 @@ void watch(thread_state& t, std::size_t size) {
       if (failed_shape || a.deviated_in_a_row >= 2 * std::max<std::uint32_t>(1, opts.replan_after)) {
         // The period is gone (a new shape, a new phase of the program), or was a
         // repeated part of a longer one: watch again, never picking it again.
-        REPLAYALLOC_LOG(info, "auto: '%s' keeps deviating; watching the thread's allocations again", a.key);
+        REPLAYALLOC_LOG(info, "auto: '%s' keeps deviating (%s); watching the thread's allocations again", a.key,
+                        failed_shape ? "its plans failed" : "poor iterations in a row");
         a.det.reject_current();
         a.deviated_in_a_row = 0;
         a.watch_start = a.det.count();
@@ -141,7 +151,9 @@ void watch(thread_state& t, std::size_t size) {
     ++a.count;
     return;
   }
-  if (a.det.found() && (a.det.quiet() ? a.at_quiet >= a.det.quiet_run() : a.det.count() == a.det.next_boundary())) {
+  if (a.det.found() && (a.det.quiet()           ? a.at_quiet >= a.det.quiet_run()
+                        : a.det.anchor() != 0 ? size == a.det.anchor()
+                                              : a.det.count() == a.det.next_boundary())) {
     g_rests_without_period.store(0, std::memory_order_relaxed);  // Note [A process whose threads show no period]
     if (a.det.quiet()) {
       // The watched blocks stay tracked: their count says where iterations end.
@@ -156,15 +168,20 @@ void watch(thread_state& t, std::size_t size) {
       a.filter.clear();
       std::snprintf(a.key, sizeof a.key, "auto/%016llx/p%u",
                     static_cast<unsigned long long>(a.det.signature()), a.det.period());
-      REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations%s; iterations of '%s' begin",
-                      t.thread_no, a.det.period(), a.det.by_shape() ? " (in structure; sizes vary)" : "",
-                      a.key);
+      char at[48] = "";
+      if (a.det.anchor() != 0) {
+        std::snprintf(at, sizeof at, " at each request of %llu bytes",
+                      static_cast<unsigned long long>(a.det.anchor()));
+      }
+      REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations%s; iterations of '%s' begin%s",
+                      t.thread_no, a.det.period(), a.det.by_shape() ? " (in structure; sizes vary)" : "", a.key, at);
     }
     eng.begin(t, a.key, size);  // finds or makes the key's entry
     if (t.entry != nullptr) {
       std::lock_guard<std::mutex> lock(t.entry->mu);
       t.entry->automatic = true;
       t.entry->at_quiet = a.det.quiet();
+      t.entry->by_shape = a.det.by_shape();
     }
     a.in_iteration = true;
     a.count = 1;

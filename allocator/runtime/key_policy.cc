@@ -78,14 +78,23 @@ std::shared_ptr<const envelope> predicted_envelope(const regime& g, std::uint32_
 // Null when nothing grows, or the jump is larger. REQUIRES: the key's mutex held.
 constexpr double max_scaled_growth = 2.0;
 
-std::shared_ptr<const envelope> scaled_periodic_envelope(const regime& g, std::uint32_t at, std::uint64_t size) {
-  if (at == 0 || g.env == nullptr || !g.env->lines.periodic()) return nullptr;
+// Note [Anchored iterations]: auto mode's iterations of a period of structure (a
+// decode step whose sizes grow with the sequence, ONNX Runtime's under Node.js) scale
+// the same way with no lines: every capacity whose size varied is raised, and, when
+// the regime's one recording says of none whether it varies (`guess`: the key is auto
+// mode's, whose period was found in structure because its sizes vary), every capacity.
+std::shared_ptr<const envelope> scaled_envelope(const regime& g, std::uint32_t at, std::uint64_t size,
+                                                bool guess = false) {
+  if (at == 0 || g.env == nullptr) return nullptr;
   const envelope& e = *g.env;
   if (at - 1 >= e.tr.allocations.size()) return nullptr;
   const std::uint64_t cap = e.tr.allocations[at - 1].size;
+  bool varied = false;
+  for (std::size_t i = 0; i < e.tr.allocations.size() && !varied; ++i) varied = e.least[i] < e.tr.allocations[i].size;
+  const bool every = guess && !varied;
   // A slot of one fixed size that a request outgrew is another structure's (a kernel
   // that picked another workspace), not a larger shape: recorded as before.
-  if (size <= cap || cap == 0 || e.least[at - 1] >= cap) return nullptr;
+  if (size <= cap || cap == 0 || (e.least[at - 1] >= cap && !every)) return nullptr;
   if (static_cast<double>(size) > max_scaled_growth * static_cast<double>(cap)) return nullptr;
   const double factor = 1.25 * static_cast<double>(size) / static_cast<double>(cap);
   auto scaled = [&](std::uint64_t v) {
@@ -97,9 +106,11 @@ std::shared_ptr<const envelope> scaled_periodic_envelope(const regime& g, std::u
   const step_lines& l = out->lines;
   for (std::size_t i = 0; i < out->tr.allocations.size(); ++i) {
     // The steps of a column with a line: from the line, below.
-    if (i >= l.prefix && i < l.tail_from() && l.kind[(i - l.prefix) % l.period] == step_lines::linear) continue;
+    if (l.periodic() && i >= l.prefix && i < l.tail_from() && l.kind[(i - l.prefix) % l.period] == step_lines::linear) {
+      continue;
+    }
     std::uint64_t& c = out->tr.allocations[i].size;
-    if (out->least[i] < c) c = std::max(c, scaled(c));
+    if (every || out->least[i] < c) c = std::max(c, scaled(c));
   }
   for (std::size_t c = 0; c < l.period; ++c) {
     if (l.kind[c] == step_lines::linear) out->lines.base[c] = scaled(l.base[c]);
@@ -385,10 +396,10 @@ replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const
       // it replaces is neither a deviation nor a reason to record or predict again.
       e.learn_regime(r);
       v.explained = true;
-    } else if (grew && s.replays && !e.failed && periodic && e.regimes[r].grown_in_a_row < 4 &&
+    } else if (grew && s.replays && !e.failed && (periodic || e.by_shape) && e.regimes[r].grown_in_a_row < 4 &&
                rs.first_too_large_at == rs.first_miss_at &&
-               (v.predicted = scaled_periodic_envelope(e.regimes[r], rs.first_too_large_at,
-                                                      rs.first_too_large_size)) != nullptr) {
+               (v.predicted = scaled_envelope(e.regimes[r], rs.first_too_large_at, rs.first_too_large_size,
+                                              e.by_shape && !periodic)) != nullptr) {
       // Note [Periodic iterations]: a longer prompt or a larger batch, planned at once
       // from the envelope scaled to the request that outgrew its slot.
       e.regimes[r].env = v.predicted;

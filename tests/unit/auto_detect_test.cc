@@ -360,5 +360,85 @@ TEST(PeriodDetector, FindsGenerationRequestsMadeOfDecodeSteps) {
   EXPECT_EQ(sig[0], sig[1]);
 }
 
+// Note [Anchored iterations]: the same generation when the host language holds the
+// caches (ONNX Runtime under Node.js): each decode step is one run whose outputs are
+// copied into buffers a collector frees in batches, much later, so no quiet point
+// shows where a request begins, and the live bytes climb between collections. The step
+// is the iteration, begun at the one request of a size that recurs once a step (the
+// runtime's 7,008-byte block), found after a quarter of a history, not a whole one:
+// a third of its blocks at most outlive it.
+struct host_held_model : encoder_stream {
+  std::vector<std::size_t> held;
+  std::size_t mine = SIZE_MAX;
+  std::mt19937 rng{5};
+  std::size_t batch = 100;
+  void step(std::uint64_t past, std::uint64_t q) {
+    const std::uint64_t row = 1024, len = past + q;
+    const std::size_t m = alloc(7008);
+    std::vector<std::size_t> split, present;
+    for (int l = 0; l < 4 && past > 0; ++l) split.push_back(alloc(past * row));
+    if (mine != SIZE_MAX) release(mine);
+    mine = m;
+    for (int l = 0; l < 4; ++l) {
+      const std::size_t k = alloc(len * row), v = alloc(len * row);
+      for (int s = 0; s < 3; ++s) release(alloc(4096 * q));
+      if (q * len >= 256) release(alloc(16 * q * len));
+      present.push_back(alloc(2 * len * row));
+      release(k);
+      release(v);
+    }
+    for (std::size_t h : split) release(h);
+    const std::size_t logits = alloc(32000);
+    held.push_back(alloc(32000));
+    for (int l = 0; l < 4; ++l) held.push_back(alloc(2 * len * row));
+    for (std::size_t h : present) release(h);
+    release(logits);
+    if (held.size() >= batch) {  // a collection
+      for (std::size_t h : held) release(h);
+      held.clear();
+      batch = 20 + rng() % 381;
+    }
+  }
+};
+
+TEST(PeriodDetector, AnchorsDecodeStepsWhoseCachesTheHostHolds) {
+  period_detector d;
+  host_held_model m{{d}};
+  for (int w = 0; w < 8; ++w) m.alloc(256 << 10);
+  std::mt19937_64 rng(13);
+  int requests = 0;
+  while (!d.found() && requests < 200) {
+    const std::uint64_t prompt = 8 + rng() % 57, steps = 8 + rng() % 57;
+    m.step(0, prompt);
+    for (std::uint64_t s = 1; s < steps && !d.found(); ++s) m.step(prompt + s - 1, 1);
+    ++requests;
+  }
+  ASSERT_TRUE(d.found());
+  EXPECT_TRUE(d.by_shape());
+  EXPECT_FALSE(d.quiet());
+  EXPECT_EQ(d.period(), 35u);  // one decode step
+  EXPECT_EQ(d.anchor(), 7008u);
+  EXPECT_LT(d.count(), 16384u / 4 + 1024) << "a quarter of a history, and the search's stride";
+}
+
+TEST(PeriodDetector, NoAnchorWhereTheBoundarysSizeRecursWithinThePeriod) {
+  const stream s = periodic(37, 12);  // the boundary's 401,408 bytes come twice a pass
+  period_detector d;
+  for (std::size_t i = 0; i < s.sizes.size() && !d.found(); ++i) d.observe(s.sizes[i], s.live[i]);
+  ASSERT_TRUE(d.found());
+  EXPECT_EQ(d.anchor(), 0u);
+}
+
+TEST(PeriodDetector, GenerationRequestsWhoseStepsHandTheirCachesOnHaveNoAnchoredStep) {
+  period_detector d;  // the Python loop above: its requests, not its steps (11 of 17 outlive them)
+  generation_model m{{d}};
+  m.weights(40);
+  std::mt19937_64 rng(3);
+  for (int r = 0; r < 200 && !d.found(); ++r) m.request(8 + rng() % 57, 8 + static_cast<int>(rng() % 57));
+  ASSERT_TRUE(d.found());
+  EXPECT_TRUE(d.quiet());
+  EXPECT_EQ(d.anchor(), 0u);
+}
+
 }  // namespace
 }  // namespace replayalloc::detail
