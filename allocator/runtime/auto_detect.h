@@ -88,6 +88,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "backend/backend.h"
+#include "runtime/auto_iteration.h"
 #include "support/live_filter.h"
 
 namespace replayalloc::detail {
@@ -106,7 +107,7 @@ inline constexpr std::uint64_t shape_every = 512;
 inline constexpr std::size_t shape_periods = 8;  // periods alike before one of structure is taken
 // See Note [Iterations between quiet points].
 inline constexpr std::size_t quiet_window = 4096;
-inline constexpr std::uint32_t min_quiet_piece = 16;
+// min_quiet_piece: runtime/auto_iteration.h.
 inline constexpr int quiet_lengths = 4;  // max_regimes (runtime/engine.h)
 // Note [Requests of repeated steps]: the most cuts one search looks at.
 inline constexpr std::size_t max_quiet_cuts = quiet_window / min_quiet_piece + 2;

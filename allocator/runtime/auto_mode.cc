@@ -96,38 +96,26 @@ void watch(thread_state& t, std::size_t size) {
   if (a.in_iteration) {
     const domain_state& d = t.host;
     const bool replaying = d.ph == phase::replay;
-    // Note [Iterations between quiet points]: such an iteration ends where as few
-    // watched blocks are live as where it began: those of the backend (tracked in
-    // `live` throughout) and the slab blocks it handed out and has not freed.
-    const std::uint32_t handed = replaying ? cursor_handed(d.cursor) : 0;
-    const std::uint64_t made = handed + a.count;
-    // (A block freed by another thread is not seen here: past 4 times the longest piece
-    // the iteration ends anyway, as a poor one.)
-    // Note [Anchored iterations]: an anchored one ends at its anchor's next request
-    // (after half a period at least), or, the anchor lost, after two periods.
-    const std::uint64_t anchor = a.det.anchor();
-    const bool done =
-        a.det.quiet() ? made >= min_quiet_piece &&
-                            (a.at_quiet >= a.det.quiet_run() || made >= 4 * std::uint64_t{a.det.period()})
-        : anchor != 0 ? (size == anchor && 2 * made >= a.det.period()) || made >= 2 * std::uint64_t{a.det.period()}
-        : replaying ? cursor_next(d.cursor) >= d.cursor.count || handed + a.count >= a.det.period()
-                    : a.count >= a.det.period();
-    if (done) {
-      // A replayed iteration that served less than (100 - DEVIATION_PERCENT)% of the
-      // period (of what it made, between quiet points) from the slab did not repeat it.
-      // Blocks that outlive the iteration have no slot (they are the backend's): what a
-      // replay can hand out is at most the plan's slots.
-      const std::uint64_t expected =
-          a.det.quiet() || !replaying || d.version == nullptr
-              ? (a.det.quiet() ? made : a.det.period())
-              : std::min<std::uint64_t>(a.det.period(), d.version->plan.planned_slots);
-      const bool poor = replaying && std::uint64_t{handed} * 100 <
-                                         expected * (100 - opts.deviation_percent);
+    // Where it ends, and whether it repeated the period: runtime/auto_iteration.h.
+    auto_iteration it;
+    it.period = a.det.period();
+    it.quiet = a.det.quiet();
+    it.quiet_run = a.det.quiet_run();
+    it.anchor = a.det.anchor();
+    it.replaying = replaying;
+    it.handed = replaying ? cursor_handed(d.cursor) : 0;
+    it.count = a.count;
+    it.at_quiet = a.at_quiet;
+    it.cursor_next = replaying ? cursor_next(d.cursor) : 0;
+    it.cursor_count = d.cursor.count;
+    it.planned_slots = replaying && d.version != nullptr ? d.version->plan.planned_slots : 0;
+    if (auto_iteration_ends(it, size)) {
+      const bool poor = auto_iteration_poor(it, opts.deviation_percent);
       // A period of structure (Note [Periods whose sizes change]) whose key failed once
       // (a plan retired, a recording of another structure) was taken where the program
       // only looked periodic: it is given up at once, not after many poor iterations.
       const key_entry* e = t.entry;
-      const bool failed_shape = a.det.by_shape() && anchor == 0 && e != nullptr &&
+      const bool failed_shape = a.det.by_shape() && it.anchor == 0 && e != nullptr &&
                                 e->failures.load(std::memory_order_relaxed) != 0;
       eng.end(t);
       a.in_iteration = false;

@@ -440,5 +440,78 @@ TEST(PeriodDetector, GenerationRequestsWhoseStepsHandTheirCachesOnHaveNoAnchored
   EXPECT_EQ(d.anchor(), 0u);
 }
 
+// runtime/auto_iteration.h: where an auto iteration ends, and whether it was poor.
+TEST(AutoIteration, ACountedIterationEndsAfterItsPeriodOrItsPlansSlots) {
+  auto_iteration it;
+  it.period = 35;
+  it.count = 34;
+  EXPECT_FALSE(auto_iteration_ends(it, 4096));
+  it.count = 35;
+  EXPECT_TRUE(auto_iteration_ends(it, 4096));
+  it.replaying = true;
+  it.count = 3;
+  it.handed = 20;
+  it.cursor_count = 30;
+  it.cursor_next = 29;
+  EXPECT_FALSE(auto_iteration_ends(it, 4096));
+  it.cursor_next = 30;  // the plan walked
+  EXPECT_TRUE(auto_iteration_ends(it, 4096));
+}
+
+TEST(AutoIteration, AnAnchoredIterationEndsAtItsAnchorNotAtItsCount) {
+  auto_iteration it;
+  it.period = 35;
+  it.anchor = 7008;
+  it.count = 35;
+  EXPECT_FALSE(auto_iteration_ends(it, 4096)) << "a longer step (a prefill) goes on to the anchor";
+  EXPECT_TRUE(auto_iteration_ends(it, 7008));
+  it.count = 20;
+  EXPECT_TRUE(auto_iteration_ends(it, 7008)) << "a shorter one ends there too";
+  it.count = 17;
+  EXPECT_FALSE(auto_iteration_ends(it, 7008)) << "not before half a period";
+  it.count = 69;
+  EXPECT_FALSE(auto_iteration_ends(it, 4096));
+  it.count = 70;
+  EXPECT_TRUE(auto_iteration_ends(it, 4096)) << "the anchor lost: after two periods";
+  it.replaying = true;  // in replay too, whatever the cursor says
+  it.count = 5;
+  it.handed = 30;
+  it.cursor_next = it.cursor_count = 30;
+  EXPECT_FALSE(auto_iteration_ends(it, 4096));
+  EXPECT_TRUE(auto_iteration_ends(it, 7008));
+}
+
+TEST(AutoIteration, AnIterationBetweenQuietPointsEndsAtTheQuietCount) {
+  auto_iteration it;
+  it.quiet = true;
+  it.period = 100;
+  it.quiet_run = 2;
+  it.count = 40;
+  it.at_quiet = 1;
+  EXPECT_FALSE(auto_iteration_ends(it, 4096));
+  it.at_quiet = 2;
+  EXPECT_TRUE(auto_iteration_ends(it, 4096));
+  it.count = min_quiet_piece - 1;
+  EXPECT_FALSE(auto_iteration_ends(it, 4096));
+  it.at_quiet = 0;
+  it.count = 400;
+  EXPECT_TRUE(auto_iteration_ends(it, 4096)) << "past 4 times the longest piece";
+}
+
+TEST(AutoIteration, AReplayIsPoorAgainstThePlansSlotsNotThePeriod) {
+  auto_iteration it;
+  it.period = 35;
+  it.replaying = true;
+  it.handed = 30;
+  it.count = 5;  // the blocks that outlive the step: the backend's, as planned
+  EXPECT_TRUE(auto_iteration_poor(it, 10)) << "30 of 35 without knowing the plan";
+  it.planned_slots = 30;
+  EXPECT_FALSE(auto_iteration_poor(it, 10));
+  it.handed = 26;
+  EXPECT_TRUE(auto_iteration_poor(it, 10));
+  it.replaying = false;
+  EXPECT_FALSE(auto_iteration_poor(it, 10)) << "a recording is never poor";
+}
+
 }  // namespace
 }  // namespace replayalloc::detail
