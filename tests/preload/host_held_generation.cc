@@ -19,6 +19,7 @@
 // Usage: host_held_generation REQUESTS
 #include <dlfcn.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -30,24 +31,16 @@
 #include <thread>
 #include <vector>
 
+#include "pattern_blocks.h"
+
 namespace {
+
+using pattern_blocks::block;
+using pattern_blocks::field;
 
 std::atomic<int> g_bad{0};
 std::uint64_t g_big = 0;
 bool g_count = false;
-
-std::uint64_t field(const char* json, const char* name) {
-  char key[64];
-  std::snprintf(key, sizeof key, "\"%s\":", name);
-  const char* at = std::strstr(json, key);
-  return at != nullptr ? std::strtoull(at + std::strlen(key), nullptr, 10) : 0;
-}
-
-struct block {
-  unsigned char* p = nullptr;
-  std::size_t n = 0;
-  unsigned char tag = 0;
-};
 
 enum class how { plain, zeroed, aligned };
 
@@ -69,12 +62,7 @@ block make(std::size_t n, unsigned char tag, how h = how::aligned) {
 }
 
 void drop(const block& b) {
-  for (std::size_t i = 0; i < b.n; i += 61) {
-    if (b.p[i] != b.tag) {
-      ++g_bad;
-      break;
-    }
-  }
+  if (!pattern_blocks::intact(b)) ++g_bad;
   std::free(b.p);
 }
 

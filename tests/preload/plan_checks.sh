@@ -14,6 +14,12 @@ expect() {  # expect NAME OUTPUT FIELD OP VALUE
 must_say() {  # must_say NAME OUTPUT TEXT
   if grep -q -- "$3" <<<"$2"; then echo "ok    $1: says '$3'"; else echo "FAIL  $1: no '$3' in:"; echo "$2"; fail=1; fi
 }
+share_at_least() {  # share_at_least NAME MIN OUTPUT: its "slab share" line is at least MIN
+  local share
+  share=$(awk '/^slab share/ {print $3}' <<<"$3")
+  awk -v s="${share:-0}" -v m="$2" 'BEGIN { exit !(s >= m) }' && echo "ok    $1: slab share $share >= $2" \
+    || { echo "FAIL  $1: slab share ${share:-none} < $2"; echo "$3"; fail=1; }
+}
 clean() {  # clean NAME OUTPUT RC
   if [ "$3" -ne 0 ] || ! grep -q "^corruptions 0$" <<<"$2"; then
     echo "FAIL  $1: exit $3"; echo "$2"; fail=1

@@ -18,12 +18,7 @@ fail=0
 out=$(LD_PRELOAD="$lib" REPLAYALLOC_VERBOSE=2 "$prog" 120 2>&1); rc=$?
 clean host_held "$out" $rc
 echo "host_held: $(grep '^slab share' <<<"$out")"
-share=$(awk '/^slab share/ {print $3}' <<<"$out")
-if awk -v s="${share:-0}" 'BEGIN { exit !(s >= 0.75) }'; then
-  echo "ok    host_held: slab share $share >= 0.75"
-else
-  echo "FAIL  host_held: slab share ${share:-none} < 0.75"; echo "$out"; fail=1
-fi
+share_at_least host_held 0.75 "$out"
 must_say host_held "$out" "begin at each request of 7008 bytes"
 expect host_held "$out" plans -le 16
 expect host_held "$out" recordings -le 16

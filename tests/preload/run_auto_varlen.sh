@@ -19,12 +19,6 @@ lib=$1 prog=$2
 here=$(cd "$(dirname "$0")" && pwd)
 fail=0
 . "$here/plan_checks.sh"
-share_at_least() {  # share_at_least NAME MIN OUTPUT: its "slab share" line is at least MIN
-  local share
-  share=$(awk '/^slab share/ {print $3}' <<<"$3")
-  awk -v s="${share:-0}" -v m="$2" 'BEGIN { exit !(s >= m) }' && echo "ok    $1: slab share $share >= $2" \
-    || { echo "FAIL  $1: slab share $share < $2"; echo "$3"; fail=1; }
-}
 
 out=$(LD_PRELOAD="$lib" "$prog" 400 2>&1); rc=$?
 clean native "$out" $rc

@@ -22,25 +22,16 @@
 #include <cstring>
 #include <random>
 
+#include "pattern_blocks.h"
+
 namespace {
+
+using pattern_blocks::block;
+using pattern_blocks::field;
 
 int g_bad = 0;
 std::uint64_t g_big = 0, g_in_slab = 0;
 bool g_count = false;
-
-// A field of the statistics JSON, 0 when absent.
-std::uint64_t field(const char* json, const char* name) {
-  char key[64];
-  std::snprintf(key, sizeof key, "\"%s\":", name);
-  const char* at = std::strstr(json, key);
-  return at != nullptr ? std::strtoull(at + std::strlen(key), nullptr, 10) : 0;
-}
-
-struct block {
-  unsigned char* p;
-  std::size_t n;
-  unsigned char tag;
-};
 
 bool g_aligned = false;  // posix_memalign(64), as c10's CPU allocator
 
@@ -59,12 +50,7 @@ block make(std::size_t n, unsigned char tag) {
 }
 
 void drop(const block& b) {
-  for (std::size_t i = 0; i < b.n; i += 61) {
-    if (b.p[i] != b.tag) {
-      ++g_bad;
-      break;
-    }
-  }
+  if (!pattern_blocks::intact(b)) ++g_bad;
   std::free(b.p);
 }
 
