@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/slab_range.h"
@@ -159,6 +160,47 @@ TEST(PreloadFallback, KeepsTheFreedPagesOfHugeBlocks) {
     // The first round faults its pages in; the second reuses them.
     if (round == 1) EXPECT_LT(faults, 512) << "a freed 32 MiB block's pages were given back at once";
   }
+}
+
+
+// jemalloc's count of large blocks its arena `arena` handed out (thread-cache hits are
+// not in it), after refreshing the statistics.
+std::uint64_t arena_large_mallocs(unsigned arena) {
+  std::uint64_t epoch = 1;
+  std::size_t len = sizeof epoch;
+  mallctl("epoch", &epoch, &len, &epoch, len);
+  const std::string name = "stats.arenas." + std::to_string(arena) + ".large.nmalloc";
+  std::uint64_t n = 0;
+  len = sizeof n;
+  EXPECT_EQ(mallctl(name.c_str(), &n, &len, nullptr, 0), 0) << name;
+  return n;
+}
+
+// Note [The fallback's thread cache] (backend/jemalloc_backend.cc): a large block the
+// fallback serves again and again on one thread (here 512 KiB, 16 times jemalloc's own
+// thread-cache limit) comes from the thread's cache after the first time, not from its
+// arena; with jemalloc's default every one of them is an arena allocation.
+TEST(PreloadFallback, ServesRecurringLargeBlocksFromTheThreadCache) {
+  if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
+  (void)replayalloc::stats();
+  std::size_t cached = 0;
+  std::size_t len = sizeof cached;
+  ASSERT_EQ(mallctl("arenas.tcache_max", &cached, &len, nullptr, 0), 0);
+  EXPECT_EQ(cached, std::size_t{1} << 20) << "jemalloc did not read the preload library's malloc_conf";
+  unsigned arena = 0;
+  len = sizeof arena;
+  ASSERT_EQ(mallctl("thread.arena", &arena, &len, nullptr, 0), 0);
+  constexpr std::size_t kSize = std::size_t{512} << 10;
+  constexpr int kPairs = 1000;
+  const std::uint64_t before = arena_large_mallocs(arena);
+  for (int i = 0; i < kPairs; ++i) {
+    auto* p = static_cast<unsigned char*>(detail::backend::fallback_alloc(kSize, 16));
+    ASSERT_NE(p, nullptr);
+    p[0] = p[kSize - 1] = static_cast<unsigned char>(i);  // a block the program uses
+    detail::backend::fallback_free(p);
+  }
+  EXPECT_LE(arena_large_mallocs(arena) - before, 2u)
+      << "the fallback's recurring 512 KiB blocks were taken from the arena each time";
 }
 
 }  // namespace

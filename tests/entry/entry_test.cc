@@ -398,9 +398,11 @@ TEST(Entry, ASlabPurgesAnArenaItsThreadSharesByTheThreadsUsingIt) {
 // Note [Zeroing by memset]: a large block calloc'd again from jemalloc's free pages is
 // zeroed in place (memset), not given back to the kernel and faulted in again by the
 // program's writes; and whichever way it is zeroed, every byte of it is zero. On the
-// main thread (jemalloc's arena 0) and on a thread of its own; sizes in and above
-// jemalloc's thread cache (32 KiB). jemalloc's own arenas keep their hooks. Fails
-// without the arenas of copied hooks: 65 page faults for the 64 pages of 256 KiB.
+// main thread (jemalloc's arena 0) and on a thread of its own; sizes in and above the
+// fallback's thread cache (1 MiB: Note [The fallback's thread cache]; 3 MiB is served by
+// the arenas of copied hooks). jemalloc's own arenas keep their hooks. Failed without
+// those arenas, when the thread cache was jemalloc's 32 KiB: 65 page faults for the 64
+// pages of 256 KiB.
 void calloc_again_is_zeroed_in_place() {
   constexpr std::size_t kPage = 4096;
   const std::size_t sizes[] = {20 * 1024, 48 * 1024, 256 * 1024, 1 << 20, 3 << 20};
