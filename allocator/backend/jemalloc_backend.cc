@@ -90,7 +90,7 @@
 // default table (the same functions at another address): one per automatic arena, made
 // by the first thread of that arena that callocs a large block, so threads keep apart
 // as jemalloc keeps them; without the thread cache (MALLOCX_TCACHE_NONE: a block served
-// there is zeroed there). Large blocks up to the thread cache's largest (1 MiB: Note
+// there is zeroed there). Large blocks up to the thread cache's largest (128 KiB: Note
 // [The fallback's thread cache]) go back to the freeing thread's cache, where such an arena would never find them: they
 // are jemalloc's malloc and a memset (Node.js's 32,000-byte logits buffers were still
 // 8-16 faults per token when left to jemalloc's calloc, whose thread cache misses often
@@ -114,28 +114,27 @@ void replayalloc_je_free(void* p) noexcept;
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // jemalloc 5.3's thread cache holds blocks up to opt.tcache_max, 32 KiB by default;
 // every larger block is taken from and given back to its arena: the extent's split and
-// coalescing, the radix tree's updates and the arena's lock, ~2,500-5,000 instructions
-// per malloc+free pair where a cache hit costs ~100. What the fallback serves is mostly
-// that size (the preload library's minimum is 4 KiB; what a plan does not cover is a
-// tensor, a copy, a cache that grew), so jemalloc's default was the fallback's ceiling:
-// a stream of 4 KiB-1 MiB blocks that never repeats (bench/micro/never_repeats.cc, 500
-// requests, callgrind, jemalloc preloaded) ran 101.6 M instructions with the library's
-// earlier malloc_conf, 49.5 M with tcache_max:1048576 added, mimalloc 52.0 M, tcmalloc
-// 33.1 M; the threaded stress programs' larson and rptest (16 B-64 KiB) 213 M -> 158 M
-// and 192 M -> 126 M. So the fallback caches blocks up to 1 MiB per thread, as
-// tcmalloc's thread caches and mimalloc's thread-local heaps keep theirs. Each large size
-// class keeps at most opt.tcache_nslots_large (20) blocks, and jemalloc's incremental
-// collection gives back three quarters of what a class did not use since its last
-// visit, so a thread that stops asking keeps little (peak RSS: bench/RESULTS.md,
-// "The fallback's thread cache"). Both copies of jemalloc get it: the preload
-// library's malloc_conf below, the C API library's private copy its prefixed
-// replayalloc_je_malloc_conf (which nothing outside the library sees); MALLOC_CONF
-// (read after them) overrides it (MALLOC_CONF=tcache_max:32768 is jemalloc's default).
-// tcache_max is jemalloc 5.3's option name; before it, the option would be an error.
+// coalescing, the radix tree's updates and the arena's lock, ~2,000-5,000 instructions
+// per malloc+free pair where a cache hit costs ~100. The fallback caches blocks up to
+// 128 KiB per thread instead (tcache_max:131072), a size chosen by measurement
+// (bench/RESULTS.md, "The fallback's thread cache"): the threaded stress programs'
+// larson and rptest (16 B-64 KiB, callgrind, the preload library) 433 M -> 341 M and
+// 396 M -> 284 M instructions; TorchScript ResNet-50 and a BERT-like encoder at 8 and
+// 16 threads keep the peak RSS of 32 KiB within the runs' noise. Larger caches pay
+// more where blocks do not recur on the thread that freed them: at 1 MiB a stream of
+// 4 KiB-1 MiB blocks that never repeats (never_repeats) took half the instructions
+// (211 M -> ~105 M), but ResNet-50 at 16 threads peaked 1.5-1.7x higher (each thread
+// keeps up to 20 blocks of every class; jemalloc's cache has no byte budget, as
+// tcmalloc's has), and 256 KiB already +4-7% there. Both copies of jemalloc get it:
+// the preload library's malloc_conf below, the C API library's private copy its
+// prefixed replayalloc_je_malloc_conf (which nothing outside the library sees).
+// MALLOC_CONF (read after them) overrides it (MALLOC_CONF=tcache_max:32768 is
+// jemalloc's default). tcache_max is jemalloc 5.3's option name; before 5.3 it would
+// be an error, so older versions keep their default.
 #define REPLAYALLOC_JE_AT_LEAST(major, minor) \
   (JEMALLOC_VERSION_MAJOR > (major) || (JEMALLOC_VERSION_MAJOR == (major) && JEMALLOC_VERSION_MINOR >= (minor)))
 #if REPLAYALLOC_JE_AT_LEAST(5, 3)
-#define REPLAYALLOC_JE_TCACHE "tcache_max:1048576"
+#define REPLAYALLOC_JE_TCACHE "tcache_max:131072"
 #endif
 #if defined(REPLAYALLOC_PRELOAD_DEFAULTS) && REPLAYALLOC_JE_AT_LEAST(5, 2)
 extern "C" {

@@ -177,7 +177,7 @@ std::uint64_t arena_large_mallocs(unsigned arena) {
 }
 
 // Note [The fallback's thread cache] (backend/jemalloc_backend.cc): a large block the
-// fallback serves again and again on one thread (here 512 KiB, 16 times jemalloc's own
+// fallback serves again and again on one thread (here 96 KiB, 3 times jemalloc's own
 // thread-cache limit) comes from the thread's cache after the first time, not from its
 // arena; with jemalloc's default every one of them is an arena allocation.
 TEST(PreloadFallback, ServesRecurringLargeBlocksFromTheThreadCache) {
@@ -186,11 +186,11 @@ TEST(PreloadFallback, ServesRecurringLargeBlocksFromTheThreadCache) {
   std::size_t cached = 0;
   std::size_t len = sizeof cached;
   ASSERT_EQ(mallctl("arenas.tcache_max", &cached, &len, nullptr, 0), 0);
-  EXPECT_EQ(cached, std::size_t{1} << 20) << "jemalloc did not read the preload library's malloc_conf";
+  EXPECT_EQ(cached, std::size_t{128} << 10) << "jemalloc did not read the preload library's malloc_conf";
   unsigned arena = 0;
   len = sizeof arena;
   ASSERT_EQ(mallctl("thread.arena", &arena, &len, nullptr, 0), 0);
-  constexpr std::size_t kSize = std::size_t{512} << 10;
+  constexpr std::size_t kSize = std::size_t{96} << 10;
   constexpr int kPairs = 1000;
   const std::uint64_t before = arena_large_mallocs(arena);
   for (int i = 0; i < kPairs; ++i) {
@@ -200,7 +200,7 @@ TEST(PreloadFallback, ServesRecurringLargeBlocksFromTheThreadCache) {
     detail::backend::fallback_free(p);
   }
   EXPECT_LE(arena_large_mallocs(arena) - before, 2u)
-      << "the fallback's recurring 512 KiB blocks were taken from the arena each time";
+      << "the fallback's recurring 96 KiB blocks were taken from the arena each time";
 }
 
 }  // namespace

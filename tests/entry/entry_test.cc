@@ -399,8 +399,8 @@ TEST(Entry, ASlabPurgesAnArenaItsThreadSharesByTheThreadsUsingIt) {
 // zeroed in place (memset), not given back to the kernel and faulted in again by the
 // program's writes; and whichever way it is zeroed, every byte of it is zero. On the
 // main thread (jemalloc's arena 0) and on a thread of its own; sizes in and above the
-// fallback's thread cache (1 MiB: Note [The fallback's thread cache]; 3 MiB is served by
-// the arenas of copied hooks). jemalloc's own arenas keep their hooks. Failed without
+// fallback's thread cache (128 KiB: Note [The fallback's thread cache]; 256 KiB and up are
+// served by the arenas of copied hooks). jemalloc's own arenas keep their hooks. Failed without
 // those arenas, when the thread cache was jemalloc's 32 KiB: 65 page faults for the 64
 // pages of 256 KiB.
 void calloc_again_is_zeroed_in_place() {
