@@ -350,5 +350,45 @@ TEST_F(KeyPolicy, APeriodicPlanScalesToASomewhatLargerRequestAndRecordsAMuchLarg
   EXPECT_TRUE(begin().growing);
 }
 
+// Note [Anchored iterations], key_policy.cc (scaled_envelope's guess): a key auto mode
+// found by shape (a decode step whose sizes grow, under a runtime whose host language
+// holds the caches) whose recordings show no slot varying has every capacity scaled
+// when a request outgrows its slot by at most max_scaled_growth, as a periodic key's
+// varied slots are; a larger jump is recorded instead.
+TEST_F(KeyPolicy, AByShapeKeyWhoseRecordingsShowNoVariationScalesEveryCapacity) {
+  e_.by_shape = true;
+  record(recording(64 << 10), begin());
+  install(record(recording(64 << 10), begin()));
+  auto outgrown = [&](std::uint64_t size) {
+    replay_summary rs = summary(begin(), 1, 3, 3, 2);
+    rs.first_miss_size = rs.first_too_large_size = size;
+    return decide_after_replay(e_, rs, s_);
+  };
+  const replay_verdict v = outgrown(80 << 10);
+  EXPECT_TRUE(v.grew);
+  ASSERT_NE(v.predicted, nullptr) << "a step a quarter larger: scaled at once, not recorded";
+  ASSERT_EQ(v.predicted->tr.allocations.size(), 4u);
+  for (const trace_allocation& a : v.predicted->tr.allocations) {
+    EXPECT_EQ(a.size, std::uint64_t{100} << 10) << "every slot by 80/64 and a quarter";
+  }
+  EXPECT_TRUE(v.grow_wanted);
+  install({.to_plan = v.predicted, .replace_id = e_.regimes[0].version->id});
+  const replay_verdict much = outgrown(std::uint64_t{300} << 10);
+  EXPECT_TRUE(much.grew);
+  EXPECT_EQ(much.predicted, nullptr) << "three times the slot: recorded, not scaled";
+}
+
+// The same replay of a key not found by shape (marked, or a period of sizes): a slot of
+// one fixed size outgrown is another structure's, recorded as before.
+TEST_F(KeyPolicy, AKeyNotFoundByShapeRecordsAFixedSlotOutgrown) {
+  record(recording(64 << 10), begin());
+  install(record(recording(64 << 10), begin()));
+  replay_summary rs = summary(begin(), 1, 3, 3, 2);
+  rs.first_miss_size = rs.first_too_large_size = 80 << 10;
+  const replay_verdict v = decide_after_replay(e_, rs, s_);
+  EXPECT_TRUE(v.grew);
+  EXPECT_EQ(v.predicted, nullptr);
+}
+
 }  // namespace
 }  // namespace replayalloc::detail
