@@ -18,7 +18,12 @@ requests=${2:-2000}
 cmake --build "$build" --target never_repeats replayalloc_preload > /dev/null
 prog=$build/bench/never_repeats
 pre=$(preload_library "$build")
-names=(glibc jemalloc tcmalloc mimalloc replayalloc-explicit replayalloc-explicit-no-set-aside replayalloc-auto)
+names=(glibc jemalloc tcmalloc mimalloc replayalloc-explicit replayalloc-explicit-no-set-aside replayalloc-auto
+  replayalloc-auto-before)
+general=(glibc jemalloc tcmalloc mimalloc)
+# replayalloc-auto-before: the same library with its fallback's jemalloc settings before
+# Note [The fallback's thread cache] (jemalloc's default thread cache, 32 KiB).
+before_conf=oversize_threshold:0,tcache_max:32768
 setup() {  # name -> envs (assignments for env) and args (the program's), of its run
   envs=() args=("$requests")
   case $1 in
@@ -28,6 +33,7 @@ setup() {  # name -> envs (assignments for env) and args (the program's), of its
     replayalloc-explicit-no-set-aside)
       envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0 REPLAYALLOC_SET_ASIDE=0) args+=(explicit) ;;
     replayalloc-auto) envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0) ;;
+    replayalloc-auto-before) envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0 "MALLOC_CONF=$before_conf") ;;
   esac
 }
 run_one() {  # name -> prints "cpu faults plans iterations_set_aside"
@@ -59,6 +65,7 @@ for ((r = 0; r < rounds; ++r)); do
   done
 done
 je=$(cut -d' ' -f1 "$tmp/jemalloc" | median)
+best=$(for g in "${general[@]}"; do cut -d' ' -f1 "$tmp/$g" | median; done | sort -g | head -1)
 for name in "${names[@]}"; do instructions "$name" > "$tmp/$name.ir"; done
 je_ir=$(cat "$tmp/jemalloc.ir")
 {
@@ -67,10 +74,10 @@ je_ir=$(cat "$tmp/jemalloc.ir")
   echo "$(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average)."
   echo "Command: \`bench/run_never_repeats.sh $rounds $requests\` ($rounds rounds of $requests requests, one process per allocator and round, order rotated; then one run of each under callgrind)."
   echo "Each request: 20-60 blocks of 4 KiB-1 MiB, random sizes and lifetimes, one byte written per 4 KiB; never the same twice (\`bench/micro/never_repeats.cc\`)."
-  echo "CPU time per request (user + system), median over the rounds, and its ratio to jemalloc alone (replayalloc's fallback); **paired**: each round's CPU time over the same round's jemalloc run, median and range over the rounds (runs of the same binaries differ by a few percent here, so a difference within that range is not resolved). **Instructions**: user-space instructions of the whole run under callgrind, deterministic, over jemalloc's (the kernel's work, most of glibc's cost, is not in them). Lower is better."
+  echo "CPU time per request (user + system), median over the rounds, and its ratio to jemalloc alone (replayalloc's fallback); **paired**: each round's CPU time over the same round's jemalloc run, median and range over the rounds (runs of the same binaries differ by a few percent here, so a difference within that range is not resolved). **Instructions**: user-space instructions of the whole run under callgrind, deterministic, over jemalloc's (the kernel's work, most of glibc's cost, is not in them). **÷ best**: CPU over the lowest median of glibc, jemalloc, tcmalloc and mimalloc (goal, issue 41: at most 1.03). replayalloc-auto-before: auto mode with the fallback's jemalloc settings before Note [The fallback's thread cache] (\`MALLOC_CONF=$before_conf\`). Lower is better."
   echo
-  echo "| allocator | CPU us / request | ratio to jemalloc | paired ratio (range) | instructions ÷ jemalloc | minor faults / request | plans made | iterations passed through (set aside) |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| allocator | CPU us / request | ratio to jemalloc | ÷ best | paired ratio (range) | instructions ÷ jemalloc | minor faults / request | plans made | iterations passed through (set aside) |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   for name in "${names[@]}"; do
     cpu=$(cut -d' ' -f1 "$tmp/$name" | median)
     faults=$(cut -d' ' -f2 "$tmp/$name" | median)
@@ -83,8 +90,9 @@ je_ir=$(cat "$tmp/jemalloc.ir")
     if [[ $ir =~ ^[0-9]+$ && $je_ir =~ ^[0-9]+$ ]]; then
       ir=$(awk -v a="$ir" -v b="$je_ir" 'BEGIN { printf "%.3f (%.1f M)", a / b, a / 1e6 }')
     fi
-    printf '| %s | %.1f | %.3f | %s | %s | %.1f | %s | %s |\n' "$name" "$cpu" \
-      "$(awk -v a="$cpu" -v b="$je" 'BEGIN { print a / b }')" "$paired" "$ir" "$faults" "$plans" "$aside"
+    printf '| %s | %.1f | %.3f | %.3f | %s | %s | %.1f | %s | %s |\n' "$name" "$cpu" \
+      "$(awk -v a="$cpu" -v b="$je" 'BEGIN { print a / b }')" "$(awk -v a="$cpu" -v b="$best" 'BEGIN { print a / b }')" \
+      "$paired" "$ir" "$faults" "$plans" "$aside"
   done
   echo
 } > "$tmp/section"

@@ -12,7 +12,8 @@
 # T ONNX Runtime sessions generating at once, ONNX Runtime's CPU arena and memory
 # pattern off (every tensor a malloc) or on (its defaults).
 # EXTRA="NAME=LIBRARY ..." adds preloaded libraries (a build of another commit, to
-# compare before and after). Writes the "Generation in a second framework" section of
+# compare before and after); EXTRA_CONF="NAME=CONF ..." adds replayalloc's library run
+# with MALLOC_CONF=CONF (its fallback's jemalloc settings: e.g. those before a change). Writes the "Generation in a second framework" section of
 # RESULTS.md (NO_RESULTS=1: prints it only).
 # Node.js and npm: scripts/setup.sh --onnx installs Debian's; onnxruntime-node is
 # installed into build-onnx/ (its postinstall's download of CUDA binaries skipped).
@@ -44,8 +45,14 @@ declare -A preload=(
   [mimalloc]="$(allocator_library mimalloc)" [replay-auto]="$(preload_library "$build")"
 )
 all=(glibc jemalloc tcmalloc mimalloc replay-auto)
+declare -A conf=()
 for e in ${EXTRA:-}; do
   preload[${e%%=*}]=${e#*=}
+  all+=("${e%%=*}")
+done
+for e in ${EXTRA_CONF:-}; do
+  preload[${e%%=*}]=${preload[replay-auto]}
+  conf[${e%%=*}]=${e#*=}
   all+=("${e%%=*}")
 done
 machine_meta "$build" > "$tmp/meta"
@@ -56,7 +63,8 @@ for r in $(seq 1 "$rounds"); do
     sessions=${cell%%:*} arena=${cell##*:}
     for a in "${order[@]}"; do
       rm -f "$tmp/stats.json"
-      line=$(cd "$onnx" && NODE_PATH=$onnx/node_modules LD_PRELOAD=${preload[$a]} REPLAYALLOC_STATS=$tmp/stats.json REPLAYALLOC_STATS_IDLE=1 \
+      line=$(cd "$onnx" && env ${conf[$a]:+MALLOC_CONF=${conf[$a]}} \
+             NODE_PATH=$onnx/node_modules LD_PRELOAD=${preload[$a]} REPLAYALLOC_STATS=$tmp/stats.json REPLAYALLOC_STATS_IDLE=1 \
              node "$root/bench/onnx/generate.js" "$model" --sessions "$sessions" --arena "$arena" \
              --warmup "$warmup" --requests "$requests" 2> /dev/null | tail -n 1)
       [ -n "$line" ] || line='{"error": true}'
@@ -67,11 +75,13 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 echo "load_after=$(load_average)" >> "$tmp/meta"
-python3 - "$out" "$tmp/meta" "$rounds" "$requests" "$warmup" "$cells" "${all[*]}" > "$tmp/section" <<'PY' ||
+prefix="${EXTRA:+EXTRA=\"$EXTRA\" }${EXTRA_CONF:+EXTRA_CONF=\"$EXTRA_CONF\" }"
+python3 - "$out" "$tmp/meta" "$rounds" "$requests" "$warmup" "$cells" "${all[*]}" "$prefix" > "$tmp/section" <<'PY' ||
 import collections, json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 meta = dict(l.rstrip("\n").split("=", 1) for l in open(sys.argv[2]) if "=" in l)
 rounds, requests, warmup, cells, names = sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6].split(), sys.argv[7].split()
+prefix = sys.argv[8]
 general = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
 if not any("error" not in r["run"] for r in rows):
     sys.exit("every run failed: no section written")
@@ -79,7 +89,7 @@ print("## Generation in a second framework: ONNX Runtime under Node.js")
 print()
 print(f"- Date: {meta.get('date')}; machine: {meta.get('nproc')} cores, {meta.get('cpu')}, kernel {meta.get('kernel')}; "
       f"load {meta.get('load_before')} before, {meta.get('load_after')} after; commit {meta.get('commit')}")
-print(f"- Command: `bench/run_onnx_generation.sh {rounds} {requests} {warmup}` ({rounds} rounds, one process per "
+print(f"- Command: `{prefix}bench/run_onnx_generation.sh {rounds} {requests} {warmup}` ({rounds} rounds, one process per "
       f"allocator, cell and round, order rotated; per session {warmup} warm-up requests, then {requests} timed). "
       "ONNX Runtime 1.30 (onnxruntime-node, CPU, one intra-op thread per session); model: bench/onnx/export_decoder.py "
       "(scripts/models.py gpt2: 4 layers, width 256, 4 heads, vocabulary 8,000, random weights, key/value cache fed back "

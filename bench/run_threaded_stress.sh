@@ -24,7 +24,11 @@ build_targets "$build" threaded_stress replayalloc_preload
 prog=$build/bench/threaded_stress
 pre=$(preload_library "$build")
 kinds=(larson rptest prodcons small)
-names=(glibc jemalloc tcmalloc mimalloc replayalloc-auto replayalloc-off)
+names=(glibc jemalloc tcmalloc mimalloc replayalloc-auto replayalloc-off replayalloc-before)
+general=(glibc jemalloc tcmalloc mimalloc)
+# replayalloc-before: the same library with its fallback's jemalloc settings before
+# Note [The fallback's thread cache] (jemalloc's default thread cache, 32 KiB).
+before_conf=oversize_threshold:0,tcache_max:32768
 setup() {  # name -> envs
   envs=()
   case $1 in
@@ -32,6 +36,7 @@ setup() {  # name -> envs
     jemalloc|tcmalloc|mimalloc) envs=("LD_PRELOAD=$(allocator_library "$1")") ;;
     replayalloc-auto) envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0) ;;
     replayalloc-off) envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0 REPLAYALLOC_MODE=off) ;;
+    replayalloc-before) envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0 "MALLOC_CONF=$before_conf") ;;
   esac
 }
 scratch_dir
@@ -62,14 +67,16 @@ done
   echo "$(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average); commit $(git -C "$root" rev-parse --short HEAD)."
   echo "Command: \`bench/run_threaded_stress.sh $rounds $threads $ops\` ($rounds rounds, one process per program, allocator and round, order rotated; then one run of each under callgrind at half the operations)."
   echo "Programs (\`bench/micro/threaded_stress.cc\`, $threads threads, $ops operations per thread, sizes log-uniform 16 B-64 KiB, so a third of them at or above REPLAYALLOC_MIN_SIZE and seen by auto mode's watcher): **larson** (each round of 10,000 operations run by new threads that take over their predecessors' blocks), **rptest** (batches of 64 freed by the next thread), **prodcons** (producer/consumer pairs through a queue), **small** (16-256 B blocks in a ring, one thread each)."
-  echo "**CPU**: user + system seconds, median over the rounds, over jemalloc's (replayalloc's fallback). **Instructions**: callgrind's user-space instructions over jemalloc's (deterministic up to the threads' interleaving, about 1%). **RSS**: peak resident set, median. replayalloc-off is the preload library with REPLAYALLOC_MODE=off: the cost of interposing alone. Goal (issue 34): auto mode within 3% of jemalloc."
+  echo "**CPU**: user + system seconds, median over the rounds, over jemalloc's (replayalloc's fallback). **Instructions**: callgrind's user-space instructions over jemalloc's (deterministic up to the threads' interleaving, about 1%). **RSS**: peak resident set, median. replayalloc-off is the preload library with REPLAYALLOC_MODE=off: the cost of interposing alone; replayalloc-before is auto mode with the fallback's jemalloc settings before Note [The fallback's thread cache] (\`MALLOC_CONF=$before_conf\`). **÷ best**: CPU over the lowest median of glibc, jemalloc, tcmalloc and mimalloc; **RSS ÷ leanest**: peak RSS over their lowest. Goal (issue 41): auto mode at most 1.03x the best general-purpose allocator's CPU, within 3% of its time where nothing repeats."
   echo
-  echo "| program | allocator | CPU s | CPU ÷ jemalloc | instructions ÷ jemalloc | peak RSS MiB | checksum agrees |"
-  echo "|---|---|---:|---:|---:|---:|---|"
+  echo "| program | allocator | CPU s | CPU ÷ jemalloc | CPU ÷ best | instructions ÷ jemalloc | peak RSS MiB | RSS ÷ leanest | checksum agrees |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---|"
   for kind in "${kinds[@]}"; do
     je=$(cut -d' ' -f1 "$tmp/$kind.jemalloc" | median)
     je_ir=$(cat "$tmp/$kind.jemalloc.ir")
     want=$(cut -d' ' -f3 "$tmp/$kind.glibc" | sort -u | paste -sd/)
+    best=$(for g in "${general[@]}"; do cut -d' ' -f1 "$tmp/$kind.$g" | median; done | sort -g | head -1)
+    leanest=$(for g in "${general[@]}"; do cut -d' ' -f2 "$tmp/$kind.$g" | median; done | sort -g | head -1)
     for name in "${names[@]}"; do
       cpu=$(cut -d' ' -f1 "$tmp/$kind.$name" | median)
       rss=$(cut -d' ' -f2 "$tmp/$kind.$name" | median)
@@ -78,8 +85,9 @@ done
       if [[ $ir =~ ^[0-9]+$ && $je_ir =~ ^[0-9]+$ ]]; then
         ir=$(awk -v a="$ir" -v b="$je_ir" 'BEGIN { printf "%.3f (%.0f M)", a / b, a / 1e6 }')
       fi
-      printf '| %s | %s | %.3f | %.3f | %s | %.1f | %s |\n' "$kind" "$name" "$cpu" \
-        "$(awk -v a="$cpu" -v b="$je" 'BEGIN { print a / b }')" "$ir" "$(awk -v k="$rss" 'BEGIN { print k / 1024 }')" \
+      printf '| %s | %s | %.3f | %.3f | %.3f | %s | %.1f | %.2f | %s |\n' "$kind" "$name" "$cpu" \
+        "$(awk -v a="$cpu" -v b="$je" 'BEGIN { print a / b }')" "$(awk -v a="$cpu" -v b="$best" 'BEGIN { print a / b }')" \
+        "$ir" "$(awk -v k="$rss" 'BEGIN { print k / 1024 }')" "$(awk -v a="$rss" -v b="$leanest" 'BEGIN { print a / b }')" \
         "$([ "$sums" = "$want" ] && echo yes || echo "NO ($sums vs $want)")"
     done
   done

@@ -111,8 +111,9 @@ def driver_command(driver, models_dir, ref, c, label, args, iterations=None):
     return cmd
 
 
-def allocator_setup(name, build, libdir=LIBDIR):
-    """(extra environment, driver arguments) for one allocator."""
+def allocator_setup(name, build, libdir=LIBDIR, extra_conf=None):
+    """(extra environment, driver arguments) for one allocator. extra_conf: NAME -> CONF,
+    replay-auto run with MALLOC_CONF=CONF under NAME (its fallback's jemalloc settings)."""
     preload = os.path.join(build, "hooks", "libreplayalloc_preload.so")
     torch_lib = os.path.join(build, "integrations", "pytorch", "libreplayalloc_torch.so")
     table = {
@@ -124,6 +125,8 @@ def allocator_setup(name, build, libdir=LIBDIR):
         "replay-explicit": ({"LD_PRELOAD": preload}, ["--iterations-api", "explicit"]),
         "replay-torch": ({}, ["--iterations-api", "torch", "--torch-lib", torch_lib]),
     }
+    for extra, conf in (extra_conf or {}).items():
+        table[extra] = ({"LD_PRELOAD": preload, "MALLOC_CONF": conf}, [])
     env, args = table[name]
     for path in [env.get("LD_PRELOAD")] + [a for a in args if a.endswith(".so")]:
         if path and not os.path.exists(path):
@@ -139,6 +142,9 @@ def main():
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--cells")
     ap.add_argument("--allocators", default=",".join(ALLOCATORS))
+    ap.add_argument("--extra-conf", action="append", default=[], metavar="NAME=CONF",
+                    help="adds allocator NAME: replay-auto with MALLOC_CONF=CONF (e.g. its fallback's "
+                         "settings before a change); repeatable")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per run before it is killed")
     ap.add_argument("--libdir", default=LIBDIR,
                     help="where jemalloc, tcmalloc and mimalloc are (bench/gpu/run_manycore.sh carries them)")
@@ -148,8 +154,10 @@ def main():
     rounds = a.rounds or (2 if a.quick else 3)
     cells = parse_cells(a.cells or (QUICK_CELLS if a.quick else FULL_CELLS))
     allocators = [x for x in a.allocators.split(",") if x]
+    extra_conf = dict(e.split("=", 1) for e in a.extra_conf)
+    allocators += [x for x in extra_conf if x not in allocators]
     for x in allocators:
-        if x not in ALLOCATORS:
+        if x not in ALLOCATORS and x not in extra_conf:
             sys.exit(f"run_e2e.py: unknown allocator '{x}' (one of {', '.join(ALLOCATORS)})")
     if "glibc" not in allocators:
         sys.exit("run_e2e.py: glibc must be among the allocators (its runs write the reference)")
@@ -157,7 +165,7 @@ def main():
     driver = os.path.join(build, "bench", "e2e", "e2e_driver")
     if not os.access(driver, os.X_OK):
         sys.exit(f"run_e2e.py: {driver} not built (ninja -C {build} e2e_driver)")
-    setups = {x: allocator_setup(x, build, a.libdir) for x in allocators}
+    setups = {x: allocator_setup(x, build, a.libdir, extra_conf) for x in allocators}
 
     models_dir = os.path.join(build, "models")
     models = sorted({c["model"] for c in cells})
@@ -175,7 +183,7 @@ def main():
     failures = 0
     started = time.time()
     base_env = dict(os.environ)
-    for var in ("LD_PRELOAD", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    for var in ("LD_PRELOAD", "MALLOC_CONF", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         base_env.pop(var, None)
     # One thread of arithmetic per inference thread: T is the parallelism (the driver
     # sets libtorch's intra-op threads to 1; OpenBLAS keeps a pool of its own).
