@@ -122,10 +122,10 @@ void replayalloc_je_free(void* p) noexcept;
 // 396 M -> 284 M instructions; TorchScript ResNet-50 and a BERT-like encoder at 8 and
 // 16 threads keep the peak RSS of 32 KiB within the runs' noise. Larger caches pay
 // more where blocks do not recur on the thread that freed them: at 1 MiB a stream of
-// 4 KiB-1 MiB blocks that never repeats (never_repeats) took half the instructions
-// (211 M -> ~105 M), but ResNet-50 at 16 threads peaked 1.5-1.7x higher (each thread
+// 4 KiB-1 MiB blocks that never repeats took half the instructions (never_repeats
+// 3000: 626 M -> 310 M), but ResNet-50 at 16 threads peaked ~1.5x higher (each thread
 // keeps up to 20 blocks of every class; jemalloc's cache has no byte budget, as
-// tcmalloc's has), and 256 KiB already +4-7% there. Both copies of jemalloc get it:
+// tcmalloc's has), and 256 KiB +4-7% on ResNet-50. Both copies of jemalloc get it:
 // the preload library's malloc_conf below, the C API library's private copy its
 // prefixed replayalloc_je_malloc_conf (which nothing outside the library sees).
 // MALLOC_CONF (read after them) overrides it (MALLOC_CONF=tcache_max:32768 is
