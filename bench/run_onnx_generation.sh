@@ -13,8 +13,9 @@
 # pattern off (every tensor a malloc) or on (its defaults).
 # EXTRA="NAME=LIBRARY ..." adds preloaded libraries (a build of another commit, to
 # compare before and after); EXTRA_CONF="NAME=CONF ..." adds replayalloc's library run
-# with MALLOC_CONF=CONF (its fallback's jemalloc settings: e.g. those before a change). Writes the "Generation in a second framework" section of
-# RESULTS.md (NO_RESULTS=1: prints it only).
+# with MALLOC_CONF=CONF (its fallback's jemalloc settings: e.g. those before a change).
+# Writes the "Generation in a second framework" section of RESULTS.md (NO_RESULTS=1:
+# prints it only).
 # Node.js and npm: scripts/setup.sh --onnx installs Debian's; onnxruntime-node is
 # installed into build-onnx/ (its postinstall's download of CUDA binaries skipped).
 # Usage: bench/run_onnx_generation.sh [ROUNDS] [REQUESTS] [WARMUP]   (default 3 30 10:

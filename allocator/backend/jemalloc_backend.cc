@@ -91,8 +91,8 @@
 // by the first thread of that arena that callocs a large block, so threads keep apart
 // as jemalloc keeps them; without the thread cache (MALLOCX_TCACHE_NONE: a block served
 // there is zeroed there). Large blocks up to the thread cache's largest (128 KiB: Note
-// [The fallback's thread cache]) go back to the freeing thread's cache, where such an arena would never find them: they
-// are jemalloc's malloc and a memset (Node.js's 32,000-byte logits buffers were still
+// [The fallback's thread cache]) go back to the freeing thread's cache, where such an
+// arena would never find them: they are jemalloc's malloc and a memset (Node.js's 32,000-byte logits buffers were still
 // 8-16 faults per token when left to jemalloc's calloc, whose thread cache misses often
 // after a garbage collection frees many at once). jemalloc's automatic arenas keep
 // their hooks: arena 0 shares
@@ -135,14 +135,13 @@ void replayalloc_je_free(void* p) noexcept;
   (JEMALLOC_VERSION_MAJOR > (major) || (JEMALLOC_VERSION_MAJOR == (major) && JEMALLOC_VERSION_MINOR >= (minor)))
 #if REPLAYALLOC_JE_AT_LEAST(5, 3)
 #define REPLAYALLOC_JE_TCACHE "tcache_max:131072"
+#define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0," REPLAYALLOC_JE_TCACHE
+#else
+#define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0"
 #endif
 #if defined(REPLAYALLOC_PRELOAD_DEFAULTS) && REPLAYALLOC_JE_AT_LEAST(5, 2)
 extern "C" {
-#if defined(REPLAYALLOC_JE_TCACHE)
-__attribute__((weak, visibility("default"))) const char* malloc_conf = "oversize_threshold:0," REPLAYALLOC_JE_TCACHE;
-#else
-__attribute__((weak, visibility("default"))) const char* malloc_conf = "oversize_threshold:0";
-#endif
+__attribute__((weak, visibility("default"))) const char* malloc_conf = REPLAYALLOC_JE_PRELOAD_CONF;
 }
 #elif defined(REPLAYALLOC_PRIVATE_JEMALLOC) && defined(REPLAYALLOC_JE_TCACHE)
 extern "C" {

@@ -162,7 +162,6 @@ TEST(PreloadFallback, KeepsTheFreedPagesOfHugeBlocks) {
   }
 }
 
-
 // jemalloc's count of large blocks its arena `arena` handed out (thread-cache hits are
 // not in it), after refreshing the statistics.
 std::uint64_t arena_large_mallocs(unsigned arena) {
