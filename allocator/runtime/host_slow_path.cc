@@ -12,8 +12,8 @@
 //      it may end an iteration and begin the next), then the replaying cursor's slot
 //      (replay_malloc: a miss falls back inside it), else the backend (recorded when
 //      the thread records; watched when auto mode watches).
-// Every rung that ends at the backend does so through serve_from_backend()
-// (runtime/shortcuts.h), which says ENOMEM and zeroes as calloc does.
+// Every rung that ends at the backend does so through serve_from_backend() or
+// serve_plain() (runtime/shortcuts.h), which say ENOMEM; the first zeroes as calloc does.
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -47,7 +47,7 @@ REPLAYALLOC_NOINLINE void* alloc_slow_rest(thread_state& t, std::size_t size, st
   // stopped watching for a while (a stream that never repeats spends most of its
   // allocations resting).
   if (passes_through(t, size)) {
-    void* p = serve_from_backend(size, align, false);
+    void* p = serve_plain(size, align);
     if (p == nullptr) [[unlikely]] return nullptr;
     bump(t.host.backend_bytes, size);
     bump(t.host.passthrough);

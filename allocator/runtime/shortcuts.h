@@ -38,6 +38,18 @@ inline void* serve_from_backend(std::size_t size, std::size_t align, bool zero) 
   return p;
 }
 
+// The backend serves a request that needs nothing else of it (not zeroed): through its
+// plain malloc where it has one (the backend's own checks are for the engine's requests:
+// failure injection, alignment), rounded up as glibc aligns; serve_from_backend
+// otherwise. A request below the minimum and one passed through (Note [Pass-through]).
+inline void* serve_plain(std::size_t size, std::size_t align) {
+  backend::plain_malloc_fn plain = backend::g_plain_malloc.load(std::memory_order_relaxed);
+  if (plain == nullptr || align > malloc_align) [[unlikely]] return serve_from_backend(size, align, false);
+  void* p = plain(size < malloc_align ? malloc_align : size);
+  if (p == nullptr) [[unlikely]] errno = ENOMEM;
+  return p;
+}
+
 // The two requests the preload library sees most (95% of the calls of a Python
 // inference loop), inline so that they cost little more than jemalloc's own fast path:
 //
@@ -46,18 +58,7 @@ inline void* serve_from_backend(std::size_t size, std::size_t align, bool zero) 
 // the inline path counts none (Note [Below the minimum, inline], thread_state.h).
 // pre: check mode off.
 inline void* alloc_below_min(std::size_t size, std::size_t align, bool zero) {
-  void* p;
-  backend::plain_malloc_fn plain = backend::g_plain_malloc.load(std::memory_order_relaxed);
-  if (plain != nullptr && !zero && align <= malloc_align) [[likely]] {
-    p = plain(size < malloc_align ? malloc_align : size);
-  } else {
-    return serve_from_backend(size, align, zero);
-  }
-  if (p == nullptr) [[unlikely]] {
-    errno = ENOMEM;
-    return nullptr;
-  }
-  return p;
+  return zero ? serve_from_backend(size, align, true) : serve_plain(size, align);
 }
 
 // Note [Pass-through]
