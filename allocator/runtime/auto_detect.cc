@@ -20,6 +20,8 @@ void period_detector::reset() {
   seen_.reset();
   sampled_ = 0;
   recurred_ = 0;
+  blocks_alone_ = false;
+  sample_largest_ = 0;
   quiet_ = false;
   quiet_level_ = 0;
   quiet_run_ = 0;
@@ -52,6 +54,8 @@ bool period_detector::observe(std::uint64_t size, std::uint64_t live, std::uint3
     recurred_ += seen_.test(bit);
     seen_.set(bit);
     ++sampled_;
+    sample_largest_ = std::max(sample_largest_, size);
+    if (sampled_ == recur_sample) blocks_alone_ = sample_alone();  // Note [Blocks that never overlap]
   }
   // A search of sizes scans up to a third of the history back, so it runs every 16
   // allocations while the history is short and every history/64 once it is long (every
@@ -73,6 +77,18 @@ void period_detector::settle(std::uint64_t pos) {
   if (pos < base_ || pos >= count_) return;
   const std::uint64_t lifetime = count_ - pos;  // later allocations observed meanwhile
   life_[pos - base_] = static_cast<std::uint8_t>(lifetime < max_life ? lifetime : max_life);
+}
+
+// Note [Blocks that never overlap] (auto_mode.cc), asked once the sample's last
+// allocation is observed: every block of the sample freed by now, the newest aside, was
+// freed before the next allocation (a lifetime of 1); blocks still live (a start-up's
+// buffers, weights) say nothing of overlap and are left out.
+bool period_detector::sample_alone() const {
+  if (watched_from_ < base_ || sample_largest_ > thread_cached_max) return false;
+  for (std::size_t i = watched_from_ - base_; i + 1 < life_.size(); ++i) {
+    if (life_[i] > 1) return false;
+  }
+  return true;
 }
 
 std::uint8_t period_detector::symbol(std::size_t i) const {

@@ -115,6 +115,9 @@ inline constexpr std::size_t max_quiet_cuts = quiet_window / min_quiet_piece + 2
 // sizes seen before in it, in a table of recur_bits bits (one per hash of a size).
 inline constexpr std::uint32_t recur_sample = 2048;
 inline constexpr std::uint32_t recur_bits = 32768;
+// Note [Blocks that never overlap]: the largest block the fallback keeps in its
+// thread cache (Note [The fallback's thread cache], backend/jemalloc_backend.cc).
+inline constexpr std::uint64_t thread_cached_max = std::uint64_t{128} << 10;
 
 class period_detector {
  public:
@@ -156,6 +159,11 @@ class period_detector {
   // them. Any period of up to recur_sample / 2 allocations repeats at least half of
   // them; random sizes in 1 MiB repeat ~3% (the table's collisions).
   bool sizes_rare() const { return sampled_ >= recur_sample && recurred_ * 4 < sampled_; }
+  // Note [Blocks that never overlap] (auto_mode.cc): true once the first recur_sample
+  // allocations since the last reset are observed, when each of them that was freed
+  // by then was freed before the next (settle() says when), and none was larger than
+  // the fallback's thread cache keeps.
+  bool blocks_alone() const { return blocks_alone_; }
   void reset();
   // The current period did not hold up (its iterations kept deviating): forget it and
   // never pick it again.
@@ -180,6 +188,7 @@ class period_detector {
   bool anchors(std::size_t j, std::size_t p) const;
   bool steps_stand_alone(std::size_t p, std::size_t n) const;
   bool rejected(std::size_t p) const;
+  bool sample_alone() const;
   std::vector<std::uint32_t, backend::internal_allocator<std::uint32_t>> rejected_;
   std::uint32_t history_;
   std::vector<std::uint64_t, backend::internal_allocator<std::uint64_t>> sizes_;
@@ -195,6 +204,8 @@ class period_detector {
   std::bitset<recur_bits> seen_;  // sizes of the first recur_sample, hashed
   std::uint32_t sampled_ = 0;
   std::uint32_t recurred_ = 0;
+  bool blocks_alone_ = false;
+  std::uint64_t sample_largest_ = 0;  // the sample's largest size
   bool quiet_ = false;
   std::uint32_t quiet_level_ = 0;
   std::uint32_t quiet_run_ = 0;

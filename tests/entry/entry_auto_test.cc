@@ -134,6 +134,42 @@ TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
   }).join();
 }
 
+// Note [Blocks that never overlap]: a thread that makes one block at a time, all of one
+// size (malloc/free pairs of 4 KiB), rests after the watch's first 2,048 allocations,
+// as a stream of sizes that never recur does (it watched 65,536 before: four
+// histories, its sizes recurring); the same stream with its first block held across
+// the next 100 overlaps, and is watched past them. Every block is handed out whole.
+TEST(EntryAuto, AStreamOfBlocksThatNeverOverlapRestsAfterTheSample) {
+  for (const bool hold : {false, true}) {
+    replayalloc::detail::auto_mode::forget_rests();
+    std::thread([hold] {
+      auto* const& a = replayalloc::detail::tls_state.autod;
+      void* held = hold ? replayalloc_malloc(8 * kMin) : nullptr;
+      std::uint64_t i = 0;
+      for (; i < 3 * replayalloc::detail::recur_sample && (a == nullptr || a->resting == 0); ++i) {
+        void* p = replayalloc_malloc(4 * kMin);
+        ASSERT_NE(p, nullptr);
+        fill(p, 4 * kMin, i);
+        ASSERT_TRUE(intact(p, 4 * kMin, i));
+        replayalloc_free(p);
+        if (i == 100 && held != nullptr) {
+          EXPECT_EQ(watched_live(), 1u);
+          replayalloc_free(held);
+          EXPECT_EQ(watched_live(), 0u);
+        }
+      }
+      ASSERT_NE(a, nullptr) << "auto mode does not watch this thread";
+      if (hold) {
+        EXPECT_EQ(a->resting, 0u) << "blocks made while another is live rested after " << i;
+      } else {
+        EXPECT_GT(a->resting, 0u) << "blocks that never overlap were watched past the sample";
+        EXPECT_EQ(a->det.count(), replayalloc::detail::recur_sample);
+        EXPECT_EQ(i, replayalloc::detail::recur_sample);
+      }
+    }).join();
+  }
+}
+
 // Note [A dormant watcher]: dormant_after frees of unwatched (small) blocks in a row,
 // with no watched allocation among them, and the watcher stops seeing frees: it forgets
 // its live blocks and the gate lets frees past it; a block it watched, freed meanwhile,

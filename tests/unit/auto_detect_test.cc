@@ -241,6 +241,58 @@ TEST(PeriodDetector, SaysWhenFewSizesRecurInTheWatchsFirstAllocations) {
   EXPECT_FALSE(q.sizes_rare()) << "a model whose structure changes with the shape";
 }
 
+// Note [Blocks that never overlap]: a watch whose first 2,048 allocations were each
+// freed before the next, none above the thread cache's 128 KiB, says so; blocks still
+// live (a start-up's, the watch's first among them) are left out; a block of the sample
+// freed after others were made, or a larger block, and it does not; a rest starts over.
+TEST(PeriodDetector, SaysWhenTheWatchsFirstBlocksNeverOverlap) {
+  // n allocations, each freed (settled) before the next but `held`, freed after
+  // `held_for` more (never with 0).
+  const auto stream = [](period_detector& d, std::uint32_t n, auto size_of, std::uint32_t held = UINT32_MAX,
+                         std::uint32_t held_for = 0) {
+    std::uint64_t held_pos = 0;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      d.observe(size_of(i), 0);
+      if (i == held) {
+        held_pos = d.count() - 1;
+      } else {
+        d.settle(d.count() - 1);
+      }
+      if (held_for != 0 && i == held + held_for) d.settle(held_pos);
+    }
+  };
+  const auto four_k = [](std::uint32_t) { return std::uint64_t{4096}; };
+  period_detector alone;
+  stream(alone, recur_sample - 1, four_k, 0);  // the first: a start-up block, live for good
+  EXPECT_FALSE(alone.blocks_alone()) << "said before its sample was complete";
+  stream(alone, 1, four_k);
+  EXPECT_TRUE(alone.blocks_alone()) << "2,048 malloc/free pairs of 4 KiB";
+  EXPECT_FALSE(alone.sizes_rare()) << "one size recurs";
+  alone.reset();
+  EXPECT_FALSE(alone.blocks_alone()) << "a rest starts the tally afresh";
+
+  period_detector one_held;
+  stream(one_held, recur_sample, four_k, 1000, 500);
+  EXPECT_FALSE(one_held.blocks_alone()) << "500 blocks made while one of the sample was live";
+  period_detector held_over_one;
+  stream(held_over_one, recur_sample, four_k, 1000, 1);
+  EXPECT_FALSE(held_over_one.blocks_alone()) << "one block made while another was live";
+
+  period_detector large;  // one block of 256 KiB among the pairs
+  stream(large, recur_sample, [](std::uint32_t i) { return i == 5 ? std::uint64_t{256} << 10 : 4096; });
+  EXPECT_FALSE(large.blocks_alone()) << "a block larger than the thread cache keeps";
+  period_detector cached;  // 128 KiB: still the thread cache's
+  stream(cached, recur_sample, [](std::uint32_t i) { return i % 2 ? thread_cached_max : 4096; });
+  EXPECT_TRUE(cached.blocks_alone());
+
+  // The streams of the test above do not say so: their blocks overlap.
+  std::mt19937_64 rng(3);
+  period_detector d;
+  encoder_stream e{d};
+  while (d.count() < recur_sample) e.inference(16 + rng() % 241, 4);
+  EXPECT_FALSE(d.blocks_alone()) << "an encoder fed a new sequence length per request";
+}
+
 TEST(PeriodDetector, FindsIterationsBetweenQuietPointsWhenTheStructureChangesWithTheShape) {
   std::uint64_t sig[2] = {0, 0};
   for (int run = 0; run < 2; ++run) {
