@@ -21,9 +21,10 @@ pre=$(preload_library "$build")
 names=(glibc jemalloc tcmalloc mimalloc replayalloc-explicit replayalloc-explicit-no-set-aside replayalloc-auto
   replayalloc-auto-before)
 general=(glibc jemalloc tcmalloc mimalloc)
-# replayalloc-auto-before: the same library with its fallback's jemalloc settings before
-# Note [The fallback's thread cache] (jemalloc's default thread cache, 32 KiB).
-before_conf=oversize_threshold:0,tcache_max:32768
+# replayalloc-auto-before: the same library with other jemalloc settings for its fallback:
+# BEFORE_CONF (MALLOC_CONF's syntax), by default those before Note [The fallback's
+# thread cache] (jemalloc's default thread cache, 32 KiB).
+before_conf=${BEFORE_CONF:-oversize_threshold:0,tcache_max:32768}
 setup() {  # name -> envs (assignments for env) and args (the program's), of its run
   envs=() args=("$requests")
   case $1 in
@@ -74,7 +75,7 @@ je_ir=$(cat "$tmp/jemalloc.ir")
   echo "$(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average)."
   echo "Command: \`bench/run_never_repeats.sh $rounds $requests\` ($rounds rounds of $requests requests, one process per allocator and round, order rotated; then one run of each under callgrind)."
   echo "Each request: 20-60 blocks of 4 KiB-1 MiB, random sizes and lifetimes, one byte written per 4 KiB; never the same twice (\`bench/micro/never_repeats.cc\`)."
-  echo "CPU time per request (user + system), median over the rounds, and its ratio to jemalloc alone (replayalloc's fallback); **paired**: each round's CPU time over the same round's jemalloc run, median and range over the rounds (runs of the same binaries differ by a few percent here, so a difference within that range is not resolved). **Instructions**: user-space instructions of the whole run under callgrind, deterministic, over jemalloc's (the kernel's work, most of glibc's cost, is not in them). **÷ best**: CPU over the lowest median of glibc, jemalloc, tcmalloc and mimalloc (goal, issue 41: at most 1.03). replayalloc-auto-before: auto mode with the fallback's jemalloc settings before Note [The fallback's thread cache] (\`MALLOC_CONF=$before_conf\`). Lower is better."
+  echo "CPU time per request (user + system), median over the rounds, and its ratio to jemalloc alone (replayalloc's fallback); **paired**: each round's CPU time over the same round's jemalloc run, median and range over the rounds (runs of the same binaries differ by a few percent here, so a difference within that range is not resolved). **Instructions**: user-space instructions of the whole run under callgrind, deterministic, over jemalloc's (the kernel's work, most of glibc's cost, is not in them). **÷ best**: CPU over the lowest median of glibc, jemalloc, tcmalloc and mimalloc (goal, issue 41: at most 1.03). replayalloc-auto-before: auto mode with the fallback's jemalloc settings before a change (\`MALLOC_CONF=$before_conf\`). Lower is better."
   echo
   echo "| allocator | CPU us / request | ratio to jemalloc | ÷ best | paired ratio (range) | instructions ÷ jemalloc | minor faults / request | plans made | iterations passed through (set aside) |"
   echo "|---|---|---|---|---|---|---|---|---|"
