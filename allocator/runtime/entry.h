@@ -2,14 +2,16 @@
 //
 // Layer: runtime. runtime/api.cc builds the C API from these; the LD_PRELOAD library
 // (hooks/preload.cc) inlines them into its malloc and free, so an interposed call
-// costs no extra call, PLT or TLS lookup over the C API's. Three cases are served
+// costs no extra call, PLT or TLS lookup over the C API's. Four cases are served
 // here, everything else by one call into api.cc:
 //   * the replay hit (replay/fast_path.h): a slot of the plan (the cursor is closed
 //     outside a replaying iteration and inside the engine, so nothing else is asked);
 //   * a backend block freed that neither a recording nor auto mode's watcher needs
 //     to see (thread_state.h: Note [The plain-free gate]): straight to jemalloc's
 //     free (asked first: a slab block is never in that case);
-//   * a slab block freed as the recording freed it (it matches only that block).
+//   * a slab block freed as the recording freed it (it matches only that block);
+//   * a request the engine would only pass to the backend, while the thread holds
+//     passes granted ahead (runtime/shortcuts.h: Note [Passes granted ahead]).
 // A request below REPLAYALLOC_MIN_SIZE (95% of the calls of a Python inference loop)
 // goes to jemalloc's malloc from here, before anything else is looked at. The question
 // is below_min_size() (Note [Below the minimum size] in replay/fast_path.h), the one
@@ -63,7 +65,15 @@ REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align)
   }
   // The cursor is closed outside a replaying iteration and inside the engine
   // (reentry_guard), so the hit asks nothing else.
-  if (void* p = replay_try_hit(tls_state.host.cursor, size, align)) [[likely]] return p;
+  thread_state& t = tls_state;
+  if (void* p = replay_try_hit(t.host.cursor, size, align)) [[likely]] return p;
+  // A pass granted ahead (Note [Passes granted ahead], runtime/shortcuts.h): none while
+  // the thread replays, records, is watched or is inside the engine. A request under
+  // malloc_align bytes (rounded up by the slow path), one of pass_inline_max or more
+  // and an aligned one ask there.
+  if (t.pass_left != 0 && size - malloc_align < pass_inline_max - malloc_align && align <= malloc_align) {
+    return pass_granted(t, size);
+  }
   return entry_alloc_slow(size, align);
 }
 

@@ -7,7 +7,9 @@
 //   2. re-entrant (the engine allocating): the backend (invariant 5);
 //   3. below REPLAYALLOC_MIN_SIZE: the backend, never recorded, planned or watched;
 //   4. nothing on the thread records, replays or watches (Note [Pass-through]): the
-//      backend, counted as pass-through, without the engine;
+//      backend, counted as pass-through, without the engine; the requests after it
+//      that would get the same answer are granted to the inline path (Note [Passes
+//      granted ahead]), which serves them until the engine is next entered;
 //   5. the engine: register the thread (once), auto mode's watcher (periodic work:
 //      it may end an iteration and begin the next), then the replaying cursor's slot
 //      (replay_malloc: a miss falls back inside it), else the backend (recorded when

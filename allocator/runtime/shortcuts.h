@@ -73,20 +73,74 @@ inline void* alloc_below_min(std::size_t size, std::size_t align, bool zero) {
 // again; so does a thread's first in auto mode, which makes its watcher
 // (auto_mode::before_alloc counts the rest down the same way). Here, with the
 // engine's other inline shortcuts; used by the slow path's top
-// (runtime/host_slow_path.cc). pre: not in the engine, size at or above the minimum.
+// (runtime/host_slow_path.cc), which grants the passes that follow ahead (Note
+// [Passes granted ahead]). pre: not in the engine, size at or above the minimum.
+//
+// Note [Passes granted ahead]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// What passes_through() asks depends only on the thread's own state and on figures
+// fixed when the engine is made, and all of that state changes inside the engine, or
+// in set_phase(). So when it says yes, it also says how many of the requests that
+// follow would get the same answer: all of them (not auto mode, or the thread marks
+// its own iterations: t.pass_left = UINT64_MAX), or the rest's count but its last
+// (moved into t.pass_left, the watcher keeping 1, so that every test of "resting > 0"
+// answers as before and the last still goes the engine's way). The inline entry point
+// (runtime/entry.h: entry_alloc) then passes a request of malloc_align bytes or more,
+// aligned as malloc aligns, to the backend's plain malloc on one test of the count,
+// counting it as the slow path would (pass-through, backend bytes). The engine's
+// reentry guard and set_phase() take the passes back (revoke_passes(),
+// runtime/thread_state.h), a rest's given back to the watcher's count: so none is
+// passed inside the engine (whose requests are its own, with failure injection) and
+// none survives a begin, an end, a watch, a thread's exit or a fork. Granted only where
+// the backend has a plain malloc. Why it is safe even where a grant were stale: a
+// request passed is served by the backend as the slow path would serve it outside an
+// iteration, never from a slab; at worst a recording would miss it and its replay
+// deviate, which falls back. A 4 KiB stream that never repeats spends nearly all its
+// requests resting: 215.3 instructions per pair before (RESULTS "Small path").
 inline bool passes_through(thread_state& t, std::size_t size) noexcept {
   if (!t.registered || t.host.ph != phase::none || t.host.no_slab || check::enabled() ||
       size > max_request_bytes) {
     return false;
   }
+  const bool plain = backend::g_plain_malloc.load(std::memory_order_relaxed) != nullptr;
   auto_state* a = t.autod;
-  if (a == nullptr) return !g_watches_threads;
-  if (t.marks_own) return true;
+  if (a == nullptr ? !g_watches_threads : t.marks_own) {
+    if (plain) t.pass_left = UINT64_MAX;
+    return true;
+  }
+  if (a == nullptr) return false;
   if (a->resting > 1 && t.depth == 0) {
     --a->resting;
+    if (plain && a->resting > 1) {
+      t.pass_left = a->resting - 1;
+      t.pass_home = &a->resting;
+      a->resting = 1;
+    }
     return true;
   }
   return false;
+}
+
+// The watcher's rest still to run (Note [Auto mode rests]): its count and the passes
+// granted from it ahead (Note [Passes granted ahead]).
+inline std::uint64_t resting_left(const thread_state& t) {
+  if (t.autod == nullptr) return 0;
+  return t.autod->resting + (t.pass_home == &t.autod->resting ? t.pass_left : 0);
+}
+
+// The inline entry point's pass (Note [Passes granted ahead]): one granted pass taken
+// and counted as the slow path's pass-through is (a request, its bytes), then the
+// backend's plain malloc, a tail call, so that the entry point needs no stack frame
+// (which the replay hit before it would pay for: 6 instructions). Counted before the
+// backend answers, so that a request it cannot serve is counted too: only requests under
+// pass_inline_max come here, and a failure below that is the system's memory running
+// out. pre: t.pass_left != 0, malloc_align <= size < pass_inline_max, malloc's alignment.
+inline constexpr std::size_t pass_inline_max = std::size_t{1} << 30;
+REPLAYALLOC_ALWAYS_INLINE void* pass_granted(thread_state& t, std::size_t size) {
+  --t.pass_left;
+  bump(t.host.backend_bytes, size);
+  bump(t.host.passthrough);
+  return backend::g_plain_malloc.load(std::memory_order_relaxed)(size);
 }
 
 // A free of a backend block (outside the slab range) that only a recording or auto

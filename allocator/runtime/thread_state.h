@@ -114,6 +114,12 @@ struct thread_state {
   // open iteration is one it began; Note [Auto mode as a client]); null: none.
   struct auto_state* autod = nullptr;
   bool marks_own = false;  // the program marked an iteration on this thread (C API): no auto
+  // Note [Passes granted ahead] (runtime/shortcuts.h): requests at or above the minimum
+  // the inline entry point may pass to the backend's plain malloc without asking
+  // anything else (0: none); `pass_home`, where a rest's passes came from (the watcher's
+  // count, given back when they are revoked), else null.
+  std::uint64_t pass_left = 0;
+  std::uint64_t* pass_home = nullptr;
 };
 
 extern constinit thread_local thread_state tls_state REPLAYALLOC_TLS_IE;
@@ -173,14 +179,26 @@ inline void set_free_gate(thread_state& t, std::uint32_t gate) {
   }
 }
 
+// Takes back the passes granted ahead (Note [Passes granted ahead], runtime/shortcuts.h),
+// giving a rest's back to the watcher's count, so that the next request at or above the
+// minimum asks the slow path again. Every change of what the grant assumed happens
+// inside the engine, whose reentry guard (below) calls this, or in set_phase().
+inline void revoke_passes(thread_state& t) {
+  if (t.pass_home != nullptr) *t.pass_home += t.pass_left;
+  t.pass_left = 0;
+  t.pass_home = nullptr;
+}
+
 // Invariant 5's guard (support/reentry.h counts the depth). While the thread is inside
 // the engine, its host cursor is closed, so that an allocation made from there (by the
-// engine's libraries) never takes a slot: the inline hit asks nothing else. Every
+// engine's libraries) never takes a slot: the inline hit asks nothing else; and the
+// passes granted ahead are taken back, so that none is passed inline either. Every
 // region the engine's code runs in takes this guard, never the depth alone.
 class reentry_guard {
  public:
   reentry_guard() noexcept {
     if (reentry_depth++ == 0) {
+      if (tls_state.pass_left != 0) revoke_passes(tls_state);
       replay_cursor& c = tls_state.host.cursor;
       close_cursor(c);
       c.guarded = true;
@@ -205,6 +223,7 @@ inline void set_phase(domain_state& d, phase p) {
   d.ph = p;
   thread_state& t = tls_state;
   if (&d == &t.host) {
+    revoke_passes(t);
     set_free_gate(t, p == phase::record ? t.free_gate | gate_recording : t.free_gate & ~gate_recording);
   }
 }

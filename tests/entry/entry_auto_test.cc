@@ -14,6 +14,7 @@
 #include "replayalloc/replayalloc.hpp"
 #include "runtime/auto_detect.h"
 #include "runtime/auto_mode.h"
+#include "runtime/shortcuts.h"
 #include "runtime/thread_state.h"
 #include "support/pattern.h"
 
@@ -78,8 +79,10 @@ void watched_frees_are_seen(how h) {
 
 // Note [Auto mode rests]: a thread whose stream shows no period (sizes that never
 // recur) stops being watched for a while; its allocations then pass through to
-// jemalloc from the top of the slow path, which must still count the rest down, one
-// per allocation, so that watching resumes after it, and count each as pass-through.
+// jemalloc, the first from the top of the slow path, which grants the rest's others
+// but its last to the inline entry point (Note [Passes granted ahead]); the rest must
+// still count down, one per allocation, so that watching resumes after it, and each
+// must count as pass-through.
 TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
   replayalloc::detail::auto_mode::forget_rests();
   std::thread([] {
@@ -96,11 +99,12 @@ TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
       ++salt;
     };
     const replayalloc::Stats before = replayalloc::stats();
-    while (a == nullptr || a->resting == 0) {
+    auto resting = [] { return replayalloc::detail::resting_left(replayalloc::detail::tls_state); };
+    while (a == nullptr || resting() == 0) {
       one();
       ASSERT_LT(salt, 100000u) << "auto mode never rested on a stream with no period";
     }
-    const std::uint64_t rest = a->resting;
+    const std::uint64_t rest = resting();
     ASSERT_GT(rest, 2u);
     const std::uint64_t watched_count = a->det.count();
     EXPECT_EQ(watched_count, replayalloc::detail::recur_sample)
@@ -110,14 +114,18 @@ TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
     const replayalloc::Stats mid = replayalloc::stats();
     for (std::uint64_t i = 1; i < rest; ++i) {
       one();
-      ASSERT_EQ(a->resting, rest - i) << "a resting allocation did not count the rest down";
+      ASSERT_EQ(resting(), rest - i) << "a resting allocation did not count the rest down";
+      // Note [Passes granted ahead]: after the rest's first, its passes are granted to
+      // the inline entry point, all but the last, which goes the engine's way.
+      ASSERT_EQ(replayalloc::detail::tls_state.pass_left, rest - i > 1 ? rest - i - 1 : 0);
     }
     const replayalloc::Stats late = replayalloc::stats();
     EXPECT_EQ(late.passthrough - mid.passthrough, rest - 1) << "resting allocations are pass-through";
     EXPECT_EQ(late.allocations - mid.allocations, rest - 1);
     EXPECT_EQ(a->det.count(), watched_count) << "the watcher observed an allocation while it rested";
     one();  // the rest's last: watching resumes
-    EXPECT_EQ(a->resting, 0u);
+    EXPECT_EQ(resting(), 0u);
+    EXPECT_EQ(replayalloc::detail::tls_state.pass_left, 0u) << "a watched thread kept passes granted ahead";
     EXPECT_NE(gate() & replayalloc::detail::gate_watched, 0u) << "the watcher's gate stays open after its rest";
     // Watched again: the next block is followed, and its free (through either entry
     // point) is seen.

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include "replayalloc/replayalloc.hpp"
 #include "runtime/auto_detect.h"
 #include "runtime/engine.h"
+#include "runtime/shortcuts.h"
 #include "runtime/thread_state.h"
 #include "support/live_filter.h"
 #include "support/pattern.h"
@@ -111,6 +113,81 @@ TEST(Entry, BelowMinimumOutsideIterationsAndCalloc) {
   EXPECT_EQ(after.allocations - before.allocations, 0u) << "a request below the minimum was counted";
   EXPECT_EQ(after.below_min_size - before.below_min_size, 0u);
   EXPECT_EQ(after.frees - before.frees, 0u) << "a backend block's free was counted";
+}
+
+// Note [Passes granted ahead] (runtime/shortcuts.h): outside iterations, a thread's
+// first request at or above the minimum grants the ones after it to the inline entry
+// point, which serves them from the backend and counts them as the slow path did; the
+// engine takes them back at its door (here: the statistics, an iteration's begin), so
+// that an iteration records and replays every request as before, and a request the
+// backend cannot serve still fails with ENOMEM, uncounted.
+TEST(Entry, PassesGrantedAheadServeUntilTheEnginesDoorAndNoFurther) {
+  std::thread([] {
+    // Read afresh each time (a reference kept across calls confuses UBSan's checks).
+    auto pass_left = [] { return replayalloc::detail::tls_state.pass_left; };
+    const std::size_t sizes[] = {kMin, 4096, 70000, 4096};
+    auto churn = [&](std::uint64_t salt) {
+      std::vector<held> live;
+      for (std::size_t n : sizes) {
+        void* p = replayalloc_malloc(n);
+        EXPECT_NE(p, nullptr);
+        fill(p, n, salt + n);
+        live.push_back({p, n, salt + n});
+      }
+      for (const held& h : live) {
+        EXPECT_TRUE(intact(h.p, h.size, h.tag)) << h.size << " B overwritten";
+        replayalloc_free(h.p);
+      }
+    };
+    churn(0);  // registers the thread (the engine's way, which may make the engine), then passes
+    // Granted only where the backend has a plain malloc (not under AddressSanitizer):
+    // elsewhere nothing is granted, and the rest holds the same.
+    const bool plain = replayalloc::detail::backend::g_plain_malloc.load() != nullptr;
+    ASSERT_EQ(pass_left() != 0, plain) << "a pass-through outside iterations granted nothing (or granted without a plain malloc)";
+    const replayalloc::Stats before = replayalloc::stats();
+    ASSERT_EQ(pass_left(), 0u) << "the statistics (the engine) left passes granted";
+    churn(1);
+    EXPECT_EQ(pass_left(), plain ? UINT64_MAX - 3 : 0) << "the first pass-through did not grant the others";
+    const replayalloc::Stats outside = replayalloc::stats();
+    EXPECT_EQ(pass_left(), 0u) << "entering the engine did not take the passes back";
+    EXPECT_EQ(outside.passthrough - before.passthrough, 4u) << "a pass granted ahead was not counted";
+    EXPECT_EQ(outside.allocations - before.allocations, 4u);
+    EXPECT_EQ(outside.bytes_from_backend - before.bytes_from_backend, kMin + 4096 + 70000 + 4096);
+    // An iteration records and replays every request: no pass survives its begin.
+    int in_slab = 0;
+    for (int i = 0; i < 4; ++i) {
+      churn(1);  // passes again between iterations
+      {
+        replayalloc::Iteration it("passes-granted-ahead");
+        EXPECT_EQ(pass_left(), 0u) << "a pass survived the iteration's begin";
+        std::vector<held> live;
+        for (std::size_t n : sizes) {
+          void* p = replayalloc_malloc(n);
+          ASSERT_NE(p, nullptr);
+          if (i >= 2) in_slab += in_slab_range(p) ? 1 : 0;
+          fill(p, n, 100 + i + n);
+          live.push_back({p, n, 100 + i + n});
+        }
+        EXPECT_EQ(pass_left(), 0u) << "an iteration's request was granted passes";
+        for (const held& h : live) {
+          EXPECT_TRUE(intact(h.p, h.size, h.tag));
+          replayalloc_free(h.p);
+        }
+      }
+    }
+    EXPECT_EQ(in_slab, 8) << "the iterations after the recording were not served from the slab";
+    // A request the backend cannot serve (128 TiB, the largest the engine passes on;
+    // beyond pass_inline_max, so the slow path's): it says so, counts nothing, and the
+    // passes stay (granted again, all of them).
+    churn(2);
+    const std::uint64_t left = pass_left();
+    const std::uint64_t passed = replayalloc::detail::tls_state.host.passthrough.load();
+    errno = 0;
+    EXPECT_EQ(replayalloc_malloc(std::size_t{1} << 47), nullptr);
+    EXPECT_EQ(errno, ENOMEM);
+    EXPECT_EQ(replayalloc::detail::tls_state.host.passthrough.load(), passed) << "a request the backend failed was counted";
+    EXPECT_GE(pass_left(), left);
+  }).join();
 }
 
 // Note [The plain-free gate]: while a key records, its frees take the slow path, which
