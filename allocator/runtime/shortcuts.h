@@ -89,9 +89,12 @@ inline void* alloc_below_min(std::size_t size, std::size_t align, bool zero) {
 // aligned as malloc aligns, to the backend's plain malloc on one test of the count,
 // counting it as the slow path would (pass-through, backend bytes). The engine's
 // reentry guard and set_phase() take the passes back (revoke_passes(),
-// runtime/thread_state.h), a rest's given back to the watcher's count: so none is
-// passed inside the engine (whose requests are its own, with failure injection) and
-// none survives a begin, an end, a watch, a thread's exit or a fork. Granted only where
+// runtime/thread_state.h), a rest's given back to the watcher's count (and the pointer
+// to it dropped, emptied or not): so none is passed inside the engine (whose requests
+// are its own, with failure injection) and none survives a begin, an end, a watch or a
+// thread's exit (a forked child keeps the forking thread's, whose state is the
+// parent's, as the grant assumed). Requests the inline path leaves to the slow path
+// (aligned, zeroed, tiny or huge) take a granted pass there. Granted only where
 // the backend has a plain malloc. Why it is safe even where a grant were stale: a
 // request passed is served by the backend as the slow path would serve it outside an
 // iteration, never from a slab; at worst a recording would miss it and its replay
@@ -102,9 +105,16 @@ inline bool passes_through(thread_state& t, std::size_t size) noexcept {
       size > max_request_bytes) {
     return false;
   }
+  // A request the inline path leaves here (aligned, under malloc_align bytes, or of
+  // pass_inline_max or more) while passes are granted: one of them.
+  if (t.pass_left != 0) {
+    --t.pass_left;
+    return true;
+  }
   const bool plain = backend::g_plain_malloc.load(std::memory_order_relaxed) != nullptr;
   auto_state* a = t.autod;
-  if (a == nullptr ? !g_watches_threads : t.marks_own) {
+  if (t.marks_own || (a == nullptr && !g_watches_threads)) {
+    revoke_passes(t);  // a rest's count, emptied inline: pass_home goes
     if (plain) t.pass_left = UINT64_MAX;
     return true;
   }

@@ -198,7 +198,7 @@ class reentry_guard {
  public:
   reentry_guard() noexcept {
     if (reentry_depth++ == 0) {
-      if (tls_state.pass_left != 0) revoke_passes(tls_state);
+      if (tls_state.pass_left != 0 || tls_state.pass_home != nullptr) revoke_passes(tls_state);
       replay_cursor& c = tls_state.host.cursor;
       close_cursor(c);
       c.guarded = true;

@@ -120,6 +120,9 @@ TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
       ASSERT_EQ(replayalloc::detail::tls_state.pass_left, rest - i > 1 ? rest - i - 1 : 0);
     }
     const replayalloc::Stats late = replayalloc::stats();
+    // The rest's passes all taken inline: the engine's door drops the pointer to the
+    // watcher's count too (the watcher goes at the thread's exit).
+    EXPECT_EQ(replayalloc::detail::tls_state.pass_home, nullptr) << "an emptied grant still points at the watcher";
     EXPECT_EQ(late.passthrough - mid.passthrough, rest - 1) << "resting allocations are pass-through";
     EXPECT_EQ(late.allocations - mid.allocations, rest - 1);
     EXPECT_EQ(a->det.count(), watched_count) << "the watcher observed an allocation while it rested";
