@@ -45,6 +45,14 @@ void keep_huge_pages() noexcept;
 // jemalloc_backend.cc; glibc memsets already). Call once, under the reentry guard.
 void zero_reused_by_memset() noexcept;
 
+// The largest block the backend keeps in a thread's cache for the next request of its
+// size, as its settings say (jemalloc: arenas.tcache_max, 128 KiB under the library's
+// own settings, a user's MALLOC_CONF followed; glibc: its mmap threshold's default,
+// 128 KiB, below which a block freed is the next one of its size, from the heap).
+// Auto mode's rule for blocks that never overlap asks it (Note [Blocks that never
+// overlap], runtime/auto_mode.cc).
+std::size_t thread_cache_max() noexcept;
+
 // Gives the backend's free pages back to the system when they are mostly what a new
 // slab of `slab_bytes` replaces (jemalloc: flushes this thread's cache, then purges
 // every arena when their dirty pages are at most twice slab_bytes, else this thread's

@@ -382,6 +382,11 @@ void purge(unsigned arena) noexcept {
 }
 }  // namespace
 
+std::size_t thread_cache_max() noexcept {
+  std::size_t max = 0;
+  return read_ctl("arenas.tcache_max", &max) ? max : 0;
+}
+
 void release_free_memory(std::size_t slab_bytes) noexcept {
   mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
   std::uint64_t epoch = 1;

@@ -17,6 +17,7 @@ namespace replayalloc::detail::backend {
 bool use_fast_entry_points() noexcept { return true; }  // malloc and free already
 
 void keep_huge_pages() noexcept {}
+std::size_t thread_cache_max() noexcept { return std::size_t{128} << 10; }  // M_MMAP_THRESHOLD's default
 void zero_reused_by_memset() noexcept {}  // glibc's calloc memsets a reused chunk  // glibc's own thresholds (mallopt) stay the program's
 
 // glibc returns free memory only from the top of a heap, never by time as jemalloc's

@@ -84,7 +84,7 @@ void period_detector::settle(std::uint64_t pos) {
 // freed before the next allocation (a lifetime of 1); blocks still live (a start-up's
 // buffers, weights) say nothing of overlap and are left out.
 bool period_detector::sample_alone() const {
-  if (watched_from_ < base_ || sample_largest_ > thread_cached_max) return false;
+  if (watched_from_ < base_ || sample_largest_ > cached_max_) return false;
   for (std::size_t i = watched_from_ - base_; i + 1 < life_.size(); ++i) {
     if (life_[i] > 1) return false;
   }

@@ -116,12 +116,17 @@ inline constexpr std::size_t max_quiet_cuts = quiet_window / min_quiet_piece + 2
 inline constexpr std::uint32_t recur_sample = 2048;
 inline constexpr std::uint32_t recur_bits = 32768;
 // Note [Blocks that never overlap]: the largest block the fallback keeps in its
-// thread cache (Note [The fallback's thread cache], backend/jemalloc_backend.cc).
+// thread cache under the library's settings (Note [The fallback's thread cache],
+// backend/jemalloc_backend.cc); a detector's default, auto mode gives it what the
+// backend says (backend::thread_cache_max()).
 inline constexpr std::uint64_t thread_cached_max = std::uint64_t{128} << 10;
 
 class period_detector {
  public:
-  explicit period_detector(std::uint32_t history = 16384) : history_(history) {}
+  explicit period_detector(std::uint32_t history = 16384, std::uint64_t cached_max = thread_cached_max)
+      : history_(history), cached_max_(cached_max) {}
+  // Note [Blocks that never overlap]: the largest block a sample may hold and still rest.
+  std::uint64_t cached_max() const { return cached_max_; }
 
   // One allocation of `size` bytes, with `live` bytes in `live_blocks` watched blocks
   // live just before it. Returns true when a period was found by this call.
@@ -191,6 +196,7 @@ class period_detector {
   bool sample_alone() const;
   std::vector<std::uint32_t, backend::internal_allocator<std::uint32_t>> rejected_;
   std::uint32_t history_;
+  std::uint64_t cached_max_;
   std::vector<std::uint64_t, backend::internal_allocator<std::uint64_t>> sizes_;
   std::vector<std::uint64_t, backend::internal_allocator<std::uint64_t>> live_;
   // Per observed allocation: 0 while live, else its lifetime in watched allocations,
@@ -237,7 +243,7 @@ struct watched_block {
 };
 
 struct auto_state {
-  explicit auto_state(std::uint32_t history) : det(history) {}
+  auto_state(std::uint32_t history, std::uint64_t cached_max) : det(history, cached_max) {}
   period_detector det;
   absl::flat_hash_map<const void*, watched_block, absl::Hash<const void*>, std::equal_to<const void*>,
                       backend::internal_allocator<std::pair<const void* const, watched_block>>>

@@ -59,7 +59,7 @@ void watch(thread_state& t, std::size_t size) {
   if (t.autod == nullptr) {
     void* mem = backend::fallback_alloc(sizeof(auto_state), alignof(auto_state));
     if (mem == nullptr) return;
-    t.autod = new (mem) auto_state(opts.auto_history);
+    t.autod = new (mem) auto_state(opts.auto_history, backend::thread_cache_max());
     refresh_watched_gate(t);
     // Note [A process whose threads show no period]
     if (const std::uint32_t r = g_rests_without_period.load(std::memory_order_relaxed); r >= 2) {
@@ -217,7 +217,8 @@ void watch(thread_state& t, std::size_t size) {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A watch whose first recur_sample (2,048) allocations were each freed before the next
 // (those still live at the sample's end, a start-up's buffers, left out:
-// period_detector::sample_alone), none larger than thread_cached_max (128 KiB), rests
+// period_detector::sample_alone), none larger than the fallback's thread cache keeps
+// (backend::thread_cache_max(): 128 KiB under the library's settings), rests
 // after those 2,048, for one history, as a stream of rare sizes does: a plan of them
 // could only put every block at offset 0, which the fallback's thread cache already
 // does for such blocks, at ~100 instructions a pair, and an iteration's begin and end

@@ -12,6 +12,7 @@
 
 #include "replayalloc/replayalloc.h"
 #include "replayalloc/replayalloc.hpp"
+#include "backend/backend.h"
 #include "runtime/auto_detect.h"
 #include "runtime/auto_mode.h"
 #include "runtime/shortcuts.h"
@@ -106,6 +107,11 @@ TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
     }
     const std::uint64_t rest = resting();
     ASSERT_GT(rest, 2u);
+    // Note [Blocks that never overlap]: the watcher's thread cache is the backend's, as
+    // its settings say (this binary's jemalloc is Debian's, with its default of 32 KiB;
+    // the preload library's own setting is 128 KiB).
+    EXPECT_EQ(a->det.cached_max(), replayalloc::detail::backend::thread_cache_max());
+    EXPECT_GE(a->det.cached_max(), std::uint64_t{16} << 10);
     const std::uint64_t watched_count = a->det.count();
     EXPECT_EQ(watched_count, replayalloc::detail::recur_sample)
         << "a stream whose sizes never recur rests after the watch's first 2,048 allocations";

@@ -284,6 +284,13 @@ TEST(PeriodDetector, SaysWhenTheWatchsFirstBlocksNeverOverlap) {
   period_detector cached;  // 128 KiB: still the thread cache's
   stream(cached, recur_sample, [](std::uint32_t i) { return i % 2 ? thread_cached_max : 4096; });
   EXPECT_TRUE(cached.blocks_alone());
+  // The thread cache as the backend's settings say (a user's MALLOC_CONF): 32 KiB.
+  period_detector small_cache(16384, std::uint64_t{32} << 10);
+  stream(small_cache, recur_sample, [](std::uint32_t i) { return i % 2 ? std::uint64_t{64} << 10 : 4096; });
+  EXPECT_FALSE(small_cache.blocks_alone()) << "64 KiB blocks, above a thread cache of 32 KiB";
+  period_detector small_cache_fits(16384, std::uint64_t{32} << 10);
+  stream(small_cache_fits, recur_sample, [](std::uint32_t i) { return i % 2 ? std::uint64_t{32} << 10 : 4096; });
+  EXPECT_TRUE(small_cache_fits.blocks_alone());
 
   // The streams of the test above do not say so: their blocks overlap.
   std::mt19937_64 rng(3);
