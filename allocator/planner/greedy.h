@@ -38,9 +38,12 @@ namespace replayalloc::detail {
 //     started in (l - window_, l], a run of at most window_ positions, scanned for
 //     the placed ones still live at l (back_last_: their end, 0 when not placed);
 //   * the long ones live at l (the rest): a segment tree over blocks of window_
-//     positions holds each at the canonical nodes of its blocks, and a stabbing query
-//     at l's block keeps those live at l.
-// Each slot met is found once. Every run scanned is contiguous, and in the orderings
+//     positions holds each at the canonical nodes of the blocks it covers whole, as
+//     the union of the bytes they take (Note [Long slots as unions]); the one or two
+//     blocks it covers in part list it with its lifetime, and a stabbing query at l's
+//     block keeps those live at l.
+// Each slot met is found once (a long one in a union, counted there). Every run
+// scanned is contiguous, and in the orderings
 // that jump about in time (by size, by lifetime) a placement touches a few runs of
 // memory instead of a root-to-leaf path of lists (what the placer before the fast
 // tier walked: 20 levels at 10^6 positions, a cache miss each). window_ is chosen per
@@ -96,8 +99,9 @@ class greedy_placer {
   };
   void prefetch(std::uint32_t rank) const;
   void collect_starting(std::uint32_t from, std::uint32_t to);
-  void collect_long(std::uint32_t l);
+  std::uint64_t collect_long(std::uint32_t l);
   void index_long(std::uint32_t l, std::uint32_t r, const long_entry& e);
+  void unite(std::size_t node, index_entry e);
 
   const greedy_input& in_;
   const std::vector<std::uint32_t>& first_;  // in.first, in.last
@@ -113,17 +117,33 @@ class greedy_placer {
   std::uint32_t long_placed_ = 0;
   // Note [Lists in place]
   // ~~~~~~~~~~~~~~~~~~~~~
-  // The long slots' tree has a list per node (the slots held there for stabbing
-  // queries). Which slots a list will hold depends only on the lifetimes, not on the
-  // order, so each list has its own run of long_entries_, sized once (list_ref::begin);
-  // a place() fills each run from its start (list_ref::fill), and a query scans the
-  // filled part: contiguous memory, where linked lists missed the cache once per slot.
-  struct list_ref {
+  // Which long slots each node of the tree and each block will hold depends only on
+  // the lifetimes, not on the order, so each has its own run of one array, sized once
+  // (run_ref::begin); a place() fills each run from its start (run_ref::fill), and a
+  // query scans the filled part: contiguous memory, where linked lists missed the
+  // cache once per slot. A node's run holds at most its slots' count of intervals, as
+  // a union never has more pieces than slots (Note [Long slots as unions]).
+  struct run_ref {
     std::uint32_t begin;  // the run's first entry
     std::uint32_t fill;   // entries filled in this place()
+    std::uint32_t slots;  // a node's: the slots its union holds
   };
-  std::vector<list_ref> lists_;
-  std::vector<long_entry> long_entries_;
+  // Note [Long slots as unions]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // A long slot is live over every position of a block it covers whole, so at a node
+  // of such blocks only the bytes its slots take together matter to a query below it:
+  // each node keeps their union, intervals by offset, merged where they overlap or
+  // touch. A slot has at least one byte (a trace has no allocation of none), so a
+  // point where one slot ends and another begins is no gap for any, and the gaps a
+  // placement sees are those it saw among the slots themselves, and it takes the same
+  // offsets. Where the placer packs well, thousands of slots live at once are a few
+  // intervals (a real trace of 28,526 buffers, some 3,000 live at any moment:
+  // bench/RESULTS.md, "Planner"). The slots met are still counted one by one (the
+  // union's `slots`), so work() is what it was.
+  std::vector<run_ref> nodes_;                // per tree node: its union's run in union_
+  std::vector<index_entry> union_;
+  std::vector<run_ref> partial_;              // per block: its long slots covering it in part
+  std::vector<long_entry> partial_entries_;
   std::vector<index_entry> cand_;                              // the slots met
   std::vector<std::uint64_t> packed_;                          // offset << 24 | index in cand_
   std::vector<std::uint64_t> offsets_;

@@ -69,22 +69,28 @@ greedy_placer::greedy_placer(const greedy_input& in) : in_(in), first_(in.first)
   slot_.assign(n, {unplaced, 0});
   back_last_.assign(n, 0);
   placed_.assign((n >> block_bits) + 1, 0);
-  // Note [Lists in place]: each list's length (a long slot at the canonical nodes of
-  // its blocks), then the runs.
+  // Note [Lists in place]: each run's length (a long slot at the canonical nodes of
+  // the blocks it covers whole, and in the blocks it covers in part), then the runs.
   const std::size_t blocks = in.positions / window_ + 1;
   while (leaves_ < blocks) leaves_ <<= 1;
-  lists_.assign(2 * leaves_, list_ref{0, 0});
+  nodes_.assign(2 * leaves_, run_ref{0, 0, 0});
+  partial_.assign(leaves_, run_ref{0, 0, 0});
   for (const std::uint32_t i : in.plannable) {
-    if (last_[i] - first_[i] <= window_) continue;
-    for (std::size_t a = first_[i] / window_ + leaves_, b = (last_[i] - 1) / window_ + 1 + leaves_; a < b;
-         a >>= 1, b >>= 1) {
-      if (a & 1) ++lists_[a++].begin;
-      if (b & 1) ++lists_[--b].begin;
+    const std::uint32_t l = first_[i], r = last_[i];
+    if (r - l <= window_) continue;
+    if (l % window_ != 0) ++partial_[l / window_].begin;
+    if (r % window_ != 0) ++partial_[r / window_].begin;
+    for (std::size_t a = (l + window_ - 1) / window_ + leaves_, b = r / window_ + leaves_; a < b; a >>= 1, b >>= 1) {
+      if (a & 1) ++nodes_[a++].begin;
+      if (b & 1) ++nodes_[--b].begin;
     }
   }
   std::uint32_t sum = 0;
-  for (list_ref& x : lists_) sum += std::exchange(x.begin, sum);
-  long_entries_.resize(sum);
+  for (run_ref& x : nodes_) sum += std::exchange(x.begin, sum);
+  union_.resize(sum);
+  sum = 0;
+  for (run_ref& x : partial_) sum += std::exchange(x.begin, sum);
+  partial_entries_.resize(sum);
 }
 
 // Appends to cand_ the placed slots of ranks [from, to), skipping blocks of 64 ranks
@@ -103,27 +109,60 @@ void greedy_placer::collect_starting(std::uint32_t from, std::uint32_t to) {
   }
 }
 
-// Appends to cand_ the placed long slots live at position l (Note [Time index]).
-void greedy_placer::collect_long(std::uint32_t l) {
-  for (std::size_t node = leaves_ + l / window_; node >= 1; node >>= 1) {
-    const long_entry* e = long_entries_.data() + lists_[node].begin;
-    const std::uint32_t n = lists_[node].fill;
-    for (std::uint32_t k = 0; k < n; ++k) {
-      if (e[k].first <= l && l < e[k].last) cand_.push_back({e[k].offset, e[k].end});
-    }
+// Appends to cand_ the placed long slots live at position l (Note [Time index]): those
+// of l's block that cover it in part, one by one, and the unions on its path to the
+// root (Note [Long slots as unions]). Returns how many more slots those unions hold
+// than the intervals appended.
+std::uint64_t greedy_placer::collect_long(std::uint32_t l) {
+  const std::size_t block = l / window_;
+  const long_entry* p = partial_entries_.data() + partial_[block].begin;
+  for (std::uint32_t k = 0, n = partial_[block].fill; k < n; ++k) {
+    if (p[k].first <= l && l < p[k].last) cand_.push_back({p[k].offset, p[k].end});
   }
+  std::uint64_t more = 0;
+  for (std::size_t node = leaves_ + block; node >= 1; node >>= 1) {
+    const run_ref& x = nodes_[node];
+    cand_.insert(cand_.end(), union_.begin() + x.begin, union_.begin() + x.begin + x.fill);
+    more += x.slots - x.fill;
+  }
+  return more;
+}
+
+// Adds slot e to node's union (Note [Long slots as unions]): e and the intervals it
+// overlaps or touches become one. The run stays sorted by offset, its ends sorted too
+// (no two meet), so the first interval that may meet e is found by binary search.
+void greedy_placer::unite(std::size_t node, index_entry e) {
+  run_ref& x = nodes_[node];
+  ++x.slots;
+  index_entry* const b = union_.data() + x.begin;
+  index_entry* const end = b + x.fill;
+  index_entry* const from =
+      std::partition_point(b, end, [&](const index_entry& u) { return u.end < e.offset; });
+  index_entry* to = from;
+  while (to != end && to->offset <= e.end) ++to;
+  if (from == to) {
+    std::move_backward(from, end, end + 1);
+    *from = e;
+    ++x.fill;
+    return;
+  }
+  *from = {std::min(from->offset, e.offset), std::max((to - 1)->end, e.end)};
+  std::move(to, end, from + 1);
+  x.fill -= static_cast<std::uint32_t>(to - from - 1);
 }
 
 void greedy_placer::index_long(std::uint32_t l, std::uint32_t r, const long_entry& e) {
-  for (std::size_t a = l / window_ + leaves_, b = (r - 1) / window_ + 1 + leaves_; a < b; a >>= 1, b >>= 1) {
-    if (a & 1) {
-      list_ref& x = lists_[a++];
-      long_entries_[x.begin + x.fill++] = e;
-    }
-    if (b & 1) {
-      list_ref& x = lists_[--b];
-      long_entries_[x.begin + x.fill++] = e;
-    }
+  if (l % window_ != 0) {
+    run_ref& x = partial_[l / window_];
+    partial_entries_[x.begin + x.fill++] = e;
+  }
+  if (r % window_ != 0) {
+    run_ref& x = partial_[r / window_];
+    partial_entries_[x.begin + x.fill++] = e;
+  }
+  for (std::size_t a = (l + window_ - 1) / window_ + leaves_, b = r / window_ + leaves_; a < b; a >>= 1, b >>= 1) {
+    if (a & 1) unite(a++, {e.offset, e.end});
+    if (b & 1) unite(--b, {e.offset, e.end});
   }
   ++long_placed_;
 }
@@ -139,15 +178,17 @@ void greedy_placer::prefetch(std::uint32_t rank) const {
   __builtin_prefetch(&slot_[s.after]);
   __builtin_prefetch(&placed_[s.after >> block_bits]);
   if (long_placed_ != 0) {
-    const std::size_t leaf = leaves_ + s.first / window_;
-    __builtin_prefetch(&lists_[leaf]);
-    __builtin_prefetch(&lists_[leaf >> 3]);
+    const std::size_t block = s.first / window_;
+    __builtin_prefetch(&partial_[block]);
+    __builtin_prefetch(&nodes_[leaves_ + block]);
+    __builtin_prefetch(&nodes_[(leaves_ + block) >> 3]);
   }
 }
 
 std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
                                    std::uint64_t give_up_above) {
-  for (list_ref& x : lists_) x.fill = 0;
+  for (run_ref& x : nodes_) x.fill = x.slots = 0;
+  for (run_ref& x : partial_) x.fill = 0;
   long_placed_ = 0;
   std::fill(slot_.begin(), slot_.end(), index_entry{unplaced, 0});
   std::fill(back_last_.begin(), back_last_.end(), 0);
@@ -172,8 +213,8 @@ std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
       if (back_last_[q] > l) cand_.push_back(slot_[q]);
     }
     collect_starting(s.after, s.stop);
-    if (long_placed_ != 0) collect_long(l);
-    work_ += 2 * cand_.size() + 1;  // see work() in greedy.h
+    const std::uint64_t in_unions = long_placed_ != 0 ? collect_long(l) : 0;
+    work_ += 2 * (cand_.size() + in_unions) + 1;  // see work() in greedy.h
     // By offset; slots at the same offset in any order (after the first of them no
     // gap can end at that offset).
     //

@@ -2,8 +2,9 @@
 // very offsets of the placer it replaced (reference_greedy_placer.h), on random traces
 // of several kinds: inference-like layer chains, random overlap, staircases, many
 // equal sizes, alignments of 1 byte to 4 KiB, lifetimes that all start at a few
-// positions, sizes whose slab passes 2^40 bytes, and traces long enough that its
-// index has lifetimes both shorter and longer than its window (Note [Time index]).
+// positions, sizes whose slab passes 2^40 bytes, slots that touch end to end, and
+// traces long enough that its index has lifetimes both shorter and longer
+// than its window (Note [Time index]).
 // Every ordering best.cc tries, plus shuffled orders (the improving pass's are
 // arbitrary), plus the early stop at give_up_above. A difference in one offset fails.
 #include <gtest/gtest.h>
@@ -45,6 +46,18 @@ void vary_alignments(std::mt19937_64& rng, trace& t) {
   for (trace_allocation& a : t.allocations) a.align = std::uint32_t{1} << (rng() % 13);
 }
 
+// Sizes of one or two slots: many slots that touch end to end, which a union of long
+// slots merges (Note [Long slots as unions]).
+trace touching_trace(std::mt19937_64& rng, std::size_t n) {
+  trace t = rng() % 2 == 0 ? event_trace(rng, n) : coarse_trace(rng, n);
+  const std::uint64_t sizes[3] = {64, 64, 128};
+  for (trace_allocation& a : t.allocations) {
+    a.size = sizes[rng() % 3];
+    a.align = 64;
+  }
+  return t;
+}
+
 trace random_kind(std::mt19937_64& rng, int kind, std::size_t n) {
   switch (kind) {
     case 0: return bench::inference_like(std::max<std::size_t>(n, 8), rng());
@@ -56,10 +69,11 @@ trace random_kind(std::mt19937_64& rng, int kind, std::size_t n) {
     case 6: return chain_trace(rng, n);
     case 7: return multi_stream_staircase(rng, 2 + rng() % 5, n);
     case 8: return decode_trace(rng, 1 + rng() % 4, 2 + n / 40);
+    case 9: return touching_trace(rng, n);
     default: return huge_sizes_trace(rng, n);
   }
 }
-constexpr int kinds = 10;
+constexpr int kinds = 11;
 
 // Places `order` with both placers, with and without an early stop; any difference in
 // the slab or in one offset is a failure naming the allocation.
@@ -126,6 +140,35 @@ TEST(FastPlacer, SameOffsetsAsTheReferenceOnLargerTraces) {
     if (iter % 5 == 4) vary_alignments(rng, t);
     check_every_ordering(t, random_options(rng), rng);
     if (HasFailure()) return;
+  }
+}
+
+// work() counts, per placement, one plus two per placed slot whose lifetime meets its
+// own, each once, whether the index keeps it alone or merged into a union (Note [Long
+// slots as unions]): best.cc's budgets, counted in work, buy what they bought.
+TEST(FastPlacer, WorkCountsEachSlotMetOnce) {
+  std::mt19937_64 rng(0xfa57'0004);
+  for (int iter = 0; iter < 150; ++iter) {
+    SCOPED_TRACE(iter);
+    const trace t = random_kind(rng, iter % kinds, 1 + rng() % 700);
+    const absl::StatusOr<greedy_input> in = detail::prepare_greedy(t, random_options(rng));
+    ASSERT_TRUE(in.ok()) << in.status();
+    std::vector<std::uint32_t> order = in->plannable;
+    std::shuffle(order.begin(), order.end(), rng);
+    if (iter % 3 == 0) order = detail::order_by_size(*in);
+    std::uint64_t want = 0;
+    std::vector<std::uint32_t> placed;
+    for (const std::uint32_t i : order) {
+      std::uint64_t met = 0;
+      for (const std::uint32_t j : placed) met += in->first[j] < in->last[i] && in->first[i] < in->last[j];
+      want += 1 + 2 * met;
+      placed.push_back(i);
+    }
+    detail::greedy_placer fast(*in);
+    fast.place(order);
+    ASSERT_EQ(fast.work(), want);
+    fast.place(order);  // a second run counts the same again
+    ASSERT_EQ(fast.work(), 2 * want);
   }
 }
 
