@@ -75,6 +75,9 @@ class greedy_placer {
   // follows the same course as before, as far or farther.
   std::uint64_t work() const { return work_; }
 
+  // Whether this trace's starts are kept as unions (Note [Starts as unions]).
+  bool starts_as_unions() const { return start_leaves_ != 0; }
+
  private:
   struct index_entry {
     std::uint64_t offset, end;
@@ -99,9 +102,14 @@ class greedy_placer {
   };
   void prefetch(std::uint32_t rank) const;
   void collect_starting(std::uint32_t from, std::uint32_t to);
+  void choose_starts();
+  std::uint64_t collect(const rank_info& s);
+  void index_placed(std::uint32_t k, std::uint64_t offset);
+  std::uint64_t collect_starting_wide(std::uint32_t from, std::uint32_t to);
   std::uint64_t collect_long(std::uint32_t l);
   void index_long(std::uint32_t l, std::uint32_t r, const long_entry& e);
-  void unite(std::size_t node, index_entry e);
+  struct run_ref;
+  static void unite(run_ref& x, index_entry* run, index_entry e);
 
   const greedy_input& in_;
   const std::vector<std::uint32_t>& first_;  // in.first, in.last
@@ -144,6 +152,20 @@ class greedy_placer {
   std::vector<index_entry> union_;
   std::vector<run_ref> partial_;              // per block: its long slots covering it in part
   std::vector<long_entry> partial_entries_;
+  // Note [Starts as unions]
+  // ~~~~~~~~~~~~~~~~~~~~~~~
+  // On traces whose lifetimes span thousands of others' starts (a real trace's
+  // buffers live over most of it), the slots starting inside a lifetime are most of
+  // what a placement meets, and scanning them one by one is most of its time. There a
+  // second tree, over the blocks of 64 ranks, keeps at each node the union of the
+  // placed slots starting in its blocks (Note [Long slots as unions]'s rule), and a
+  // lifetime's starts are its blocks' canonical nodes, the blocks it covers in part
+  // scanned as before. Each placement then unites its slot at every level, so the
+  // tree is made only where the scans it replaces would cost more (choose_starts):
+  // never on the short lifetimes of inference traces.
+  std::size_t start_leaves_ = 0;              // 0: no such tree
+  std::vector<run_ref> start_nodes_;          // per node: its union's run in start_union_
+  std::vector<index_entry> start_union_;
   std::vector<index_entry> cand_;                              // the slots met
   std::vector<std::uint64_t> packed_;                          // offset << 24 | index in cand_
   std::vector<std::uint64_t> offsets_;

@@ -91,6 +91,34 @@ greedy_placer::greedy_placer(const greedy_input& in) : in_(in), first_(in.first)
   sum = 0;
   for (run_ref& x : partial_) sum += std::exchange(x.begin, sum);
   partial_entries_.resize(sum);
+  choose_starts();
+}
+
+// Note [Starts as unions]: the tree over blocks of 64 ranks, made when the ranks the
+// placements would scan for starts are more than 256 per placement on average (a
+// placement then unites its slot at about log2(n / 64) nodes instead), on traces of
+// at most 2^18 plannable allocations (the runs take 16 bytes per rank and level). A
+// node's run holds at most its ranks' count of intervals.
+void greedy_placer::choose_starts() {
+  const std::size_t n = info_.size();
+  if (n == 0 || n > (std::size_t{1} << 18)) return;
+  std::uint64_t scanned = 0;
+  for (const rank_info& x : info_) scanned += x.stop - x.after;
+  if (scanned <= 256 * static_cast<std::uint64_t>(n)) return;
+  const std::size_t blocks = (n >> block_bits) + 1;
+  start_leaves_ = 1;
+  while (start_leaves_ < blocks) start_leaves_ <<= 1;
+  start_nodes_.assign(2 * start_leaves_, run_ref{0, 0, 0});
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const std::size_t from = b << block_bits;
+    start_nodes_[start_leaves_ + b].begin = static_cast<std::uint32_t>(std::min(n, from + (std::size_t{1} << block_bits)) - from);
+  }
+  for (std::size_t node = start_leaves_; node-- > 1;) {
+    start_nodes_[node].begin = start_nodes_[2 * node].begin + start_nodes_[2 * node + 1].begin;
+  }
+  std::uint32_t sum = 0;
+  for (run_ref& x : start_nodes_) sum += std::exchange(x.begin, sum);
+  start_union_.resize(sum);
 }
 
 // Appends to cand_ the placed slots of ranks [from, to), skipping blocks of 64 ranks
@@ -107,6 +135,29 @@ void greedy_placer::collect_starting(std::uint32_t from, std::uint32_t to) {
       if (slot_[q].offset != unplaced) cand_.push_back(slot_[q]);
     }
   }
+}
+
+// Appends to cand_ the placed slots of ranks [from, to) (Note [Starts as unions]): the
+// unions of the blocks of 64 ranks it covers whole, the rest one by one. Returns how
+// many more slots those unions hold than the intervals appended.
+std::uint64_t greedy_placer::collect_starting_wide(std::uint32_t from, std::uint32_t to) {
+  const std::size_t first_block = (std::size_t{from} + 63) >> block_bits, end_block = to >> block_bits;
+  if (first_block >= end_block) {
+    collect_starting(from, to);
+    return 0;
+  }
+  collect_starting(from, static_cast<std::uint32_t>(first_block << block_bits));
+  collect_starting(static_cast<std::uint32_t>(end_block << block_bits), to);
+  std::uint64_t more = 0;
+  auto take = [&](const run_ref& x) {
+    cand_.insert(cand_.end(), start_union_.begin() + x.begin, start_union_.begin() + x.begin + x.fill);
+    more += x.slots - x.fill;
+  };
+  for (std::size_t a = first_block + start_leaves_, b = end_block + start_leaves_; a < b; a >>= 1, b >>= 1) {
+    if (a & 1) take(start_nodes_[a++]);
+    if (b & 1) take(start_nodes_[--b]);
+  }
+  return more;
 }
 
 // Appends to cand_ the placed long slots live at position l (Note [Time index]): those
@@ -131,10 +182,9 @@ std::uint64_t greedy_placer::collect_long(std::uint32_t l) {
 // Adds slot e to node's union (Note [Long slots as unions]): e and the intervals it
 // overlaps or touches become one. The run stays sorted by offset, its ends sorted too
 // (no two meet), so the first interval that may meet e is found by binary search.
-void greedy_placer::unite(std::size_t node, index_entry e) {
-  run_ref& x = nodes_[node];
+void greedy_placer::unite(run_ref& x, index_entry* run, index_entry e) {
   ++x.slots;
-  index_entry* const b = union_.data() + x.begin;
+  index_entry* const b = run + x.begin;
   index_entry* const end = b + x.fill;
   index_entry* const from =
       std::partition_point(b, end, [&](const index_entry& u) { return u.end < e.offset; });
@@ -161,8 +211,8 @@ void greedy_placer::index_long(std::uint32_t l, std::uint32_t r, const long_entr
     partial_entries_[x.begin + x.fill++] = e;
   }
   for (std::size_t a = (l + window_ - 1) / window_ + leaves_, b = r / window_ + leaves_; a < b; a >>= 1, b >>= 1) {
-    if (a & 1) unite(a++, {e.offset, e.end});
-    if (b & 1) unite(--b, {e.offset, e.end});
+    if (a & 1) unite(nodes_[a++], union_.data(), {e.offset, e.end});
+    if (b & 1) unite(nodes_[--b], union_.data(), {e.offset, e.end});
   }
   ++long_placed_;
 }
@@ -185,10 +235,47 @@ void greedy_placer::prefetch(std::uint32_t rank) const {
   }
 }
 
+// The slots that meet [l, r) (Note [Time index]) into cand_: the short ones live at l,
+// those starting inside (l, r), the long ones live at l. Returns how many more slots
+// met the unions hold than their intervals in cand_.
+std::uint64_t greedy_placer::collect(const rank_info& s) {
+  cand_.clear();
+  for (std::uint32_t q = s.window_from; q < s.after; ++q) {
+    if (back_last_[q] > s.first) cand_.push_back(slot_[q]);
+  }
+  std::uint64_t in_unions = 0;
+  if (start_leaves_ != 0) {
+    in_unions += collect_starting_wide(s.after, s.stop);
+  } else {
+    collect_starting(s.after, s.stop);
+  }
+  if (long_placed_ != 0) in_unions += collect_long(s.first);
+  return in_unions;
+}
+
+// Indexes rank k's new slot at `offset`: its rank's entry, the starts' unions when
+// kept, and the tree when it is long.
+void greedy_placer::index_placed(std::uint32_t k, std::uint64_t offset) {
+  const rank_info& s = info_[k];
+  slot_[k] = {offset, offset + s.footprint};
+  ++placed_[k >> block_bits];
+  if (start_leaves_ != 0) {
+    for (std::size_t node = start_leaves_ + (k >> block_bits); node >= 1; node >>= 1) {
+      unite(start_nodes_[node], start_union_.data(), slot_[k]);
+    }
+  }
+  if (s.last - s.first <= window_) {
+    back_last_[k] = s.last;
+  } else {
+    index_long(s.first, s.last, {offset, offset + s.footprint, s.first, s.last});
+  }
+}
+
 std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
                                    std::uint64_t give_up_above) {
   for (run_ref& x : nodes_) x.fill = x.slots = 0;
   for (run_ref& x : partial_) x.fill = 0;
+  for (run_ref& x : start_nodes_) x.fill = x.slots = 0;
   long_placed_ = 0;
   std::fill(slot_.begin(), slot_.end(), index_entry{unplaced, 0});
   std::fill(back_last_.begin(), back_last_.end(), 0);
@@ -205,15 +292,7 @@ std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
     if (j + data_ahead < ranks_.size()) prefetch(ranks_[j + data_ahead]);
     const std::uint32_t k = ranks_[j];
     const rank_info& s = info_[k];
-    const std::uint32_t l = s.first, r = s.last;
-    // The slots that meet [l, r) (Note [Time index]): the short ones live at l, those
-    // starting inside (l, r), the long ones live at l.
-    cand_.clear();
-    for (std::uint32_t q = s.window_from; q < s.after; ++q) {
-      if (back_last_[q] > l) cand_.push_back(slot_[q]);
-    }
-    collect_starting(s.after, s.stop);
-    const std::uint64_t in_unions = long_placed_ != 0 ? collect_long(l) : 0;
+    const std::uint64_t in_unions = collect(s);
     work_ += 2 * (cand_.size() + in_unions) + 1;  // see work() in greedy.h
     // By offset; slots at the same offset in any order (after the first of them no
     // gap can end at that offset).
@@ -249,14 +328,7 @@ std::uint64_t greedy_placer::place(std::span<const std::uint32_t> order,
     if (best == not_in_slab) best = align_up(end, al);
     slab = std::max(slab, best + fp);
     if (slab > give_up_above) break;
-    // Index the new slot: its rank's entry, and the tree when it is long.
-    slot_[k] = {best, best + fp};
-    ++placed_[k >> block_bits];
-    if (r - l <= window_) {
-      back_last_[k] = r;
-    } else {
-      index_long(l, r, {best, best + fp, l, r});
-    }
+    index_placed(k, best);
   }
   // The offsets by allocation index, in one pass (every rank when nothing gave up).
   for (std::size_t k = 0; k < slot_.size(); ++k) {
