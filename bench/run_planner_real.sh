@@ -72,6 +72,8 @@ for name, algo in seen:
         print(f"| {name} | {a['planned']} | {a['algorithm']} | {a_ms:.0f} | {a_ratio:.4f} |")
 PY
 cat "$tmp/table" >&2
+before_line=""
+[ -z "$BEFORE" ] || before_line="Before: the CLI named by BEFORE, each of its runs right before the same run of this build's."
 {
   echo "## Planner: real traces with many buffers live at once"
   echo
@@ -83,7 +85,7 @@ cat "$tmp/table" >&2
 Each planner on real traces (bench/planner/iopddl: 28,526 buffers, about 3,000 live at any
 moment), byte for byte (\`--slot-align 1\`): the median of $RUNS runs of the CLI's plan_ms (the
 planner alone), the slab over the lower bound (the peak of live bytes; no optimum known).
-${BEFORE:+Before: the CLI named by BEFORE, each of its runs right before the same run of this build's.}
+$before_line
 Goal (issue 44): \`best\` under 1 s and within 1.01x of the lower bound.
 
 TEXT

@@ -103,8 +103,8 @@ class greedy_placer {
   void prefetch(std::uint32_t rank) const;
   void collect_starting(std::uint32_t from, std::uint32_t to);
   void choose_starts();
-  std::uint64_t collect(const rank_info& s);
-  void index_placed(std::uint32_t k, std::uint64_t offset);
+  [[gnu::always_inline]] std::uint64_t collect(const rank_info& s);
+  [[gnu::always_inline]] void index_placed(std::uint32_t k, std::uint64_t offset);
   std::uint64_t collect_starting_wide(std::uint32_t from, std::uint32_t to);
   std::uint64_t collect_long(std::uint32_t l);
   void index_long(std::uint32_t l, std::uint32_t r, const long_entry& e);

@@ -150,7 +150,8 @@ std::uint64_t greedy_placer::collect_starting_wide(std::uint32_t from, std::uint
   collect_starting(static_cast<std::uint32_t>(end_block << block_bits), to);
   std::uint64_t more = 0;
   auto take = [&](const run_ref& x) {
-    cand_.insert(cand_.end(), start_union_.begin() + x.begin, start_union_.begin() + x.begin + x.fill);
+    const index_entry* u = start_union_.data() + x.begin;
+    for (std::uint32_t k = 0; k < x.fill; ++k) cand_.push_back(u[k]);
     more += x.slots - x.fill;
   };
   for (std::size_t a = first_block + start_leaves_, b = end_block + start_leaves_; a < b; a >>= 1, b >>= 1) {
@@ -173,7 +174,9 @@ std::uint64_t greedy_placer::collect_long(std::uint32_t l) {
   std::uint64_t more = 0;
   for (std::size_t node = leaves_ + block; node >= 1; node >>= 1) {
     const run_ref& x = nodes_[node];
-    cand_.insert(cand_.end(), union_.begin() + x.begin, union_.begin() + x.begin + x.fill);
+    if (x.fill == 0) continue;  // most nodes, on short lifetimes (then no slots either)
+    const index_entry* u = union_.data() + x.begin;
+    for (std::uint32_t k = 0; k < x.fill; ++k) cand_.push_back(u[k]);
     more += x.slots - x.fill;
   }
   return more;
@@ -238,7 +241,7 @@ void greedy_placer::prefetch(std::uint32_t rank) const {
 // The slots that meet [l, r) (Note [Time index]) into cand_: the short ones live at l,
 // those starting inside (l, r), the long ones live at l. Returns how many more slots
 // met the unions hold than their intervals in cand_.
-std::uint64_t greedy_placer::collect(const rank_info& s) {
+inline std::uint64_t greedy_placer::collect(const rank_info& s) {
   cand_.clear();
   for (std::uint32_t q = s.window_from; q < s.after; ++q) {
     if (back_last_[q] > s.first) cand_.push_back(slot_[q]);
@@ -255,7 +258,7 @@ std::uint64_t greedy_placer::collect(const rank_info& s) {
 
 // Indexes rank k's new slot at `offset`: its rank's entry, the starts' unions when
 // kept, and the tree when it is long.
-void greedy_placer::index_placed(std::uint32_t k, std::uint64_t offset) {
+inline void greedy_placer::index_placed(std::uint32_t k, std::uint64_t offset) {
   const rank_info& s = info_[k];
   slot_[k] = {offset, offset + s.footprint};
   ++placed_[k >> block_bits];
