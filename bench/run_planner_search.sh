@@ -49,7 +49,7 @@ LOADS=()
 } > "$tmp/search"
 for f in "$root"/bench/planner/minimalloc/*.csv; do
   name=$(basename "$f" .1048576.csv)
-  best=$("$CLI" plan "$f" --slot-align 1 -o "$tmp/out.csv")
+  best=$("$CLI" plan "$f" --slot-align 1 --algo best -o "$tmp/out.csv")
   times=()
   LOADS+=("$name:$(wait_for_quiet)")
   for ((r = 0; r < RUNS; r++)); do

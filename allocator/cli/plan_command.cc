@@ -25,17 +25,23 @@ std::string usage() {
       "MiniMalloc's CSV id,lower,upper,size) and writes PLAN. Prints one JSON line:\n"
       "algorithm, allocations, planned, outliving, slab_bytes, lower_bound_bytes,\n"
       "efficiency (lower bound / slab), proven_optimal (no smaller slab exists: the slab is\n"
-      "at the lower bound, or the search proved it), plan_ms, output; with --algo search\n"
-      "also proven_lower_bound_bytes (no slab is smaller) and search_nodes.\n"
+      "at the lower bound, or the search proved it), plan_ms, output; with anytime and\n"
+      "search also proven_lower_bound_bytes (no slab is smaller) and search_nodes.\n"
       "\n"
       "  -o, --output PLAN   the plan to write (\"-\" for stdout, CSV)\n"
-      "  --algo NAME         planner: ",
+      "  --algo NAME         planner: anytime, ",
       absl::StrJoin(algorithm_names(), ", "),
-      " (default best). search: a branch-and-bound\n"
-      "                      search for the smallest slab, exact when it finishes, never\n"
-      "                      worse than best (planner/search.h)\n"
-      "  --time-limit S      search's budget in seconds (default 10)\n"
-      "  --goal BYTES        search: stop once the slab is at most BYTES (a known capacity)\n"
+      " (default anytime).\n"
+      "                      anytime: best, then, where best is above the\n"
+      "                      lower bound, the search until --time-limit; says whether the\n"
+      "                      result is proven optimal. search: a branch-and-bound search\n"
+      "                      for the smallest slab, exact when it finishes, never worse\n"
+      "                      than best (planner/search.h); traces of more than 16,384\n"
+      "                      allocations get best's plan\n"
+      "  --time-limit S      the search's budget in seconds (anytime: default 5; search:\n"
+      "                      default 10)\n"
+      "  --goal BYTES        anytime, search: stop once the slab is at most BYTES (a known\n"
+      "                      capacity)\n"
       "  --format F          csv (id,offset,size: one row per allocation in the slab),\n"
       "                      raplan (the plan file the engine loads) or minimalloc\n"
       "                      (MiniMalloc's solution: id,lower,upper,size,offset); default:\n"
@@ -74,12 +80,17 @@ int run_plan(const std::vector<std::string>& args) {
     }
     o.slot_align = static_cast<std::uint64_t>(*v);
   }
-  const std::string algo = a->get("--algo").value_or("best");
+  // The default, anytime (issue 44, item 1): best, then the search within a budget
+  // where best is above the lower bound (the search starts from best's plan and returns
+  // at once when it is at the bound); the answer says whether it is proven optimal.
+  const std::string algo = a->get("--algo").value_or("anytime");
+  const bool searches = algo == "search" || algo == "anytime";
   search_options so;
+  if (algo == "anytime") so.time_limit_s = 5;
   if (const std::optional<std::string> s = a->get("--time-limit")) {
     const std::optional<double> v = parse_number(*s);
     if (!v || *v <= 0) return usage_error("plan", usage(), absl::StrCat("--time-limit '", *s, "' is not a positive number"));
-    if (algo != "search") return usage_error("plan", usage(), "--time-limit is for --algo search");
+    if (!searches) return usage_error("plan", usage(), "--time-limit is for --algo anytime and search");
     so.time_limit_s = *v;
   }
   if (const std::optional<std::string> s = a->get("--goal")) {
@@ -87,7 +98,7 @@ int run_plan(const std::vector<std::string>& args) {
     if (!v || *v != static_cast<double>(static_cast<std::uint64_t>(*v))) {
       return usage_error("plan", usage(), absl::StrCat("--goal '", *s, "' is not a number of bytes"));
     }
-    if (algo != "search") return usage_error("plan", usage(), "--goal is for --algo search");
+    if (!searches) return usage_error("plan", usage(), "--goal is for --algo anytime and search");
     so.goal_bytes = static_cast<std::uint64_t>(*v);
   }
   const std::string format =
@@ -102,7 +113,7 @@ int run_plan(const std::vector<std::string>& args) {
   double ms = 0;
   absl::StatusOr<placement> p;
   std::optional<search_result> searched;
-  if (algo == "search") {
+  if (searches) {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<search_result> r = search_plan(*t, o, so);
     ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

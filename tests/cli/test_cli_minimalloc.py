@@ -3,6 +3,7 @@
 `plans optimize`; every solution checked here, independently of validate().
 """
 import json
+import time
 import os
 import unittest
 
@@ -79,7 +80,8 @@ class Minimalloc(Base):
         p = run("convert", self.write("problem.csv", "id,lower,upper,size\n1,0,5,10\n"),
                 self.path("x.raplan"), check=1)
         self.assertIn("holds no plan", p.stderr)
-        run("plan", bad, "-o", self.path("o.csv"), "--time-limit", "1", check=2)  # best has no time limit
+        run("plan", bad, "-o", self.path("o.csv"), "--algo", "best", "--time-limit", "1",
+            check=2)  # best has no time limit
 
     def test_the_search_reaches_minimallocs_capacity_on_a_challenging_instance(self):
         src = os.path.join(CHALLENGING, "C.1048576.csv")
@@ -88,11 +90,38 @@ class Minimalloc(Base):
         p = run("plan", src, "--slot-align", "1", "--algo", "search", "--time-limit", "20",
                 "--format", "minimalloc", "-o", self.path("c.csv"), check=0)
         summary = json.loads(p.stdout)
-        best = json.loads(run("plan", src, "--slot-align", "1", "-o", self.path("b.csv"), check=0).stdout)
+        best = json.loads(run("plan", src, "--slot-align", "1", "--algo", "best", "-o", self.path("b.csv"),
+                              check=0).stdout)
         self.assertLessEqual(summary["slab_bytes"], 1048576)
         self.assertLess(summary["slab_bytes"], best["slab_bytes"])
         with open(self.path("c.csv")) as f:
             check_solution(self, minimalloc_rows(f.read()), 1048576)
+
+    def test_the_default_plan_is_best_then_the_search_within_its_time_limit(self):
+        # anytime (issue 44, item 1): on an instance best leaves above the lower bound the
+        # default searches, says so, and stops at --time-limit or at --goal; on one best
+        # solves at the bound it returns at once, proven optimal.
+        src = os.path.join(CHALLENGING, "C.1048576.csv")
+        if not os.path.exists(src):
+            self.skipTest("bench/planner/minimalloc is not in this tree")
+        best = json.loads(run("plan", src, "--slot-align", "1", "--algo", "best", "-o", self.path("b.csv"),
+                              check=0).stdout)
+        self.assertGreater(best["slab_bytes"], best["lower_bound_bytes"])
+        start = time.monotonic()
+        p = json.loads(run("plan", src, "--slot-align", "1", "--time-limit", "30", "--goal", "1048576",
+                           "-o", self.path("a.csv"), check=0).stdout)
+        self.assertLess(time.monotonic() - start, 60)
+        self.assertEqual(p["algorithm"], "search")
+        self.assertLessEqual(p["slab_bytes"], 1048576)
+        self.assertLess(p["slab_bytes"], best["slab_bytes"])
+        self.assertIn("proven_lower_bound_bytes", p)
+        self.assertGreater(p["search_nodes"], 0)
+        # At the bound already: no search, proven.
+        easy = self.write("easy.csv", "id,lower,upper,size\n1,0,5,10\n2,5,8,10\n3,0,8,6\n")
+        q = json.loads(run("plan", easy, "--slot-align", "1", "-o", self.path("e.csv"), check=0).stdout)
+        self.assertTrue(q["proven_optimal"])
+        self.assertEqual(q["slab_bytes"], q["lower_bound_bytes"])
+        self.assertLess(q["plan_ms"], 1000)
 
     def test_plans_optimize_rewrites_only_smaller_plans(self):
         plans = self.path("plans")
@@ -101,7 +130,8 @@ class Minimalloc(Base):
         src = os.path.join(CHALLENGING, "K.1048576.csv")
         if not os.path.exists(src):
             self.skipTest("bench/planner/minimalloc is not in this tree")
-        run("plan", src, "-o", self.path("k.raplan"), check=0)
+        # best's plan (the default would have searched already, leaving nothing to find)
+        run("plan", src, "--algo", "best", "-o", self.path("k.raplan"), check=0)
         hint = run("plans", "verify", self.dir, check=1).stdout
         name = next(w for w in hint.split() if w.startswith("minimalloc-") and w.endswith(".raplan"))
         os.rename(self.path("k.raplan"), os.path.join(plans, name))
