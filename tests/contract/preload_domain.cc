@@ -5,6 +5,8 @@
 // under LD_PRELOAD; the program marks its iterations with the C API the library
 // exports. Run in-process, the test can also ask the slab range who owns a block.
 #include <jemalloc/jemalloc.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "backend/backend.h"
 #include "backend/slab_range.h"
@@ -127,11 +130,27 @@ long minor_faults() {
   return u.ru_minflt;
 }
 
+// Runs f on a new thread bound to `cpu`: jemalloc gives a new thread the arena of the
+// CPU it runs on (Note [The fallback's arenas per CPU]), and keeps a running thread on
+// its arena while no other thread used that arena since.
+template <typename F>
+void on_cpu(int cpu, F f) {
+  std::thread t([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    f();
+  });
+  t.join();
+}
+
 // Note [The fallback's huge blocks] (backend/jemalloc_backend.cc): in the preload
 // library, a block of 8 MiB or more that goes back to the fallback keeps its pages for
 // the next one (jemalloc's own default purges them at the free, and every page faults
-// in again), unless MALLOC_CONF says otherwise. On the main thread, so in jemalloc's
-// arena 0, which the option alone does not reach.
+// in again), unless MALLOC_CONF says otherwise. In jemalloc's arena 0, which the
+// option alone does not reach: the arena of CPU 0 (Note [The fallback's arenas per
+// CPU]), so the test runs on CPU 0.
 TEST(PreloadFallback, KeepsTheFreedPagesOfHugeBlocks) {
   if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
   (void)replayalloc::stats();  // the engine is made (and tunes the fallback)
@@ -139,27 +158,32 @@ TEST(PreloadFallback, KeepsTheFreedPagesOfHugeBlocks) {
   std::size_t len = sizeof threshold;
   ASSERT_EQ(mallctl("opt.oversize_threshold", &threshold, &len, nullptr, 0), 0);
   EXPECT_EQ(threshold, 0u) << "jemalloc did not read the preload library's malloc_conf";
-  unsigned arena = 1;
-  len = sizeof arena;
-  ASSERT_EQ(mallctl("thread.arena", &arena, &len, nullptr, 0), 0);
-  ASSERT_EQ(arena, 0u) << "the test means to exercise arena 0";
-  constexpr std::size_t kSize = std::size_t{32} << 20;
-  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
-  for (int round = 0; round < 2; ++round) {
-    void* p = detail::backend::fallback_alloc(kSize, 16);
-    ASSERT_NE(p, nullptr);
-    // 4 KiB pages even where transparent huge pages are `always`, so that a purged
-    // block shows as 8,192 faults rather than 16.
-    const std::uintptr_t first = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
-    const std::uintptr_t last = (reinterpret_cast<std::uintptr_t>(p) + kSize) & ~(page - 1);
-    madvise(reinterpret_cast<void*>(first), last - first, MADV_NOHUGEPAGE);
-    const long before = minor_faults();
-    std::memset(p, round + 1, kSize);
-    const long faults = minor_faults() - before;
-    detail::backend::fallback_free(p);
-    // The first round faults its pages in; the second reuses them.
-    if (round == 1) EXPECT_LT(faults, 512) << "a freed 32 MiB block's pages were given back at once";
-  }
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+  if (!CPU_ISSET(0, &all)) GTEST_SKIP() << "CPU 0 is not ours to run on";
+  on_cpu(0, [&] {
+    unsigned arena = 1;
+    len = sizeof arena;
+    ASSERT_EQ(mallctl("thread.arena", &arena, &len, nullptr, 0), 0);
+    ASSERT_EQ(arena, 0u) << "the test means to exercise arena 0";
+    constexpr std::size_t kSize = std::size_t{32} << 20;
+    const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+    for (int round = 0; round < 2; ++round) {
+      void* p = detail::backend::fallback_alloc(kSize, 16);
+      ASSERT_NE(p, nullptr);
+      // 4 KiB pages even where transparent huge pages are `always`, so that a purged
+      // block shows as 8,192 faults rather than 16.
+      const std::uintptr_t first = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
+      const std::uintptr_t last = (reinterpret_cast<std::uintptr_t>(p) + kSize) & ~(page - 1);
+      madvise(reinterpret_cast<void*>(first), last - first, MADV_NOHUGEPAGE);
+      const long before = minor_faults();
+      std::memset(p, round + 1, kSize);
+      const long faults = minor_faults() - before;
+      detail::backend::fallback_free(p);
+      // The first round faults its pages in; the second reuses them.
+      if (round == 1) EXPECT_LT(faults, 512) << "a freed 32 MiB block's pages were given back at once";
+    }
+  });
 }
 
 // jemalloc's count of large blocks its arena `arena` handed out (thread-cache hits are
@@ -200,6 +224,66 @@ TEST(PreloadFallback, ServesRecurringLargeBlocksFromTheThreadCache) {
   }
   EXPECT_LE(arena_large_mallocs(arena) - before, 2u)
       << "the fallback's recurring 96 KiB blocks were taken from the arena each time";
+}
+
+// stats.arenas.<arena>.pdirty after refreshing the statistics: the arena's dirty pages.
+std::size_t arena_dirty_pages(unsigned arena) {
+  std::uint64_t epoch = 1;
+  std::size_t len = sizeof epoch;
+  mallctl("epoch", &epoch, &len, &epoch, len);
+  const std::string name = "stats.arenas." + std::to_string(arena) + ".pdirty";
+  std::size_t n = 0;
+  len = sizeof n;
+  EXPECT_EQ(mallctl(name.c_str(), &n, &len, nullptr, 0), 0) << name;
+  return n;
+}
+
+// Note [The fallback's arenas per CPU] (backend/jemalloc_backend.cc): a thread's
+// fallback blocks come from the arena of its CPU, and a thread that exits leaves that
+// arena's free pages to the threads still running there, where jemalloc's default (an
+// arena per thread) purges them all at its exit, and its successor faults them back in.
+TEST(PreloadFallback, AThreadThatExitsLeavesItsPagesToItsCPUsOtherThreads) {
+  if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
+  (void)replayalloc::stats();
+  const char* mode = nullptr;
+  std::size_t len = sizeof mode;
+  ASSERT_EQ(mallctl("opt.percpu_arena", &mode, &len, nullptr, 0), 0);
+  ASSERT_NE(mode, nullptr);
+  EXPECT_STREQ(mode, "percpu") << "jemalloc did not read the preload library's malloc_conf";
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &all)) ++cpu;
+  // A thread on that CPU, and a worker beside it on the same CPU that uses and frees
+  // 4 MiB of 256 KiB blocks (above the thread cache: dirty pages of the arena) and exits.
+  on_cpu(cpu, [&] {
+    void* big = detail::backend::fallback_alloc(std::size_t{1} << 20, 16);
+    ASSERT_NE(big, nullptr);
+    unsigned mine = 0;
+    std::size_t l = sizeof mine;
+    ASSERT_EQ(mallctl("thread.arena", &mine, &l, nullptr, 0), 0);
+    EXPECT_EQ(mine, static_cast<unsigned>(cpu)) << "a thread's arena is not its CPU's";
+    unsigned theirs = UINT32_MAX;
+    std::size_t dirty_at_exit = 0;
+    on_cpu(cpu, [&] {
+      void* blocks[16];
+      for (void*& b : blocks) {
+        b = detail::backend::fallback_alloc(std::size_t{256} << 10, 16);
+        ASSERT_NE(b, nullptr);
+        std::memset(b, 1, std::size_t{256} << 10);
+      }
+      for (void* b : blocks) detail::backend::fallback_free(b);
+      std::size_t n = sizeof theirs;
+      ASSERT_EQ(mallctl("thread.arena", &theirs, &n, nullptr, 0), 0);
+      dirty_at_exit = arena_dirty_pages(theirs);
+    });
+    EXPECT_EQ(theirs, mine) << "two threads on one CPU used different arenas";
+    ASSERT_GE(dirty_at_exit, std::size_t{512}) << "the worker's freed blocks were not dirty pages of its arena";
+    // The arena still has a thread: the worker's exit purged nothing.
+    EXPECT_GE(arena_dirty_pages(theirs), dirty_at_exit / 2)
+        << "the worker's exit purged the arena a running thread still uses";
+    detail::backend::fallback_free(big);
+  });
 }
 
 }  // namespace
