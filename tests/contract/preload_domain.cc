@@ -186,18 +186,21 @@ TEST(PreloadFallback, KeepsTheFreedPagesOfHugeBlocks) {
   });
 }
 
-// jemalloc's count of large blocks its arena `arena` handed out (thread-cache hits are
-// not in it), after refreshing the statistics.
-std::uint64_t arena_large_mallocs(unsigned arena) {
+// stats.arenas.<arena>.<field> after refreshing the statistics: large.nmalloc, the large
+// blocks the arena handed out (thread-cache hits are not in it); pdirty, its dirty pages.
+template <typename T>
+T arena_stat(unsigned arena, const char* field) {
   std::uint64_t epoch = 1;
   std::size_t len = sizeof epoch;
   mallctl("epoch", &epoch, &len, &epoch, len);
-  const std::string name = "stats.arenas." + std::to_string(arena) + ".large.nmalloc";
-  std::uint64_t n = 0;
+  const std::string name = "stats.arenas." + std::to_string(arena) + "." + field;
+  T n = 0;
   len = sizeof n;
   EXPECT_EQ(mallctl(name.c_str(), &n, &len, nullptr, 0), 0) << name;
   return n;
 }
+std::uint64_t arena_large_mallocs(unsigned arena) { return arena_stat<std::uint64_t>(arena, "large.nmalloc"); }
+std::size_t arena_dirty_pages(unsigned arena) { return arena_stat<std::size_t>(arena, "pdirty"); }
 
 // Note [The fallback's thread cache] (backend/jemalloc_backend.cc): a large block the
 // fallback serves again and again on one thread (here 96 KiB, 3 times jemalloc's own
@@ -224,18 +227,6 @@ TEST(PreloadFallback, ServesRecurringLargeBlocksFromTheThreadCache) {
   }
   EXPECT_LE(arena_large_mallocs(arena) - before, 2u)
       << "the fallback's recurring 96 KiB blocks were taken from the arena each time";
-}
-
-// stats.arenas.<arena>.pdirty after refreshing the statistics: the arena's dirty pages.
-std::size_t arena_dirty_pages(unsigned arena) {
-  std::uint64_t epoch = 1;
-  std::size_t len = sizeof epoch;
-  mallctl("epoch", &epoch, &len, &epoch, len);
-  const std::string name = "stats.arenas." + std::to_string(arena) + ".pdirty";
-  std::size_t n = 0;
-  len = sizeof n;
-  EXPECT_EQ(mallctl(name.c_str(), &n, &len, nullptr, 0), 0) << name;
-  return n;
 }
 
 // Note [The fallback's arenas per CPU] (backend/jemalloc_backend.cc): a thread's
