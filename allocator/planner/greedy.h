@@ -110,6 +110,7 @@ class greedy_placer {
   void index_long(std::uint32_t l, std::uint32_t r, const long_entry& e);
   struct run_ref;
   static void unite(run_ref& x, index_entry* run, index_entry e);
+  std::uint64_t take_union(const run_ref& x, const index_entry* run);
 
   const greedy_input& in_;
   const std::vector<std::uint32_t>& first_;  // in.first, in.last

@@ -137,11 +137,19 @@ void greedy_placer::collect_starting(std::uint32_t from, std::uint32_t to) {
   }
 }
 
+// Appends a union's intervals (run x of `run`) to cand_; returns how many more slots it
+// holds than intervals (Note [Long slots as unions]: work() counts slots).
+inline std::uint64_t greedy_placer::take_union(const run_ref& x, const index_entry* run) {
+  const index_entry* u = run + x.begin;
+  for (std::uint32_t k = 0; k < x.fill; ++k) cand_.push_back(u[k]);
+  return x.slots - x.fill;
+}
+
 // Appends to cand_ the placed slots of ranks [from, to) (Note [Starts as unions]): the
 // unions of the blocks of 64 ranks it covers whole, the rest one by one. Returns how
 // many more slots those unions hold than the intervals appended.
 std::uint64_t greedy_placer::collect_starting_wide(std::uint32_t from, std::uint32_t to) {
-  const std::size_t first_block = (std::size_t{from} + 63) >> block_bits, end_block = to >> block_bits;
+  const std::size_t first_block = (std::size_t{from} + (std::size_t{1} << block_bits) - 1) >> block_bits, end_block = to >> block_bits;
   if (first_block >= end_block) {
     collect_starting(from, to);
     return 0;
@@ -149,14 +157,9 @@ std::uint64_t greedy_placer::collect_starting_wide(std::uint32_t from, std::uint
   collect_starting(from, static_cast<std::uint32_t>(first_block << block_bits));
   collect_starting(static_cast<std::uint32_t>(end_block << block_bits), to);
   std::uint64_t more = 0;
-  auto take = [&](const run_ref& x) {
-    const index_entry* u = start_union_.data() + x.begin;
-    for (std::uint32_t k = 0; k < x.fill; ++k) cand_.push_back(u[k]);
-    more += x.slots - x.fill;
-  };
   for (std::size_t a = first_block + start_leaves_, b = end_block + start_leaves_; a < b; a >>= 1, b >>= 1) {
-    if (a & 1) take(start_nodes_[a++]);
-    if (b & 1) take(start_nodes_[--b]);
+    if (a & 1) more += take_union(start_nodes_[a++], start_union_.data());
+    if (b & 1) more += take_union(start_nodes_[--b], start_union_.data());
   }
   return more;
 }
@@ -173,11 +176,7 @@ std::uint64_t greedy_placer::collect_long(std::uint32_t l) {
   }
   std::uint64_t more = 0;
   for (std::size_t node = leaves_ + block; node >= 1; node >>= 1) {
-    const run_ref& x = nodes_[node];
-    if (x.fill == 0) continue;  // most nodes, on short lifetimes (then no slots either)
-    const index_entry* u = union_.data() + x.begin;
-    for (std::uint32_t k = 0; k < x.fill; ++k) cand_.push_back(u[k]);
-    more += x.slots - x.fill;
+    if (nodes_[node].fill != 0) more += take_union(nodes_[node], union_.data());  // most are empty
   }
   return more;
 }
