@@ -40,6 +40,12 @@ bool use_fast_entry_points() noexcept;
 // the program's MALLOC_CONF chose otherwise. Call once, under the reentry guard.
 void keep_huge_pages() noexcept;
 
+// Puts the front cache (Note [The fallback's front cache], front_cache.cc) in front of
+// the plain malloc and free, for blocks of up to 64 KiB; false (nothing changes) where
+// the plain entry points are not jemalloc's own (AddressSanitizer, the dlopen build).
+// Call once, under the reentry guard, after use_fast_entry_points().
+bool use_front_cache() noexcept;
+
 // Makes the backend zero a reused large block it callocs by memset, not by giving its
 // pages back and faulting them in again (jemalloc: Note [Zeroing by memset] in
 // jemalloc_backend.cc; glibc memsets already). Call once, under the reentry guard.
@@ -78,6 +84,10 @@ using plain_malloc_fn = void* (*)(std::size_t) noexcept;
 using plain_free_fn = void (*)(void*) noexcept;
 inline constinit std::atomic<plain_malloc_fn> g_plain_malloc{nullptr};
 inline constinit std::atomic<plain_free_fn> g_plain_free{nullptr};
+// The plain malloc of a request passed through (at or above the minimum, or any size
+// from the slow path): g_plain_malloc's, or the front cache's once it is on (Note [The
+// fallback's front cache]); then g_plain_free is the front cache's too.
+inline constinit std::atomic<plain_malloc_fn> g_pass_malloc{nullptr};
 
 // pre: align is a power of two. Returns null on failure (errno untouched).
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept;

@@ -9,19 +9,11 @@
 //
 // Built with REPLAYALLOC_PRIVATE_JEMALLOC (libreplayalloc.so: Note [Private jemalloc]
 // in allocator/CMakeLists.txt), jemalloc is a copy linked into the library whose public
-// names carry the prefix replayalloc_je_ and are hidden: the names below are mapped to
-// those before jemalloc.h declares them, and its malloc, calloc and free are taken
-// directly, not looked up.
+// names carry the prefix replayalloc_je_ and are hidden (jemalloc_names.h maps them),
+// and its malloc, calloc and free are taken directly, not looked up.
 #include <dlfcn.h>
-#if defined(REPLAYALLOC_PRIVATE_JEMALLOC)
-#define mallocx replayalloc_je_mallocx
-#define sallocx replayalloc_je_sallocx
-#define dallocx replayalloc_je_dallocx
-#define sdallocx replayalloc_je_sdallocx
-#define rallocx replayalloc_je_rallocx
-#define mallctl replayalloc_je_mallctl
-#endif
-#include <jemalloc/jemalloc.h>
+
+#include "backend/jemalloc_names.h"
 
 #include <atomic>
 #include <cstdint>
@@ -30,6 +22,7 @@
 #include <limits>
 
 #include "backend/backend.h"
+#include "backend/front_cache.h"
 #include "support/config.h"
 
 // AddressSanitizer does not see jemalloc's blocks (mallocx is not intercepted), but
@@ -299,8 +292,26 @@ bool use_fast_entry_points() noexcept {
   g_je_free.store(reinterpret_cast<free_fn>(f), std::memory_order_release);
 #if !defined(REPLAYALLOC_ASAN)
   g_plain_malloc.store(reinterpret_cast<malloc_fn>(m), std::memory_order_relaxed);
+  g_pass_malloc.store(reinterpret_cast<malloc_fn>(m), std::memory_order_relaxed);
   g_plain_free.store(reinterpret_cast<free_fn>(f), std::memory_order_relaxed);
 #endif
+  return true;
+}
+
+bool use_front_cache() noexcept {
+  malloc_fn m = g_je_malloc.load(std::memory_order_relaxed);
+  free_fn f = g_je_free.load(std::memory_order_relaxed);
+  // Only where the plain entry points are jemalloc's own (not under AddressSanitizer).
+  if (m == nullptr || f == nullptr || g_plain_malloc.load(std::memory_order_relaxed) != m ||
+      g_plain_free.load(std::memory_order_relaxed) != f) {
+    return false;
+  }
+  front_backend b;
+  b.malloc = m;
+  b.free = f;
+  if (!make_front_arena(&b) || !enable_front_cache(b)) return false;
+  g_pass_malloc.store(&front_malloc, std::memory_order_relaxed);
+  g_plain_free.store(&front_free, std::memory_order_relaxed);
   return true;
 }
 
@@ -406,6 +417,7 @@ std::size_t thread_cache_max() noexcept {
 }
 
 void release_free_memory(std::size_t slab_bytes) noexcept {
+  front_cache_release();  // Note [The fallback's front cache]: its blocks' pages too
   mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
   std::uint64_t epoch = 1;
   std::size_t len = sizeof epoch;
@@ -433,6 +445,8 @@ void release_free_memory(std::size_t slab_bytes) noexcept {
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
   if (inject_failure()) [[unlikely]] return nullptr;
   if (align <= malloc_align) {
+    // The front cache's where it is on (g_pass_malloc), else jemalloc's own malloc.
+    if (malloc_fn m = g_pass_malloc.load(std::memory_order_relaxed)) [[likely]] return m(at_least_min(size));
     if (malloc_fn m = g_je_malloc.load(std::memory_order_relaxed)) [[likely]] return fresh(m(at_least_min(size)));
   }
   return fresh(mallocx(at_least_min(size), align_flags(align)));
@@ -444,7 +458,9 @@ void* fallback_calloc(std::size_t size) noexcept {
       size < g_large_max.load(std::memory_order_relaxed)) [[unlikely]] {
     // Note [Zeroing by memset]
     if (size <= g_cached_max.load(std::memory_order_relaxed)) {
-      malloc_fn m = g_je_malloc.load(std::memory_order_relaxed);
+      // A block the front cache holds, where it is on: a block freed is callocd again.
+      malloc_fn m = g_pass_malloc.load(std::memory_order_relaxed);
+      if (m == nullptr) m = g_je_malloc.load(std::memory_order_relaxed);
       void* p = fresh(m != nullptr ? m(size) : mallocx(size, 0));
       if (p != nullptr) std::memset(p, 0, size);
       return p;
@@ -458,6 +474,10 @@ void* fallback_calloc(std::size_t size) noexcept {
 }
 
 void fallback_free(void* p) noexcept {
+  if (free_fn f = g_plain_free.load(std::memory_order_relaxed)) [[likely]] {  // the front cache's, where on
+    f(p);
+    return;
+  }
   if (free_fn f = g_je_free.load(std::memory_order_relaxed)) [[likely]] {
     f(p);
     return;
@@ -467,7 +487,9 @@ void fallback_free(void* p) noexcept {
 
 void fallback_free_sized(void* p, std::size_t size, std::size_t align) noexcept {
   if (align <= malloc_align) {
-    if (free_fn f = g_je_free.load(std::memory_order_relaxed)) [[likely]] {
+    free_fn f = g_plain_free.load(std::memory_order_relaxed);
+    if (f == nullptr) f = g_je_free.load(std::memory_order_relaxed);
+    if (f != nullptr) [[likely]] {
       f(p);
       return;
     }

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "backend/front_cache.h"
 
 namespace replayalloc::detail::backend {
 
@@ -17,6 +18,11 @@ namespace replayalloc::detail::backend {
 bool use_fast_entry_points() noexcept { return true; }  // malloc and free already
 
 void keep_huge_pages() noexcept {}
+
+bool use_front_cache() noexcept { return false; }  // glibc's own caches
+void front_cache_prefork() noexcept {}
+void front_cache_postfork() noexcept {}
+front_cache_counts front_cache_stats() noexcept { return {}; }
 std::size_t thread_cache_max() noexcept { return std::size_t{128} << 10; }  // M_MMAP_THRESHOLD's default
 void zero_reused_by_memset() noexcept {}  // glibc's calloc memsets a reused chunk  // glibc's own thresholds (mallopt) stay the program's
 

@@ -55,6 +55,9 @@ engine::engine()
     : opts_(process_options()), policy_(policy_settings::from(opts_)), planner_(&engine::run_plan_job, opts_.background_planning) {
   reentry_guard guard;
   backend::use_fast_entry_points();
+  // Note [The fallback's front cache]: the plain malloc and free (below the minimum,
+  // passed through); check mode shadows every host block itself.
+  if (opts_.front_cache && !opts_.check) backend::use_front_cache();
   backend::keep_huge_pages();
   backend::zero_reused_by_memset();
   if (opts_.mode != run_mode::off) slabs_ok_ = backend::reserve_slab_range(opts_.reserve_bytes);

@@ -28,7 +28,8 @@
 // instructions: on the malloc side the size test (3: one lea, one compare with the
 // process-wide span, one branch) and the tail jump; on the free side the TLS block's
 // address, the gate's range (4: slab range, null, check mode, re-entry, recording and
-// the watcher in one subtraction and compare) and the tail jump. Nothing is counted
+// the watcher in one subtraction and compare) and the tail jump; then, in the backend's
+// free, the front cache's range test (5: Note [The front cache's arena]). Nothing is counted
 // on this path (each count was one instruction more): not the request, its bytes or
 // its free. The gate's range goes before the predicted free, which costs the replayed
 // free those 4 instructions; the replayed pair pays for them with one-instruction

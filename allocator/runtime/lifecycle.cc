@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "backend/backend.h"
+#include "backend/front_cache.h"
 #include "backend/slab_range.h"
 #include "runtime/check.h"
 #include "runtime/stats.h"
@@ -64,9 +65,11 @@ void engine::prefork() {
   lock_versions_for_fork();  // current and retired ones alike
   backend::lock_for_fork();
   check::lock_for_fork();
+  backend::front_cache_prefork();  // Note [The fallback's front cache]: its depot
 }
 
 void engine::postfork_parent() {
+  backend::front_cache_postfork();
   check::unlock_after_fork();
   backend::unlock_after_fork();
   unlock_versions_after_fork();
@@ -76,6 +79,7 @@ void engine::postfork_parent() {
 }
 
 void engine::postfork_child() {
+  backend::front_cache_postfork();
   check::unlock_after_fork();
   backend::unlock_after_fork();
   unlock_versions_after_fork();

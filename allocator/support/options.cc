@@ -148,6 +148,8 @@ constexpr option_desc table[] = {
      "call-stack frames naming an untagged recorded allocation"},
     {"REPLAYALLOC_STACK_CACHE", kind::boolean, 0, 1, false, REPLAYALLOC_SETS(stack_cache),
      "walk call stacks with the frame sizes learnt per return address, DWARF only for frames not seen before (Note [Cached unwind steps]); 0: DWARF for every frame"},
+    {"REPLAYALLOC_FRONT_CACHE", kind::boolean, 0, 1, false, REPLAYALLOC_SETS(front_cache),
+     "per-thread lists of small free blocks in front of the fallback's malloc and free, below the minimum size, handed between threads whole (Note [The fallback's front cache]); 0: jemalloc alone"},
     {"REPLAYALLOC_CUDA_BUDGET", kind::budget, 0, 0, false, REPLAYALLOC_OWN,
      "device memory a plan's slab may use: bytes or a fraction"},
     {"REPLAYALLOC_CUDA_LMS_THRESHOLD", kind::size, 1, 64 * T, false, REPLAYALLOC_SETS(cuda_lms_threshold),

@@ -67,6 +67,9 @@ struct options {
   // Note [Cached unwind steps]: call stacks walked with the frame sizes learnt per return
   // address, DWARF only where a frame is new; false: DWARF for every frame.
   bool stack_cache = true;
+  // Note [The fallback's front cache]: per-thread lists of small free blocks in front of
+  // the fallback's malloc and free, below the minimum size; false: jemalloc alone.
+  bool front_cache = true;
   // CUDA (integrations/cuda): the device-memory budget for slabs, in bytes, or as a
   // fraction of the device's memory (exactly one of the two is non-zero, or neither:
   // no budget); allocations at least this large move out of a slab that would not fit.

@@ -126,7 +126,10 @@ def allocator_setup(name, build, libdir=LIBDIR, extra_conf=None):
         "replay-torch": ({}, ["--iterations-api", "torch", "--torch-lib", torch_lib]),
     }
     for extra, conf in (extra_conf or {}).items():
-        table[extra] = ({"LD_PRELOAD": preload, "MALLOC_CONF": conf}, [])
+        if conf.startswith("env:"):  # env:VAR=VALUE;VAR=VALUE: replayalloc's own settings
+            table[extra] = ({"LD_PRELOAD": preload, **dict(v.split("=", 1) for v in conf[4:].split(";") if v)}, [])
+        else:
+            table[extra] = ({"LD_PRELOAD": preload, "MALLOC_CONF": conf}, [])
     env, args = table[name]
     for path in [env.get("LD_PRELOAD")] + [a for a in args if a.endswith(".so")]:
         if path and not os.path.exists(path):
@@ -144,7 +147,8 @@ def main():
     ap.add_argument("--allocators", default=",".join(ALLOCATORS))
     ap.add_argument("--extra-conf", action="append", default=[], metavar="NAME=CONF",
                     help="adds allocator NAME: replay-auto with MALLOC_CONF=CONF (e.g. its fallback's "
-                         "settings before a change); repeatable")
+                         "settings before a change), or with the environment variables of "
+                         "CONF=env:VAR=VALUE;VAR=VALUE; repeatable")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per run before it is killed")
     ap.add_argument("--libdir", default=LIBDIR,
                     help="where jemalloc, tcmalloc and mimalloc are (bench/gpu/run_manycore.sh carries them)")

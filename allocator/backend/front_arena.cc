@@ -1,0 +1,112 @@
+// The front cache's arena: a jemalloc arena of the fallback's own whose memory comes
+// from one reserved address range, so that a free knows a front block by one compare.
+//
+// Note [The front cache's arena]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The front cache (Note [The fallback's front cache]) must know, at every free, whether
+// the block is one it serves, and of which class; asking jemalloc (sallocx: its radix
+// tree) costs ~38 instructions, as much again as jemalloc's own free, and most frees are
+// of small blocks the cache does not serve. So the blocks it serves (4-64 KiB) come from
+// an arena made for it (`arenas.create`) whose extent hooks are jemalloc's defaults but
+// for the allocation of address space, which is carved from one range reserved at
+// start-up (PROT_NONE, MAP_NORESERVE; made readable and writable an extent at a time):
+// a free outside that range is passed to jemalloc's free after one subtraction and one
+// compare, and only a block inside it is asked its size. jemalloc retains what it gets
+// (its dalloc hook declines, so the addresses stay the arena's, reused by it), purges
+// and decommits with its own default hooks, which work on any address, and decays the
+// arena's dirty pages as any other's. The arena has no thread bound to it, so no thread's
+// exit purges it (jemalloc purges an arena its last thread leaves: Note [The fallback's
+// arenas per CPU]), and blocks go to and come from it without any thread cache
+// (MALLOCX_TCACHE_NONE): the front cache is that cache. Where the range or the arena
+// cannot be made the front cache stays off, saying so at REPLAYALLOC_VERBOSE=2.
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/front_cache.h"
+#include "backend/jemalloc_names.h"
+#include "support/log.h"
+
+namespace replayalloc::detail::backend {
+namespace {
+
+constexpr std::size_t range_bytes = std::size_t{16} << 30;  // address space only
+
+std::uintptr_t g_base = 0;
+std::atomic<std::uintptr_t> g_next{0};
+unsigned g_arena = 0;
+int g_flags = 0;  // MALLOCX_ARENA(g_arena) | MALLOCX_TCACHE_NONE
+extent_hooks_t g_hooks{};
+
+// Address space for jemalloc, from the range, in order; null when the range is spent
+// (jemalloc then fails the allocation, and the front cache's miss falls back to
+// jemalloc's own malloc). Never at an address jemalloc names (it asks that only to grow
+// an extent in place, which it may be refused).
+void* extent_alloc(extent_hooks_t*, void* new_addr, std::size_t size, std::size_t alignment, bool* zero,
+                   bool* commit, unsigned) {
+  if (new_addr != nullptr || size == 0) return nullptr;
+  if (alignment < 4096) alignment = 4096;
+  std::uintptr_t cur = g_next.load(std::memory_order_relaxed);
+  std::uintptr_t start = 0;
+  do {
+    start = (cur + alignment - 1) & ~(alignment - 1);
+    if (start < cur || start + size < start || start + size > g_base + range_bytes) return nullptr;
+  } while (!g_next.compare_exchange_weak(cur, start + size, std::memory_order_relaxed));
+  if (::mprotect(reinterpret_cast<void*>(start), size, PROT_READ | PROT_WRITE) != 0) return nullptr;
+  *zero = true;  // fresh anonymous pages
+  *commit = true;
+  return reinterpret_cast<void*>(start);
+}
+
+// Declined: jemalloc keeps the extent (retained) and reuses it; the range is never
+// given back.
+bool extent_dalloc(extent_hooks_t*, void*, std::size_t, bool, unsigned) { return true; }
+void extent_destroy(extent_hooks_t*, void*, std::size_t, bool, unsigned) {}
+
+void* block(std::size_t size) noexcept { return mallocx(size, g_flags); }
+void release(void* p) noexcept { dallocx(p, MALLOCX_TCACHE_NONE); }
+std::size_t size_class_of(std::size_t n) noexcept { return nallocx(n, 0); }
+std::size_t usable(const void* p) noexcept { return sallocx(const_cast<void*>(p), 0); }
+
+}  // namespace
+
+bool make_front_arena(front_backend* b) noexcept {
+  extent_hooks_t* defaults = nullptr;
+  std::size_t len = sizeof defaults;
+  if (mallctl("arena.0.extent_hooks", &defaults, &len, nullptr, 0) != 0 || defaults == nullptr) {
+    REPLAYALLOC_LOG(info, "front cache: off (jemalloc's extent hooks cannot be read)");
+    return false;
+  }
+  void* range = ::mmap(nullptr, range_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (range == MAP_FAILED) {
+    REPLAYALLOC_LOG(info, "front cache: off (%zu GiB of address space could not be reserved)", range_bytes >> 30);
+    return false;
+  }
+  g_base = reinterpret_cast<std::uintptr_t>(range);
+  g_next.store(g_base, std::memory_order_relaxed);
+  g_hooks = *defaults;
+  g_hooks.alloc = &extent_alloc;
+  g_hooks.dalloc = &extent_dalloc;
+  g_hooks.destroy = &extent_destroy;
+  extent_hooks_t* hooks = &g_hooks;
+  unsigned arena = 0;
+  len = sizeof arena;
+  if (mallctl("arenas.create", &arena, &len, &hooks, sizeof hooks) != 0 || arena == 0) {
+    ::munmap(range, range_bytes);
+    REPLAYALLOC_LOG(info, "front cache: off (jemalloc made no arena for it)");
+    return false;
+  }
+  g_arena = arena;
+  g_flags = MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
+  b->base = g_base;
+  b->span = range_bytes;
+  b->block = &block;
+  b->release = &release;
+  b->size_class = &size_class_of;
+  b->usable = &usable;
+  return true;
+}
+
+}  // namespace replayalloc::detail::backend

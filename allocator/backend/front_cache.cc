@@ -1,0 +1,354 @@
+// The fallback's front cache: per-thread lists of free blocks of 4-64 KiB, and a depot
+// that moves whole lists between threads.
+//
+// Note [The fallback's front cache]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Where no plan serves, the fallback is jemalloc 5.3, and where threads hand blocks to
+// each other jemalloc decides the result: a block freed by another thread than its
+// allocator's goes to the freeing thread's cache, which flushes it, block by block, to
+// the arena that owns it under a lock, while the allocating thread refills from the
+// same arena (producer/consumer: 2.7x mimalloc's time); and a thread that exits
+// flushes its cache and, as the last thread of its arena, has jemalloc purge the
+// arena's pages, which its successor faults back in (larson: 3.5x the best, 33,000
+// faults). tcmalloc and mimalloc move such blocks between threads in lists. So the
+// fallback keeps a cache of its own in front of jemalloc for the blocks of 4 KiB to
+// 64 KiB (jemalloc's size classes there; what the pages and faults are made of):
+//  * a list of free blocks per class and thread, linked through the blocks' first
+//    word; malloc pops, free pushes. The blocks come from an arena of the cache's own
+//    whose memory is one reserved range (Note [The front cache's arena]), so a free
+//    tells them from every other block by one compare, and asks jemalloc only their
+//    size (sallocx): smaller blocks stay jemalloc's, at 5 instructions a free;
+//  * a list that reaches its length (16 KiB of blocks, at least one) goes whole to the
+//    depot, a stack of lists per class under a spin lock; a thread whose list is empty
+//    takes a whole list from there before it asks the arena for a block of exactly the
+//    class's size (so every block the cache holds is of its class: a block's size is
+//    checked at its free, and one of another size goes back to the arena);
+//  * a thread's lists go to the depot when it exits (a pthread key's destructor), so its
+//    successors reuse its blocks; the arena has no thread to leave it, so nothing purges
+//    its pages but jemalloc's decay.
+// Bounded: a thread holds at most 16 KiB per class (one block of the classes above);
+// the depot at most 1 MiB in all; what does not fit goes back to the arena, whose dirty
+// pages decay as jemalloc's others do. Before a slab is made (Note [Purging what a slab
+// replaces]) the thread's lists and the depot go back to the arena, so that its purge
+// finds their pages. Fork: the depot's locks are held across fork() (engine::prefork).
+// Requests passed through (Note [Pass-through]) and the engine's own and missed ones
+// (fallback_alloc) come here; the inline path below the minimum goes to jemalloc's
+// malloc directly. REPLAYALLOC_FRONT_CACHE=0 leaves the fallback to jemalloc alone.
+// Measured side by side in bench/RESULTS.md ("The fallback's front cache").
+#include "backend/front_cache.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
+#include <cstdint>
+#include <new>
+
+#include "support/config.h"
+
+namespace replayalloc::detail::backend {
+namespace {
+
+constexpr std::size_t front_limit = 64 * 1024;
+constexpr std::size_t front_least = 4096;
+constexpr unsigned max_classes = 48;
+constexpr std::size_t list_bytes = 16 * 1024;
+constexpr std::uint32_t list_min = 1;
+constexpr std::uint32_t list_max = 64;
+constexpr unsigned depot_lists = 64;
+// The depot's bytes, all classes together (lists over it go to the underlying free).
+constexpr std::size_t depot_budget = 1024 * 1024;
+
+struct free_list {
+  void* head;
+  std::uint32_t count;
+  std::uint32_t max;  // the count at which the list goes to the depot
+};
+struct thread_cache {
+  free_list lists[max_classes];
+};
+
+// Every thread starts with (and an exited one returns to) this cache, whose lists are
+// empty and full at once (max 0): both fast paths miss into the slow ones, which make
+// the thread's own.
+constinit thread_cache g_closed{};
+constinit thread_local thread_cache* t_cache REPLAYALLOC_TLS_IE = &g_closed;
+enum : std::uint8_t { cache_none, cache_making, cache_open, cache_exited };
+constinit thread_local std::uint8_t t_state REPLAYALLOC_TLS_IE = cache_none;
+
+// Read only once enabled. Class `g_none` (its size 0, its lists empty and full) stands
+// for the requests of sizes whose class the cache does not serve.
+std::size_t g_largest = 0;  // the largest size class served
+unsigned g_none = 0;
+bool g_enabled = false;
+std::uint8_t g_class_of[front_limit / 16 + 1];  // (size + 15) / 16 -> class
+std::uint32_t g_class_size[max_classes];
+std::uint32_t g_list_max[max_classes];
+front_malloc_fn g_malloc = nullptr;
+front_free_fn g_free = nullptr;
+std::uintptr_t g_base = 0;
+std::size_t g_span = 0;
+front_malloc_fn g_block = nullptr;
+front_free_fn g_release = nullptr;
+std::size_t (*g_usable)(const void*) noexcept = nullptr;
+pthread_key_t g_exit_key;
+
+struct alignas(64) depot {
+  std::atomic<bool> locked{false};
+  std::atomic<unsigned> n{0};  // written under the lock, peeked without it
+  free_list lists[depot_lists];
+};
+depot g_depot[max_classes];
+
+std::atomic<std::size_t> g_depot_bytes{0};
+std::atomic<std::uint64_t> g_puts{0};
+std::atomic<std::uint64_t> g_takes{0};
+std::atomic<std::uint64_t> g_frees{0};
+std::atomic<std::uint64_t> g_closed_threads{0};
+
+void lock(depot& d) noexcept {
+  for (unsigned spins = 0; d.locked.exchange(true, std::memory_order_acquire);) {
+    while (d.locked.load(std::memory_order_relaxed)) {
+      // The holder moves a few pointers; on an oversubscribed machine it may be off
+      // its CPU, so give it the CPU after a while.
+      if (++spins % 64 == 0) sched_yield();
+    }
+  }
+}
+void unlock(depot& d) noexcept { d.locked.store(false, std::memory_order_release); }
+
+void free_all(void* head) noexcept {
+  while (head != nullptr) {
+    void* next = *static_cast<void**>(head);
+    g_release(head);
+    head = next;
+  }
+}
+
+// A whole list to the depot of class k (or to the underlying free when it is full).
+void put(unsigned k, void* head, std::uint32_t count) noexcept {
+  depot& d = g_depot[k];
+  const std::size_t bytes = std::size_t{count} * g_class_size[k];
+  bool kept = false;
+  if (g_depot_bytes.load(std::memory_order_relaxed) + bytes <= depot_budget) {
+    lock(d);
+    const unsigned n = d.n.load(std::memory_order_relaxed);
+    kept = n < depot_lists;
+    if (kept) {
+      d.lists[n] = free_list{head, count, 0};
+      d.n.store(n + 1, std::memory_order_relaxed);
+      g_depot_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    }
+    unlock(d);
+  }
+  if (kept) {
+    g_puts.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  g_frees.fetch_add(1, std::memory_order_relaxed);
+  free_all(head);
+}
+
+// A whole list of class k from the depot; {nullptr, 0} when it has none.
+free_list take(unsigned k) noexcept {
+  depot& d = g_depot[k];
+  // A peek without the lock: a list put meanwhile is found next time.
+  if (d.n.load(std::memory_order_relaxed) == 0) return free_list{nullptr, 0, 0};
+  lock(d);
+  free_list l{nullptr, 0, 0};
+  if (const unsigned n = d.n.load(std::memory_order_relaxed); n != 0) {
+    l = d.lists[n - 1];
+    d.n.store(n - 1, std::memory_order_relaxed);
+    g_depot_bytes.fetch_sub(std::size_t{l.count} * g_class_size[k], std::memory_order_relaxed);
+  }
+  unlock(d);
+  if (l.head != nullptr) g_takes.fetch_add(1, std::memory_order_relaxed);
+  return l;
+}
+
+// The thread's lists to the depot, its cache closed for good (a pthread key's
+// destructor; later requests of the thread go to the underlying malloc and free).
+void close_thread(void* arg) noexcept {
+  auto* c = static_cast<thread_cache*>(arg);
+  t_cache = &g_closed;
+  t_state = cache_exited;
+  for (unsigned k = 0; k < max_classes; ++k) {
+    if (c->lists[k].head != nullptr) put(k, c->lists[k].head, c->lists[k].count);
+  }
+  g_closed_threads.fetch_add(1, std::memory_order_relaxed);
+  g_free(c);
+}
+
+// The thread's own cache, made at its first miss; false when it cannot have one (made
+// while it was being made, exited, or no memory).
+[[gnu::noinline]] bool open_cache() noexcept {
+  if (t_state != cache_none) return t_state == cache_open;
+  t_state = cache_making;  // pthread_setspecific may allocate: those requests pass
+  auto* c = static_cast<thread_cache*>(g_malloc(sizeof(thread_cache)));
+  if (c == nullptr || pthread_setspecific(g_exit_key, c) != 0) {
+    if (c != nullptr) g_free(c);
+    t_state = cache_exited;
+    return false;
+  }
+  for (unsigned k = 0; k < max_classes; ++k) c->lists[k] = free_list{nullptr, 0, g_list_max[k]};
+  t_cache = c;
+  t_state = cache_open;
+  return true;
+}
+
+[[gnu::noinline]] void* malloc_miss(unsigned k, std::size_t size) noexcept {
+  if (k == g_none) return g_malloc(size);
+  if (t_state == cache_open || open_cache()) {
+    free_list l = take(k);
+    if (l.head != nullptr) {
+      free_list& mine = t_cache->lists[k];
+      void* p = l.head;
+      mine.head = *static_cast<void**>(p);
+      mine.count = l.count - 1;
+      return p;
+    }
+  }
+  if (void* p = g_block(g_class_size[k])) return p;
+  return g_malloc(size);  // the range spent
+}
+
+[[gnu::noinline]] void free_full(void* p, unsigned k) noexcept {
+  if (t_state != cache_open && !open_cache()) {
+    g_release(p);
+    return;
+  }
+  free_list& mine = t_cache->lists[k];
+  if (mine.count != 0) put(k, mine.head, mine.count);
+  *static_cast<void**>(p) = nullptr;
+  mine.head = p;
+  mine.count = 1;
+}
+
+}  // namespace
+
+bool enable_front_cache(const front_backend& b) noexcept {
+  if (g_enabled || b.malloc == nullptr || b.free == nullptr || b.block == nullptr || b.release == nullptr ||
+      b.size_class == nullptr || b.usable == nullptr || b.span == 0) {
+    return false;
+  }
+  // The classes: jemalloc's from 4 KiB to 64 KiB, and one more, g_none, for the
+  // requests of every other class.
+  unsigned n = 0;
+  std::size_t largest = 0;
+  std::uint8_t class_of[front_limit / 16 + 1];
+  for (std::size_t i = 0; i <= front_limit / 16; ++i) {
+    const std::size_t c = b.size_class(i == 0 ? 16 : i * 16);
+    if (c < front_least || c > front_limit) {
+      class_of[i] = max_classes;  // g_none, numbered below
+      continue;
+    }
+    if (n == 0 || g_class_size[n - 1] != c) {
+      if (n + 1 == max_classes) return false;
+      g_class_size[n] = static_cast<std::uint32_t>(c);
+      const std::uint32_t m = static_cast<std::uint32_t>(list_bytes / c);
+      g_list_max[n] = m < list_min ? list_min : m > list_max ? list_max : m;
+      ++n;
+    }
+    class_of[i] = static_cast<std::uint8_t>(n - 1);
+    largest = c;
+  }
+  if (n == 0 || pthread_key_create(&g_exit_key, close_thread) != 0) return false;
+  g_none = n;
+  g_class_size[n] = 0;
+  g_list_max[n] = 0;
+  for (std::size_t i = 0; i <= front_limit / 16; ++i) g_class_of[i] = class_of[i] == max_classes ? n : class_of[i];
+  g_malloc = b.malloc;
+  g_free = b.free;
+  g_base = b.base;
+  g_span = b.span;
+  g_block = b.block;
+  g_release = b.release;
+  g_usable = b.usable;
+  g_largest = largest;
+  g_enabled = true;
+  return true;
+}
+
+void* front_malloc(std::size_t size) noexcept {
+  if (size <= g_largest) [[likely]] {
+    const unsigned k = g_class_of[(size + 15) >> 4];
+    free_list& l = t_cache->lists[k];
+    if (void* p = l.head) [[likely]] {
+      l.head = *static_cast<void**>(p);
+      --l.count;
+      return p;
+    }
+    return malloc_miss(k, size);
+  }
+  return g_malloc(size);
+}
+
+void front_free(void* p) noexcept {
+  // Most frees (every block the cache does not serve) end here, at jemalloc's free: the
+  // one test they pay for the cache (Note [The front cache's arena]).
+  if (reinterpret_cast<std::uintptr_t>(p) - g_base >= g_span) [[likely]] return g_free(p);
+  const std::size_t u = g_usable(p);
+  if (u <= g_largest) [[likely]] {
+    const unsigned k = g_class_of[(u + 15) >> 4];
+    // A block of the range of another size (jemalloc grew one in place for realloc)
+    // goes back to it.
+    if (g_class_size[k] == u) [[likely]] {
+      free_list& l = t_cache->lists[k];
+      if (l.count < l.max) [[likely]] {
+        *static_cast<void**>(p) = l.head;
+        l.head = p;
+        ++l.count;
+        return;
+      }
+      return free_full(p, k);
+    }
+  }
+  g_release(p);
+}
+
+void front_cache_release() noexcept {
+  if (!g_enabled) return;
+  if (t_state == cache_open) {
+    for (free_list& l : t_cache->lists) {
+      free_all(l.head);
+      l.head = nullptr;
+      l.count = 0;
+    }
+  }
+  for (depot& d : g_depot) {
+    lock(d);
+    const unsigned n = d.n.load(std::memory_order_relaxed);
+    free_list lists[depot_lists];
+    for (unsigned i = 0; i < n; ++i) {
+      lists[i] = d.lists[i];
+      g_depot_bytes.fetch_sub(std::size_t{lists[i].count} * g_class_size[&d - g_depot], std::memory_order_relaxed);
+    }
+    d.n.store(0, std::memory_order_relaxed);
+    unlock(d);
+    for (unsigned i = 0; i < n; ++i) free_all(lists[i].head);
+  }
+}
+
+void front_cache_prefork() noexcept {
+  if (!g_enabled) return;
+  for (depot& d : g_depot) lock(d);
+}
+
+void front_cache_postfork() noexcept {
+  if (!g_enabled) return;
+  for (depot& d : g_depot) unlock(d);
+}
+
+front_cache_counts front_cache_stats() noexcept {
+  front_cache_counts c;
+  c.depot_puts = g_puts.load(std::memory_order_relaxed);
+  c.depot_takes = g_takes.load(std::memory_order_relaxed);
+  c.depot_frees = g_frees.load(std::memory_order_relaxed);
+  c.threads_closed = g_closed_threads.load(std::memory_order_relaxed);
+  c.largest = g_enabled ? g_largest : 0;
+  c.base = g_base;
+  c.span = g_span;
+  return c;
+}
+
+}  // namespace replayalloc::detail::backend

@@ -1,0 +1,65 @@
+// replayalloc/backend/front_cache.h: per-thread lists of free blocks of 4-64 KiB in
+// front of the fallback's jemalloc (Note [The fallback's front cache], front_cache.cc).
+//
+// Layer: backend. The fallback's malloc for requests passed through and its free
+// (backend::g_pass_malloc, g_plain_free) become front_malloc and front_free once
+// enable_front_cache() succeeds. Any of jemalloc's frees takes a block the front cache
+// handed out (a block of its arena), and the front cache keeps only blocks of its own
+// range whose size is exactly one of its classes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace replayalloc::detail::backend {
+
+using front_malloc_fn = void* (*)(std::size_t) noexcept;
+using front_free_fn = void (*)(void*) noexcept;
+
+// What the front cache stands on (jemalloc, through jemalloc_backend.cc and
+// front_arena.cc).
+struct front_backend {
+  front_malloc_fn malloc = nullptr;  // the thread caches' own memory, other requests
+  front_free_fn free = nullptr;      // blocks outside the range
+  // The range the cache's blocks come from (Note [The front cache's arena]).
+  std::uintptr_t base = 0;
+  std::size_t span = 0;
+  front_malloc_fn block = nullptr;   // a block of a class served, from the range
+  front_free_fn release = nullptr;   // a block from the range given back
+  std::size_t (*size_class)(std::size_t) noexcept = nullptr;  // the class of a request
+  std::size_t (*usable)(const void*) noexcept = nullptr;      // the class of a block
+};
+
+// The arena the blocks come from, filling base..usable; false (logged) when it cannot
+// be made. front_arena.cc.
+bool make_front_arena(front_backend* b) noexcept;
+
+// Serves requests of 4-64 KiB from per-thread lists; false (nothing changes) when b is
+// incomplete, or when called twice. Once, under the reentry guard (the engine's
+// constructor, through use_front_cache in jemalloc_backend.cc).
+bool enable_front_cache(const front_backend& b) noexcept;
+
+void* front_malloc(std::size_t size) noexcept;
+void front_free(void* p) noexcept;
+
+// This thread's lists and the shared depot given back to the underlying free (before a
+// purge: Note [Purging what a slab replaces]). Nothing when the cache is off.
+void front_cache_release() noexcept;
+
+// Fork: the depot's locks held across fork(), released in both processes
+// (engine::prefork and its postfork handlers).
+void front_cache_prefork() noexcept;
+void front_cache_postfork() noexcept;
+
+struct front_cache_counts {
+  std::uint64_t depot_puts = 0;    // lists a thread handed to the depot (full, or exiting)
+  std::uint64_t depot_takes = 0;   // lists a thread took from it (its own empty)
+  std::uint64_t depot_frees = 0;   // lists given back to the underlying free (depot full)
+  std::uint64_t threads_closed = 0;  // threads whose lists were handed on at their exit
+  std::size_t largest = 0;         // the largest request served (0: off)
+  std::uintptr_t base = 0;         // the range its blocks come from
+  std::size_t span = 0;
+};
+front_cache_counts front_cache_stats() noexcept;
+
+}  // namespace replayalloc::detail::backend

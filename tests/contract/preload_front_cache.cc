@@ -1,0 +1,382 @@
+// The fallback's front cache (Note [The fallback's front cache], backend/front_cache.cc)
+// in the LD_PRELOAD library's build: malloc and free here are the library's (this suite
+// links the preload core, as preload_domain.cc says), so requests below the minimum go
+// through the front cache as they do under LD_PRELOAD. What a user relies on: blocks
+// freed by one thread serve another without jemalloc (a consumer's frees its producer,
+// an exiting thread's its successor), no block is ever handed out twice or smaller than
+// asked, and a forked child allocates whatever its parent's threads were doing.
+#include <jemalloc/jemalloc.h>
+#include <malloc.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "backend/backend.h"
+#include "backend/front_cache.h"
+#include "gtest/gtest.h"
+#include "replayalloc/replayalloc.hpp"
+
+namespace replayalloc::contract {
+namespace {
+
+// Bytes jemalloc ever handed out to the calling thread (its thread.allocated).
+std::uint64_t jemalloc_allocated_here() {
+  std::uint64_t n = 0;
+  std::size_t len = sizeof n;
+  EXPECT_EQ(mallctl("thread.allocated", &n, &len, nullptr, 0), 0);
+  return n;
+}
+
+// The cache is on unless the environment turned it off; the engine made first (it
+// enables the cache).
+bool front_cache_on() {
+  (void)replayalloc::stats();
+  return detail::backend::front_cache_stats().largest != 0;
+}
+
+void expect_on() {
+  const char* v = std::getenv("REPLAYALLOC_FRONT_CACHE");
+  if (v != nullptr && std::strcmp(v, "0") == 0) GTEST_SKIP() << "REPLAYALLOC_FRONT_CACHE=0";
+  const char* check = std::getenv("REPLAYALLOC_CHECK");
+  if (check != nullptr && std::strcmp(check, "0") != 0) GTEST_SKIP() << "check mode shadows every block itself";
+  ASSERT_TRUE(front_cache_on()) << "the preload build's front cache is not enabled";
+  // Each test starts from an empty depot and empty lists on this thread: what earlier
+  // tests left there (up to the depot's byte budget) would decide what a list put finds.
+  detail::backend::front_cache_release();
+  // The preload library's minimum (4 KiB) is below the cache's largest class (64 KiB).
+  EXPECT_EQ(detail::backend::front_cache_stats().largest, std::size_t{64} << 10);
+}
+
+// expect_on() in a test: a skip or a failure there ends the test.
+#define REQUIRE_FRONT_CACHE()                                                        \
+  do {                                                                               \
+    expect_on();                                                                     \
+    if (::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure()) return; \
+  } while (0)
+
+void fill(void* p, std::size_t n, std::uint32_t tag) {
+  auto* b = static_cast<unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>(tag + i * 7);
+}
+bool intact(const void* p, std::size_t n, std::uint32_t tag) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (b[i] != static_cast<unsigned char>(tag + i * 7)) return false;
+  }
+  return true;
+}
+
+// Every request up to past the largest class gets a block at least its size, 16-byte
+// aligned, that the program may fill, and jemalloc agrees on its usable size.
+TEST(FrontCache, EveryRequestGetsABlockOfAtLeastItsSize) {
+  REQUIRE_FRONT_CACHE();
+  std::vector<void*> held;
+  for (std::size_t n = 0; n <= (std::size_t{66} << 10); n += (n < 4096 ? 1 : 61)) {
+    void* p = std::malloc(n);
+    ASSERT_NE(p, nullptr) << n;
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 16, 0u) << n;
+    EXPECT_GE(malloc_usable_size(p), n);
+    fill(p, n, static_cast<std::uint32_t>(n));
+    // Every seventh kept a while, so that freed blocks of each class are reused by the
+    // next requests while others of the class are live.
+    if (n % 7 == 0) {
+      held.push_back(p);
+    } else {
+      EXPECT_TRUE(intact(p, n, static_cast<std::uint32_t>(n))) << n;
+      std::free(p);
+    }
+    if (held.size() == 64) {
+      for (void* h : held) std::free(h);
+      held.clear();
+    }
+  }
+  for (void* h : held) std::free(h);
+}
+
+// Every block the cache hands out is of the request's own size class, as jemalloc sizes
+// it, and comes from the cache's range (Note [The front cache's arena]); a block of a
+// class it serves that jemalloc made elsewhere (mallocx here; a block from before the
+// cache was on) and that is freed through the cache's free goes to jemalloc, never to a
+// list.
+TEST(FrontCache, HandsOutOnlyBlocksOfItsRangeAndOfTheRequestsClass) {
+  REQUIRE_FRONT_CACHE();
+  const detail::backend::front_cache_counts c = detail::backend::front_cache_stats();
+  auto in_range = [&](const void* p) { return reinterpret_cast<std::uintptr_t>(p) - c.base < c.span; };
+  std::vector<void*> outside;
+  for (std::size_t size : {std::size_t{4096}, std::size_t{8192}, std::size_t{20480}}) {
+    for (int i = 0; i < 50; ++i) {
+      void* p = mallocx(size, 0);  // straight from jemalloc's own arenas
+      ASSERT_FALSE(in_range(p));
+      outside.push_back(p);
+    }
+  }
+  for (void* p : outside) detail::backend::g_plain_free.load()(p);  // the front cache's free
+  const absl::flat_hash_set<void*> freed(outside.begin(), outside.end());
+  std::vector<void*> got;
+  for (std::size_t want : {std::size_t{4096}, std::size_t{6000}, std::size_t{8192}, std::size_t{14000},
+                           std::size_t{20000}, std::size_t{65536}}) {
+    for (int i = 0; i < 100; ++i) {
+      void* q = detail::backend::g_pass_malloc.load()(want);
+      ASSERT_NE(q, nullptr);
+      EXPECT_TRUE(in_range(q)) << want << " bytes served from outside the cache's range";
+      EXPECT_FALSE(freed.contains(q)) << "a block jemalloc made elsewhere was put on a list";
+      EXPECT_EQ(sallocx(q, 0), nallocx(want, 0)) << "a block of another class served " << want << " bytes";
+      got.push_back(q);
+    }
+  }
+  for (std::size_t i = 0; i < got.size(); i += 2) detail::backend::g_plain_free.load()(got[i]);
+  for (std::size_t i = 1; i < got.size(); i += 2) std::free(got[i]);  // the library's free
+  // Blocks below 4 KiB and above 64 KiB are jemalloc's own.
+  void* small = detail::backend::g_pass_malloc.load()(3000);
+  void* large = detail::backend::g_pass_malloc.load()(100000);
+  EXPECT_FALSE(in_range(small));
+  EXPECT_FALSE(in_range(large));
+  std::free(small);
+  std::free(large);
+}
+
+// Producer/consumer: the blocks a consumer thread frees serve its producer's next
+// requests through the depot, without jemalloc; with jemalloc alone each would be a new
+// allocation of the producer's (its thread.allocated grows by all of them). 8 KiB
+// blocks through malloc and free: at or above the minimum, served by the engine's
+// fallback, which goes through the front cache as the plain path does.
+TEST(FrontCache, AConsumersFreesServeItsProducer) {
+  REQUIRE_FRONT_CACHE();
+  constexpr int kBlocks = 32;
+  constexpr std::size_t kSize = 8192;
+  std::vector<void*> first(kBlocks);
+  std::vector<void*> second(kBlocks);
+  std::uint64_t jemalloc_bytes = 0;
+  std::thread producer([&] {
+    for (void*& p : first) {
+      p = std::malloc(kSize);
+      fill(p, kSize, 1);
+    }
+    std::thread consumer([&] {
+      for (void* p : first) {
+        EXPECT_TRUE(intact(p, kSize, 1));
+        std::free(p);
+      }
+    });
+    consumer.join();  // its lists go to the depot as it exits, the full ones before
+    const std::uint64_t before = jemalloc_allocated_here();
+    for (void*& p : second) {
+      p = std::malloc(kSize);
+      fill(p, kSize, 2);
+    }
+    jemalloc_bytes = jemalloc_allocated_here() - before;
+    for (void* p : second) {
+      EXPECT_TRUE(intact(p, kSize, 2));
+      std::free(p);
+    }
+  });
+  producer.join();
+  const absl::flat_hash_set<void*> freed(first.begin(), first.end());
+  const absl::flat_hash_set<void*> got(second.begin(), second.end());
+  EXPECT_EQ(got.size(), second.size()) << "one block handed out twice";
+  int reused = 0;
+  for (void* p : second) reused += freed.contains(p) ? 1 : 0;
+  EXPECT_EQ(reused, kBlocks) << "the consumer's freed blocks did not all reach the producer";
+  EXPECT_LT(jemalloc_bytes, kSize) << "the producer's requests went to jemalloc";
+}
+
+// larson: a thread that exits leaves its free blocks to the next thread: through malloc
+// and free (the engine's fallback), and through the plain malloc and free a request
+// passed through gets (Note [Pass-through]).
+TEST(FrontCache, AnExitingThreadsBlocksServeItsSuccessor) {
+  REQUIRE_FRONT_CACHE();
+  auto plain_malloc = [](std::size_t n) { return detail::backend::g_pass_malloc.load()(n); };
+  auto plain_free = [](void* p) { detail::backend::g_plain_free.load()(p); };
+  auto std_malloc = [](std::size_t n) { return std::malloc(n); };
+  auto std_free = [](void* p) { std::free(p); };
+  struct way {
+    std::size_t size;
+    int blocks;
+    void* (*alloc)(std::size_t);
+    void (*free)(void*);
+  };
+  // 2 blocks of 8,000 bytes: one list (16 KiB), all on the thread's list at its exit;
+  // 4 of 20,000: lists of one, the last on the thread's list at its exit.
+  for (const way& w : {way{8000, 2, +std_malloc, +std_free}, way{20000, 4, +plain_malloc, +plain_free}}) {
+    std::vector<void*> freed;
+    std::thread first([&] {
+      std::vector<void*> mine;
+      for (int i = 0; i < w.blocks; ++i) mine.push_back(w.alloc(w.size));
+      for (void* p : mine) w.free(p);
+      freed = mine;
+    });
+    first.join();
+    std::vector<void*> got;
+    std::uint64_t jemalloc_bytes = 0;
+    std::thread next([&] {
+      // The thread's first requests make its engine state (from jemalloc): made first,
+      // with a size of another class, so that what is counted is the blocks alone.
+      got.reserve(w.blocks);
+      w.free(w.alloc(100000));
+      const std::uint64_t before = jemalloc_allocated_here();
+      for (int i = 0; i < w.blocks; ++i) got.push_back(w.alloc(w.size));
+      jemalloc_bytes = jemalloc_allocated_here() - before;
+      for (void* p : got) w.free(p);
+    });
+    next.join();
+    const absl::flat_hash_set<void*> old(freed.begin(), freed.end());
+    int reused = 0;
+    for (void* p : got) reused += old.contains(p) ? 1 : 0;
+    EXPECT_EQ(reused, w.blocks) << w.size << " B: the exited thread's blocks were not all reused";
+    EXPECT_LT(jemalloc_bytes, w.size) << w.size << " B: the successor's requests went to jemalloc";
+  }
+}
+
+// Blocks handed between four threads through a queue, of every size up to 80 KiB, each
+// filled at its malloc and checked at its free by another thread: none is ever live twice
+// (a set of live blocks under a lock), none changes while it is live.
+TEST(FrontCache, NeverHandsOutALiveBlock) {
+  REQUIRE_FRONT_CACHE();
+  std::mutex mu;
+  std::vector<std::pair<void*, std::size_t>> queue;
+  absl::flat_hash_set<void*> live;
+  std::atomic<int> bad{0};
+  auto worker = [&](int id) {
+    std::mt19937 rng(static_cast<unsigned>(id) * 7919u + 1u);
+    for (int i = 0; i < 40000; ++i) {
+      const std::size_t n = std::size_t{1} << (rng() % 17);
+      const std::size_t size = n + rng() % n;
+      void* p = std::malloc(size);
+      if (p == nullptr) {
+        bad.fetch_add(1);
+        continue;
+      }
+      fill(p, size < 64 ? size : 64, static_cast<std::uint32_t>(size));
+      std::pair<void*, std::size_t> out{nullptr, 0};
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (!live.insert(p).second) bad.fetch_add(1);
+        queue.emplace_back(p, size);
+        if (queue.size() > 512 || (rng() & 1) != 0) {
+          const std::size_t k = rng() % queue.size();
+          out = queue[k];
+          queue[k] = queue.back();
+          queue.pop_back();
+          live.erase(out.first);
+        }
+      }
+      if (out.first != nullptr) {
+        if (!intact(out.first, out.second < 64 ? out.second : 64, static_cast<std::uint32_t>(out.second))) {
+          bad.fetch_add(1);
+        }
+        std::free(out.first);
+      }
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int id = 0; id < 4; ++id) ts.emplace_back(worker, id);
+  for (std::thread& t : ts) t.join();
+  for (auto& [p, n] : queue) {
+    if (!intact(p, n < 64 ? n : 64, static_cast<std::uint32_t>(n))) bad.fetch_add(1);
+    std::free(p);
+  }
+  EXPECT_EQ(bad.load(), 0) << "a block was handed out while live, or changed while live";
+  const detail::backend::front_cache_counts c = detail::backend::front_cache_stats();
+  EXPECT_GT(c.depot_puts, 0u);
+  EXPECT_GT(c.depot_takes, 0u);
+}
+
+// A realloc'd front block keeps its bytes; a calloc'd block of a class whose blocks the
+// cache holds dirty is zero.
+TEST(FrontCache, ReallocKeepsAndCallocZeroes) {
+  REQUIRE_FRONT_CACHE();
+  std::vector<void*> dirty;
+  for (int i = 0; i < 100; ++i) {
+    void* p = std::malloc(8192);
+    std::memset(p, 0xab, 8192);
+    dirty.push_back(p);
+  }
+  for (void* p : dirty) std::free(p);
+  for (int i = 0; i < 100; ++i) {
+    auto* z = static_cast<unsigned char*>(std::calloc(1, 8192));
+    ASSERT_NE(z, nullptr);
+    for (int b = 0; b < 8192; ++b) ASSERT_EQ(z[b], 0) << "calloc returned a dirty block";
+    std::free(z);
+  }
+  void* p = std::malloc(5000);
+  fill(p, 5000, 9);
+  p = std::realloc(p, 30000);
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(intact(p, 5000, 9));
+  p = std::realloc(p, 100);
+  EXPECT_TRUE(intact(p, 100, 9));
+  std::free(p);
+}
+
+// fork() while other threads move lists through the depot: the child allocates and
+// frees through every class and exits (its depot's locks were released after fork).
+TEST(FrontCache, AForkedChildAllocatesWhileThreadsUsedTheDepot) {
+  REQUIRE_FRONT_CACHE();
+  std::atomic<bool> stop{false};
+  auto churn = [&](unsigned seed) {
+    std::mt19937 rng(seed);
+    std::vector<void*> held;
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (int i = 0; i < 200; ++i) held.push_back(std::malloc(16 + rng() % 4000));
+      for (void* p : held) std::free(p);
+      held.clear();
+    }
+  };
+  std::thread a(churn, 1u);
+  std::thread b(churn, 2u);
+  int failed = 0;
+  for (int round = 0; round < 20; ++round) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      alarm(20);  // a deadlock ends as a signal, not a hung test
+      std::vector<void*> held;
+      for (int i = 0; i < 5000; ++i) held.push_back(std::malloc(16 + static_cast<std::size_t>(i) * 13 % 70000));
+      for (void* p : held) std::free(p);
+      _exit(0);
+    }
+    ASSERT_GT(pid, 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  stop = true;
+  a.join();
+  b.join();
+  EXPECT_EQ(failed, 0) << "forked children that did not exit cleanly";
+}
+
+// Before a slab is made the fallback's free memory is purged (Note [Purging what a slab
+// replaces]); the thread's lists and the depot go back to jemalloc first, so a thread
+// that asks next gets its blocks from jemalloc, not from the cache.
+TEST(FrontCache, ReleasesItsBlocksBeforeAPurge) {
+  REQUIRE_FRONT_CACHE();
+  constexpr std::size_t kSize = 16384;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 64; ++i) blocks.push_back(std::malloc(kSize));
+  for (void* p : blocks) std::free(p);
+  detail::backend::front_cache_release();
+  std::uint64_t jemalloc_bytes = 0;
+  std::thread other([&] {
+    const std::uint64_t before = jemalloc_allocated_here();
+    std::vector<void*> got;
+    for (int i = 0; i < 64; ++i) got.push_back(std::malloc(kSize));
+    jemalloc_bytes = jemalloc_allocated_here() - before;
+    for (void* p : got) std::free(p);
+  });
+  other.join();
+  EXPECT_GE(jemalloc_bytes, 64 * kSize) << "blocks came from the cache after it was released";
+}
+
+}  // namespace
+}  // namespace replayalloc::contract
