@@ -29,6 +29,8 @@ general=(glibc jemalloc tcmalloc mimalloc)
 # replayalloc-before: the same library with other jemalloc settings for its fallback:
 # BEFORE_CONF (MALLOC_CONF's syntax), by default those before Note [The fallback's
 # thread cache] (jemalloc's default thread cache, 32 KiB).
+# BEFORE_ENV (VAR=VALUE ..., e.g. REPLAYALLOC_FRONT_CACHE=0), when set, gives
+# replayalloc-before those variables instead of BEFORE_CONF.
 before_conf=${BEFORE_CONF:-oversize_threshold:0,tcache_max:32768}
 setup() {  # name -> envs
   envs=()
@@ -37,7 +39,8 @@ setup() {  # name -> envs
     jemalloc|tcmalloc|mimalloc) envs=("LD_PRELOAD=$(allocator_library "$1")") ;;
     replayalloc-auto) envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0) ;;
     replayalloc-off) envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0 REPLAYALLOC_MODE=off) ;;
-    replayalloc-before) envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0 "MALLOC_CONF=$before_conf") ;;
+    replayalloc-before) envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0)
+      if [[ -n ${BEFORE_ENV:-} ]]; then read -r -a more <<<"$BEFORE_ENV"; envs+=("${more[@]}"); else envs+=("MALLOC_CONF=$before_conf"); fi ;;
   esac
 }
 scratch_dir
@@ -66,9 +69,9 @@ done
   echo "## Threaded stress: auto mode where nothing repeats, many threads"
   echo
   echo "$(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average); commit $(git -C "$root" rev-parse --short HEAD)."
-  echo "Command: \`bench/run_threaded_stress.sh $rounds $threads $ops\` ($rounds rounds, one process per program, allocator and round, order rotated; then one run of each under callgrind at half the operations)."
+  echo "Command: \`${BEFORE_ENV:+BEFORE_ENV=$BEFORE_ENV }bench/run_threaded_stress.sh $rounds $threads $ops\` ($rounds rounds, one process per program, allocator and round, order rotated; then one run of each under callgrind at half the operations)."
   echo "Programs (\`bench/micro/threaded_stress.cc\`, $threads threads, $ops operations per thread, sizes log-uniform 16 B-64 KiB, so a third of them at or above REPLAYALLOC_MIN_SIZE and seen by auto mode's watcher): **larson** (each round of 10,000 operations run by new threads that take over their predecessors' blocks), **rptest** (batches of 64 freed by the next thread), **prodcons** (producer/consumer pairs through a queue), **small** (16-256 B blocks in a ring, one thread each)."
-  echo "**CPU**: user + system seconds, median over the rounds, over jemalloc's (replayalloc's fallback). **Instructions**: callgrind's user-space instructions over jemalloc's (deterministic up to the threads' interleaving, about 1%). **RSS**: peak resident set, median. replayalloc-off is the preload library with REPLAYALLOC_MODE=off: the cost of interposing alone; replayalloc-before is auto mode with the fallback's jemalloc settings before a change (\`MALLOC_CONF=$before_conf\`). **÷ best**: CPU over the lowest median of glibc, jemalloc, tcmalloc and mimalloc; **RSS ÷ leanest**: peak RSS over their lowest. Goal (issue 41): auto mode at most 1.03x the best general-purpose allocator's CPU, within 3% of its time where nothing repeats."
+  echo "**CPU**: user + system seconds, median over the rounds, over jemalloc's (replayalloc's fallback). **Instructions**: callgrind's user-space instructions over jemalloc's (deterministic up to the threads' interleaving, about 1%). **RSS**: peak resident set, median. replayalloc-off is the preload library with REPLAYALLOC_MODE=off: the cost of interposing alone; replayalloc-before is auto mode as it was before a change (\`${BEFORE_ENV:-MALLOC_CONF=$before_conf}\`). **÷ best**: CPU over the lowest median of glibc, jemalloc, tcmalloc and mimalloc; **RSS ÷ leanest**: peak RSS over their lowest. Goal (issue 41): auto mode at most 1.03x the best general-purpose allocator's CPU, within 3% of its time where nothing repeats."
   echo
   echo "| program | allocator | CPU s | CPU ÷ jemalloc | CPU ÷ best | instructions ÷ jemalloc | peak RSS MiB | RSS ÷ leanest | checksum agrees |"
   echo "|---|---|---:|---:|---:|---:|---:|---:|---|"
