@@ -13,7 +13,8 @@
 # pattern off (every tensor a malloc) or on (its defaults).
 # EXTRA="NAME=LIBRARY ..." adds preloaded libraries (a build of another commit, to
 # compare before and after); EXTRA_CONF="NAME=CONF ..." adds replayalloc's library run
-# with MALLOC_CONF=CONF (its fallback's jemalloc settings: e.g. those before a change).
+# with MALLOC_CONF=CONF (its fallback's jemalloc settings: e.g. those before a change);
+# EXTRA_ENV="NAME=VAR=VALUE;VAR=VALUE ..." one run with replayalloc's own settings.
 # Writes the "Generation in a second framework" section of RESULTS.md (NO_RESULTS=1:
 # prints it only).
 # Node.js and npm: scripts/setup.sh --onnx installs Debian's; onnxruntime-node is
@@ -56,6 +57,12 @@ for e in ${EXTRA_CONF:-}; do
   conf[${e%%=*}]=${e#*=}
   all+=("${e%%=*}")
 done
+declare -A more=()
+for e in ${EXTRA_ENV:-}; do  # NAME=VAR=VALUE;VAR=VALUE: replayalloc's library with those settings
+  preload[${e%%=*}]=${preload[replay-auto]}
+  more[${e%%=*}]=${e#*=}
+  all+=("${e%%=*}")
+done
 machine_meta "$build" > "$tmp/meta"
 out=$tmp/runs.jsonl
 for r in $(seq 1 "$rounds"); do
@@ -64,7 +71,8 @@ for r in $(seq 1 "$rounds"); do
     sessions=${cell%%:*} arena=${cell##*:}
     for a in "${order[@]}"; do
       rm -f "$tmp/stats.json"
-      line=$(cd "$onnx" && env ${conf[$a]:+MALLOC_CONF=${conf[$a]}} \
+      # shellcheck disable=SC2086
+      line=$(cd "$onnx" && env ${conf[$a]:+MALLOC_CONF=${conf[$a]}} ${more[$a]:+${more[$a]//;/ }} \
              NODE_PATH=$onnx/node_modules LD_PRELOAD=${preload[$a]} REPLAYALLOC_STATS=$tmp/stats.json REPLAYALLOC_STATS_IDLE=1 \
              node "$root/bench/onnx/generate.js" "$model" --sessions "$sessions" --arena "$arena" \
              --warmup "$warmup" --requests "$requests" 2> /dev/null | tail -n 1)
@@ -76,7 +84,7 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 echo "load_after=$(load_average)" >> "$tmp/meta"
-prefix="${EXTRA:+EXTRA=\"$EXTRA\" }${EXTRA_CONF:+EXTRA_CONF=\"$EXTRA_CONF\" }"
+prefix="${EXTRA:+EXTRA=\"$EXTRA\" }${EXTRA_CONF:+EXTRA_CONF=\"$EXTRA_CONF\" }${EXTRA_ENV:+EXTRA_ENV=\"$EXTRA_ENV\" }"
 python3 - "$out" "$tmp/meta" "$rounds" "$requests" "$warmup" "$cells" "${all[*]}" "$prefix" > "$tmp/section" <<'PY' ||
 import collections, json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
