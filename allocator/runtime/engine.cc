@@ -55,12 +55,12 @@ engine::engine()
     : opts_(process_options()), policy_(policy_settings::from(opts_)), planner_(&engine::run_plan_job, opts_.background_planning) {
   reentry_guard guard;
   backend::use_fast_entry_points();
-  // Note [The fallback's front cache]: the plain malloc and free (below the minimum,
-  // passed through); check mode shadows every host block itself.
-  if (opts_.front_cache && !opts_.check) backend::use_front_cache();
   backend::keep_huge_pages();
   backend::zero_reused_by_memset();
   if (opts_.mode != run_mode::off) slabs_ok_ = backend::reserve_slab_range(opts_.reserve_bytes);
+  // Note [The fallback's front cache] (after the slab range, which comes first where
+  // address space is limited); check mode shadows every host block itself.
+  if (opts_.front_cache && !opts_.check) backend::use_front_cache();
   set_host_slab_limit(opts_.max_slab_memory);
   // Note [Auto mode as a client]: its watcher hears of the slow path's requests.
   g_watches_threads = opts_.mode == run_mode::automatic;  // runtime/shortcuts.h
