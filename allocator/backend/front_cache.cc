@@ -18,7 +18,7 @@
 //    whose memory is one reserved range (Note [The front cache's arena]), so a free
 //    tells them from every other block by one compare, and asks jemalloc only their
 //    size (sallocx): smaller blocks stay jemalloc's, at 5 instructions a free;
-//  * a list that reaches its length (16 KiB of blocks, at least one) goes whole to the
+//  * a list that reaches its length (64 KiB of blocks, at least four) goes whole to the
 //    depot, a stack of lists per class under a spin lock; a thread whose list is empty
 //    takes a whole list from there before it asks the arena for a block of exactly the
 //    class's size (so every block the cache holds is of its class: a block's size is
@@ -26,9 +26,10 @@
 //  * a thread's lists go to the depot when it exits (a pthread key's destructor), so its
 //    successors reuse its blocks; the arena has no thread to leave it, so nothing purges
 //    its pages but jemalloc's decay.
-// Bounded: a thread holds at most 16 KiB per class (one block of the classes above);
-// the depot at most 1 MiB in all; what does not fit goes back to the arena, whose dirty
-// pages decay as jemalloc's others do. Before a slab is made (Note [Purging what a slab
+// Bounded: a thread holds at most 64 KiB per class (four blocks of the classes above;
+// lists of 16 KiB, one block above 16 KiB, made 8 threads on 2 cores wait on the arena:
+// RESULTS "The fallback's front cache"); the depot at most 1 MiB in all; what does not
+// fit goes back to the arena, whose dirty pages decay as jemalloc's others do. Before a slab is made (Note [Purging what a slab
 // replaces]) the thread's lists and the depot go back to the arena, so that its purge
 // finds their pages. Fork: the depot's locks are held across fork() (engine::prefork).
 // Requests passed through (Note [Pass-through]) and the engine's own and missed ones
@@ -52,8 +53,8 @@ namespace {
 constexpr std::size_t front_limit = 64 * 1024;
 constexpr std::size_t front_least = 4096;
 constexpr unsigned max_classes = 48;
-constexpr std::size_t list_bytes = 16 * 1024;
-constexpr std::uint32_t list_min = 1;
+constexpr std::size_t list_bytes = 64 * 1024;
+constexpr std::uint32_t list_min = 4;
 constexpr std::uint32_t list_max = 64;
 constexpr unsigned depot_lists = 64;
 // The depot's bytes, all classes together (lists over it go to the underlying free).
