@@ -16,13 +16,14 @@
 //  * a list of free blocks per class and thread, linked through the blocks' first
 //    word; malloc pops, free pushes. The blocks come from an arena of the cache's own
 //    whose memory is one reserved range (Note [The front cache's arena]), so a free
-//    tells them from every other block by one compare, and asks jemalloc only their
-//    size (sallocx): smaller blocks stay jemalloc's, at 5 instructions a free;
+//    tells them from every other block by one compare: smaller blocks stay jemalloc's,
+//    at 5 instructions a free. A free in the range learns its block's class from the
+//    page map (Note [The front cache's page map]), not from jemalloc;
 //  * a list that reaches its length (64 KiB of blocks, at least four) goes whole to the
 //    depot, a stack of lists per class under a spin lock; a thread whose list is empty
 //    takes a whole list from there before it asks the arena for a block of exactly the
-//    class's size (so every block the cache holds is of its class: a block's size is
-//    checked at its free, and one of another size goes back to the arena);
+//    class's size (so every block the cache holds is of its class: a block that
+//    jemalloc's realloc resized goes back to the arena at its free);
 //  * a thread's lists go to the depot when it exits (a pthread key's destructor), so its
 //    successors reuse its blocks; the arena has no thread to leave it, so nothing purges
 //    its pages but jemalloc's decay.
@@ -40,6 +41,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <cstdint>
@@ -51,6 +53,7 @@ namespace replayalloc::detail::backend {
 namespace {
 
 constexpr std::size_t front_limit = 64 * 1024;
+constexpr unsigned map_shift = 12;  // one byte of the page map per 4 KiB of the range
 constexpr std::size_t front_least = 4096;
 constexpr unsigned max_classes = 48;
 constexpr std::size_t list_bytes = 64 * 1024;
@@ -77,10 +80,10 @@ constinit thread_local thread_cache* t_cache REPLAYALLOC_TLS_IE = &g_closed;
 enum : std::uint8_t { cache_none, cache_making, cache_open, cache_exited };
 constinit thread_local std::uint8_t t_state REPLAYALLOC_TLS_IE = cache_none;
 
-// Read only once enabled. Class `g_none` (its size 0, its lists empty and full) stands
-// for the requests of sizes whose class the cache does not serve.
+// Read only once enabled. The classes served are 1..n; class 0 (its size 0, its lists
+// empty and full) stands for the requests of sizes whose class the cache does not serve,
+// and in the page map for a page whose blocks' class is not known.
 std::size_t g_largest = 0;  // the largest size class served
-unsigned g_none = 0;
 bool g_enabled = false;
 std::uint8_t g_class_of[front_limit / 16 + 1];  // (size + 15) / 16 -> class
 std::uint32_t g_class_size[max_classes];
@@ -93,6 +96,32 @@ front_malloc_fn g_block = nullptr;
 front_free_fn g_release = nullptr;
 std::size_t (*g_usable)(const void*) noexcept = nullptr;
 pthread_key_t g_exit_key;
+
+// Note [The front cache's page map]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A free in the cache's range must know its block's class. jemalloc knows (sallocx, its
+// radix tree: 39 instructions and a walk of two levels of a tree the other threads
+// write), which was half of a passed-through 4 KiB pair's cost. The cache keeps its own
+// answer instead: one byte per 4 KiB page of the range (4 MiB of address space, reserved
+// with the range's cache enabled, its pages made as they are written), the class of the
+// blocks that begin in that page, 0 where not known. A page holds the beginnings of
+// blocks of one class only: jemalloc's extents are whole pages, and a slab holds blocks
+// of one class, a large extent one block. The byte is written where a block enters the
+// cache (a block the arena made for it, at a list's miss; a block a free found of a
+// class served by asking jemalloc, where the byte said 0), so every block on a list or
+// handed out has its page's byte. A block changes class in place only through jemalloc's
+// realloc, which the fallback's realloc precedes by clearing its page's byte
+// (front_resizing): its next free asks jemalloc again. A page jemalloc gives to another
+// extent keeps a stale byte only until a block of the new extent enters the cache, and
+// no block begins there before that. The free of a block whose byte is 0 asks jemalloc,
+// as every free in the range did before the map (a block made before the cache or by
+// jemalloc's own realloc).
+std::atomic<std::uint8_t>* g_page_class = nullptr;
+
+void map_block(const void* p, unsigned k) noexcept {
+  std::atomic<std::uint8_t>& b = g_page_class[(reinterpret_cast<std::uintptr_t>(p) - g_base) >> map_shift];
+  if (b.load(std::memory_order_relaxed) != k) b.store(static_cast<std::uint8_t>(k), std::memory_order_relaxed);
+}
 
 struct alignas(64) depot {
   std::atomic<bool> locked{false};
@@ -198,7 +227,7 @@ void close_thread(void* arg) noexcept {
 }
 
 [[gnu::noinline]] void* malloc_miss(unsigned k, std::size_t size) noexcept {
-  if (k == g_none) return g_malloc(size);
+  if (k == 0) return g_malloc(size);
   if (t_state == cache_open || open_cache()) {
     free_list l = take(k);
     if (l.head != nullptr) {
@@ -209,20 +238,35 @@ void close_thread(void* arg) noexcept {
       return p;
     }
   }
-  if (void* p = g_block(g_class_size[k])) return p;
+  if (void* p = g_block(g_class_size[k])) {
+    map_block(p, k);
+    return p;
+  }
   return g_malloc(size);  // the range spent
 }
 
-[[gnu::noinline]] void free_full(void* p, unsigned k) noexcept {
-  if (t_state != cache_open && !open_cache()) {
-    g_release(p);
-    return;
+// A free in the range that the list cannot take: its class unknown (0; asked of
+// jemalloc, Note [The front cache's page map]), its list full, or the thread's cache
+// not open yet or closed.
+[[gnu::noinline]] void free_slow(void* p, unsigned k) noexcept {
+  if (k == 0) {
+    const std::size_t u = g_usable(p);
+    if (u <= g_largest) k = g_class_of[(u + 15) >> 4];
+    // A block of a size the cache does not serve (one jemalloc's realloc grew or shrank
+    // in place to another) goes back to the arena.
+    if (k == 0 || g_class_size[k] != u) return g_release(p);
+    map_block(p, k);
   }
+  if (t_state != cache_open && !open_cache()) return g_release(p);
   free_list& mine = t_cache->lists[k];
-  if (mine.count != 0) put(k, mine.head, mine.count);
-  *static_cast<void**>(p) = nullptr;
+  if (mine.count == mine.max) {
+    put(k, mine.head, mine.count);
+    mine.head = nullptr;
+    mine.count = 0;
+  }
+  *static_cast<void**>(p) = mine.head;
   mine.head = p;
-  mine.count = 1;
+  ++mine.count;
 }
 
 }  // namespace
@@ -232,32 +276,44 @@ bool enable_front_cache(const front_backend& b) noexcept {
       b.size_class == nullptr || b.usable == nullptr || b.span == 0) {
     return false;
   }
-  // The classes: jemalloc's from 4 KiB to 64 KiB, and one more, g_none, for the
+  // The classes: jemalloc's from 4 KiB to 64 KiB, numbered from 1; class 0 for the
   // requests of every other class.
-  unsigned n = 0;
+  unsigned n = 0;  // the last class numbered
   std::size_t largest = 0;
   std::uint8_t class_of[front_limit / 16 + 1];
+  std::uint32_t class_size[max_classes] = {};
+  std::uint32_t list_max_of[max_classes] = {};
   for (std::size_t i = 0; i <= front_limit / 16; ++i) {
     const std::size_t c = b.size_class(i == 0 ? 16 : i * 16);
     if (c < front_least || c > front_limit) {
-      class_of[i] = max_classes;  // g_none, numbered below
+      class_of[i] = 0;
       continue;
     }
-    if (n == 0 || g_class_size[n - 1] != c) {
+    if (n == 0 || class_size[n] != c) {
       if (n + 1 == max_classes) return false;
-      g_class_size[n] = static_cast<std::uint32_t>(c);
-      const std::uint32_t m = static_cast<std::uint32_t>(list_bytes / c);
-      g_list_max[n] = m < list_min ? list_min : m > list_max ? list_max : m;
       ++n;
+      class_size[n] = static_cast<std::uint32_t>(c);
+      const std::uint32_t m = static_cast<std::uint32_t>(list_bytes / c);
+      list_max_of[n] = m < list_min ? list_min : m > list_max ? list_max : m;
     }
-    class_of[i] = static_cast<std::uint8_t>(n - 1);
+    class_of[i] = static_cast<std::uint8_t>(n);
     largest = c;
   }
-  if (n == 0 || pthread_key_create(&g_exit_key, close_thread) != 0) return false;
-  g_none = n;
-  g_class_size[n] = 0;
-  g_list_max[n] = 0;
-  for (std::size_t i = 0; i <= front_limit / 16; ++i) g_class_of[i] = class_of[i] == max_classes ? n : class_of[i];
+  if (n == 0) return false;
+  // Note [The front cache's page map]
+  const std::size_t map_bytes = b.span >> map_shift;
+  void* map = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (map == MAP_FAILED) return false;
+  if (pthread_key_create(&g_exit_key, close_thread) != 0) {
+    ::munmap(map, map_bytes);
+    return false;
+  }
+  g_page_class = static_cast<std::atomic<std::uint8_t>*>(map);
+  for (unsigned k = 0; k < max_classes; ++k) {
+    g_class_size[k] = class_size[k];
+    g_list_max[k] = list_max_of[k];
+  }
+  for (std::size_t i = 0; i <= front_limit / 16; ++i) g_class_of[i] = class_of[i];
   g_malloc = b.malloc;
   g_free = b.free;
   g_base = b.base;
@@ -285,26 +341,25 @@ void* front_malloc(std::size_t size) noexcept {
 }
 
 void front_free(void* p) noexcept {
+  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
   // Most frees (every block the cache does not serve) end here, at jemalloc's free: the
   // one test they pay for the cache (Note [The front cache's arena]).
-  if (reinterpret_cast<std::uintptr_t>(p) - g_base >= g_span) [[likely]] return g_free(p);
-  const std::size_t u = g_usable(p);
-  if (u <= g_largest) [[likely]] {
-    const unsigned k = g_class_of[(u + 15) >> 4];
-    // A block of the range of another size (jemalloc grew one in place for realloc)
-    // goes back to it.
-    if (g_class_size[k] == u) [[likely]] {
-      free_list& l = t_cache->lists[k];
-      if (l.count < l.max) [[likely]] {
-        *static_cast<void**>(p) = l.head;
-        l.head = p;
-        ++l.count;
-        return;
-      }
-      return free_full(p, k);
-    }
+  if (offset >= g_span) [[likely]] return g_free(p);
+  // Class 0 (not known) has lists empty and full: to free_slow.
+  const unsigned k = g_page_class[offset >> map_shift].load(std::memory_order_relaxed);
+  free_list& l = t_cache->lists[k];
+  if (l.count < l.max) [[likely]] {
+    *static_cast<void**>(p) = l.head;
+    l.head = p;
+    ++l.count;
+    return;
   }
-  g_release(p);
+  free_slow(p, k);
+}
+
+void front_resizing(const void* p) noexcept {
+  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
+  if (offset < g_span) g_page_class[offset >> map_shift].store(0, std::memory_order_relaxed);
 }
 
 void front_cache_release() noexcept {

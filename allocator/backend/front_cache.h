@@ -42,6 +42,11 @@ bool enable_front_cache(const front_backend& b) noexcept;
 void* front_malloc(std::size_t size) noexcept;
 void front_free(void* p) noexcept;
 
+// Before jemalloc's realloc of p (which may change its class in place): p's next free
+// asks jemalloc its class (Note [The front cache's page map]). Nothing for a block
+// outside the range, or while the cache is off.
+void front_resizing(const void* p) noexcept;
+
 // This thread's lists and the shared depot given back to the underlying free (before a
 // purge: Note [Purging what a slab replaces]). Nothing when the cache is off.
 void front_cache_release() noexcept;

@@ -498,6 +498,7 @@ void fallback_free_sized(void* p, std::size_t size, std::size_t align) noexcept 
 }
 
 void* fallback_realloc(void* p, std::size_t size) noexcept {
+  front_resizing(p);  // Note [The front cache's page map]
   return fresh(rallocx(p, at_least_min(size), 0));
 }
 

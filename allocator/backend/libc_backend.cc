@@ -20,6 +20,7 @@ bool use_fast_entry_points() noexcept { return true; }  // malloc and free alrea
 void keep_huge_pages() noexcept {}
 
 bool use_front_cache() noexcept { return false; }  // glibc's own caches
+void front_resizing(const void*) noexcept {}
 void front_cache_prefork() noexcept {}
 void front_cache_postfork() noexcept {}
 front_cache_counts front_cache_stats() noexcept { return {}; }

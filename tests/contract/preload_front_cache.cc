@@ -319,6 +319,42 @@ TEST(FrontCache, ReallocKeepsAndCallocZeroes) {
   std::free(p);
 }
 
+// A block that jemalloc's realloc shrank in place (a large block of 20 KiB to 16 KiB)
+// changed class at the same address: freed, it goes to its new class's list, and a
+// request of its old class never gets it (Note [The front cache's page map]: the
+// fallback's realloc clears its page's byte). Without that, every 20 KiB request after
+// it could get a block of 16 KiB.
+TEST(FrontCache, ABlockReallocShrankInPlaceIsNeverServedAsItsOldClass) {
+  REQUIRE_FRONT_CACHE();
+  auto pass = detail::backend::g_pass_malloc.load();
+  auto release = detail::backend::g_plain_free.load();
+  void* p = pass(20000);
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(sallocx(p, 0), nallocx(20000, 0));
+  fill(p, 16000, 3);
+  void* q = detail::backend::fallback_realloc(p, 16000);
+  // jemalloc shrinks a large extent in place (it splits off its tail); the test is about
+  // that case.
+  ASSERT_EQ(q, p) << "jemalloc moved the block";
+  ASSERT_EQ(sallocx(q, 0), nallocx(16000, 0));
+  ASSERT_LT(sallocx(q, 0), 20000u);
+  EXPECT_TRUE(intact(q, 16000, 3));
+  release(q);
+  std::vector<void*> got;
+  for (int i = 0; i < 64; ++i) {
+    void* r = pass(20000);
+    ASSERT_NE(r, nullptr);
+    EXPECT_NE(r, q) << "a block of " << sallocx(q, 0) << " bytes served a request of 20000";
+    EXPECT_GE(sallocx(r, 0), 20000u);
+    got.push_back(r);
+  }
+  // Its class's list took it (this thread's list was empty).
+  void* s = pass(16000);
+  EXPECT_EQ(s, q);
+  release(s);
+  for (void* r : got) release(r);
+}
+
 // fork() while other threads move lists through the depot: the child allocates and
 // frees through every class and exits (its depot's locks were released after fork).
 TEST(FrontCache, AForkedChildAllocatesWhileThreadsUsedTheDepot) {
