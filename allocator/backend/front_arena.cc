@@ -7,19 +7,22 @@
 // the block is one it serves, and of which class; asking jemalloc (sallocx: its radix
 // tree) costs ~38 instructions, as much again as jemalloc's own free, and most frees are
 // of small blocks the cache does not serve. So the blocks it serves (4-64 KiB) come from
-// an arena made for it (`arenas.create`) whose extent hooks are jemalloc's defaults but
+// arenas made for it (`arenas.create`; one per CPU, at most 8, each thread's cache
+// taking its blocks from one of them, so that threads do not all wait on one arena's
+// locks) whose extent hooks are jemalloc's defaults but
 // for the allocation of address space, which is carved from one range reserved at
 // start-up (PROT_NONE, MAP_NORESERVE; made readable and writable an extent at a time):
 // a free outside that range is passed to jemalloc's free after one subtraction and one
 // compare, and only a block inside it is asked its size. jemalloc retains what it gets
 // (its dalloc hook declines, so the addresses stay the arena's, reused by it), purges
 // and decommits with its own default hooks, which work on any address, and decays the
-// arena's dirty pages as any other's. The arena has no thread bound to it, so no thread's
-// exit purges it (jemalloc purges an arena its last thread leaves: Note [The fallback's
+// arena's dirty pages as any other's. The arenas have no thread bound to them, so no thread's
+// exit purges them (jemalloc purges an arena its last thread leaves: Note [The fallback's
 // arenas per CPU]), and blocks go to and come from it without any thread cache
 // (MALLOCX_TCACHE_NONE): the front cache is that cache. Where the range or the arena
 // cannot be made the front cache stays off, saying so at REPLAYALLOC_VERBOSE=2.
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -34,10 +37,15 @@ namespace {
 
 constexpr std::size_t range_bytes = std::size_t{16} << 30;  // address space only
 
+// Arenas, not one: 8 threads on 2 cores waited on one arena's locks (jemalloc's mutex
+// spin ~8% of the samples of producer/consumer at 8 threads); each thread's cache
+// takes its blocks from one of them (front_cache.cc).
+constexpr unsigned max_arenas = 8;
+
 std::uintptr_t g_base = 0;
 std::atomic<std::uintptr_t> g_next{0};
-unsigned g_arena = 0;
-int g_flags = 0;  // MALLOCX_ARENA(g_arena) | MALLOCX_TCACHE_NONE
+unsigned g_arenas = 0;
+int g_flags[max_arenas] = {};  // MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE
 extent_hooks_t g_hooks{};
 
 // Address space for jemalloc, from the range, in order; null when the range is spent
@@ -65,7 +73,7 @@ void* extent_alloc(extent_hooks_t*, void* new_addr, std::size_t size, std::size_
 bool extent_dalloc(extent_hooks_t*, void*, std::size_t, bool, unsigned) { return true; }
 void extent_destroy(extent_hooks_t*, void*, std::size_t, bool, unsigned) {}
 
-void* block(std::size_t size) noexcept { return mallocx(size, g_flags); }
+void* block(std::size_t size, unsigned slot) noexcept { return mallocx(size, g_flags[slot % g_arenas]); }
 void release(void* p) noexcept { dallocx(p, MALLOCX_TCACHE_NONE); }
 std::size_t size_class_of(std::size_t n) noexcept { return nallocx(n, 0); }
 std::size_t usable(const void* p) noexcept { return sallocx(const_cast<void*>(p), 0); }
@@ -91,18 +99,24 @@ bool make_front_arena(front_backend* b) noexcept {
   g_hooks.dalloc = &extent_dalloc;
   g_hooks.destroy = &extent_destroy;
   extent_hooks_t* hooks = &g_hooks;
-  unsigned arena = 0;
-  len = sizeof arena;
-  if (mallctl("arenas.create", &arena, &len, &hooks, sizeof hooks) != 0 || arena == 0) {
+  // As many as CPUs, at most max_arenas.
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  const unsigned want = cpus < 1 ? 1 : cpus > max_arenas ? max_arenas : static_cast<unsigned>(cpus);
+  while (g_arenas < want) {
+    unsigned arena = 0;
+    len = sizeof arena;
+    if (mallctl("arenas.create", &arena, &len, &hooks, sizeof hooks) != 0 || arena == 0) break;
+    g_flags[g_arenas++] = MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
+  }
+  if (g_arenas == 0) {
     ::munmap(range, range_bytes);
     REPLAYALLOC_LOG(info, "front cache: off (jemalloc made no arena for it)");
     return false;
   }
-  g_arena = arena;
-  g_flags = MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
   b->base = g_base;
   b->span = range_bytes;
   b->block = &block;
+  b->slots = g_arenas;
   b->release = &release;
   b->size_class = &size_class_of;
   b->usable = &usable;

@@ -70,6 +70,7 @@ struct free_list {
 };
 struct thread_cache {
   free_list lists[max_classes];
+  unsigned slot;  // the arena its blocks come from (Note [The front cache's arena])
 };
 
 // Every thread starts with (and an exited one returns to) this cache, whose lists are
@@ -92,7 +93,9 @@ front_malloc_fn g_malloc = nullptr;
 front_free_fn g_free = nullptr;
 std::uintptr_t g_base = 0;
 std::size_t g_span = 0;
-front_malloc_fn g_block = nullptr;
+front_block_fn g_block = nullptr;
+unsigned g_slots = 1;
+std::atomic<unsigned> g_next_slot{0};
 front_free_fn g_release = nullptr;
 std::size_t (*g_usable)(const void*) noexcept = nullptr;
 pthread_key_t g_exit_key;
@@ -221,6 +224,7 @@ void close_thread(void* arg) noexcept {
     return false;
   }
   for (unsigned k = 0; k < max_classes; ++k) c->lists[k] = free_list{nullptr, 0, g_list_max[k]};
+  c->slot = g_next_slot.fetch_add(1, std::memory_order_relaxed) % g_slots;
   t_cache = c;
   t_state = cache_open;
   return true;
@@ -238,7 +242,7 @@ void close_thread(void* arg) noexcept {
       return p;
     }
   }
-  if (void* p = g_block(g_class_size[k])) {
+  if (void* p = g_block(g_class_size[k], t_cache->slot)) {
     map_block(p, k);
     return p;
   }
@@ -319,6 +323,7 @@ bool enable_front_cache(const front_backend& b) noexcept {
   g_base = b.base;
   g_span = b.span;
   g_block = b.block;
+  g_slots = b.slots == 0 ? 1 : b.slots;
   g_release = b.release;
   g_usable = b.usable;
   g_largest = largest;

@@ -15,6 +15,7 @@ namespace replayalloc::detail::backend {
 
 using front_malloc_fn = void* (*)(std::size_t) noexcept;
 using front_free_fn = void (*)(void*) noexcept;
+using front_block_fn = void* (*)(std::size_t, unsigned) noexcept;
 
 // What the front cache stands on (jemalloc, through jemalloc_backend.cc and
 // front_arena.cc).
@@ -24,7 +25,8 @@ struct front_backend {
   // The range the cache's blocks come from (Note [The front cache's arena]).
   std::uintptr_t base = 0;
   std::size_t span = 0;
-  front_malloc_fn block = nullptr;   // a block of a class served, from the range
+  front_block_fn block = nullptr;    // a block of a class served, from the range's arena `slot`
+  unsigned slots = 1;                // its arenas (Note [The front cache's arena])
   front_free_fn release = nullptr;   // a block from the range given back
   std::size_t (*size_class)(std::size_t) noexcept = nullptr;  // the class of a request
   std::size_t (*usable)(const void*) noexcept = nullptr;      // the class of a block
