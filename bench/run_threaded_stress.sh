@@ -23,6 +23,7 @@ ops=${3:-400000}
 build_targets "$build" threaded_stress replayalloc_preload
 prog=$build/bench/threaded_stress
 pre=$(preload_library "$build")
+[[ -z ${BEFORE_LIB:-} ]] || require_file "$BEFORE_LIB" "BEFORE_LIB: the preload library of another build"
 kinds=(larson rptest prodcons small)
 names=(glibc jemalloc tcmalloc mimalloc replayalloc-auto replayalloc-off replayalloc-before)
 general=(glibc jemalloc tcmalloc mimalloc)
@@ -30,7 +31,9 @@ general=(glibc jemalloc tcmalloc mimalloc)
 # BEFORE_CONF (MALLOC_CONF's syntax), by default those before Note [The fallback's
 # thread cache] (jemalloc's default thread cache, 32 KiB).
 # BEFORE_ENV (VAR=VALUE ..., e.g. REPLAYALLOC_FRONT_CACHE=0), when set, gives
-# replayalloc-before those variables instead of BEFORE_CONF.
+# replayalloc-before those variables instead of BEFORE_CONF. BEFORE_LIB (the preload
+# library of another build, e.g. of an earlier commit), when set, is replayalloc-before's
+# library, with its own defaults (and BEFORE_ENV's variables, if set).
 before_conf=${BEFORE_CONF:-oversize_threshold:0,tcache_max:32768}
 setup() {  # name -> envs
   envs=()
@@ -39,8 +42,9 @@ setup() {  # name -> envs
     jemalloc|tcmalloc|mimalloc) envs=("LD_PRELOAD=$(allocator_library "$1")") ;;
     replayalloc-auto) envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0) ;;
     replayalloc-off) envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0 REPLAYALLOC_MODE=off) ;;
-    replayalloc-before) envs=("LD_PRELOAD=$pre" REPLAYALLOC_VERBOSE=0)
-      if [[ -n ${BEFORE_ENV:-} ]]; then read -r -a more <<<"$BEFORE_ENV"; envs+=("${more[@]}"); else envs+=("MALLOC_CONF=$before_conf"); fi ;;
+    replayalloc-before) envs=("LD_PRELOAD=${BEFORE_LIB:-$pre}" REPLAYALLOC_VERBOSE=0)
+      if [[ -n ${BEFORE_ENV:-} ]]; then read -r -a more <<<"$BEFORE_ENV"; envs+=("${more[@]}");
+      elif [[ -z ${BEFORE_LIB:-} ]]; then envs+=("MALLOC_CONF=$before_conf"); fi ;;
   esac
 }
 scratch_dir
@@ -69,9 +73,9 @@ done
   echo "## Threaded stress: auto mode where nothing repeats, many threads"
   echo
   echo "$(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average); commit $(git -C "$root" rev-parse --short HEAD)."
-  echo "Command: \`${BEFORE_ENV:+BEFORE_ENV=$BEFORE_ENV }bench/run_threaded_stress.sh $rounds $threads $ops\` ($rounds rounds, one process per program, allocator and round, order rotated; then one run of each under callgrind at half the operations)."
+  echo "Command: \`${BEFORE_LIB:+BEFORE_LIB=$BEFORE_LIB }${BEFORE_ENV:+BEFORE_ENV=$BEFORE_ENV }bench/run_threaded_stress.sh $rounds $threads $ops\` ($rounds rounds, one process per program, allocator and round, order rotated; then one run of each under callgrind at half the operations)."
   echo "Programs (\`bench/micro/threaded_stress.cc\`, $threads threads, $ops operations per thread, sizes log-uniform 16 B-64 KiB, so a third of them at or above REPLAYALLOC_MIN_SIZE and seen by auto mode's watcher): **larson** (each round of 10,000 operations run by new threads that take over their predecessors' blocks), **rptest** (batches of 64 freed by the next thread), **prodcons** (producer/consumer pairs through a queue), **small** (16-256 B blocks in a ring, one thread each)."
-  echo "**CPU**: user + system seconds, median over the rounds, over jemalloc's (replayalloc's fallback). **Instructions**: callgrind's user-space instructions over jemalloc's (deterministic up to the threads' interleaving, about 1%). **RSS**: peak resident set, median. replayalloc-off is the preload library with REPLAYALLOC_MODE=off: the cost of interposing alone; replayalloc-before is auto mode as it was before a change (\`${BEFORE_ENV:-MALLOC_CONF=$before_conf}\`). **÷ best**: CPU over the lowest median of glibc, jemalloc, tcmalloc and mimalloc; **RSS ÷ leanest**: peak RSS over their lowest. Goal (issue 41): auto mode at most 1.03x the best general-purpose allocator's CPU, within 3% of its time where nothing repeats."
+  echo "**CPU**: user + system seconds, median over the rounds, over jemalloc's (replayalloc's fallback). **Instructions**: callgrind's user-space instructions over jemalloc's (deterministic up to the threads' interleaving, about 1%). **RSS**: peak resident set, median. replayalloc-off is the preload library with REPLAYALLOC_MODE=off: the cost of interposing alone; replayalloc-before is auto mode as it was before a change (\`${BEFORE_LIB:+the library $BEFORE_LIB}${BEFORE_ENV:+ $BEFORE_ENV}${BEFORE_LIB:-${BEFORE_ENV:-MALLOC_CONF=$before_conf}}\`). **÷ best**: CPU over the lowest median of glibc, jemalloc, tcmalloc and mimalloc; **RSS ÷ leanest**: peak RSS over their lowest. Goal (issue 41): auto mode at most 1.03x the best general-purpose allocator's CPU, within 3% of its time where nothing repeats."
   echo
   echo "| program | allocator | CPU s | CPU ÷ jemalloc | CPU ÷ best | instructions ÷ jemalloc | peak RSS MiB | RSS ÷ leanest | checksum agrees |"
   echo "|---|---|---:|---:|---:|---:|---:|---:|---|"

@@ -121,8 +121,14 @@ pthread_key_t g_exit_key;
 // jemalloc's own realloc).
 std::atomic<std::uint8_t>* g_page_class = nullptr;
 
+// The page map's byte of block p, class k; nothing for a block outside the range (the
+// arena's jemalloc may serve one from another arena: at a thread's exit, once
+// jemalloc's per-thread state is gone, it ignores the arena asked for), which is an
+// ordinary jemalloc block, freed by jemalloc's free.
 void map_block(const void* p, unsigned k) noexcept {
-  std::atomic<std::uint8_t>& b = g_page_class[(reinterpret_cast<std::uintptr_t>(p) - g_base) >> map_shift];
+  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
+  if (offset >= g_span) return;
+  std::atomic<std::uint8_t>& b = g_page_class[offset >> map_shift];
   if (b.load(std::memory_order_relaxed) != k) b.store(static_cast<std::uint8_t>(k), std::memory_order_relaxed);
 }
 

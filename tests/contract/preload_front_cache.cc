@@ -7,6 +7,7 @@
 // asked, and a forked child allocates whatever its parent's threads were doing.
 #include <jemalloc/jemalloc.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -353,6 +354,57 @@ TEST(FrontCache, ABlockReallocShrankInPlaceIsNeverServedAsItsOldClass) {
   EXPECT_EQ(s, q);
   release(s);
   for (void* r : got) release(r);
+}
+
+// A thread's last requests, made from a thread-specific destructor after jemalloc has
+// torn down its own per-thread state and after the front cache closed the thread's
+// lists (as the engine's own thread-exit handler does when it ends a recording): the
+// cache's arena is asked for a block then, and jemalloc, with the thread's state gone,
+// may serve it from another arena, outside the cache's range. Such a block is an
+// ordinary jemalloc block: it is handed out, never entered in the page map (whose byte
+// for an address outside the range would lie far past the map), and freed by jemalloc.
+TEST(FrontCache, AThreadsLastRequestsAfterJemallocsTeardownAreServed) {
+  REQUIRE_FRONT_CACHE();
+  static std::atomic<int> served{0};
+  static std::atomic<int> intact_blocks{0};
+  served = 0;
+  intact_blocks = 0;
+  pthread_key_t key;
+  // Made after jemalloc's and the front cache's keys: its destructor runs after theirs.
+  ASSERT_EQ(pthread_key_create(&key, [](void*) {
+              auto pass = detail::backend::g_pass_malloc.load();
+              auto release = detail::backend::g_plain_free.load();
+              std::vector<void*> got;
+              for (std::size_t size : {std::size_t{4096}, std::size_t{9312}, std::size_t{20000}, std::size_t{65536}}) {
+                for (int i = 0; i < 8; ++i) {
+                  void* p = pass(size);
+                  if (p == nullptr) continue;
+                  fill(p, size, static_cast<std::uint32_t>(size + i));
+                  got.push_back(p);
+                  served.fetch_add(1);
+                }
+              }
+              std::size_t i = 0;
+              for (std::size_t size : {std::size_t{4096}, std::size_t{9312}, std::size_t{20000}, std::size_t{65536}}) {
+                for (int j = 0; j < 8 && i < got.size(); ++j, ++i) {
+                  if (intact(got[i], size, static_cast<std::uint32_t>(size + j))) intact_blocks.fetch_add(1);
+                }
+              }
+              for (void* p : got) release(p);
+            }),
+            0);
+  for (int round = 0; round < 4; ++round) {
+    std::thread t([key] {
+      // The thread uses the cache first, so that it has lists to close.
+      void* p = detail::backend::g_pass_malloc.load()(9312);
+      detail::backend::g_plain_free.load()(p);
+      pthread_setspecific(key, reinterpret_cast<void*>(1));
+    });
+    t.join();
+  }
+  pthread_key_delete(key);
+  EXPECT_EQ(served.load(), 4 * 32);
+  EXPECT_EQ(intact_blocks.load(), 4 * 32);
 }
 
 // fork() while other threads move lists through the depot: the child allocates and
