@@ -69,13 +69,22 @@ instructions() {  # kind name
 for kind in "${kinds[@]}"; do
   for name in "${names[@]}"; do instructions "$kind" "$name" > "$tmp/$kind.$name.ir"; done
 done
+if [[ -n ${BEFORE_LIB:-} ]]; then
+  before_what="the library $BEFORE_LIB${BEFORE_ENV:+ with $BEFORE_ENV}"
+else
+  before_what=${BEFORE_ENV:-MALLOC_CONF=$before_conf}
+fi
 {
-  echo "## Threaded stress: auto mode where nothing repeats, many threads"
+  if [[ ${RESULTS_SECTION:-threaded-stress} == threaded-stress ]]; then
+    echo "## Threaded stress: auto mode where nothing repeats, many threads"
+  else
+    echo "## Threaded stress: auto mode where nothing repeats, $threads threads on $(nproc) cores"
+  fi
   echo
   echo "$(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average); commit $(git -C "$root" rev-parse --short HEAD)."
   echo "Command: \`${BEFORE_LIB:+BEFORE_LIB=$BEFORE_LIB }${BEFORE_ENV:+BEFORE_ENV=$BEFORE_ENV }bench/run_threaded_stress.sh $rounds $threads $ops\` ($rounds rounds, one process per program, allocator and round, order rotated; then one run of each under callgrind at half the operations)."
   echo "Programs (\`bench/micro/threaded_stress.cc\`, $threads threads, $ops operations per thread, sizes log-uniform 16 B-64 KiB, so a third of them at or above REPLAYALLOC_MIN_SIZE and seen by auto mode's watcher): **larson** (each round of 10,000 operations run by new threads that take over their predecessors' blocks), **rptest** (batches of 64 freed by the next thread), **prodcons** (producer/consumer pairs through a queue), **small** (16-256 B blocks in a ring, one thread each)."
-  echo "**CPU**: user + system seconds, median over the rounds, over jemalloc's (replayalloc's fallback). **Instructions**: callgrind's user-space instructions over jemalloc's (deterministic up to the threads' interleaving, about 1%). **RSS**: peak resident set, median. replayalloc-off is the preload library with REPLAYALLOC_MODE=off: the cost of interposing alone; replayalloc-before is auto mode as it was before a change (\`${BEFORE_LIB:+the library $BEFORE_LIB}${BEFORE_ENV:+ $BEFORE_ENV}${BEFORE_LIB:-${BEFORE_ENV:-MALLOC_CONF=$before_conf}}\`). **÷ best**: CPU over the lowest median of glibc, jemalloc, tcmalloc and mimalloc; **RSS ÷ leanest**: peak RSS over their lowest. Goal (issue 41): auto mode at most 1.03x the best general-purpose allocator's CPU, within 3% of its time where nothing repeats."
+  echo "**CPU**: user + system seconds, median over the rounds, over jemalloc's (replayalloc's fallback). **Instructions**: callgrind's user-space instructions over jemalloc's (deterministic up to the threads' interleaving, about 1%). **RSS**: peak resident set, median. replayalloc-off is the preload library with REPLAYALLOC_MODE=off: the cost of interposing alone; replayalloc-before is auto mode as it was before a change (\`$before_what\`). **÷ best**: CPU over the lowest median of glibc, jemalloc, tcmalloc and mimalloc; **RSS ÷ leanest**: peak RSS over their lowest. Goal (issue 41): auto mode at most 1.03x the best general-purpose allocator's CPU, within 3% of its time where nothing repeats."
   echo
   echo "| program | allocator | CPU s | CPU ÷ jemalloc | CPU ÷ best | instructions ÷ jemalloc | peak RSS MiB | RSS ÷ leanest | checksum agrees |"
   echo "|---|---|---:|---:|---:|---:|---:|---:|---|"
