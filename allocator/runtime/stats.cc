@@ -19,6 +19,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/front_cache.h"
 #include "backend/slab_range.h"
 #include "replay/compiled_plan.h"
 #include "runtime/auto_mode.h"
@@ -372,6 +373,11 @@ Stats engine::stats(const domain_kind* only) {
   s.resident_bytes_peak = process_resident_bytes_peak();
   s.slab_resident_bytes = backend::resident_slab_bytes();
   s.backend_resident_bytes = backend::fallback_resident_bytes();
+  const backend::front_cache_counts front = backend::front_cache_stats();
+  s.front_lists_handed = front.depot_puts;
+  s.front_lists_taken = front.depot_takes;
+  s.front_lists_released = front.depot_frees;
+  s.front_threads_closed = front.threads_closed;
   apply_stats_reset(s, only == nullptr ? -1 : static_cast<int>(*only));
   return s;
 }

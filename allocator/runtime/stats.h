@@ -70,7 +70,11 @@
   X(resident_bytes, engine, "resident_bytes", 0)                    \
   X(resident_bytes_peak, engine, "resident_bytes_peak", 0)          \
   X(slab_resident_bytes, engine, "slab_resident_bytes", 0)          \
-  X(backend_resident_bytes, engine, "backend_resident_bytes", 0)
+  X(backend_resident_bytes, engine, "backend_resident_bytes", 0)    \
+  X(front_lists_handed, engine, "front_lists_handed", 0)            \
+  X(front_lists_taken, engine, "front_lists_taken", 0)              \
+  X(front_lists_released, engine, "front_lists_released", 0)        \
+  X(front_threads_closed, engine, "front_threads_closed", 0)
 
 namespace replayalloc::detail {
 

@@ -210,6 +210,9 @@ TEST(FrontCache, AnExitingThreadsBlocksServeItsSuccessor) {
   // 2 blocks of 8,000 bytes: one list (16 KiB), all on the thread's list at its exit;
   // 4 of 20,000: lists of one, the last on the thread's list at its exit.
   for (const way& w : {way{8000, 2, +std_malloc, +std_free}, way{20000, 4, +plain_malloc, +plain_free}}) {
+    // The statistics count what the cache did: the exiting thread's lists handed to the
+    // depot, the thread closed, and a list its successor took.
+    const Stats stats_before = replayalloc::stats();
     std::vector<void*> freed;
     std::thread first([&] {
       std::vector<void*> mine;
@@ -236,6 +239,10 @@ TEST(FrontCache, AnExitingThreadsBlocksServeItsSuccessor) {
     for (void* p : got) reused += old.contains(p) ? 1 : 0;
     EXPECT_EQ(reused, w.blocks) << w.size << " B: the exited thread's blocks were not all reused";
     EXPECT_LT(jemalloc_bytes, w.size) << w.size << " B: the successor's requests went to jemalloc";
+    const Stats stats_after = replayalloc::stats();
+    EXPECT_GE(stats_after.front_threads_closed, stats_before.front_threads_closed + 2) << w.size;
+    EXPECT_GE(stats_after.front_lists_handed, stats_before.front_lists_handed + 1) << w.size;
+    EXPECT_GE(stats_after.front_lists_taken, stats_before.front_lists_taken + 1) << w.size;
   }
 }
 

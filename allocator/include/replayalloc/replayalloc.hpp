@@ -100,6 +100,12 @@ struct Stats {
   std::uint64_t resident_bytes_peak = 0;     ///< its most since the process started (the kernel's; not reset)
   std::uint64_t slab_resident_bytes = 0;     ///< of it, host slab pages (mincore)
   std::uint64_t backend_resident_bytes = 0;  ///< of it, the fallback allocator's (jemalloc's stats.resident)
+  // The fallback's front cache (Note [The fallback's front cache]): lists of free blocks
+  // of 4-64 KiB moved between threads; all 0 while it is off.
+  std::uint64_t front_lists_handed = 0;    ///< lists a thread handed to the depot (its list full, or the thread exiting)
+  std::uint64_t front_lists_taken = 0;     ///< lists a thread took from the depot (its own empty)
+  std::uint64_t front_lists_released = 0;  ///< lists given back to jemalloc (the depot full, 1 MiB)
+  std::uint64_t front_threads_closed = 0;  ///< exited threads whose lists went to the depot
 };
 
 Stats stats();
