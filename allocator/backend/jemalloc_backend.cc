@@ -144,20 +144,36 @@ void replayalloc_je_free(void* p) noexcept;
 // 16 threads on ResNet-50 1.15x -> 1.07x and 1.37x -> 1.18x the leanest
 // general-purpose allocator's, the BERT-like encoder at 16 1.05x -> 1.03x; one thread
 // within the runs' spread. `MALLOC_CONF=percpu_arena:disabled` restores an arena per thread.
+//
+// Note [The fallback's dirty extents]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// jemalloc reuses a freed (dirty) extent for a request only while the extent is at most
+// 2^opt.lg_extent_max_active_fit (6: 64) times the request's size. A burst of large
+// blocks freed together coalesces into one dirty extent far larger than that, so the
+// next burst of the same blocks is carved from fresh address space and faults every
+// page in again, while the dirty pages wait for decay: bursts of 10,000 blocks of
+// 20,000 bytes, freed and allocated again (the preload library, one byte per block
+// touched) took 13.2 us and a page fault per pair and peaked at 847 MiB of resident
+// memory for 40 MiB of touched pages (jemalloc alone 19.2 us, 63 MiB; tcmalloc 0.2 us,
+// 46 MiB). The fallback allows 2^16 (lg_extent_max_active_fit:16): 0.70 us and 48 MiB
+// there; ResNet-50 at 8 and 16 threads 678 -> 290 and 534 -> 243 faults per inference,
+// peak RSS 433 -> 419 and 526 -> 515 MiB (bench/RESULTS.md, "The fallback's dirty
+// extents"). Both copies of jemalloc get it, as they get the thread cache's size.
+#define REPLAYALLOC_JE_FIT "lg_extent_max_active_fit:16"
 #if REPLAYALLOC_JE_AT_LEAST(5, 3)
-#define REPLAYALLOC_JE_TCACHE "tcache_max:131072"
-#define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0,percpu_arena:percpu," REPLAYALLOC_JE_TCACHE
+#define REPLAYALLOC_JE_SHARED_CONF "tcache_max:131072," REPLAYALLOC_JE_FIT
+#define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0,percpu_arena:percpu," REPLAYALLOC_JE_SHARED_CONF
 #else
-#define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0,percpu_arena:percpu"
+#define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0,percpu_arena:percpu," REPLAYALLOC_JE_FIT
 #endif
 #if defined(REPLAYALLOC_PRELOAD_DEFAULTS) && REPLAYALLOC_JE_AT_LEAST(5, 2)
 extern "C" {
 __attribute__((weak, visibility("default"))) const char* malloc_conf = REPLAYALLOC_JE_PRELOAD_CONF;
 }
-#elif defined(REPLAYALLOC_PRIVATE_JEMALLOC) && defined(REPLAYALLOC_JE_TCACHE)
+#elif defined(REPLAYALLOC_PRIVATE_JEMALLOC) && defined(REPLAYALLOC_JE_SHARED_CONF)
 extern "C" {
 // The private copy's malloc_conf (weak in its archive): this definition wins at link.
-__attribute__((visibility("hidden"))) const char* replayalloc_je_malloc_conf = REPLAYALLOC_JE_TCACHE;
+__attribute__((visibility("hidden"))) const char* replayalloc_je_malloc_conf = REPLAYALLOC_JE_SHARED_CONF;
 }
 #endif
 
