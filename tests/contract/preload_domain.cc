@@ -130,6 +130,16 @@ long minor_faults() {
   return u.ru_minflt;
 }
 
+// jemalloc's size setting `name` (opt.*, arenas.*) once the engine is made (it tunes the
+// fallback): what the preload library's malloc_conf and the engine left.
+std::size_t size_setting(const char* name) {
+  (void)replayalloc::stats();
+  std::size_t value = 0;
+  std::size_t len = sizeof value;
+  EXPECT_EQ(mallctl(name, &value, &len, nullptr, 0), 0) << name;
+  return value;
+}
+
 // Runs f on a new thread bound to `cpu`: jemalloc gives a new thread the arena of the
 // CPU it runs on (Note [The fallback's arenas per CPU]), and keeps a running thread on
 // its arena while no other thread used that arena since.
@@ -153,17 +163,13 @@ void on_cpu(int cpu, F f) {
 // CPU]), so the test runs on CPU 0.
 TEST(PreloadFallback, KeepsTheFreedPagesOfHugeBlocks) {
   if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
-  (void)replayalloc::stats();  // the engine is made (and tunes the fallback)
-  std::size_t threshold = 1;
-  std::size_t len = sizeof threshold;
-  ASSERT_EQ(mallctl("opt.oversize_threshold", &threshold, &len, nullptr, 0), 0);
-  EXPECT_EQ(threshold, 0u) << "jemalloc did not read the preload library's malloc_conf";
+  EXPECT_EQ(size_setting("opt.oversize_threshold"), 0u) << "jemalloc did not read the preload library's malloc_conf";
   cpu_set_t all;
   ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
   if (!CPU_ISSET(0, &all)) GTEST_SKIP() << "CPU 0 is not ours to run on";
   on_cpu(0, [&] {
     unsigned arena = 1;
-    len = sizeof arena;
+    std::size_t len = sizeof arena;
     ASSERT_EQ(mallctl("thread.arena", &arena, &len, nullptr, 0), 0);
     ASSERT_EQ(arena, 0u) << "the test means to exercise arena 0";
     constexpr std::size_t kSize = std::size_t{32} << 20;
@@ -193,11 +199,8 @@ TEST(PreloadFallback, KeepsTheFreedPagesOfHugeBlocks) {
 // faults in again (736 of the 1,000 blocks here with the option at 6).
 TEST(PreloadFallback, ABurstOfLargeBlocksFreedTogetherReusesTheirPages) {
   if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
-  (void)replayalloc::stats();
-  std::size_t fit = 0;
-  std::size_t len = sizeof fit;
-  ASSERT_EQ(mallctl("opt.lg_extent_max_active_fit", &fit, &len, nullptr, 0), 0);
-  EXPECT_EQ(fit, 16u) << "jemalloc did not read the preload library's malloc_conf";
+  EXPECT_EQ(size_setting("opt.lg_extent_max_active_fit"), 16u)
+      << "jemalloc did not read the preload library's malloc_conf";
   cpu_set_t all;
   ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
   int cpu = 0;
@@ -249,13 +252,10 @@ std::size_t arena_dirty_pages(unsigned arena) { return arena_stat<std::size_t>(a
 // arena; with jemalloc's default every one of them is an arena allocation.
 TEST(PreloadFallback, ServesRecurringLargeBlocksFromTheThreadCache) {
   if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
-  (void)replayalloc::stats();
-  std::size_t cached = 0;
-  std::size_t len = sizeof cached;
-  ASSERT_EQ(mallctl("arenas.tcache_max", &cached, &len, nullptr, 0), 0);
-  EXPECT_EQ(cached, std::size_t{128} << 10) << "jemalloc did not read the preload library's malloc_conf";
+  EXPECT_EQ(size_setting("arenas.tcache_max"), std::size_t{128} << 10)
+      << "jemalloc did not read the preload library's malloc_conf";
   unsigned arena = 0;
-  len = sizeof arena;
+  std::size_t len = sizeof arena;
   ASSERT_EQ(mallctl("thread.arena", &arena, &len, nullptr, 0), 0);
   constexpr std::size_t kSize = std::size_t{96} << 10;
   constexpr int kPairs = 1000;
