@@ -12,7 +12,8 @@
 #     that calls plain malloc/free, or operator new/delete with `new`), deterministic.
 # Writes the "Small path" section of RESULTS.md.
 # Usage: bench/run_small_path.sh [ROUNDS]   (default 5)
-# Environment: BUILD_DIR (default <repo>/build).
+# Environment: BUILD_DIR (default <repo>/build); BEFORE_LIB, the preload library of
+# another build (an earlier commit's), run beside as replayalloc-before with its defaults.
 # shellcheck source=lib.sh
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -25,10 +26,12 @@ scratch_dir
 machine_meta "$build" > "$tmp/meta"
 preload=$(preload_library "$build")
 allocators=(glibc jemalloc tcmalloc mimalloc replayalloc replayalloc-off)
+[[ -z ${BEFORE_LIB:-} ]] || allocators+=(replayalloc-before)
 lib_of() {
   case $1 in
     glibc) echo "" ;;
     replayalloc | replayalloc-off) echo "$preload" ;;
+    replayalloc-before) echo "$BEFORE_LIB" ;;
     *) allocator_library "$1" ;;
   esac
 }
@@ -68,11 +71,12 @@ valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$tmp/cg.bas
   "$build/bench/hotpath_callgrind" baseline 64 256 1000 pairs > /dev/null 2>&1 || true
 base=$(grep -m1 '^summary:' "$tmp/cg.base" 2> /dev/null | awk '{print $2}')
 echo "load_after=$(load_average)" >> "$tmp/meta"
-python3 - "$tmp" "$rounds" "${base:-0}" "bench/run_small_path.sh${1:+ $1}" > "$tmp/section" <<'PY'
+python3 - "$tmp" "$rounds" "${base:-0}" "${BEFORE_LIB:+BEFORE_LIB=$BEFORE_LIB }bench/run_small_path.sh${1:+ $1}" \
+  "${BEFORE_LIB:-}" > "$tmp/section" <<'PY'
 import collections, glob, json, os, statistics, sys
-tmp, rounds, base, cmd = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+tmp, rounds, base, cmd, before = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
 meta = dict(l.rstrip("\n").split("=", 1) for l in open(os.path.join(tmp, "meta")) if "=" in l)
-allocs = ["glibc", "jemalloc", "tcmalloc", "mimalloc", "replayalloc", "replayalloc-off"]
+allocs = ["glibc", "jemalloc", "tcmalloc", "mimalloc", "replayalloc", "replayalloc-off"] + (["replayalloc-before"] if before else [])
 GP = allocs[:4]
 ns = collections.defaultdict(list)
 for a in allocs:
@@ -95,20 +99,23 @@ print(f"- Command: `{cmd}`: {rounds} rounds of `bench/micro/pair_bench` (bare pa
 print("- **replayalloc**: `libreplayalloc_preload.so` preloaded with its defaults (auto mode, REPLAYALLOC_MIN_SIZE 4 KiB), "
       "as an unmodified program gets it: below 4 KiB every request goes to its fallback, jemalloc; 4 KiB pairs are at the "
       "minimum, so auto mode watches them (and may replay them). **replayalloc-off**: the same library with "
-      "REPLAYALLOC_MODE=off, the interposition alone.")
+      "REPLAYALLOC_MODE=off, the interposition alone." +
+      (f" **replayalloc-before**: the preload library `{before}` (an earlier build) with its defaults." if before else ""))
 print("- CPU ns per pair: one thread's CPU time per pair (pair_bench's `per_pair`), median over the rounds; **÷ best**: "
       "replayalloc's over the lowest of glibc, jemalloc, tcmalloc and mimalloc for that row.")
 print()
 for t in (1, 2, 4):
     print(f"**{t} thread{'s' if t > 1 else ''}** (CPU ns per pair)")
     print()
-    print("| size | " + " | ".join(allocs) + " | replayalloc ÷ best | replayalloc ÷ jemalloc |")
-    print("|---:|" + "---:|" * (len(allocs) + 2))
+    extra = " replayalloc-before ÷ best |" if before else ""
+    print("| size | " + " | ".join(allocs) + " | replayalloc ÷ best | replayalloc ÷ jemalloc |" + extra)
+    print("|---:|" + "---:|" * (len(allocs) + 2 + (1 if before else 0)))
     for size in (8, 64, 256, 1024, 4096):
         m = {a: statistics.median(ns[(a, size, t)]) if ns[(a, size, t)] else float("nan") for a in allocs}
         best = min(m[a] for a in GP)
         print(f"| {size} B | " + " | ".join(f"{m[a]:.2f}" for a in allocs) +
-              f" | {m['replayalloc'] / best:.2f} | {m['replayalloc'] / m['jemalloc']:.2f} |")
+              f" | {m['replayalloc'] / best:.2f} | {m['replayalloc'] / m['jemalloc']:.2f} |" +
+              (f" {m['replayalloc-before'] / best:.2f} |" if before else ""))
     print()
 print(f"**Instructions per pair** (callgrind, user space; the benchmark loop's {base / 256000:.1f} included)")
 print()

@@ -45,6 +45,9 @@ void keep_huge_pages() noexcept;
 // the plain entry points are not jemalloc's own (AddressSanitizer, the dlopen build).
 // Call once, under the reentry guard, after use_fast_entry_points().
 bool use_front_cache() noexcept;
+// The address space use_front_cache() would reserve (0: it would not be used), for the
+// engine to reserve below the slab range first (Note [The gate's range], slab_range.h).
+std::size_t front_range_wanted() noexcept;
 
 // Makes the backend zero a reused large block it callocs by memset, not by giving its
 // pages back and faulting them in again (jemalloc: Note [Zeroing by memset] in
@@ -88,6 +91,10 @@ inline constinit std::atomic<plain_free_fn> g_plain_free{nullptr};
 // from the slow path): g_plain_malloc's, or the front cache's once it is on (Note [The
 // fallback's front cache]); then g_plain_free is the front cache's too.
 inline constinit std::atomic<plain_malloc_fn> g_pass_malloc{nullptr};
+// The free of a block outside the gate's range (Note [The gate's range],
+// slab_range.h), for the inline free to call: g_plain_free's, or jemalloc's own when
+// the front cache's range lies inside the gate's, so no block outside it is the cache's.
+inline constinit std::atomic<plain_free_fn> g_outside_free{nullptr};
 
 // pre: align is a power of two. Returns null on failure (errno untouched).
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept;

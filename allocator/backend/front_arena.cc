@@ -13,7 +13,9 @@
 // for the allocation of address space, which is carved from one range reserved at
 // start-up (PROT_NONE, MAP_NORESERVE; made readable and writable an extent at a time):
 // a free outside that range is passed to jemalloc's free after one subtraction and one
-// compare, and only a block inside it is asked its size. jemalloc retains what it gets
+// compare (where the range lies directly below the slab range, by the inline free's
+// gate without even that: Note [The gate's range]), and only a block inside it is
+// asked its size. jemalloc retains what it gets
 // (its dalloc hook declines, so the addresses stay the arena's, reused by it), purges
 // and decommits with its own default hooks, which work on any address, and decays the
 // arena's dirty pages as any other's. The arenas have no thread bound to them, so no thread's
@@ -30,12 +32,13 @@
 #include "backend/backend.h"
 #include "backend/front_cache.h"
 #include "backend/jemalloc_names.h"
+#include "backend/slab_range.h"
 #include "support/log.h"
 
 namespace replayalloc::detail::backend {
 namespace {
 
-constexpr std::size_t range_bytes = std::size_t{16} << 30;  // address space only
+constexpr std::size_t range_bytes = front_range_bytes;
 
 // Arenas, not one: 8 threads on 2 cores waited on one arena's locks (jemalloc's mutex
 // spin ~8% of the samples of producer/consumer at 8 threads); each thread's cache
@@ -87,7 +90,11 @@ bool make_front_arena(front_backend* b) noexcept {
     REPLAYALLOC_LOG(info, "front cache: off (jemalloc's extent hooks cannot be read)");
     return false;
   }
-  void* range = ::mmap(nullptr, range_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  // Below the slab range where the engine reserved it there (Note [The gate's range]).
+  void* range = take_range_below(range_bytes);
+  if (range == nullptr) {
+    range = ::mmap(nullptr, range_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  }
   if (range == MAP_FAILED) {
     REPLAYALLOC_LOG(info, "front cache: off (%zu GiB of address space could not be reserved)", range_bytes >> 30);
     return false;

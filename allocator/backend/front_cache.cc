@@ -351,11 +351,8 @@ void* front_malloc(std::size_t size) noexcept {
   return g_malloc(size);
 }
 
-void front_free(void* p) noexcept {
-  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
-  // Most frees (every block the cache does not serve) end here, at jemalloc's free: the
-  // one test they pay for the cache (Note [The front cache's arena]).
-  if (offset >= g_span) [[likely]] return g_free(p);
+namespace {
+[[gnu::always_inline]] inline void free_in_range(void* p, std::uintptr_t offset) noexcept {
   // Class 0 (not known) has lists empty and full: to free_slow.
   const unsigned k = g_page_class[offset >> map_shift].load(std::memory_order_relaxed);
   free_list& l = t_cache->lists[k];
@@ -367,6 +364,19 @@ void front_free(void* p) noexcept {
   }
   free_slow(p, k);
 }
+
+}  // namespace
+
+void front_free(void* p) noexcept {
+  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
+  // Most frees (every block the cache does not serve) end here, at jemalloc's free: the
+  // one test they pay for the cache (Note [The front cache's arena]), unless the
+  // inline free asked it already (Note [The gate's range]).
+  if (offset >= g_span) [[likely]] return g_free(p);
+  free_in_range(p, offset);
+}
+
+void front_free_at(void* p, std::uintptr_t offset) noexcept { free_in_range(p, offset); }
 
 void front_resizing(const void* p) noexcept {
   const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;

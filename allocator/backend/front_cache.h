@@ -32,6 +32,10 @@ struct front_backend {
   std::size_t (*usable)(const void*) noexcept = nullptr;      // the class of a block
 };
 
+// The address space the arena's blocks come from (Note [The front cache's arena]):
+// reserved once, never committed but an extent at a time.
+inline constexpr std::size_t front_range_bytes = std::size_t{16} << 30;
+
 // The arena the blocks come from, filling base..usable; false (logged) when it cannot
 // be made. front_arena.cc.
 bool make_front_arena(front_backend* b) noexcept;
@@ -43,6 +47,9 @@ bool enable_front_cache(const front_backend& b) noexcept;
 
 void* front_malloc(std::size_t size) noexcept;
 void front_free(void* p) noexcept;
+// front_free of a block known to be inside the range, `offset` bytes from its start
+// (Note [The gate's range], slab_range.h).
+void front_free_at(void* p, std::uintptr_t offset) noexcept;
 
 // Before jemalloc's realloc of p (which may change its class in place): p's next free
 // asks jemalloc its class (Note [The front cache's page map]). Nothing for a block

@@ -23,6 +23,7 @@
 
 #include "backend/backend.h"
 #include "backend/front_cache.h"
+#include "backend/slab_range.h"
 #include "support/config.h"
 
 // AddressSanitizer does not see jemalloc's blocks (mallocx is not intercepted), but
@@ -310,24 +311,36 @@ bool use_fast_entry_points() noexcept {
   g_plain_malloc.store(reinterpret_cast<malloc_fn>(m), std::memory_order_relaxed);
   g_pass_malloc.store(reinterpret_cast<malloc_fn>(m), std::memory_order_relaxed);
   g_plain_free.store(reinterpret_cast<free_fn>(f), std::memory_order_relaxed);
+  g_outside_free.store(reinterpret_cast<free_fn>(f), std::memory_order_relaxed);
 #endif
   return true;
 }
 
-bool use_front_cache() noexcept {
+namespace {
+// Only where the plain entry points are jemalloc's own (not under AddressSanitizer).
+bool front_cache_possible() noexcept {
   malloc_fn m = g_je_malloc.load(std::memory_order_relaxed);
   free_fn f = g_je_free.load(std::memory_order_relaxed);
-  // Only where the plain entry points are jemalloc's own (not under AddressSanitizer).
-  if (m == nullptr || f == nullptr || g_plain_malloc.load(std::memory_order_relaxed) != m ||
-      g_plain_free.load(std::memory_order_relaxed) != f) {
-    return false;
-  }
+  return m != nullptr && f != nullptr && g_plain_malloc.load(std::memory_order_relaxed) == m &&
+         g_plain_free.load(std::memory_order_relaxed) == f;
+}
+}  // namespace
+
+std::size_t front_range_wanted() noexcept { return front_cache_possible() ? front_range_bytes : 0; }
+
+bool use_front_cache() noexcept {
+  if (!front_cache_possible()) return false;
+  malloc_fn m = g_je_malloc.load(std::memory_order_relaxed);
+  free_fn f = g_je_free.load(std::memory_order_relaxed);
   front_backend b;
   b.malloc = m;
   b.free = f;
   if (!make_front_arena(&b) || !enable_front_cache(b)) return false;
   g_pass_malloc.store(&front_malloc, std::memory_order_relaxed);
   g_plain_free.store(&front_free, std::memory_order_relaxed);
+  // Note [The gate's range] (slab_range.h): where the cache's range lies directly below
+  // the slab range, no block outside the gate's is the cache's.
+  if (!join_gate_range(b.base, b.span)) g_outside_free.store(&front_free, std::memory_order_relaxed);
   return true;
 }
 

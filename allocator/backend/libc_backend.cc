@@ -20,7 +20,9 @@ bool use_fast_entry_points() noexcept { return true; }  // malloc and free alrea
 void keep_huge_pages() noexcept {}
 
 bool use_front_cache() noexcept { return false; }  // glibc's own caches
+std::size_t front_range_wanted() noexcept { return 0; }
 void front_resizing(const void*) noexcept {}
+void front_free_at(void*, std::uintptr_t) noexcept {}  // never called: no gate range is joined
 void front_cache_prefork() noexcept {}
 void front_cache_postfork() noexcept {}
 front_cache_counts front_cache_stats() noexcept { return {}; }

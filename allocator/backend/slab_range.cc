@@ -23,6 +23,8 @@ std::uint8_t* g_used = nullptr;  // one byte per chunk: 1 when part of a slab
 std::size_t g_chunks = 0;
 std::size_t g_mapped = 0;
 std::size_t g_mapped_peak = 0;
+std::uintptr_t g_below = 0;  // the range reserved below the slab range, until taken
+std::size_t g_below_bytes = 0;
 
 std::size_t round_chunks(std::size_t bytes) { return (bytes + chunk_bytes - 1) >> chunk_shift; }
 
@@ -47,23 +49,33 @@ void prefault_pages(void* p, std::size_t bytes) {
 
 }  // namespace
 
-bool reserve_slab_range(std::size_t bytes) {
+bool reserve_slab_range(std::size_t bytes, std::size_t below) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_slab_range.base != 0) return true;
   bytes = round_chunks(bytes) << chunk_shift;
-  for (std::size_t want = bytes; want >= (std::size_t{64} << 20); want /= 2) {
+  below = (below + chunk_bytes - 1) & ~(std::size_t{chunk_bytes} - 1);
+  // Note [The gate's range]: at each size, first with the range below, then without.
+  const auto next = [below](std::size_t& want, std::size_t& extra) {
+    if (extra != 0) {
+      extra = 0;
+    } else {
+      want /= 2;
+      extra = below;
+    }
+  };
+  for (std::size_t want = bytes, extra = below; want >= (std::size_t{64} << 20); next(want, extra)) {
     // One extra chunk so the start can be aligned to a chunk boundary.
-    void* raw = ::mmap(nullptr, want + chunk_bytes, PROT_NONE,
+    void* raw = ::mmap(nullptr, extra + want + chunk_bytes, PROT_NONE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) continue;
     const auto r = reinterpret_cast<std::uintptr_t>(raw);
-    const std::uintptr_t base = (r + chunk_bytes - 1) & ~(std::uintptr_t{chunk_bytes} - 1);
+    const std::uintptr_t base = (r + extra + chunk_bytes - 1) & ~(std::uintptr_t{chunk_bytes} - 1);
     const std::size_t chunks = want >> chunk_shift;
     const std::size_t table_bytes = chunks * (sizeof(std::atomic<void*>) + 1);
     void* table = ::mmap(nullptr, table_bytes, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (table == MAP_FAILED) {
-      ::munmap(raw, want + chunk_bytes);
+      ::munmap(raw, extra + want + chunk_bytes);
       continue;
     }
     g_chunks = chunks;
@@ -71,6 +83,9 @@ bool reserve_slab_range(std::size_t bytes) {
     g_slab_range.owners = static_cast<std::atomic<void*>*>(table);  // zero-filled = null
     g_slab_range.bytes = want;
     g_slab_range.base = base;
+    g_gate_range = {base, want, 0};
+    if (extra != 0) g_below = base - extra;  // chunk-aligned, inside the mapping
+    g_below_bytes = extra;
     if (want != bytes) {
       REPLAYALLOC_LOG(warning, "reserved %zu MiB for slabs instead of the %zu MiB asked (REPLAYALLOC_RESERVE)",
                       want >> 20, bytes >> 20);
@@ -80,6 +95,21 @@ bool reserve_slab_range(std::size_t bytes) {
   REPLAYALLOC_LOG(error, "could not reserve address space for slabs (%s); replay is off, every call goes to jemalloc",
                   std::strerror(errno));
   return false;
+}
+
+void* take_range_below(std::size_t bytes) noexcept {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_below == 0 || bytes != g_below_bytes) return nullptr;
+  void* p = reinterpret_cast<void*>(g_below);
+  g_below = 0;
+  return p;
+}
+
+bool join_gate_range(std::uintptr_t base, std::size_t bytes) noexcept {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_slab_range.base == 0 || base + bytes != g_slab_range.base) return false;
+  g_gate_range = {base, bytes + g_slab_range.bytes, bytes};
+  return true;
 }
 
 std::atomic<std::int64_t> g_engine_failures{0};

@@ -29,8 +29,41 @@ struct slab_range_state {
 inline slab_range_state g_slab_range;
 
 // Reserves the range (idempotent). Tries `bytes`, then halves down to 64 MiB when the
-// system refuses. Returns false (and logs why) when nothing could be reserved.
-bool reserve_slab_range(std::size_t bytes);
+// system refuses. Returns false (and logs why) when nothing could be reserved. With
+// `below`, first tries to reserve that many bytes more (rounded up to whole chunks),
+// directly below the range, in the same mapping, for take_range_below (Note [The
+// gate's range]).
+bool reserve_slab_range(std::size_t bytes, std::size_t below = 0);
+
+// The bytes reserved below the range (PROT_NONE), once, to the caller who asks for
+// exactly that many; null when none were reserved, or they were taken.
+void* take_range_below(std::size_t bytes) noexcept;
+
+// Note [The gate's range]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// The addresses whose free the inline entry point must look at closer while the
+// thread's plain-free gate is 0 (Note [The plain-free gate], runtime/thread_state.h):
+// the slab range, and the front cache's range when it lies directly below it (Note
+// [The front cache's arena]). Then a free outside it is a block the front cache never
+// serves, so it goes straight to jemalloc's own free (g_outside_free, backend.h), and
+// the front cache's own range test (5 instructions on every small block's free) is
+// asked only of the blocks the gate lets in. That is why the engine reserves the slab
+// range with the front cache's range below it, in one mapping (the kernel places each
+// new mapping below the last, so two mappings are adjacent only by chance; the slab
+// table, mapped right after, would take the place below). Where that reservation is
+// refused, each range is reserved alone and the gate's range is the slab range's.
+// Written under the range's mutex before any thread's gate is opened; read by
+// set_free_gate() (runtime/thread_state.h).
+struct gate_range_state {
+  std::uintptr_t from = 0;
+  std::size_t span = 0;
+  std::size_t front = 0;  // the front cache's bytes at its start (0: not joined)
+};
+inline gate_range_state g_gate_range;
+
+// Extends the gate's range down to [base, base + bytes) when that lies directly below
+// the slab range (the front cache's, from take_range_below); true when it did.
+bool join_gate_range(std::uintptr_t base, std::size_t bytes) noexcept;
 
 // True when p lies inside the reserved range (whether or not a slab owns it).
 REPLAYALLOC_ALWAYS_INLINE bool in_slab_range(const void* p) noexcept {

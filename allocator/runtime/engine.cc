@@ -57,10 +57,14 @@ engine::engine()
   backend::use_fast_entry_points();
   backend::keep_huge_pages();
   backend::zero_reused_by_memset();
-  if (opts_.mode != run_mode::off) slabs_ok_ = backend::reserve_slab_range(opts_.reserve_bytes);
   // Note [The fallback's front cache] (after the slab range, which comes first where
-  // address space is limited); check mode shadows every host block itself.
-  if (opts_.front_cache && !opts_.check) backend::use_front_cache();
+  // address space is limited; its range below the slab range's: Note [The gate's
+  // range]); check mode shadows every host block itself.
+  const bool front = opts_.front_cache && !opts_.check;
+  if (opts_.mode != run_mode::off) {
+    slabs_ok_ = backend::reserve_slab_range(opts_.reserve_bytes, front ? backend::front_range_wanted() : 0);
+  }
+  if (front) backend::use_front_cache();
   set_host_slab_limit(opts_.max_slab_memory);
   // Note [Auto mode as a client]: its watcher hears of the slow path's requests.
   g_watches_threads = opts_.mode == run_mode::automatic;  // runtime/shortcuts.h

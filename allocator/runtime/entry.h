@@ -8,7 +8,8 @@
 //     outside a replaying iteration and inside the engine, so nothing else is asked);
 //   * a backend block freed that neither a recording nor auto mode's watcher needs
 //     to see (thread_state.h: Note [The plain-free gate]): straight to jemalloc's
-//     free (asked first: a slab block is never in that case);
+//     free (asked first: a slab block is never in that case), or, a block of the
+//     front cache's, to its list (Note [The gate's range]);
 //   * a slab block freed as the recording freed it (it matches only that block);
 //   * a request the engine would only pass to the backend, while the thread holds
 //     passes granted ahead (runtime/shortcuts.h: Note [Passes granted ahead]).
@@ -27,9 +28,10 @@
 // Below the minimum, what this file adds to jemalloc's own malloc and free, 10
 // instructions: on the malloc side the size test (3: one lea, one compare with the
 // process-wide span, one branch) and the tail jump; on the free side the TLS block's
-// address, the gate's range (4: slab range, null, check mode, re-entry, recording and
-// the watcher in one subtraction and compare) and the tail jump; then, in the backend's
-// free, the front cache's range test (5: Note [The front cache's arena]). Nothing is counted
+// address, the gate's range (4: slab range, front cache's range, null, check mode,
+// re-entry, recording and the watcher in one subtraction and compare) and the tail
+// jump, to jemalloc's own free (Note [The gate's range]: 5 more while the front cache's
+// range was asked apart, in the backend's free). Nothing is counted
 // on this path (each count was one instruction more): not the request, its bytes or
 // its free. The gate's range goes before the predicted free, which costs the replayed
 // free those 4 instructions; the replayed pair pays for them with one-instruction
@@ -38,6 +40,7 @@
 
 #include <cstddef>
 
+#include "backend/front_cache.h"
 #include "backend/slab_range.h"
 #include "replay/fast_path.h"
 #include "runtime/check.h"
@@ -85,11 +88,12 @@ REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
   // free, a tail call. Asked first: a slab block, the predicted free's included, is
   // always inside the range, so this changes no answer, and it is the one test the
   // most frequent free (a small block's) asks.
-  if (reinterpret_cast<std::uintptr_t>(ptr) - t.look_from >= t.look_span) [[likely]] {
-    return backend::g_plain_free.load(std::memory_order_relaxed)(ptr);
-  }
+  const std::uintptr_t from = reinterpret_cast<std::uintptr_t>(ptr) - t.look_from;
+  if (from >= t.look_span) [[likely]] return backend::g_outside_free.load(std::memory_order_relaxed)(ptr);
   // The predicted free: it matches only the block of the free cursor's rank.
   if (replay_try_free(t.host.cursor, ptr)) [[likely]] return;
+  // A block of the front cache, while the gate is 0 (Note [The gate's range]).
+  if (from < t.look_front) return backend::front_free_at(ptr, from);
   if (!backend::in_slab_range(ptr) && ptr != nullptr && free_backend_filtered(t, ptr)) return;
   entry_free_slow(ptr);
 }
@@ -100,12 +104,14 @@ REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
 // to the backend's free, without the predicted-free test, the plain-free gate or the
 // recording's and watcher's filters (while a thread records or is watched, ~20
 // instructions per free of TorchScript's ~2 M small blocks in a model's first
-// inferences). The slab range is still asked, so a wrong size (undefined behaviour in
-// the program) given for a slab block falls back to entry_free, which knows the slab.
-// Any other size: entry_free.
+// inferences). The gate's range (Note [The gate's range]: the slab range, with the
+// front cache's below it) is still asked, so a wrong size (undefined behaviour in the
+// program) given for a slab block falls back to entry_free, which knows the slab; null
+// lies below it. Any other size: entry_free.
 REPLAYALLOC_ALWAYS_INLINE void entry_free_sized(void* ptr, std::size_t size) {
-  if (small_request(size) && !backend::in_slab_range(ptr) && ptr != nullptr) [[likely]] {
-    return backend::g_plain_free.load(std::memory_order_relaxed)(ptr);
+  if (small_request(size) &&
+      reinterpret_cast<std::uintptr_t>(ptr) - backend::g_gate_range.from >= backend::g_gate_range.span) [[likely]] {
+    return backend::g_outside_free.load(std::memory_order_relaxed)(ptr);
   }
   entry_free(ptr);
 }

@@ -97,9 +97,10 @@ struct thread_state {
   //                  free_backend_filtered asks the watcher's filter.
   // The inline free asks the gate as a range of addresses, `look_from` and
   // `look_span`: a pointer p with p - look_from >= look_span (unsigned) goes straight
-  // to the backend's free. While the gate is 0 the range is the slab range (so null,
-  // below it, goes to the backend's free too, which ignores it); while any bit is
-  // set it is every address. One subtraction and one compare answer "not a slab
+  // to the backend's free. While the gate is 0 the range is the gate's range, the slab
+  // range with the front cache's below it (Note [The gate's range], backend/slab_range.h;
+  // null, below it, goes to the backend's free too, which ignores it), whose first
+  // `look_front` bytes are the front cache's; while any bit is set it is every address. One subtraction and one compare answer "not a slab
   // block, not null (or null: harmless), and nothing needs to see it".
   // Only the thread reads or writes them, always through set_free_gate(). A bit left
   // set where it need not be costs a slower free, never a wrong one: every reason's
@@ -109,6 +110,7 @@ struct thread_state {
   std::uint32_t free_gate = gate_unready;
   std::uintptr_t look_from = 0;
   std::uintptr_t look_span = UINTPTR_MAX;
+  std::uintptr_t look_front = 0;  // the front cache's part of the range (Note [The gate's range])
   key_entry* entry = nullptr;  // the open iteration's host key
   // Auto mode's state on the thread (runtime/auto_mode.h: its watcher, whether the
   // open iteration is one it began; Note [Auto mode as a client]); null: none.
@@ -171,11 +173,13 @@ REPLAYALLOC_ALWAYS_INLINE bool small_request(std::size_t size) {
 inline void set_free_gate(thread_state& t, std::uint32_t gate) {
   t.free_gate = gate;
   if (gate == 0) {
-    t.look_from = backend::g_slab_range.base;
-    t.look_span = backend::g_slab_range.bytes;
+    t.look_from = backend::g_gate_range.from;
+    t.look_span = backend::g_gate_range.span;
+    t.look_front = backend::g_gate_range.front;
   } else {
     t.look_from = 0;
     t.look_span = UINTPTR_MAX;
+    t.look_front = 0;
   }
 }
 

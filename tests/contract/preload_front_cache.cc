@@ -25,6 +25,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "backend/backend.h"
 #include "backend/front_cache.h"
+#include "backend/slab_range.h"
 #include "gtest/gtest.h"
 #include "replayalloc/replayalloc.hpp"
 
@@ -145,6 +146,68 @@ TEST(FrontCache, HandsOutOnlyBlocksOfItsRangeAndOfTheRequestsClass) {
   EXPECT_FALSE(in_range(large));
   std::free(small);
   std::free(large);
+}
+
+// Note [The gate's range]: the engine reserves the cache's range directly below the slab
+// range, so the inline free's gate covers both: a free outside it goes straight to
+// jemalloc's own free (no range test of the cache's), and a cache block's free, while
+// the gate is open, to its list (the cache's test already answered). What a user
+// relies on, whichever way the free went: a cache block freed through free() serves
+// the thread's next request of its class without jemalloc, a block jemalloc made
+// elsewhere freed through free() never reaches a list, and small blocks stay jemalloc's.
+TEST(FrontCache, TheInlineFreeSendsItsBlocksToTheirListsAndOthersToJemalloc) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  const be::front_cache_counts c = be::front_cache_stats();
+  auto in_range = [&](const void* p) { return reinterpret_cast<std::uintptr_t>(p) - c.base < c.span; };
+  const be::gate_range_state g = be::g_gate_range;
+  ASSERT_NE(be::g_slab_range.base, 0u) << "the preload build reserves the slab range";
+  EXPECT_EQ(c.base + c.span, be::g_slab_range.base) << "the cache's range is not directly below the slab range";
+  EXPECT_EQ(g.from, c.base);
+  EXPECT_EQ(g.front, c.span);
+  EXPECT_EQ(g.from + g.span, be::g_slab_range.base + be::g_slab_range.bytes) << "the gate's range ends elsewhere";
+  EXPECT_NE(be::g_outside_free.load(), &be::front_free) << "a free outside the gate still asks the cache's range";
+  // Run on a thread of its own, whose gate opens once the thread is registered (this
+  // suite's thread may be watched: then every free takes the filtered path, as before).
+  std::thread([&] {
+    constexpr std::size_t kSize = 8192;
+    void* warm = std::malloc(kSize);  // registers the thread
+    std::free(warm);
+    for (int round = 0; round < 50; ++round) {
+      void* p = be::g_pass_malloc.load()(kSize);
+      ASSERT_TRUE(in_range(p));
+      fill(p, kSize, round);
+      std::free(p);  // the library's free
+      const std::uint64_t before = jemalloc_allocated_here();
+      void* q = be::g_pass_malloc.load()(kSize);
+      EXPECT_EQ(q, p) << "round " << round << ": the block freed did not serve the next request of its class";
+      EXPECT_EQ(jemalloc_allocated_here(), before) << "round " << round << ": the request went to jemalloc";
+      std::free(q);
+    }
+    std::vector<void*> outside;
+    for (int i = 0; i < 32; ++i) {
+      void* r = mallocx(kSize, 0);  // jemalloc's own arenas, outside every range
+      ASSERT_FALSE(in_range(r));
+      ASSERT_FALSE(be::in_slab_range(r));
+      outside.push_back(r);
+    }
+    for (void* r : outside) std::free(r);
+    const absl::flat_hash_set<void*> freed(outside.begin(), outside.end());
+    std::vector<void*> got;
+    for (int i = 0; i < 200; ++i) got.push_back(be::g_pass_malloc.load()(kSize));
+    for (void* q : got) {
+      EXPECT_TRUE(in_range(q));
+      EXPECT_FALSE(freed.contains(q)) << "a block jemalloc made elsewhere was put on a list";
+    }
+    for (void* q : got) std::free(q);
+    for (int i = 0; i < 1000; ++i) {  // small blocks: jemalloc's, freed by it
+      void* s = std::malloc(64 + i % 200);
+      ASSERT_NE(s, nullptr);
+      EXPECT_FALSE(in_range(s));
+      fill(s, 64, i);
+      std::free(s);
+    }
+  }).join();
 }
 
 // Producer/consumer: the blocks a consumer thread frees serve its producer's next

@@ -218,15 +218,21 @@ TEST(Entry, RecordingsSeeTheirFreesAndFreesCountSlabBlocks) {
 }
 
 // The gate's bits are `gate`, and the inline free's range says the same (Note [The
-// plain-free gate]): the slab range while the gate is open, every address while it is
-// closed.
+// plain-free gate]): the gate's range while the gate is open (the slab range, with the
+// front cache's below it: Note [The gate's range]), every address while it is closed.
 ::testing::AssertionResult gate_is(std::uint32_t gate) {
   // (tls_state named each time, not bound to a reference: see the test below.)
   using replayalloc::detail::tls_state;
-  const auto& range = replayalloc::detail::backend::g_slab_range;
+  const auto& slab = replayalloc::detail::backend::g_slab_range;
+  const auto& range = replayalloc::detail::backend::g_gate_range;
   if (tls_state.free_gate != gate) return ::testing::AssertionFailure() << "gate " << tls_state.free_gate << ", expected " << gate;
-  const bool open_range = tls_state.look_from == range.base && tls_state.look_span == range.bytes;
-  const bool closed_range = tls_state.look_from == 0 && tls_state.look_span == UINTPTR_MAX;
+  if (range.from + range.span != slab.base + slab.bytes || range.from > slab.base || range.front != slab.base - range.from) {
+    return ::testing::AssertionFailure() << "the gate's range [" << range.from << ", +" << range.span << ") with "
+                                         << range.front << " bytes of the front cache's does not end with the slab range";
+  }
+  const bool open_range = tls_state.look_from == range.from && tls_state.look_span == range.span &&
+                          tls_state.look_front == range.front;
+  const bool closed_range = tls_state.look_from == 0 && tls_state.look_span == UINTPTR_MAX && tls_state.look_front == 0;
   if (gate == 0 ? !open_range : !closed_range) {
     return ::testing::AssertionFailure() << "gate " << gate << " but the inline free's range is [" << tls_state.look_from
                                          << ", +" << tls_state.look_span << ")";
