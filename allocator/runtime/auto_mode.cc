@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "replay/fast_path.h"
 #include "runtime/auto_detect.h"
+#include "runtime/auto_policy.h"
 #include "runtime/engine.h"
 #include "support/log.h"
 #include "support/reentry.h"
@@ -39,6 +40,20 @@ std::atomic<std::uint32_t> g_rests_without_period{0};
 
 void rest(thread_state& t, auto_state& a, std::uint64_t budget) noexcept;
 
+// What auto_period_begins() asks of the thread's found period (the next boundary only
+// where it decides: it divides).
+auto_period period_of(const auto_state& a) {
+  auto_period p;
+  p.found = true;
+  p.quiet = a.det.quiet();
+  p.at_quiet = a.at_quiet;
+  p.quiet_run = a.det.quiet_run();
+  p.anchor = a.det.anchor();
+  p.count = a.det.count();
+  if (!p.quiet && p.anchor == 0) p.next_boundary = a.det.next_boundary();
+  return p;
+}
+
 }  // namespace
 
 // Note [Auto mode], the thread's side: while watching, every allocation of at least
@@ -49,6 +64,129 @@ void rest(thread_state& t, auto_state& a, std::uint64_t budget) noexcept;
 // made). A program that marks its own iterations on a thread switches auto off there.
 
 namespace {
+
+// An allocation inside an iteration auto mode began: the iteration ends before it
+// (runtime/auto_iteration.h), and the next begins with it unless the period is
+// rejected (runtime/auto_policy.h).
+void step_iteration(thread_state& t, auto_state& a, std::size_t size, engine& eng, const options& opts) {
+  const domain_state& d = t.host;
+  const bool replaying = d.ph == phase::replay;
+  // Where it ends, and whether it repeated the period: runtime/auto_iteration.h.
+  auto_iteration it;
+  it.period = a.det.period();
+  it.quiet = a.det.quiet();
+  it.quiet_run = a.det.quiet_run();
+  it.anchor = a.det.anchor();
+  it.replaying = replaying;
+  it.handed = replaying ? cursor_handed(d.cursor) : 0;
+  it.count = a.count;
+  it.at_quiet = a.at_quiet;
+  it.cursor_next = replaying ? cursor_next(d.cursor) : 0;
+  it.cursor_count = d.cursor.count;
+  it.planned_slots = replaying && d.version != nullptr ? d.version->plan.planned_slots : 0;
+  if (auto_iteration_ends(it, size)) {
+    const bool poor = auto_iteration_poor(it, opts.deviation_percent);
+    // A period of structure (Note [Periods whose sizes change]) whose key failed once
+    // (a plan retired, a recording of another structure) was taken where the program
+    // only looked periodic: it is given up at once, not after many poor iterations.
+    const key_entry* e = t.entry;
+    const bool failed_shape = a.det.by_shape() && it.anchor == 0 && e != nullptr &&
+                              e->failures.load(std::memory_order_relaxed) != 0;
+    eng.end(t);
+    a.in_iteration = false;
+    const auto_verdict v = auto_after_iteration(poor, failed_shape, a.deviated_in_a_row, opts.replan_after);
+    a.deviated_in_a_row = v.deviated_in_a_row;
+    if (v.reject) {
+      // The period is gone (a new shape, a new phase of the program), or was a
+      // repeated part of a longer one: watch again, never picking it again.
+      REPLAYALLOC_LOG(info, "auto: '%s' keeps deviating (%s); watching the thread's allocations again", a.key,
+                      failed_shape ? "its plans failed" : "poor iterations in a row");
+      a.det.reject_current();
+      a.watch_start = a.det.count();
+      return;
+    }
+    eng.begin(t, a.key, size);
+    a.in_iteration = true;
+    a.count = 0;
+    a.at_quiet = 0;
+    a.at_quiet_handed = 0;
+  }
+  ++a.count;
+}
+
+// A found period begins its iterations at this allocation: the key named, the first
+// iteration begun.
+void begin_iterations(thread_state& t, auto_state& a, std::size_t size, engine& eng) {
+  g_rests_without_period.store(0, std::memory_order_relaxed);  // Note [A process whose threads show no period]
+  if (a.det.quiet()) {
+    // The watched blocks stay tracked: their count says where iterations end.
+    std::snprintf(a.key, sizeof a.key, "auto/%016llx/q%u", static_cast<unsigned long long>(a.det.signature()),
+                  a.det.quiet_level());
+    REPLAYALLOC_LOG(info, "auto: thread %u begins its requests where %u watched blocks are live (run %u; pieces of up "
+                    "to %u allocations; structure and sizes vary); iterations of '%s' begin",
+                    t.thread_no, a.det.quiet_level(), a.det.quiet_run(), a.det.period(), a.key);
+  } else {
+    a.live.clear();
+    a.live_bytes = 0;
+    a.filter.clear();
+    std::snprintf(a.key, sizeof a.key, "auto/%016llx/p%u",
+                  static_cast<unsigned long long>(a.det.signature()), a.det.period());
+    char at[48] = "";
+    if (a.det.anchor() != 0) {
+      std::snprintf(at, sizeof at, " at each request of %llu bytes",
+                    static_cast<unsigned long long>(a.det.anchor()));
+    }
+    REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations%s; iterations of '%s' begin%s",
+                    t.thread_no, a.det.period(), a.det.by_shape() ? " (in structure; sizes vary)" : "", a.key, at);
+  }
+  eng.begin(t, a.key, size);  // finds or makes the key's entry
+  if (t.entry != nullptr) {
+    std::lock_guard<std::mutex> lock(t.entry->mu);
+    t.entry->automatic = true;
+    t.entry->at_quiet = a.det.quiet();
+    t.entry->by_shape = a.det.by_shape();
+  }
+  a.in_iteration = true;
+  a.count = 1;
+  a.rests = 0;
+  a.at_quiet = 0;
+  a.at_quiet_handed = 0;
+}
+
+// Note [Auto mode rests]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// Watching costs a hash-map update per watched allocation and free, and the searches
+// (~1,500 instructions per watched allocation in all, bench/micro/never_repeats.cc
+// under callgrind), and a stream that has shown no period in four histories' worth of
+// allocations (65,536 by default) most likely has none (shapes that change every
+// request, structures that never settle): the thread stops watching for as many
+// allocations again, doubling with each rest in a row up to 64 times, then watches
+// afresh. A stream in which no search of sizes ever found the newest size twice
+// before it (nothing recurs, so nothing can be planned) rests after one history's
+// worth already, and one in which fewer than a quarter of the watch's first 2,048
+// allocations have a size seen before in it (random sizes: ~3%) after those 2,048,
+// for one history: any program whose period is at most 1,024 allocations repeats at
+// least half of them, a program whose sizes change by the request repeats its layers'
+// shapes within one, and a watch of 2,048 allocations with a rest of 16,384 after it
+// costs an eighth of one of 16,384. (Where this is wrong: a period of more than 1,536
+// allocations nearly all of whose sizes differ is never found; no model's inference
+// is one, its layers repeating their shapes.) While it rests its allocations and
+// frees go to the backend after one counter.
+void rest_without_period(thread_state& t, auto_state& a, const options& opts) {
+  auto_watch w;
+  w.rare = a.det.sizes_rare();
+  w.alone = a.det.blocks_alone();  // Note [Blocks that never overlap]
+  w.sizes_recur = a.det.sizes_recur();
+  w.watched = a.det.count() - a.watch_start;
+  if (const auto_rest r = auto_rest_after(w, opts.auto_history); r.rest) {
+    rest(t, a, r.budget);
+    g_rests_without_period.fetch_add(1, std::memory_order_relaxed);
+    REPLAYALLOC_LOG(info, "auto: thread %u shows no period in %llu allocations%s; not watched for the next %llu",
+                    t.thread_no, static_cast<unsigned long long>(w.watched),
+                    w.rare ? " (few of their sizes recur)" : w.alone ? " (each freed before the next)" : "",
+                    static_cast<unsigned long long>(a.resting));
+  }
+}
 
 // before_alloc(), where the watcher's memory may not run out.
 void watch(thread_state& t, std::size_t size) {
@@ -62,8 +200,9 @@ void watch(thread_state& t, std::size_t size) {
     t.autod = new (mem) auto_state(opts.auto_history, backend::thread_cache_max());
     refresh_watched_gate(t);
     // Note [A process whose threads show no period]
-    if (const std::uint32_t r = g_rests_without_period.load(std::memory_order_relaxed); r >= 2) {
-      t.autod->rests = std::min<std::uint32_t>(r - 2, 5);
+    const std::uint32_t r = g_rests_without_period.load(std::memory_order_relaxed);
+    if (const auto_start start = auto_start_of_thread(r); start.rest) {
+      t.autod->rests = start.rests;
       rest(t, *t.autod, opts.auto_history);
       REPLAYALLOC_LOG(info, "auto: thread %u begins resting (%llu allocations): the process's threads showed no "
                       "period in their last %u watches", t.thread_no,
@@ -94,123 +233,15 @@ void watch(thread_state& t, std::size_t size) {
     a.at_quiet_handed = handed;
   }
   if (a.in_iteration) {
-    const domain_state& d = t.host;
-    const bool replaying = d.ph == phase::replay;
-    // Where it ends, and whether it repeated the period: runtime/auto_iteration.h.
-    auto_iteration it;
-    it.period = a.det.period();
-    it.quiet = a.det.quiet();
-    it.quiet_run = a.det.quiet_run();
-    it.anchor = a.det.anchor();
-    it.replaying = replaying;
-    it.handed = replaying ? cursor_handed(d.cursor) : 0;
-    it.count = a.count;
-    it.at_quiet = a.at_quiet;
-    it.cursor_next = replaying ? cursor_next(d.cursor) : 0;
-    it.cursor_count = d.cursor.count;
-    it.planned_slots = replaying && d.version != nullptr ? d.version->plan.planned_slots : 0;
-    if (auto_iteration_ends(it, size)) {
-      const bool poor = auto_iteration_poor(it, opts.deviation_percent);
-      // A period of structure (Note [Periods whose sizes change]) whose key failed once
-      // (a plan retired, a recording of another structure) was taken where the program
-      // only looked periodic: it is given up at once, not after many poor iterations.
-      const key_entry* e = t.entry;
-      const bool failed_shape = a.det.by_shape() && it.anchor == 0 && e != nullptr &&
-                                e->failures.load(std::memory_order_relaxed) != 0;
-      eng.end(t);
-      a.in_iteration = false;
-      a.deviated_in_a_row = poor ? a.deviated_in_a_row + 1 : 0;
-      if (failed_shape || a.deviated_in_a_row >= 2 * std::max<std::uint32_t>(1, opts.replan_after)) {
-        // The period is gone (a new shape, a new phase of the program), or was a
-        // repeated part of a longer one: watch again, never picking it again.
-        REPLAYALLOC_LOG(info, "auto: '%s' keeps deviating (%s); watching the thread's allocations again", a.key,
-                        failed_shape ? "its plans failed" : "poor iterations in a row");
-        a.det.reject_current();
-        a.deviated_in_a_row = 0;
-        a.watch_start = a.det.count();
-        return;
-      }
-      eng.begin(t, a.key, size);
-      a.in_iteration = true;
-      a.count = 0;
-      a.at_quiet = 0;
-      a.at_quiet_handed = 0;
-    }
-    ++a.count;
+    step_iteration(t, a, size, eng, opts);
     return;
   }
-  if (a.det.found() && (a.det.quiet()           ? a.at_quiet >= a.det.quiet_run()
-                        : a.det.anchor() != 0 ? size == a.det.anchor()
-                                              : a.det.count() == a.det.next_boundary())) {
-    g_rests_without_period.store(0, std::memory_order_relaxed);  // Note [A process whose threads show no period]
-    if (a.det.quiet()) {
-      // The watched blocks stay tracked: their count says where iterations end.
-      std::snprintf(a.key, sizeof a.key, "auto/%016llx/q%u", static_cast<unsigned long long>(a.det.signature()),
-                    a.det.quiet_level());
-      REPLAYALLOC_LOG(info, "auto: thread %u begins its requests where %u watched blocks are live (run %u; pieces of up "
-                      "to %u allocations; structure and sizes vary); iterations of '%s' begin",
-                      t.thread_no, a.det.quiet_level(), a.det.quiet_run(), a.det.period(), a.key);
-    } else {
-      a.live.clear();
-      a.live_bytes = 0;
-      a.filter.clear();
-      std::snprintf(a.key, sizeof a.key, "auto/%016llx/p%u",
-                    static_cast<unsigned long long>(a.det.signature()), a.det.period());
-      char at[48] = "";
-      if (a.det.anchor() != 0) {
-        std::snprintf(at, sizeof at, " at each request of %llu bytes",
-                      static_cast<unsigned long long>(a.det.anchor()));
-      }
-      REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations%s; iterations of '%s' begin%s",
-                      t.thread_no, a.det.period(), a.det.by_shape() ? " (in structure; sizes vary)" : "", a.key, at);
-    }
-    eng.begin(t, a.key, size);  // finds or makes the key's entry
-    if (t.entry != nullptr) {
-      std::lock_guard<std::mutex> lock(t.entry->mu);
-      t.entry->automatic = true;
-      t.entry->at_quiet = a.det.quiet();
-      t.entry->by_shape = a.det.by_shape();
-    }
-    a.in_iteration = true;
-    a.count = 1;
-    a.rests = 0;
-    a.at_quiet = 0;
-    a.at_quiet_handed = 0;
+  if (a.det.found() && auto_period_begins(period_of(a), size)) {
+    begin_iterations(t, a, size, eng);
     return;
   }
   a.det.observe(size, a.live_bytes, static_cast<std::uint32_t>(a.live.size()));
-  // Note [Auto mode rests]
-  // ~~~~~~~~~~~~~~~~~~~~~~
-  // Watching costs a hash-map update per watched allocation and free, and the searches
-  // (~1,500 instructions per watched allocation in all, bench/micro/never_repeats.cc
-  // under callgrind), and a stream that has shown no period in four histories' worth of
-  // allocations (65,536 by default) most likely has none (shapes that change every
-  // request, structures that never settle): the thread stops watching for as many
-  // allocations again, doubling with each rest in a row up to 64 times, then watches
-  // afresh. A stream in which no search of sizes ever found the newest size twice
-  // before it (nothing recurs, so nothing can be planned) rests after one history's
-  // worth already, and one in which fewer than a quarter of the watch's first 2,048
-  // allocations have a size seen before in it (random sizes: ~3%) after those 2,048,
-  // for one history: any program whose period is at most 1,024 allocations repeats at
-  // least half of them, a program whose sizes change by the request repeats its layers'
-  // shapes within one, and a watch of 2,048 allocations with a rest of 16,384 after it
-  // costs an eighth of one of 16,384. (Where this is wrong: a period of more than 1,536
-  // allocations nearly all of whose sizes differ is never found; no model's inference
-  // is one, its layers repeating their shapes.) While it rests its allocations and
-  // frees go to the backend after one counter.
-  if (!a.det.found()) {
-    const bool rare = a.det.sizes_rare(), alone = a.det.blocks_alone();  // Note [Blocks that never overlap]
-    const std::uint64_t budget = std::uint64_t{a.det.sizes_recur() && !rare && !alone ? 4u : 1u} * opts.auto_history;
-    const std::uint64_t watched = a.det.count() - a.watch_start;
-    if (rare || alone || watched >= budget) {
-      rest(t, a, budget);
-      g_rests_without_period.fetch_add(1, std::memory_order_relaxed);
-      REPLAYALLOC_LOG(info, "auto: thread %u shows no period in %llu allocations%s; not watched for the next %llu",
-                      t.thread_no, static_cast<unsigned long long>(watched),
-                      rare ? " (few of their sizes recur)" : alone ? " (each freed before the next)" : "",
-                      static_cast<unsigned long long>(a.resting));
-    }
-  }
+  if (!a.det.found()) rest_without_period(t, a, opts);  // Note [Auto mode rests]
 }
 
 // Note [Blocks that never overlap]

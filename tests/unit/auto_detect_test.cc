@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/auto_detect.h"
+#include "runtime/auto_policy.h"
 
 namespace replayalloc::detail {
 namespace {
@@ -570,6 +571,87 @@ TEST(AutoIteration, AReplayIsPoorAgainstThePlansSlotsNotThePeriod) {
   EXPECT_TRUE(auto_iteration_poor(it, 10));
   it.replaying = false;
   EXPECT_FALSE(auto_iteration_poor(it, 10)) << "a recording is never poor";
+}
+
+// runtime/auto_policy.h: the watcher's decisions, as the watcher (auto_mode.cc) takes them.
+TEST(AutoPolicy, ANewThreadBeginsRestingOnlyAfterTwoRestsWithoutAPeriod) {
+  EXPECT_FALSE(auto_start_of_thread(0).rest);
+  EXPECT_FALSE(auto_start_of_thread(1).rest) << "one thread's rest says nothing of the process";
+  auto_start s = auto_start_of_thread(2);
+  EXPECT_TRUE(s.rest);
+  EXPECT_EQ(s.rests, 0u) << "as long as one rest: the history";
+  EXPECT_EQ(auto_start_of_thread(4).rests, 2u) << "doubled for each rest beyond the second";
+  EXPECT_EQ(auto_start_of_thread(1000).rests, 5u) << "at most 32 times";
+}
+
+TEST(AutoPolicy, AFoundPeriodBeginsAtItsBoundaryAnchorOrQuietRun) {
+  auto_period p;
+  p.count = 70;
+  p.next_boundary = 70;
+  EXPECT_FALSE(auto_period_begins(p, 4096)) << "no period found";
+  p.found = true;
+  EXPECT_TRUE(auto_period_begins(p, 4096));
+  p.count = 69;
+  EXPECT_FALSE(auto_period_begins(p, 4096)) << "not before the boundary";
+  p.anchor = 7008;
+  EXPECT_FALSE(auto_period_begins(p, 4096));
+  EXPECT_TRUE(auto_period_begins(p, 7008)) << "anchored: at the anchor's request, wherever the count is";
+  p.quiet = true;
+  p.quiet_run = 3;
+  p.at_quiet = 2;
+  EXPECT_FALSE(auto_period_begins(p, 7008)) << "between quiet points the anchor does not decide";
+  p.at_quiet = 3;
+  EXPECT_TRUE(auto_period_begins(p, 4096));
+}
+
+TEST(AutoPolicy, PoorIterationsInARowRejectThePeriodAndAGoodOneForgivesThem) {
+  const std::uint32_t replan_after = 2;  // rejected at 4 poor iterations in a row
+  std::uint32_t in_a_row = 0;
+  for (int i = 1; i <= 3; ++i) {
+    const auto_verdict v = auto_after_iteration(true, false, in_a_row, replan_after);
+    ASSERT_FALSE(v.reject) << "poor iteration " << i;
+    in_a_row = v.deviated_in_a_row;
+  }
+  EXPECT_EQ(in_a_row, 3u);
+  auto_verdict v = auto_after_iteration(false, false, in_a_row, replan_after);
+  EXPECT_FALSE(v.reject);
+  EXPECT_EQ(v.deviated_in_a_row, 0u) << "an iteration that repeated its period forgives the poor ones";
+  in_a_row = 3;
+  v = auto_after_iteration(true, false, in_a_row, replan_after);
+  EXPECT_TRUE(v.reject) << "the fourth in a row";
+  EXPECT_EQ(v.deviated_in_a_row, 0u) << "the next period starts with none";
+  v = auto_after_iteration(false, true, 0, replan_after);
+  EXPECT_TRUE(v.reject) << "a period of structure whose key failed is rejected at once, poor or not";
+  EXPECT_TRUE(auto_after_iteration(true, false, 1, 0).reject) << "REPLAYALLOC_REPLAN_AFTER=0 counts as 1";
+  EXPECT_FALSE(auto_after_iteration(true, false, 0, 0).reject);
+}
+
+TEST(AutoPolicy, AWatchWithoutAPeriodRestsEarlyOnRareSizesOrLoneBlocksElseAfterItsBudget) {
+  const std::uint64_t history = 16384;
+  auto_watch w;
+  w.sizes_recur = true;
+  w.watched = 4 * history - 1;
+  EXPECT_FALSE(auto_rest_after(w, history).rest) << "sizes recur: four histories' worth";
+  w.watched = 4 * history;
+  auto_rest r = auto_rest_after(w, history);
+  EXPECT_TRUE(r.rest);
+  EXPECT_EQ(r.budget, 4 * history);
+  w.sizes_recur = false;
+  w.watched = history - 1;
+  EXPECT_FALSE(auto_rest_after(w, history).rest);
+  w.watched = history;
+  EXPECT_EQ(auto_rest_after(w, history).budget, history) << "no size ever recurred: one history";
+  EXPECT_TRUE(auto_rest_after(w, history).rest);
+  for (bool rare : {true, false}) {
+    auto_watch early;
+    early.sizes_recur = true;
+    early.rare = rare;
+    early.alone = !rare;
+    early.watched = 2048;
+    r = auto_rest_after(early, history);
+    EXPECT_TRUE(r.rest) << (rare ? "rare sizes" : "blocks that never overlap") << ": after the sample";
+    EXPECT_EQ(r.budget, history) << "for one history";
+  }
 }
 
 }  // namespace

@@ -1,0 +1,86 @@
+// replayalloc/runtime/auto_policy.h: auto mode's decisions on a watched thread, apart
+// from the watcher that applies them.
+//
+// Layer: runtime. Pure functions of the counters the watcher (runtime/auto_mode.cc)
+// keeps and the period detector (runtime/auto_detect.h) reports: whether a new thread
+// begins resting, whether a period found begins iterations at this request, what an
+// ended iteration's verdict leads to, and whether a watch that found no period rests.
+// Where an iteration ends and whether it repeated its period are
+// runtime/auto_iteration.h's. Tested without an engine (tests/unit/auto_detect_test.cc).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace replayalloc::detail {
+
+// Note [A process whose threads show no period] (auto_mode.cc): from two rests without
+// a period in the process on, a new thread's watcher begins resting, as long as the
+// latest of them (its rests in a row set to `rests`, which rest() doubles by).
+struct auto_start {
+  bool rest = false;
+  std::uint32_t rests = 0;
+};
+inline auto_start auto_start_of_thread(std::uint32_t rests_without_period) {
+  if (rests_without_period < 2) return {};
+  return {true, std::min<std::uint32_t>(rests_without_period - 2, 5)};
+}
+
+// What the watcher knows of a found period when a request of `size` bytes arrives
+// outside an iteration (runtime/auto_detect.h).
+struct auto_period {
+  bool found = false;
+  bool quiet = false;              // Note [Iterations between quiet points]
+  std::uint32_t at_quiet = 0;      // requests in a row at the quiet count
+  std::uint32_t quiet_run = 0;     // as many as begin an iteration
+  std::uint64_t anchor = 0;        // Note [Anchored iterations]; 0: none
+  std::uint64_t count = 0;         // allocations observed
+  std::uint64_t next_boundary = 0; // where the period's next iteration begins
+};
+
+// Whether iterations of the period begin at this request: between quiet points, once a
+// run of requests at the quiet count is long enough; anchored, at a request of the
+// anchor's size; otherwise at the period's next boundary.
+inline bool auto_period_begins(const auto_period& p, std::uint64_t size) {
+  if (!p.found) return false;
+  if (p.quiet) return p.at_quiet >= p.quiet_run;
+  if (p.anchor != 0) return size == p.anchor;
+  return p.count == p.next_boundary;
+}
+
+// After an iteration auto mode began ends: the poor ones in a row (one that repeated
+// its period resets them), and whether the period is rejected (watch again, never
+// picking it again) instead of beginning the next iteration: a period of structure
+// whose key failed once (`failed_shape`: taken where the program only looked periodic)
+// at once, any other after 2 x REPLAYALLOC_REPLAN_AFTER poor iterations in a row.
+struct auto_verdict {
+  std::uint32_t deviated_in_a_row = 0;
+  bool reject = false;
+};
+inline auto_verdict auto_after_iteration(bool poor, bool failed_shape, std::uint32_t deviated_in_a_row,
+                                         std::uint32_t replan_after) {
+  const std::uint32_t n = poor ? deviated_in_a_row + 1 : 0;
+  if (failed_shape || n >= 2 * std::max<std::uint32_t>(1, replan_after)) return {0, true};
+  return {n, false};
+}
+
+// Note [Auto mode rests] and Note [Blocks that never overlap] (auto_mode.cc): a watch
+// that found no period rests once its sizes are rare or its blocks never overlap, or
+// after its budget of allocations (four histories where sizes recur, else one); the
+// rest lasts that budget (doubled by rest() for each rest in a row).
+struct auto_watch {
+  bool sizes_recur = false;  // a search of sizes found the newest size twice before it
+  bool rare = false;         // few of the sample's sizes recur
+  bool alone = false;        // the sample's blocks were each freed before the next
+  std::uint64_t watched = 0; // allocations observed since the watch began
+};
+struct auto_rest {
+  bool rest = false;
+  std::uint64_t budget = 0;
+};
+inline auto_rest auto_rest_after(const auto_watch& w, std::uint64_t history) {
+  const std::uint64_t budget = std::uint64_t{w.sizes_recur && !w.rare && !w.alone ? 4u : 1u} * history;
+  return {w.rare || w.alone || w.watched >= budget, budget};
+}
+
+}  // namespace replayalloc::detail
