@@ -194,20 +194,29 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
     return;
   }
   if (v == nullptr) {
-    if (d.recorder == nullptr) {
-      void* mem = backend::fallback_alloc(sizeof(trace_recorder), alignof(trace_recorder));
-      if (mem == nullptr) {
-        std::lock_guard<std::mutex> lock(e->mu);
-        e->recording = false;
-        d.log.passed = "no memory for a recording";
-        return;
-      }
-      d.recorder = new (mem) trace_recorder;
-    }
-    d.recorder->begin(tls_state.thread_no, reinterpret_cast<std::uintptr_t>(e));
-    set_phase(d, phase::record);
+    begin_recording(d, e);
     return;
   }
+  begin_replay(d, e, v, claimed, claim, why, context, slab_bytes);
+}
+
+void engine::begin_recording(domain_state& d, key_entry* e) {
+  if (d.recorder == nullptr) {
+    void* mem = backend::fallback_alloc(sizeof(trace_recorder), alignof(trace_recorder));
+    if (mem == nullptr) {
+      std::lock_guard<std::mutex> lock(e->mu);
+      e->recording = false;
+      d.log.passed = "no memory for a recording";
+      return;
+    }
+    d.recorder = new (mem) trace_recorder;
+  }
+  d.recorder->begin(tls_state.thread_no, reinterpret_cast<std::uintptr_t>(e));
+  set_phase(d, phase::record);
+}
+
+void engine::begin_replay(domain_state& d, key_entry* e, plan_version* v, bool claimed, plan_version::slab_claim claim,
+                          const char* why, void* context, std::size_t slab_bytes) {
   // A new slab (no idle one of this version): its time is the iteration's (Note [The
   // iteration log]).
   const std::uint64_t slab_from = claimed && claim.s == nullptr && d.log.began_ns != 0 ? monotonic_ns() : 0;

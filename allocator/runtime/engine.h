@@ -163,6 +163,14 @@ class engine {
   void end_record(domain_state& d);
   void end_record_impl(domain_state& d);
   void end_replay(domain_state& d);
+  // domain_begin's two ways: the recording begun (its recorder made on first use), or
+  // the replay on a slab of `v` (`claim` made under the key's mutex; `claimed` false
+  // when it failed, with `why`; a new slab is made here, idle slabs of other keys
+  // trimmed once when over REPLAYALLOC_MAX_SLAB_MEMORY). Either may leave the iteration
+  // passing through.
+  void begin_recording(domain_state& d, key_entry* e);
+  void begin_replay(domain_state& d, key_entry* e, plan_version* v, bool claimed, plan_version::slab_claim claim,
+                    const char* why, void* context, std::size_t slab_bytes);
   // Plans `env` for its regime of `e`; with `replace_id` (a plan_version::id; 0: none)
   // the plan replaces that version (a grown envelope) instead of waiting for the
   // regime to have none.
