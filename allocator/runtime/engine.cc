@@ -351,6 +351,33 @@ void engine::end_record_impl(domain_state& d) {
   }
 }
 
+namespace {
+
+// A replayed iteration's figures and verdict in its iteration log (Note [The iteration
+// log]), and what a deviation looked like (REPLAYALLOC_VERBOSE=3): where it left the
+// plan, and what was made of it.
+void log_replay(domain_state& d, const key_entry& e, const replay_summary& rs, const replay_verdict& verdict) {
+  if (d.log.began_ns != 0) {
+    d.log.handed = rs.handed;
+    d.log.planned = rs.planned;
+    d.log.misses = rs.misses;
+  }
+  if (!verdict.deviated && !verdict.grew) return;
+  d.log.verdict = verdict.explained     ? "deviated: another regime's"
+                  : verdict.grow_wanted ? "outgrew its slots: the plan grows"
+                  : verdict.counted     ? "deviated: counted against the plan"
+                                        : "deviated: not counted";
+  REPLAYALLOC_LOG(debug, "'%s' regime %d: replay %s (planned %u, handed %u, misses %llu, outgrown %u; first miss "
+                  "at slot %u, %llu bytes; first request %llu bytes): %s",
+                  e.key.c_str(), rs.regime, verdict.grew ? "outgrew its slots" : "deviated", rs.planned, rs.handed,
+                  static_cast<unsigned long long>(rs.misses), rs.grown, rs.first_miss_at,
+                  static_cast<unsigned long long>(rs.first_miss_size), static_cast<unsigned long long>(d.first_size),
+                  verdict.explained ? "another regime's" : verdict.grow_wanted ? "the plan grows"
+                                                       : verdict.counted     ? "counted" : "not counted");
+}
+
+}  // namespace
+
 void engine::end_replay(domain_state& d) {
   plan_version* v = d.version;
   const std::uint32_t planned = v->plan.planned_slots;
@@ -392,36 +419,18 @@ void engine::end_replay(domain_state& d) {
     verdict = decide_after_replay(e, rs, policy_);
   }
   d.last_deviated = verdict.deviated;
-  if (d.log.began_ns != 0) {
-    d.log.handed = handed;
-    d.log.planned = planned;
-    d.log.misses = misses;
-  }
-  if (verdict.deviated || verdict.grew) {
-    d.log.verdict = verdict.explained     ? "deviated: another regime's"
-                    : verdict.grow_wanted ? "outgrew its slots: the plan grows"
-                    : verdict.counted     ? "deviated: counted against the plan"
-                                          : "deviated: not counted";
-  }
   // Note [Predicted plans]: planned like a recording's envelope (Note [Background
   // planning]); the plan it replaces serves meanwhile.
   if (verdict.predicted != nullptr) submit_plan(e, std::move(verdict.predicted), version_id, true);
-  if (verdict.deviated || verdict.grew) {
-    // What a deviation looked like (REPLAYALLOC_VERBOSE=3): where it left the plan, and
-    // what was made of it.
-    REPLAYALLOC_LOG(debug, "'%s' regime %d: replay %s (planned %u, handed %u, misses %llu, outgrown %u; first miss "
-                    "at slot %u, %llu bytes; first request %llu bytes): %s",
-                    e.key.c_str(), rs.regime, verdict.grew ? "outgrew its slots" : "deviated", planned, handed,
-                    static_cast<unsigned long long>(misses), rs.grown, rs.first_miss_at,
-                    static_cast<unsigned long long>(rs.first_miss_size), static_cast<unsigned long long>(d.first_size),
-                    verdict.explained ? "another regime's" : verdict.grow_wanted ? "the plan grows"
-                                                         : verdict.counted     ? "counted" : "not counted");
-  }
+  log_replay(d, e, rs, verdict);
   deviation_streak streak{d.deviation_entry, d.deviating_in_a_row};
   const bool retire = streak_retires(streak, d.entry, verdict.counted, from_file, policy_);
   d.deviation_entry = streak.entry;
   d.deviating_in_a_row = streak.in_a_row;
-  if (!retire) return;
+  if (retire) retire_deviating(e, v, rs.regime, from_file);
+}
+
+void engine::retire_deviating(key_entry& e, plan_version* v, int regime, bool from_file) {
   const char* why = from_file ? "its replayed iteration deviated"
                               : "its replayed iterations deviated REPLAYALLOC_REPLAN_AFTER times in a row";
   bool dropped = false;
@@ -429,7 +438,7 @@ void engine::end_replay(domain_state& d) {
   {
     std::lock_guard<std::mutex> lock(e.mu);
     // Not replaced meanwhile.
-    if (e.regimes[rs.regime].version == v) dropped = drop_plan(e, rs.regime, policy_, n, why) != nullptr;
+    if (e.regimes[regime].version == v) dropped = drop_plan(e, regime, policy_, n, why) != nullptr;
   }
   count(n);
   // `v` is still alive: a version leaves the key here, and only retire() may free it.

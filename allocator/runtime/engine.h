@@ -163,6 +163,9 @@ class engine {
   void end_record(domain_state& d);
   void end_record_impl(domain_state& d);
   void end_replay(domain_state& d);
+  // A plan whose replays deviated REPLAYALLOC_REPLAN_AFTER times in a row (a plan file's:
+  // once) leaves regime `regime` of `e`, unless another replaced it meanwhile.
+  void retire_deviating(key_entry& e, plan_version* v, int regime, bool from_file);
   // domain_begin's two ways: the recording begun (its recorder made on first use), or
   // the replay on a slab of `v` (`claim` made under the key's mutex; `claimed` false
   // when it failed, with `why`; a new slab is made here, idle slabs of other keys
