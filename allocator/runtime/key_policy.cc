@@ -313,9 +313,8 @@ recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<co
   return out;
 }
 
-replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const policy_settings& s) {
-  replay_verdict v;
-  const int r = rs.regime;
+replay_reading read_replay(const replay_summary& rs, const policy_settings& s) {
+  replay_reading out;
   // A larger shape: at least two slots whose allocation outgrew them (slow_path.cc
   // counts them). One larger block among the same shapes is a deviation; a shape
   // change makes every allocation that scales with it larger.
@@ -323,12 +322,10 @@ replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const
   // periodic plan overran it: it followed the plan into its tail, and at least half a
   // step's requests after that went to the backend (some of them larger than the tail's
   // slots). That is a longer request, neither a larger shape nor a deviation: the plan
-  // is extended by steps (below).
+  // is extended by steps (extend_overrun).
   const bool periodic = rs.period != 0;
-  const bool overran = periodic && rs.first_miss_at > rs.tail_from && rs.misses * 2 >= rs.period;
-  v.overran = overran;
-  const bool grew = rs.grown >= 2 && !overran;
-  v.grew = grew;
+  out.overran = periodic && rs.first_miss_at > rs.tail_from && rs.misses * 2 >= rs.period;
+  out.grew = rs.grown >= 2 && !out.overran;
   const std::uint64_t pct = s.deviation_percent;
   const std::uint32_t planned = rs.planned;
   // A request with fewer steps than a periodic plan replays a prefix of it, so the
@@ -337,114 +334,138 @@ replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const
   const std::uint64_t asked = periodic ? std::max<std::uint64_t>(std::uint64_t{rs.handed} + rs.misses, 1) : planned;
   const std::uint32_t missing = periodic ? 0 : planned - std::min(rs.handed, planned);
   // An iteration whose requests outgrew their slots is a larger shape, not a deviation:
-  // it grows the envelope (below); the recording that does so says whether the
-  // program's structure changed too.
-  const bool deviated = !grew && !overran && planned > 0 &&
-                        (rs.misses * 100 > pct * asked || std::uint64_t{missing} * 100 > pct * planned);
-  v.deviated = deviated;
+  // it grows the envelope (decide_after_replay); the recording that does so says
+  // whether the program's structure changed too.
+  out.deviated = !out.grew && !out.overran && planned > 0 &&
+                 (rs.misses * 100 > pct * asked || std::uint64_t{missing} * 100 > pct * planned);
+  return out;
+}
+
+namespace {
+
+// Note [Periodic iterations]: a request with more steps than regime r's periodic plan.
+// The envelope is extended to the steps this request needed (its misses, in steps, and
+// one more) plus a quarter (Note [Growth headroom]), planned off the request path; the
+// plan serves on meanwhile. REQUIRES: e.mu held.
+void extend_overrun(key_entry& e, int r, const replay_summary& rs, const policy_settings& s, replay_verdict& v) {
+  regime& g = e.regimes[r];
+  const step_lines* l = g.env != nullptr ? &g.env->lines : nullptr;
+  if (g.planning == nullptr && s.replays && !e.failed && l != nullptr && l->periodic() && l->period == rs.period) {
+    const std::uint64_t needed = l->steps + (rs.misses + l->period - 1) / l->period + 1;
+    const std::uint64_t steps = std::min<std::uint64_t>(needed + needed / 4, max_extended_steps(*l));
+    if (steps > l->steps) {
+      if (std::optional<envelope> longer = extend_envelope(*g.env, static_cast<std::uint32_t>(steps))) {
+        v.predicted = std::make_shared<const envelope>(*std::move(longer));
+        g.env = v.predicted;
+        g.planning = v.predicted.get();
+        v.grow_wanted = true;
+      }
+    }
+  }
+  e.learn_regime(r);
+  v.explained = g.planning != nullptr;
+}
+
+// The larger shape of regime r planned at once, without recording it; null when it
+// cannot be. Only when the request that outgrew its slot was the iteration's first miss:
+// the cursor was on the plan up to it, so the slot is that request's own. A longer prompt
+// or a larger batch is the envelope scaled to that request (Note [Periodic iterations]);
+// otherwise, at the first outgrown replay, the fitted sizes (Note [Predicted plans]).
+// REQUIRES: e.mu held.
+std::shared_ptr<const envelope> larger_shape(const key_entry& e, int r, const replay_summary& rs) {
+  const regime& g = e.regimes[r];
+  if (rs.first_too_large_at != rs.first_miss_at) return nullptr;
+  const bool periodic = rs.period != 0;
+  std::shared_ptr<const envelope> p;
+  if ((periodic || e.by_shape) && g.grown_in_a_row < 4) {
+    p = scaled_envelope(g, rs.first_too_large_at, rs.first_too_large_size, e.by_shape && !periodic);
+  }
+  if (p == nullptr && g.grown_in_a_row == 1) p = predicted_envelope(g, rs.first_too_large_at, rs.first_too_large_size);
+  return p;
+}
+
+// An iteration of another structure that nothing explains and no plan grows from. A
+// predicted plan that was outgrown at once is followed by a recording. A plan outgrown 4
+// times in a row without replaying an iteration cleanly in between does not settle (the
+// sizes follow no shape it can learn): from then on an outgrown iteration is a deviation
+// like any other, and those in a row retire the plan and set the key aside (Note
+// [Setting aside]). When this is the second such iteration in the key's last 8 replays
+// that left the plan at the same slot as the one before (one alone is an odd iteration;
+// noise leaves it anywhere), the context the iteration came in (the regimes of the two
+// before it) is marked: the next iteration in that context records, and says which
+// regime comes there (Note [Regimes]). REQUIRES: e.mu held.
+void unexplained(key_entry& e, int r, const replay_summary& rs, bool grew, const policy_settings& s,
+                 replay_verdict& v) {
+  v.grow_wanted = grew && e.uses >= e.probe_quiet_until && e.regimes[r].grown_in_a_row < 4;
+  if (v.grow_wanted) e.regimes[r].grow_wanted = true;
+  // Alike: the iteration left the plan at the same slot as the last one that did.
+  const bool alike = rs.first_miss_at == e.last_first_miss;
+  e.last_first_miss = rs.first_miss_at;
+  if (alike && std::popcount(e.structure_deviations & 0xffu) >= 2 && e.uses >= e.probe_quiet_until && s.replays) {
+    e.probe_from = r;
+    e.probe_found_other = false;
+    if (!e.mark_context()) e.probe_left = std::max(e.probe_left, 2u);
+  } else {
+    e.learn_regime(-1);
+  }
+}
+
+}  // namespace
+
+replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const policy_settings& s) {
+  replay_verdict v;
+  const int r = rs.regime;
+  const replay_reading read = read_replay(rs, s);
+  v.overran = read.overran;
+  v.grew = read.grew;
+  v.deviated = read.deviated;
   // Note [Regimes]: an iteration that deviated, or whose requests outgrew their slots,
   // may have followed another structure. It followed another planned regime when that
   // one's slots up to the first request this plan could not serve are this plan's, and
   // its slot there fits that request: learned, and nothing else done. Otherwise a
-  // larger shape grows the envelope (the next iteration of this regime records, and
-  // the plan serves on meanwhile); and when this is the second such iteration in the
-  // key's last 8 replays that left the plan at the same slot as the one before (one
-  // alone is an odd iteration; noise leaves it anywhere), the context the iteration
-  // came in (the regimes of the two before it) is marked: the next iteration in that
-  // context records, and says which regime comes there.
-  const bool other_structure = grew || deviated;
+  // larger shape grows the envelope (the next iteration of this regime records, or it
+  // is planned at once, and the plan serves on meanwhile), and an iteration of another
+  // structure may mark its context (unexplained).
+  const bool other_structure = read.grew || read.deviated;
   e.structure_deviations = (e.structure_deviations << 1) | (other_structure ? 1u : 0u);
   if (e.regimes[r].version == rs.version) {  // `rs.version` is installed, so alive: its plan may be read
-    if (grew) ++e.regimes[r].grown_in_a_row;
-    if (overran) {
-      // Note [Periodic iterations]: the envelope extended to the steps this request
-      // needed (its misses, in steps, and one more) plus a quarter (Note [Growth
-      // headroom]), planned off the request path; the plan serves on meanwhile.
-      regime& g = e.regimes[r];
-      const step_lines* l = g.env != nullptr ? &g.env->lines : nullptr;
-      if (g.planning == nullptr && s.replays && !e.failed && l != nullptr && l->periodic() && l->period == rs.period) {
-        const std::uint64_t needed = l->steps + (rs.misses + l->period - 1) / l->period + 1;
-        const std::uint64_t steps = std::min<std::uint64_t>(needed + needed / 4, max_extended_steps(*l));
-        if (steps > l->steps) {
-          if (std::optional<envelope> longer = extend_envelope(*g.env, static_cast<std::uint32_t>(steps))) {
-            v.predicted = std::make_shared<const envelope>(*std::move(longer));
-            g.env = v.predicted;
-            g.planning = v.predicted.get();
-            v.grow_wanted = true;
-          }
-        }
-      }
-      e.learn_regime(r);
-      v.explained = g.planning != nullptr;
+    regime& g = e.regimes[r];
+    if (read.grew) ++g.grown_in_a_row;
+    if (read.overran) {
+      extend_overrun(e, r, rs, s, v);
     } else if (!other_structure) {
-      if (!deviated) {
-        e.failures.store(0, std::memory_order_relaxed);
-        e.regimes[r].confirmed = true;
-        e.regimes[r].grown_in_a_row = 0;
-      }
+      e.failures.store(0, std::memory_order_relaxed);
+      g.confirmed = true;
+      g.grown_in_a_row = 0;
       e.learn_regime(r);
-      e.regimes[r].saw_first(rs.first_size);
+      g.saw_first(rs.first_size);
     } else if (const int other = e.consistent_regime(r, rs.first_miss_at, rs.first_miss_size); other >= 0) {
       // Learned for the prediction; not for the other regime's first sizes: an
       // explanation is a guess (Note [Regimes by first size] takes ranges only from
       // recordings and clean replays).
       e.learn_regime(other);
       v.explained = true;
-    } else if (grew && e.regimes[r].planning != nullptr) {
+    } else if (read.grew && g.planning != nullptr) {
       // Note [Background planning]: a larger plan for this regime is on the way (the
       // envelope already grown, or predicted): the iteration that outgrew the plan
       // it replaces is neither a deviation nor a reason to record or predict again.
       e.learn_regime(r);
       v.explained = true;
-    } else if (grew && s.replays && !e.failed && (periodic || e.by_shape) && e.regimes[r].grown_in_a_row < 4 &&
-               rs.first_too_large_at == rs.first_miss_at &&
-               (v.predicted = scaled_envelope(e.regimes[r], rs.first_too_large_at, rs.first_too_large_size,
-                                              e.by_shape && !periodic)) != nullptr) {
-      // Note [Periodic iterations]: a longer prompt or a larger batch, planned at once
-      // from the envelope scaled to the request that outgrew its slot.
-      e.regimes[r].env = v.predicted;
-      e.regimes[r].planning = v.predicted.get();
-      e.regimes[r].grow_wanted = false;
-      v.grow_wanted = true;
-      e.learn_regime(r);
-    } else if (grew && s.replays && !e.failed && e.regimes[r].grown_in_a_row == 1 &&
-               rs.first_too_large_at == rs.first_miss_at &&
-               (v.predicted = predicted_envelope(e.regimes[r], rs.first_too_large_at, rs.first_too_large_size)) != nullptr) {
-      // Note [Predicted plans]: the larger shape, planned from the fitted sizes at
-      // once (below), without recording it. Only when the request that outgrew its
-      // slot was the iteration's first miss: the cursor was on the plan up to it, so
-      // the slot is that request's own.
-      e.regimes[r].env = v.predicted;
-      e.regimes[r].planning = v.predicted.get();
-      e.regimes[r].grow_wanted = false;
+    } else if (read.grew && s.replays && !e.failed && (v.predicted = larger_shape(e, r, rs)) != nullptr) {
+      g.env = v.predicted;
+      g.planning = v.predicted.get();
+      g.grow_wanted = false;
       v.grow_wanted = true;
       e.learn_regime(r);
     } else {
-      // A predicted plan that was outgrown at once is followed by a recording. A
-      // plan outgrown 4 times in a row without replaying an iteration cleanly in
-      // between does not settle (the sizes follow no shape it can learn): from then
-      // on an outgrown iteration is a deviation like any other, and those in a row
-      // retire the plan and set the key aside (Note [Setting aside]).
-      v.grow_wanted = grew && e.uses >= e.probe_quiet_until && e.regimes[r].grown_in_a_row < 4;
-      if (v.grow_wanted) e.regimes[r].grow_wanted = true;
-      // Alike: the iteration left the plan at the same slot as the last one that did.
-      const bool alike = rs.first_miss_at == e.last_first_miss;
-      e.last_first_miss = rs.first_miss_at;
-      if (alike && std::popcount(e.structure_deviations & 0xffu) >= 2 && e.uses >= e.probe_quiet_until &&
-          s.replays) {
-        e.probe_from = r;
-        e.probe_found_other = false;
-        if (!e.mark_context()) e.probe_left = std::max(e.probe_left, 2u);
-      } else {
-        e.learn_regime(-1);
-      }
+      unexplained(e, r, rs, read.grew, s, v);
     }
   }
   // Deviation is counted per thread: a thread whose every iteration deviates has a
   // program that changed; threads that deviate now and then, interleaved, do not. An
   // iteration of another planned regime is a wrong prediction, not a deviation; one
   // that outgrew its slots is one only when it does not grow the plan.
-  v.counted = (deviated || (grew && !v.grow_wanted)) && !v.explained;
+  v.counted = (read.deviated || (read.grew && !v.grow_wanted)) && !v.explained;
   return v;
 }
 

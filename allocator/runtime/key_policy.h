@@ -107,6 +107,15 @@ struct replay_summary {
   std::uint32_t period = 0;
 };
 
+// What a replay's figures say of it, before the key is asked: a pure function of the
+// summary and REPLAYALLOC_DEVIATION_PERCENT.
+struct replay_reading {
+  bool overran = false;   // a periodic plan's request had more steps than the plan
+  bool grew = false;      // a larger shape (two slots or more outgrown)
+  bool deviated = false;  // more misses or missing slots than REPLAYALLOC_DEVIATION_PERCENT
+};
+replay_reading read_replay(const replay_summary& rs, const policy_settings& s);
+
 // After a replay.
 struct replay_verdict {
   bool grew = false;        // a larger shape (two slots or more outgrown)

@@ -390,5 +390,71 @@ TEST_F(KeyPolicy, AKeyNotFoundByShapeRecordsAFixedSlotOutgrown) {
   EXPECT_EQ(v.predicted, nullptr);
 }
 
+// What a replay's figures say before the key is asked (read_replay), at the edges of
+// REPLAYALLOC_DEVIATION_PERCENT (10) and of a periodic plan's tail.
+TEST(ReadReplay, MissesAndMissingSlotsDeviateAboveThePercentAndOutgrownSlotsAreALargerShape) {
+  policy_settings s;
+  replay_summary rs;
+  rs.planned = 100;
+  rs.handed = 100;
+  EXPECT_FALSE(read_replay(rs, s).deviated) << "a clean replay";
+  rs.misses = 10;
+  EXPECT_FALSE(read_replay(rs, s).deviated) << "10 misses in 100 slots: at the percent, not above";
+  rs.misses = 11;
+  EXPECT_TRUE(read_replay(rs, s).deviated);
+  rs.misses = 0;
+  rs.handed = 89;
+  EXPECT_TRUE(read_replay(rs, s).deviated) << "11 slots never reached";
+  rs.handed = 90;
+  EXPECT_FALSE(read_replay(rs, s).deviated);
+  // Two slots outgrown: a larger shape, which is not also a deviation.
+  rs.handed = 100;
+  rs.misses = 50;
+  rs.grown = 1;
+  EXPECT_FALSE(read_replay(rs, s).grew) << "one larger block is a deviation";
+  EXPECT_TRUE(read_replay(rs, s).deviated);
+  rs.grown = 2;
+  EXPECT_TRUE(read_replay(rs, s).grew);
+  EXPECT_FALSE(read_replay(rs, s).deviated);
+  // A plan of no slots never deviates.
+  EXPECT_FALSE(read_replay(replay_summary{}, s).deviated);
+  s.deviation_percent = 60;
+  rs.grown = 0;
+  EXPECT_FALSE(read_replay(rs, s).deviated) << "50 misses in 100 under a 60% setting";
+}
+
+TEST(ReadReplay, APeriodicPlanOverrunPastItsTailIsALongerRequestAndAShortOneIsAPrefix) {
+  policy_settings s;
+  replay_summary rs;
+  rs.planned = 40;  // a prefill and 9 steps of 4 (Note [Periodic iterations])
+  rs.period = 4;
+  rs.tail_from = 36;
+  rs.handed = 40;
+  rs.misses = 2;
+  rs.grown = 3;
+  rs.first_miss_at = 37;
+  const replay_reading in_tail = read_replay(rs, s);
+  EXPECT_TRUE(in_tail.overran) << "half a step's requests past the tail";
+  EXPECT_FALSE(in_tail.grew) << "an overrun is not a larger shape";
+  EXPECT_FALSE(in_tail.deviated);
+  rs.misses = 1;
+  EXPECT_FALSE(read_replay(rs, s).overran) << "less than half a step";
+  rs.misses = 2;
+  rs.first_miss_at = 36;
+  EXPECT_FALSE(read_replay(rs, s).overran) << "the first miss before the tail";
+  EXPECT_TRUE(read_replay(rs, s).grew);
+  // A shorter request: 12 slots reached, none missing, 1 miss in 13 asked.
+  rs = replay_summary{};
+  rs.planned = 40;
+  rs.period = 4;
+  rs.tail_from = 36;
+  rs.handed = 12;
+  rs.misses = 1;
+  rs.first_miss_at = 5;
+  EXPECT_FALSE(read_replay(rs, s).deviated) << "the slots not reached are not missing";
+  rs.misses = 2;
+  EXPECT_TRUE(read_replay(rs, s).deviated) << "2 misses in 14 asked";
+}
+
 }  // namespace
 }  // namespace replayalloc::detail
