@@ -90,8 +90,7 @@ void step_iteration(thread_state& t, auto_state& a, std::size_t size, engine& en
     // (a plan retired, a recording of another structure) was taken where the program
     // only looked periodic: it is given up at once, not after many poor iterations.
     const key_entry* e = t.entry;
-    const bool failed_shape = a.det.by_shape() && it.anchor == 0 && e != nullptr &&
-                              e->failures.load(std::memory_order_relaxed) != 0;
+    const bool failed_shape = a.det.by_shape() && it.anchor == 0 && e != nullptr && on_probation(*e);
     eng.end(t);
     a.in_iteration = false;
     const auto_verdict v = auto_after_iteration(poor, failed_shape, a.deviated_in_a_row, opts.replan_after);

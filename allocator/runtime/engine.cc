@@ -294,7 +294,7 @@ void engine::record_alloc(domain_state& d, const void* p, std::size_t size, std:
   // where it made the same size at the same position (Note [Op tags from the last
   // recording], trace/recorder.h); a key on probation (Note [Probation slabs]) records
   // without them.
-  if (op == 0 && (d.entry == nullptr || d.entry->failures.load(std::memory_order_relaxed) == 0)) {
+  if (op == 0 && (d.entry == nullptr || !on_probation(*d.entry))) {
     if (untagged_op_source f = g_untagged_op_source.load(std::memory_order_acquire)) {
       op = d.recorder->hint(size);
       if (op == 0) op = f();

@@ -469,6 +469,42 @@ replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const
   return v;
 }
 
+install_decision decide_install(key_entry& e, const plan_to_install& in) {
+  install_decision out;
+  int r = e.find_regime(in.shape);
+  if (r < 0 && in.from_file) {
+    // Note [Regimes]: a loaded plan starts its regime (1 where the sizes varied).
+    r = e.slot_for_new_regime();
+    if (e.regimes[r].version != nullptr) return out;
+    e.forget_regime(r);
+    envelope env = make_envelope(*in.tr, in.period);
+    if (in.least != nullptr) env.least = *in.least;
+    e.regimes[r] = regime{};
+    e.regimes[r].env = std::make_shared<const envelope>(std::move(env));
+    e.regimes[r].shape = in.shape;
+    e.regimes[r].last_seen = e.uses;
+  }
+  if (r < 0 || (e.regimes[r].version != nullptr ? e.regimes[r].version->id : 0) != in.replace_id) return out;
+  regime& g = e.regimes[r];
+  out.installed = true;
+  out.regime = r;
+  out.old = g.version;
+  g.version = in.version;
+  g.recordings = 0;
+  g.slab_bytes = in.slab_bytes;
+  g.lower_bound_bytes = in.lower_bound_bytes;
+  e.recordings = 0;
+  return out;
+}
+
+void on_plan_done(key_entry& e, const envelope* env) {
+  for (regime& g : e.regimes) {
+    if (g.planning == env) g.planning = nullptr;
+  }
+}
+
+void on_plan_failed(key_entry& e) { e.failed = true; }
+
 bool streak_retires(deviation_streak& st, const key_entry* e, bool counted, bool from_file, const policy_settings& s) {
   if (st.entry != e) {
     st.entry = e;

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "runtime/key_entry.h"
 #include "support/options.h"
@@ -128,6 +129,44 @@ struct replay_verdict {
 };
 // REQUIRES: e.mu held.
 replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const policy_settings& s);
+
+// Note [Probation slabs] (plans.cc): a key whose plans failed before (set aside, given
+// up, a plan made only because its recordings never agreed) has not shown that it
+// repeats: its plans are cheap ones, its host slabs neither pre-fault nor purge, and its
+// recordings take no call-stack tags. Read without the key's mutex (failures is atomic).
+inline bool on_probation(const key_entry& e) { return e.failures.load(std::memory_order_relaxed) != 0; }
+
+// A plan made (or loaded from a file) for a trace, to install as version v.
+struct plan_to_install {
+  plan_version* version = nullptr;
+  std::uint64_t shape = 0;       // the trace's regime signature (its period's, if periodic)
+  std::uint64_t replace_id = 0;  // the version it replaces (0: none); installed only if still so
+  bool from_file = false;
+  std::uint64_t slab_bytes = 0;
+  std::uint64_t lower_bound_bytes = 0;
+  // from_file: the envelope of the regime the plan starts, where none has its shape.
+  const trace* tr = nullptr;
+  const trace_period* period = nullptr;
+  const std::vector<std::uint64_t>* least = nullptr;
+};
+// Where it went: its regime (its version now), and the version it replaced, for the
+// engine to retire once e.mu is released; or nowhere (installed false: the engine
+// retires v): another plan arrived meanwhile (a recording finished first; the version
+// to replace was retired or replaced already), or the regime's slot went to another
+// structure, and what is there is kept. REQUIRES: e.mu held.
+struct install_decision {
+  bool installed = false;
+  int regime = -1;
+  plan_version* old = nullptr;
+};
+install_decision decide_install(key_entry& e, const plan_to_install& in);
+
+// Note [Background planning]: the plan of envelope env made (or not: its regime records
+// again when its plan is wanted next); the regime that waited for it no longer does.
+// REQUIRES: e.mu held.
+void on_plan_done(key_entry& e, const envelope* env);
+// Planning the key failed: its iterations pass through from now on. REQUIRES: e.mu held.
+void on_plan_failed(key_entry& e);
 
 // A thread's deviating replays in a row, of one key (domain_state keeps it).
 struct deviation_streak {

@@ -71,9 +71,7 @@ void engine::run_plan_job(const plan_job& job) {
   }
   {
     std::lock_guard<std::mutex> lock(e.mu);
-    for (regime& g : e.regimes) {
-      if (g.planning == job.env.get()) g.planning = nullptr;
-    }
+    on_plan_done(e, job.env.get());
   }
   const std::uint64_t us = (now_ns() - job.queued_ns) / 1000;
   if (background) {
@@ -148,14 +146,14 @@ std::uint64_t engine::make_plan(key_entry& e, const envelope& env, std::uint64_t
   planner_options po;
   po.slot_align = opts_.slot_align;
   // Note [Probation slabs]: a key that has not shown that it repeats gets a cheap plan.
-  const bool probation = e.failures.load(std::memory_order_relaxed) != 0;
+  const bool probation = on_probation(e);
   absl::StatusOr<placement> p = replayalloc::make_plan(tr, probation ? "greedy_by_size" : "best", po);
   const absl::Status ok = p.ok() ? validate(tr, *p, po) : p.status();
   if (!ok.ok()) {
     REPLAYALLOC_LOG(error, "planning '%s' failed (%.*s); its iterations pass through to the backend",
                     e.key.c_str(), static_cast<int>(ok.message().size()), ok.message().data());
     std::lock_guard<std::mutex> lock(e.mu);
-    e.failed = true;
+    on_plan_failed(e);
     return 0;
   }
   save_plan(e, tr, *p, least);  // plan_store.cc
@@ -164,7 +162,7 @@ std::uint64_t engine::make_plan(key_entry& e, const envelope& env, std::uint64_t
   std::uint64_t installed = 0;
   if (!install_plan(e, tr, *std::move(p), false, replace_id, &least, false, &installed)) {
     std::lock_guard<std::mutex> lock(e.mu);
-    e.failed = true;
+    on_plan_failed(e);
     return 0;
   }
   return improvable ? installed : 0;
@@ -199,24 +197,33 @@ void engine::improve_plan(const plan_job& job) {
                   optimal ? "proven optimal" : "the best found in its time");
 }
 
+namespace {
+
+// The key's placement_adjuster (runtime/domain.h: a device domain moving allocations out
+// of a slab that would not fit its memory budget) applied to plan p: `managed` says which
+// allocations it took out of the slab; the plan validated again.
+absl::Status adjust_plan(key_entry& e, const trace& tr, placement& p, const planner_options& po,
+                         std::vector<bool>& managed) {
+  const std::vector<std::uint64_t> before = p.offsets;
+  if (const char* note = e.adjust(tr, p, e.adjust_arg)) {
+    REPLAYALLOC_LOG(warning, "'%s': %s", e.key.c_str(), note);
+  }
+  managed.resize(before.size());
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    managed[i] = before[i] != not_in_slab && p.offsets[i] == not_in_slab;
+  }
+  return validate(tr, p, po);
+}
+
+}  // namespace
+
 bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_file,
                           std::uint64_t replace_id, const std::vector<std::uint64_t>* least,
                           bool improved, std::uint64_t* installed) {
   planner_options po;
   po.slot_align = opts_.slot_align;
-  absl::Status ok = absl::OkStatus();
   std::vector<bool> managed;
-  if (e.adjust != nullptr) {
-    const std::vector<std::uint64_t> before = p.offsets;
-    if (const char* note = e.adjust(tr, p, e.adjust_arg)) {
-      REPLAYALLOC_LOG(warning, "'%s': %s", e.key.c_str(), note);
-    }
-    managed.resize(before.size());
-    for (std::size_t i = 0; i < before.size(); ++i) {
-      managed[i] = before[i] != not_in_slab && p.offsets[i] == not_in_slab;
-    }
-    ok = validate(tr, p, po);
-  }
+  const absl::Status ok = e.adjust != nullptr ? adjust_plan(e, tr, p, po, managed) : absl::OkStatus();
   void* mem = ok.ok() ? backend::fallback_alloc(sizeof(plan_version), alignof(plan_version)) : nullptr;
   if (!ok.ok() || mem == nullptr) {
     REPLAYALLOC_LOG(error, "planning '%s' failed (%.*s); its iterations pass through to the backend",
@@ -241,7 +248,7 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
   // requests: 40M instructions in 3 plans and 21M unwinding stacks, against jemalloc's
   // 204M for the whole run). A plan that holds is re-planned with `best` when it next
   // grows or records again.
-  const bool probation = e.kind == domain_kind::host && e.failures.load(std::memory_order_relaxed) != 0;
+  const bool probation = e.kind == domain_kind::host && on_probation(e);
   v->source = probation ? &host_probation_slabs() : e.source;
   v->plan = compile_plan(tr, p, po, managed.empty() ? nullptr : &managed, least, opts_.min_size);
   v->key = e.key;
@@ -257,42 +264,27 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
                   e.key.c_str(), tr.allocations.size(),
                   static_cast<unsigned long long>(p.slab_bytes),
                   static_cast<unsigned long long>(p.lower_bound_bytes), p.algorithm.c_str());
-  plan_version* old = nullptr;
+  plan_to_install in;
+  in.version = v;
+  in.shape = per.found() ? per.signature : tr.shape_signature();
+  in.replace_id = replace_id;
+  in.from_file = from_file;
+  in.slab_bytes = p.slab_bytes;
+  in.lower_bound_bytes = p.lower_bound_bytes;
+  in.tr = &tr;
+  in.period = &per;
+  in.least = least;
+  install_decision d;
   {
     std::lock_guard<std::mutex> lock(e.mu);
-    const std::uint64_t shape = per.found() ? per.signature : tr.shape_signature();
-    int r = e.find_regime(shape);
-    if (r < 0 && from_file) {
-      // Note [Regimes]: a loaded plan starts its regime (1 where the sizes varied).
-      r = e.slot_for_new_regime();
-      if (e.regimes[r].version != nullptr) {
-        v->retire();
-        return true;
-      }
-      e.forget_regime(r);
-      envelope env = make_envelope(tr, &per);
-      if (least != nullptr) env.least = *least;
-      e.regimes[r] = regime{};
-      e.regimes[r].env = std::make_shared<const envelope>(std::move(env));
-      e.regimes[r].shape = shape;
-      e.regimes[r].last_seen = e.uses;
-    }
-    // Another plan arrived meanwhile (a recording finished first; the version to
-    // replace was retired or replaced already), or the regime's slot went to another
-    // structure: keep what is there.
-    if (r < 0 || (e.regimes[r].version != nullptr ? e.regimes[r].version->id : 0) != replace_id) {
-      v->retire();
-      return true;
-    }
-    regime& g = e.regimes[r];
-    old = g.version;
-    g.version = v;
-    g.recordings = 0;
-    g.slab_bytes = p.slab_bytes;
-    g.lower_bound_bytes = p.lower_bound_bytes;
-    e.recordings = 0;
-    if (installed != nullptr) *installed = v->id;
+    d = decide_install(e, in);
   }
+  if (!d.installed) {
+    v->retire();
+    return true;
+  }
+  if (installed != nullptr) *installed = v->id;
+  plan_version* const old = d.old;
   if (old != nullptr && improved) {
     old->retire();  // as a grown plan's predecessor: threads on it finish their iterations
   } else if (old != nullptr) {

@@ -1,7 +1,8 @@
 // Note [Key policy]: the per-key decisions walked transition by transition with a
 // key_entry of the test's own and no engine (no slab, no plan made, no lock but the
 // entry's), in the manner of TFLite's arena planner tests. A "plan" here is a
-// plan_version the test makes and installs itself, as the engine's install_plan would.
+// plan_version the test makes and installs through the policy's own decide_install and
+// on_plan_done, as the engine's install_plan and run_plan_job do.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -62,13 +63,22 @@ class KeyPolicy : public ::testing::Test {
       sl.least = least[i];
       v->plan.slots.push_back(sl);
     }
-    const int r = e_.find_regime(regime_signature(d.to_plan->tr));
+    plan_to_install in;
+    in.version = v;
+    in.shape = regime_signature(d.to_plan->tr);
+    in.replace_id = d.replace_id;
+    const int r = e_.find_regime(in.shape);
     ASSERT_GE(r, 0);
     regime& g = e_.regimes[r];
     EXPECT_EQ(g.planning, d.to_plan.get()) << "a plan to make is on the way until installed";
-    EXPECT_EQ(d.replace_id, g.version != nullptr ? g.version->id : 0u);
-    g.version = v;
-    g.planning = nullptr;
+    const plan_version* before = g.version;
+    const install_decision done = decide_install(e_, in);
+    ASSERT_TRUE(done.installed);
+    EXPECT_EQ(done.regime, r);
+    EXPECT_EQ(done.old, before);
+    EXPECT_EQ(g.version, v);
+    on_plan_done(e_, d.to_plan.get());
+    EXPECT_EQ(g.planning, nullptr);
   }
   begin_decision begin(std::uint64_t first_size = 0) { return decide_begin(e_, first_size, true, s_); }
   recording_decision record(const std::shared_ptr<const trace>& t, const begin_decision& b) {
@@ -454,6 +464,86 @@ TEST(ReadReplay, APeriodicPlanOverrunPastItsTailIsALongerRequestAndAShortOneIsAP
   EXPECT_FALSE(read_replay(rs, s).deviated) << "the slots not reached are not missing";
   rs.misses = 2;
   EXPECT_TRUE(read_replay(rs, s).deviated) << "2 misses in 14 asked";
+}
+
+// Note [Regimes]: a plan installs only over the version it was made to replace; one made
+// for a version since replaced (a recording finished first) is not installed.
+TEST_F(KeyPolicy, APlanForAVersionSinceReplacedIsNotInstalled) {
+  record(recording(4096), begin());
+  const recording_decision d = record(recording(4096), begin());
+  install(d);
+  const int r = e_.find_regime(regime_signature(d.to_plan->tr));
+  ASSERT_GE(r, 0);
+  plan_version* current = e_.regimes[r].version;
+  plan_version stale;
+  plan_to_install in;
+  in.version = &stale;
+  in.shape = e_.regimes[r].shape;
+  in.replace_id = current->id + 100;  // not the installed one
+  const install_decision no = decide_install(e_, in);
+  EXPECT_FALSE(no.installed);
+  EXPECT_EQ(e_.regimes[r].version, current);
+  in.replace_id = 0;  // made as a first plan, but the regime has one now
+  EXPECT_FALSE(decide_install(e_, in).installed);
+  EXPECT_EQ(e_.regimes[r].version, current);
+  // Over the right version: installed, the old one handed back to retire, the counts of
+  // recordings begun afresh.
+  in.replace_id = current->id;
+  in.slab_bytes = 8192;
+  in.lower_bound_bytes = 4096;
+  const install_decision yes = decide_install(e_, in);
+  EXPECT_TRUE(yes.installed);
+  EXPECT_EQ(yes.old, current);
+  EXPECT_EQ(e_.regimes[r].version, &stale);
+  EXPECT_EQ(e_.regimes[r].recordings, 0u);
+  EXPECT_EQ(e_.regimes[r].slab_bytes, 8192u);
+  EXPECT_EQ(e_.recordings, 0u);
+  e_.regimes[r].version = current;  // the test's own version is freed by the fixture
+}
+
+// A plan loaded from a file starts the regime of its structure, with that structure's
+// envelope, and the key's next iteration replays it without recording.
+TEST_F(KeyPolicy, APlanFromAFileStartsItsRegimeAndReplays) {
+  const std::shared_ptr<const trace> t = recording(4096);
+  plan_version* v = new plan_version;
+  made_.push_back(v);
+  v->id = ++next_id_;
+  v->from_file = true;
+  v->plan.planned_slots = 4;
+  for (int i = 0; i < 4; ++i) v->plan.slots.push_back(slot{.size = 4096, .least = 4096});
+  plan_to_install in;
+  in.version = v;
+  in.shape = regime_signature(*t);
+  in.from_file = true;
+  in.tr = t.get();
+  const install_decision d = decide_install(e_, in);
+  ASSERT_TRUE(d.installed);
+  EXPECT_EQ(d.old, nullptr);
+  ASSERT_NE(e_.regimes[d.regime].env, nullptr);
+  EXPECT_EQ(e_.regimes[d.regime].env->tr.allocations.size(), 4u);
+  const begin_decision b = begin();
+  EXPECT_EQ(b.what, begin_decision::replay);
+  EXPECT_EQ(b.regime, d.regime);
+  // The same plan loaded again (another file of the key): its regime's version is kept.
+  plan_version again;
+  in.version = &again;
+  EXPECT_FALSE(decide_install(e_, in).installed);
+  EXPECT_EQ(e_.regimes[d.regime].version, v);
+}
+
+// Planning failed: the key's iterations pass through from then on, and a key whose plans
+// failed is on probation (Note [Probation slabs]).
+TEST_F(KeyPolicy, AFailedPlanPassesThroughAndAKeySetAsideIsOnProbation) {
+  record(recording(4096), begin());
+  const recording_decision d = record(recording(4096), begin());
+  EXPECT_FALSE(on_probation(e_));
+  on_plan_failed(e_);
+  on_plan_done(e_, d.to_plan.get());
+  EXPECT_EQ(begin().what, begin_decision::pass);
+  key_entry other;
+  other.key = "other";
+  set_aside(other, s_, n_, "a test");
+  EXPECT_TRUE(on_probation(other));
 }
 
 }  // namespace
