@@ -196,19 +196,15 @@ begin_decision decide_begin(key_entry& e, std::uint64_t first_size, bool can_rep
   return out;
 }
 
-recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<const trace>& recorded,
-                                          const recording_intent& in, const policy_settings& s, policy_counts& n) {
-  recording_decision out;
-  // Note [Periodic iterations]: a recording that repeats a step joins the regime of its
-  // structure whatever its number of steps.
-  const trace_period period = find_period(*recorded);
-  const std::uint64_t shape = period.found() ? period.signature : recorded->shape_signature();
-  e.recording = false;
-  ++e.recordings;
-  e.last_trace = recorded;
-  // Note [Regimes]: the recording joins the regime of its structure, or starts one.
+namespace {
+
+// Note [Regimes]: the regime a recording of structure `shape` joins (its envelope merged
+// with the recording's sizes: `grew` when a capacity rose) or starts; -1 when it starts
+// none (the key cycles through more structures than it keeps). A regime started in the
+// place of a planned one hands that plan to out.dropped. REQUIRES: e.mu held.
+int join_regime(key_entry& e, const std::shared_ptr<const trace>& recorded, const trace_period& period,
+                std::uint64_t shape, bool& grew, recording_decision& out) {
   int r = e.find_regime(shape);
-  bool grew = false;
   if (r >= 0) {
     // Note [Envelope]: the same allocations, made and freed in the same order, at
     // other sizes: each allocation's capacity is the largest size recorded.
@@ -237,7 +233,7 @@ recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<co
         r = -1;
       } else {
         out.dropped = e.regimes[r].version;
-      out.dropped_why = "a newer structure took its regime's place";
+        out.dropped_why = "a newer structure took its regime's place";
       }
     }
     if (r >= 0) {
@@ -248,6 +244,54 @@ recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<co
       g.shape = shape;
     }
   }
+  return r;
+}
+
+// What a recording that joined regime g plans (Note [Background planning]: the
+// regime's iterations wait for it from now on, not record). REQUIRES: e.mu held.
+void plan_after_recording(key_entry& e, regime& g, bool grew, const policy_settings& s, policy_counts& n,
+                          recording_decision& out) {
+  if (g.version != nullptr) {
+    // Recorded because a request outgrew the plan, or as a probe: a grown envelope
+    // replaces the plan.
+    g.grow_wanted = false;
+    if (grew && s.replays && !e.failed && g.planning == nullptr) {
+      auto roomy = std::make_shared<envelope>(*g.env);
+      add_growth_headroom(*roomy);  // Note [Growth headroom]
+      g.env = std::move(roomy);
+      out.to_plan = g.env;
+      out.replace_id = g.version->id;
+    }
+  } else if (s.replays && !e.failed && g.planning == nullptr) {
+    // Auto mode saw the period repeat three times before its first iteration: one
+    // recording is enough for its first regime (a later structure has not been seen
+    // to repeat: Note [Regimes]).
+    const std::uint32_t needed = e.automatic && !e.any_plan() ? 1 : s.record_iterations;
+    if (g.recordings >= needed) {
+      out.to_plan = g.env;
+    } else if (e.recordings >= s.record_limit && !e.any_plan()) {
+      out.to_plan = g.env;
+      set_aside(e, s, n, "its recordings never agreed");
+    }
+  }
+  if (out.to_plan != nullptr) g.planning = out.to_plan.get();
+}
+
+}  // namespace
+
+recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<const trace>& recorded,
+                                          const recording_intent& in, const policy_settings& s, policy_counts& n) {
+  recording_decision out;
+  // Note [Periodic iterations]: a recording that repeats a step joins the regime of its
+  // structure whatever its number of steps.
+  const trace_period period = find_period(*recorded);
+  const std::uint64_t shape = period.found() ? period.signature : recorded->shape_signature();
+  e.recording = false;
+  ++e.recordings;
+  e.last_trace = recorded;
+  // Note [Regimes]: the recording joins the regime of its structure, or starts one.
+  bool grew = false;
+  const int r = join_regime(e, recorded, period, shape, grew, out);
   if (r < 0) {
     e.learn_regime(-1);
     if (in.probing) finish_probe(e, in, n, -1);
@@ -285,31 +329,7 @@ recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<co
   }
   e.learn_regime(r);
   if (in.probing) finish_probe(e, in, n, r);
-  if (g.version != nullptr) {
-    // Recorded because a request outgrew the plan, or as a probe: a grown envelope
-    // replaces the plan.
-    g.grow_wanted = false;
-    if (grew && s.replays && !e.failed && g.planning == nullptr) {
-      auto roomy = std::make_shared<envelope>(*g.env);
-      add_growth_headroom(*roomy);  // Note [Growth headroom]
-      g.env = std::move(roomy);
-      out.to_plan = g.env;
-      out.replace_id = g.version->id;
-    }
-  } else if (s.replays && !e.failed && g.planning == nullptr) {
-    // Auto mode saw the period repeat three times before its first iteration: one
-    // recording is enough for its first regime (a later structure has not been seen
-    // to repeat: Note [Regimes]).
-    const std::uint32_t needed = e.automatic && !e.any_plan() ? 1 : s.record_iterations;
-    if (g.recordings >= needed) {
-      out.to_plan = g.env;
-    } else if (e.recordings >= s.record_limit && !e.any_plan()) {
-      out.to_plan = g.env;
-      set_aside(e, s, n, "its recordings never agreed");
-    }
-  }
-  // Note [Background planning]: its iterations wait for this plan, not record.
-  if (out.to_plan != nullptr) g.planning = out.to_plan.get();
+  plan_after_recording(e, g, grew, s, n, out);
   return out;
 }
 
