@@ -62,6 +62,9 @@ struct begin_decision {
   bool growing = false;
   bool sizing = false;
   std::int8_t marked[2] = {-1, -1};  // the marked context a probe records for
+  // pass, set_aside, awaiting: why the iteration passes through (Note [The iteration
+  // log] says it; a string literal).
+  const char* why = "";
 };
 // `first_size`: the iteration's first request when known (auto mode), else 0.
 // `can_replay`: slabs can be made for the key's domain. REQUIRES: e.mu held.

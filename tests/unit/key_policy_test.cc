@@ -129,7 +129,9 @@ TEST_F(KeyPolicy, TwoRecordingsOfOneStructurePlanItAndTheNextIterationReplays) {
   ASSERT_NE(d.to_plan, nullptr);
   EXPECT_EQ(d.replace_id, 0u);
   // The plan is on the way (Note [Background planning]): the key waits, not records.
-  EXPECT_EQ(begin().what, begin_decision::awaiting);
+  const begin_decision waits = begin();
+  EXPECT_EQ(waits.what, begin_decision::awaiting);
+  EXPECT_STREQ(waits.why, "its plan is being made");
   EXPECT_FALSE(e_.recording);
   install(d);
   b = begin();
@@ -144,7 +146,9 @@ TEST_F(KeyPolicy, TwoRecordingsOfOneStructurePlanItAndTheNextIterationReplays) {
 TEST_F(KeyPolicy, WhileOneThreadRecordsAnotherPassesThrough) {
   const begin_decision first = begin();
   ASSERT_EQ(first.what, begin_decision::record);
-  EXPECT_EQ(begin().what, begin_decision::pass);
+  const begin_decision second = begin();
+  EXPECT_EQ(second.what, begin_decision::pass);
+  EXPECT_STREQ(second.why, "another thread records the key") << "the iteration log's reason";
   record(recording(4096), first);
   EXPECT_EQ(begin().what, begin_decision::record);
 }
@@ -153,8 +157,14 @@ TEST_F(KeyPolicy, WhileOneThreadRecordsAnotherPassesThrough) {
 TEST_F(KeyPolicy, APlannedKeyWithoutSlabsPassesThrough) {
   record(recording(4096), begin());
   install(record(recording(4096), begin()));
-  EXPECT_EQ(decide_begin(e_, 0, false, s_).what, begin_decision::pass);
+  const begin_decision b = decide_begin(e_, 0, false, s_);
+  EXPECT_EQ(b.what, begin_decision::pass);
+  // Its reason is the decision's own: the engine's log once read it off the key's state
+  // and said "another thread records the key" here.
+  EXPECT_STREQ(b.why, "no slab can be made (the slab range was not reserved)");
   EXPECT_EQ(begin().what, begin_decision::replay);
+  on_plan_failed(e_);
+  EXPECT_STREQ(begin().why, "planning the key failed");
 }
 
 // Recordings that never agree (a new structure each time): planned anyway at the
@@ -194,7 +204,11 @@ TEST_F(KeyPolicy, DeviationsInARowRetireThePlanAndSetTheKeyAside) {
   EXPECT_EQ(record(recording(4096), begin()).to_plan, nullptr) << "records again at once";
   set_aside(e_, s_, n_, "test");
   EXPECT_EQ(n_.set_asides, 1u);
-  for (int i = 0; i < 7; ++i) EXPECT_EQ(begin().what, begin_decision::set_aside) << i;
+  for (int i = 0; i < 7; ++i) {
+    const begin_decision b = begin();
+    EXPECT_EQ(b.what, begin_decision::set_aside) << i;
+    EXPECT_STREQ(b.why, "the key is set aside");
+  }
   EXPECT_EQ(begin().what, begin_decision::record);
   // A fifth failure gives the key up for 4,096 iterations.
   for (int i = 0; i < 3; ++i) set_aside(e_, s_, n_, "test");

@@ -609,3 +609,23 @@ TEST(IterationLog, SaysWhatEachIterationWasAndWhatItsSlabCost) {
   EXPECT_THAT(err, ::testing::ContainsRegex("\\(thread [0-9]+\\): [0-9]+\\.[0-9]{3} ms, ")) << err;
   EXPECT_THAT(quiet, ::testing::Not(::testing::HasSubstr("iteration of"))) << quiet;
 }
+
+// The iteration log's reason for a pass-through is the key policy's decision's own
+// (begin_decision::why), not read again off the key's state: an iteration of a key that
+// another thread is recording says so.
+TEST(IterationLog, SaysWhyAnIterationPassedThrough) {
+  using replayalloc::detail::set_log_verbosity;
+  (void)replayalloc::stats();
+  set_log_verbosity(3);
+  ::testing::internal::CaptureStderr();
+  {
+    replayalloc::Iteration recording("iteration-log-pass");  // this thread records the key
+    ASSERT_TRUE(recording.ok());
+    std::thread other([] { iteration("iteration-log-pass", k_model, 1); });
+    other.join();
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  set_log_verbosity(1);
+  EXPECT_THAT(err, ::testing::HasSubstr("another thread records the key")) << err;
+  EXPECT_THAT(err, ::testing::HasSubstr("recorded (0 allocations)")) << err;
+}
