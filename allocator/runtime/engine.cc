@@ -414,20 +414,19 @@ void engine::end_replay(domain_state& d) {
   rs.tail_from = tail_from;
   rs.period = period;
   replay_verdict verdict;
+  deviation_streak streak{d.deviation_entry, d.deviating_in_a_row};
   {
     std::lock_guard<std::mutex> lock(e.mu);
-    verdict = decide_after_replay(e, rs, policy_);
+    verdict = decide_after_replay(e, rs, policy_, &streak);
   }
+  d.deviation_entry = streak.entry;
+  d.deviating_in_a_row = streak.in_a_row;
   d.last_deviated = verdict.deviated;
   // Note [Predicted plans]: planned like a recording's envelope (Note [Background
   // planning]); the plan it replaces serves meanwhile.
   if (verdict.predicted != nullptr) submit_plan(e, std::move(verdict.predicted), version_id, true);
   log_replay(d, e, rs, verdict);
-  deviation_streak streak{d.deviation_entry, d.deviating_in_a_row};
-  const bool retire = streak_retires(streak, d.entry, verdict.counted, from_file, policy_);
-  d.deviation_entry = streak.entry;
-  d.deviating_in_a_row = streak.in_a_row;
-  if (retire) retire_deviating(e, v, rs.regime, from_file);
+  if (verdict.retire) retire_deviating(e, v, rs.regime, from_file);
 }
 
 void engine::retire_deviating(key_entry& e, plan_version* v, int regime, bool from_file) {

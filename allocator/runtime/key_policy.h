@@ -128,10 +128,14 @@ struct replay_verdict {
   bool grow_wanted = false; // the plan grows: predicted now, or the next iteration records
   bool counted = false;     // counts towards retiring the plan
   bool overran = false;     // a periodic plan's request had more steps than the plan
+  bool retire = false;      // the plan is to be retired (streak_retires, below)
   std::shared_ptr<const envelope> predicted;  // plan it now, replacing version_id
 };
+struct deviation_streak;
+// `streak`: the replaying thread's deviations in a row (null: retire is not decided).
 // REQUIRES: e.mu held.
-replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const policy_settings& s);
+replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const policy_settings& s,
+                                   deviation_streak* streak = nullptr);
 
 // Note [Probation slabs] (plans.cc): a key whose plans failed before (set aside, given
 // up, a plan made only because its recordings never agreed) has not shown that it

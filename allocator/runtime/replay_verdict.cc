@@ -220,7 +220,8 @@ void unexplained(key_entry& e, int r, const replay_summary& rs, bool grew, const
 
 }  // namespace
 
-replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const policy_settings& s) {
+replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const policy_settings& s,
+                                   deviation_streak* streak) {
   replay_verdict v;
   const int r = rs.regime;
   const replay_reading read = read_replay(rs, s);
@@ -274,6 +275,7 @@ replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const
   // iteration of another planned regime is a wrong prediction, not a deviation; one
   // that outgrew its slots is one only when it does not grow the plan.
   v.counted = (read.deviated || (read.grew && !v.grow_wanted)) && !v.explained;
+  if (streak != nullptr) v.retire = streak_retires(*streak, &e, v.counted, rs.from_file, s);
   return v;
 }
 

@@ -188,11 +188,11 @@ TEST_F(KeyPolicy, DeviationsInARowRetireThePlanAndSetTheKeyAside) {
   bool retire = false;
   for (std::uint32_t i = 0; i < s_.replan_after && !retire; ++i) {
     // 3 of 4 slots missed, each time leaving the plan at another slot (noise, not a
-    // structure to probe for: Note [Regimes]).
-    const replay_verdict v = replay(begin(), 1, 3, 0, i + 1);
+    // structure to probe for: Note [Regimes]). The verdict carries the retirement.
+    const replay_verdict v = decide_after_replay(e_, summary(begin(), 1, 3, 0, i + 1), s_, &streak);
     EXPECT_TRUE(v.deviated) << i;
     EXPECT_TRUE(v.counted) << i;
-    retire = streak_retires(streak, &e_, v.counted, false, s_);
+    retire = v.retire;
     EXPECT_EQ(retire, i + 1 == s_.replan_after) << i;
   }
   ASSERT_TRUE(retire);
