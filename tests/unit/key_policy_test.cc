@@ -447,37 +447,34 @@ TEST(ReadReplay, MissesAndMissingSlotsDeviateAboveThePercentAndOutgrownSlotsAreA
   EXPECT_FALSE(read_replay(rs, s).deviated) << "50 misses in 100 under a 60% setting";
 }
 
-TEST(ReadReplay, APeriodicPlanOverrunPastItsTailIsALongerRequestAndAShortOneIsAPrefix) {
-  policy_settings s;
+// What a replay of a periodic plan reports: 40 slots, a prefill and 9 steps of 4, the
+// tail from slot 36 (Note [Periodic iterations]).
+replay_summary periodic_replay(std::uint32_t handed, std::uint64_t misses, std::uint32_t first_miss_at,
+                               std::uint32_t grown = 0) {
   replay_summary rs;
-  rs.planned = 40;  // a prefill and 9 steps of 4 (Note [Periodic iterations])
-  rs.period = 4;
-  rs.tail_from = 36;
-  rs.handed = 40;
-  rs.misses = 2;
-  rs.grown = 3;
-  rs.first_miss_at = 37;
-  const replay_reading in_tail = read_replay(rs, s);
-  EXPECT_TRUE(in_tail.overran) << "half a step's requests past the tail";
-  EXPECT_FALSE(in_tail.grew) << "an overrun is not a larger shape";
-  EXPECT_FALSE(in_tail.deviated);
-  rs.misses = 1;
-  EXPECT_FALSE(read_replay(rs, s).overran) << "less than half a step";
-  rs.misses = 2;
-  rs.first_miss_at = 36;
-  EXPECT_FALSE(read_replay(rs, s).overran) << "the first miss before the tail";
-  EXPECT_TRUE(read_replay(rs, s).grew);
-  // A shorter request: 12 slots reached, none missing, 1 miss in 13 asked.
-  rs = replay_summary{};
   rs.planned = 40;
   rs.period = 4;
   rs.tail_from = 36;
-  rs.handed = 12;
-  rs.misses = 1;
-  rs.first_miss_at = 5;
-  EXPECT_FALSE(read_replay(rs, s).deviated) << "the slots not reached are not missing";
-  rs.misses = 2;
-  EXPECT_TRUE(read_replay(rs, s).deviated) << "2 misses in 14 asked";
+  rs.handed = handed;
+  rs.misses = misses;
+  rs.first_miss_at = first_miss_at;
+  rs.grown = grown;
+  return rs;
+}
+
+TEST(ReadReplay, APeriodicPlanOverrunPastItsTailIsALongerRequestAndAShortOneIsAPrefix) {
+  const policy_settings s;
+  const replay_reading in_tail = read_replay(periodic_replay(40, 2, 37, 3), s);
+  EXPECT_TRUE(in_tail.overran) << "half a step's requests past the tail";
+  EXPECT_FALSE(in_tail.grew) << "an overrun is not a larger shape";
+  EXPECT_FALSE(in_tail.deviated);
+  EXPECT_FALSE(read_replay(periodic_replay(40, 1, 37, 3), s).overran) << "less than half a step";
+  const replay_reading before_tail = read_replay(periodic_replay(40, 2, 36, 3), s);
+  EXPECT_FALSE(before_tail.overran) << "the first miss before the tail";
+  EXPECT_TRUE(before_tail.grew);
+  // A shorter request: 12 slots reached, none missing, 1 miss in 13 asked.
+  EXPECT_FALSE(read_replay(periodic_replay(12, 1, 5), s).deviated) << "the slots not reached are not missing";
+  EXPECT_TRUE(read_replay(periodic_replay(12, 2, 5), s).deviated) << "2 misses in 14 asked";
 }
 
 // Note [Regimes]: a plan installs only over the version it was made to replace; one made
