@@ -160,17 +160,18 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
   {
     std::lock_guard<std::mutex> lock(e->mu);
     const begin_decision b = decide_begin(*e, first_size, slabs_ok_ || e->kind != domain_kind::host, policy_);
-    if (b.what == begin_decision::pass || b.what == begin_decision::set_aside || b.what == begin_decision::awaiting) {
-      d.log.passed = b.why;  // Note [The iteration log]: the decision's own reason
-    }
+    // Note [The iteration log]: a pass-through's reason is the decision's own.
     switch (b.what) {
       case begin_decision::pass:
+        d.log.passed = b.why;
         return;
       case begin_decision::set_aside:
         bump(d.set_aside);
+        d.log.passed = b.why;
         return;
       case begin_decision::awaiting:
         bump(d.awaiting_plan);
+        d.log.passed = b.why;
         awaiting = true;
         break;
       case begin_decision::record:
