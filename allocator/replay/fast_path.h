@@ -258,6 +258,9 @@ REPLAYALLOC_ALWAYS_INLINE bool below_min_size(const replay_cursor& c, std::size_
 
 // The slab's answer when the fast path could not serve: a block, or null when the
 // request belongs to the backend (c.last_kind says which kind of backend memory).
+// pre: not below_min_size(c, size): each domain's path asks that once, before it
+// (runtime/host_slow_path.cc, integrations/cuda/device_domain.cc), and counts the
+// request in c.bypassed or its own below_min.
 void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align);
 // pre: s owns p (null: p lies in no slab, and the free is reported as invalid).
 void replay_free_slow(replay_cursor& c, void* p, slab* s);

@@ -149,12 +149,6 @@ void* take(replay_cursor& c, std::uint32_t i, std::size_t size, std::size_t alig
 }  // namespace
 
 void* replay_malloc_slow(replay_cursor& c, std::size_t size, std::size_t align) {
-  if (below_min_size(c, size)) {
-    // Never recorded, never planned: straight to the backend, the cursor untouched.
-    bump(c.bypassed);
-    c.last_kind = backend_kind::ordinary;
-    return nullptr;
-  }
   const cursor_scope scope(c);
   restore_free_prefix(c);
   if (c.next >= c.count) return miss(c, miss_reason::beyond_plan, size);

@@ -84,17 +84,9 @@ REPLAYALLOC_EXPORT void* replayalloc_calloc(size_t count, size_t size) {
     errno = ENOMEM;
     return nullptr;
   }
-  if (replayalloc::detail::in_engine()) [[unlikely]] {
-    void* p = backend::fallback_calloc(bytes);
-    if (p == nullptr) errno = ENOMEM;
-    return p;
-  }
-  thread_state& t = tls_state;
-  if (replayalloc::detail::below_min_size(t.host.cursor, bytes) && !replayalloc::detail::check::enabled())
-      [[likely]] {
-    return replayalloc::detail::alloc_below_min(bytes, malloc_align, true);
-  }
-  return engine::get().alloc_slow(t, bytes, malloc_align, true);
+  // The ladder, zeroed (runtime/host_slow_path.cc): not the inline path, whose blocks
+  // would need zeroing apart.
+  return replayalloc::detail::host_alloc_slow(tls_state, bytes, malloc_align, true);
 }
 
 REPLAYALLOC_EXPORT void* replayalloc_aligned_alloc(size_t alignment, size_t size) {
@@ -102,14 +94,10 @@ REPLAYALLOC_EXPORT void* replayalloc_aligned_alloc(size_t alignment, size_t size
     errno = EINVAL;
     return nullptr;
   }
-  if (alignment > replayalloc::detail::max_slot_align) {
-    // Beyond what a slot can promise: the backend serves it directly.
-    void* p = backend::fallback_alloc(size, alignment);
-    if (p == nullptr) errno = ENOMEM;
-    if (p != nullptr && replayalloc::detail::check::enabled() && !replayalloc::detail::in_engine()) {
-      replayalloc::detail::check::on_alloc(p, size, tls_state.op, tls_state.thread_no, false);
-    }
-    return p;
+  // Beyond what a slot can promise: the ladder (whose engine rung gives it to the
+  // backend), not the inline path, whose replay hit assumes a slot's alignment.
+  if (alignment > replayalloc::detail::max_slot_align) [[unlikely]] {
+    return replayalloc::detail::host_alloc_slow(tls_state, size, alignment, false);
   }
   return replayalloc::detail::entry_alloc(size, alignment < malloc_align ? malloc_align : alignment);
 }

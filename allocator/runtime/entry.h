@@ -55,6 +55,9 @@ namespace replayalloc::detail {
 // of the preload library tail-call them.
 REPLAYALLOC_NOINLINE void* entry_alloc_slow(std::size_t size, std::size_t align) noexcept;
 REPLAYALLOC_NOINLINE void entry_free_slow(void* ptr) noexcept;
+// The whole ladder (host_slow_path.cc), for what does not take the inline path: calloc
+// (zero) and an alignment beyond max_slot_align. pre: align a power of two >= malloc_align.
+void* host_alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero) noexcept;
 
 // pre: align is a power of two >= malloc_align and <= max_slot_align.
 REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align) {

@@ -1,21 +1,29 @@
 // The host slow path: every host request the inline entry points (runtime/entry.h) do
 // not serve, as one ladder, and the frees they pass on.
 //
-// The ladder (entry_alloc_slow, then engine::alloc_slow), top to bottom, each rung
-// asked once:
-//   1. a request under malloc_align bytes with a plain backend: its malloc, rounded up;
+// The ladder (host_alloc_slow; entry_alloc_slow is its entry for malloc's requests),
+// top to bottom, each rung asked once. malloc, calloc (zero), aligned_alloc and
+// posix_memalign of any alignment, operator new, and realloc's new block all climb it:
+//   1. (malloc's requests only) a request under malloc_align bytes with a plain
+//      backend: its malloc, rounded up;
 //   2. re-entrant (the engine allocating): the backend (invariant 5);
 //   3. below REPLAYALLOC_MIN_SIZE: the backend, never recorded, planned or watched;
 //   4. nothing on the thread records, replays or watches (Note [Pass-through]): the
 //      backend, counted as pass-through, without the engine; the requests after it
 //      that would get the same answer are granted to the inline path (Note [Passes
 //      granted ahead]), which serves them until the engine is next entered;
-//   5. the engine: register the thread (once), auto mode's watcher (periodic work:
-//      it may end an iteration and begin the next), then the replaying cursor's slot
-//      (replay_malloc: a miss falls back inside it), else the backend (recorded when
-//      the thread records; watched when auto mode watches).
-// Every rung that ends at the backend does so through serve_from_backend() or
-// serve_plain() (runtime/shortcuts.h), which say ENOMEM; the first zeroes as calloc does.
+//   5. the engine (engine::alloc_slow: check mode's shadow record around it): a
+//      request beyond what a slot can promise (aligned beyond max_slot_align) to the
+//      backend, never recorded or watched; register the thread (once: its first
+//      request, whose minimum rung 3 could not yet answer, is asked it here), auto
+//      mode's watcher (periodic work: it may end an iteration and begin the next),
+//      then the replaying cursor's slot (replay_malloc), else the backend (recorded
+//      when the thread records; watched when auto mode watches).
+// Every rung that ends at the backend, a replay's miss included, does so through
+// serve_from_backend() or serve_plain() (runtime/shortcuts.h), which say ENOMEM; the
+// first zeroes as calloc does. realloc (runtime/api.cc) asks the backend's own realloc
+// only for a backend block outside any iteration, where the ladder would serve the new
+// block from the backend too and jemalloc can resize it in place.
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -36,12 +44,14 @@ namespace {
 
 inline slab* host_owner(const void* p) { return static_cast<slab*>(backend::chunk_owner(p)); }
 
-// Rungs 2-5.
-REPLAYALLOC_NOINLINE void* alloc_slow_rest(thread_state& t, std::size_t size, std::size_t align) noexcept {
-  if (in_engine()) [[unlikely]] return serve_from_backend(size, align, false);
-  // Below the minimum size (nothing is until the thread is registered).
+// Rungs 2-5. Zero: calloc's (the one request that climbs with it set).
+template <bool Zero>
+REPLAYALLOC_ALWAYS_INLINE void* ladder(thread_state& t, std::size_t size, std::size_t align) noexcept {
+  if (in_engine()) [[unlikely]] return serve_from_backend(size, align, Zero);
+  // Below the minimum size (nothing is until the thread is registered: its first
+  // request asks in the engine).
   if (below_min_size(t.host.cursor, size) && !check::enabled()) [[likely]] {
-    return alloc_below_min(size, align, false);
+    return alloc_below_min(size, align, Zero);
   }
   // Note [Pass-through]: ~150 instructions per allocation less than the engine's way,
   // on every allocation at or above the minimum of a program that marks iterations
@@ -49,13 +59,18 @@ REPLAYALLOC_NOINLINE void* alloc_slow_rest(thread_state& t, std::size_t size, st
   // stopped watching for a while (a stream that never repeats spends most of its
   // allocations resting).
   if (passes_through(t, size)) {
-    void* p = serve_plain(size, align);
+    void* p = Zero ? serve_from_backend(size, align, true) : serve_plain(size, align);
     if (p == nullptr) [[unlikely]] return nullptr;
     bump(t.host.backend_bytes, size);
     bump(t.host.passthrough);
     return p;
   }
-  return engine::get().alloc_slow(t, size, align, false);
+  return engine::get().alloc_slow(t, size, align, Zero);
+}
+
+// malloc's rungs 2-5, apart so that entry_alloc_slow's rung 1 needs no stack frame.
+REPLAYALLOC_NOINLINE void* alloc_slow_rest(thread_state& t, std::size_t size, std::size_t align) noexcept {
+  return ladder<false>(t, size, align);
 }
 
 }  // namespace
@@ -70,6 +85,14 @@ void* entry_alloc_slow(std::size_t size, std::size_t align) noexcept {
     return backend::g_plain_malloc.load(std::memory_order_relaxed)(malloc_align);
   }
   return alloc_slow_rest(t, size, align);
+}
+
+// Rung 1 is malloc's shortcut of rung 3 (the same backend block), so without it the
+// ladder serves every request the same. Its own instances of rungs 2-5: a second
+// caller of alloc_slow_rest would cost entry_alloc_slow's rung 1 two instructions
+// (GCC then keeps alloc_slow_rest's arguments as declared).
+void* host_alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero) noexcept {
+  return zero ? ladder<true>(t, size, align) : ladder<false>(t, size, align);
 }
 
 void entry_free_slow(void* ptr) noexcept {
@@ -132,27 +155,33 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
     return nullptr;
   }
   if (in_engine()) return serve_from_backend(size, align, zero);
-  register_thread(t);
-  // Below the minimum: never recorded, planned or watched (the ladder's top takes this
-  // rung before calling here when it can; calloc and check mode come here).
-  if (below_min_size(t.host.cursor, size)) return alloc_below_min(size, align, zero);
+  // The minimum (rung 3) for what the ladder's top could not ask it of: the thread's
+  // first request (registered here) and check mode's.
+  if (!t.registered || check::enabled()) [[unlikely]] {
+    register_thread(t);
+    if (below_min_size(t.host.cursor, size)) return alloc_below_min(size, align, zero);
+  }
+  domain_state& d = t.host;
+  // Beyond what a slot can promise (aligned_alloc, posix_memalign, memalign): the
+  // backend, never recorded, watched or counted (a plan could not place it; inside an
+  // iteration it is neither a slot's miss nor a pass; outside one rung 4 takes it first
+  // where it answers, and counts it as it counts every pass).
+  if (align > max_slot_align) [[unlikely]] return serve_from_backend(size, align, zero);
   // Note [Auto mode as a client]: the watcher hears of the request first; it may end
   // the thread's iteration here and begin the next.
   const bool watched = g_watches_threads;
   if (watched) auto_mode::before_alloc(t, size);
-  domain_state& d = t.host;
   if (d.ph == phase::replay) {
-    void* p = replay_malloc(d.cursor, size, align, [](std::size_t n, std::size_t a, backend_kind) {
-      return backend::fallback_alloc(n, a);
+    // A miss: the backend, zeroed by it where asked; a slot's bytes zeroed here.
+    void* p = replay_malloc(d.cursor, size, align, [zero](std::size_t n, std::size_t a, backend_kind) {
+      return serve_from_backend(n, a, zero);
     });
-    if (p == nullptr) {
-      errno = ENOMEM;
-      return nullptr;
-    }
-    if (zero) std::memset(p, 0, size);
+    if (p == nullptr) return nullptr;
+    const bool from_slab = backend::in_slab_range(p);
+    if (zero && from_slab) std::memset(p, 0, size);
     // Note [Iterations between quiet points] (runtime/auto_detect.h): an auto
     // iteration that ends where few blocks are live counts its backend blocks.
-    if (watched) auto_mode::after_alloc(t, p, size, backend::in_slab_range(p));
+    if (watched) auto_mode::after_alloc(t, p, size, from_slab);
     return p;
   }
   void* p = serve_from_backend(size, align, zero);

@@ -108,6 +108,12 @@ void* device_alloc(std::size_t size, int device, cudaStream_t stream, device_api
     if (!dt.open) open_device_iteration(t, dt, device, stream);
     if (dt.device == device && dt.stream == stream) {
       if (dt.d.ph == phase::replay) {
+        // Below the minimum: never recorded, never planned, the cursor untouched
+        // (Note [Below the minimum size]).
+        if (below_min_size(dt.d.cursor, size)) {
+          bump(dt.d.cursor.bypassed);
+          return backend_device_alloc(size, stream, backend_kind::ordinary, api);
+        }
         return replay_malloc(dt.d.cursor, size, device_align,
                              [stream, api](std::size_t n, std::size_t, backend_kind k) {
                                return backend_device_alloc(n, stream, k, api);

@@ -115,6 +115,86 @@ TEST(Entry, BelowMinimumOutsideIterationsAndCalloc) {
   EXPECT_EQ(after.frees - before.frees, 0u) << "a backend block's free was counted";
 }
 
+// One ladder (runtime/host_slow_path.cc): calloc and an alignment beyond a slot's climb
+// the rungs malloc climbs. calloc outside iterations passes through, counted as malloc's
+// pass is; inside a replayed iteration its slot's bytes come zeroed, though the
+// iteration before wrote them, and so does a miss's backend block; a request aligned
+// beyond max_slot_align is the backend's, aligned, uncounted, and leaves the replay
+// around it undisturbed.
+TEST(Entry, CallocAndOverAlignedRequestsClimbTheOneLadder) {
+  std::thread([] {
+    constexpr std::size_t kBig = 8192;
+    constexpr std::size_t kHuge = 2 * replayalloc::detail::max_slot_align;
+    auto zeroed = [](const void* p, std::size_t n) {
+      const auto* b = static_cast<const unsigned char*>(p);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (b[i] != 0) return false;
+      }
+      return true;
+    };
+    // Outside iterations: registers the thread, then one calloc passes through.
+    replayalloc_free(replayalloc_malloc(kBig));
+    void* dirty = replayalloc_malloc(kBig);
+    std::memset(dirty, 0xab, kBig);
+    replayalloc_free(dirty);
+    replayalloc::Stats before = replayalloc::stats();
+    auto* z = static_cast<unsigned char*>(replayalloc_calloc(kBig / 16, 16));
+    ASSERT_NE(z, nullptr);
+    EXPECT_TRUE(zeroed(z, kBig)) << "calloc passed through returned non-zero bytes";
+    replayalloc::Stats after = replayalloc::stats();
+    EXPECT_EQ(after.passthrough - before.passthrough, 1u);
+    EXPECT_EQ(after.allocations - before.allocations, 1u);
+    EXPECT_EQ(after.bytes_from_backend - before.bytes_from_backend, kBig);
+    replayalloc_free(z);
+    // Iterations: calloc'd blocks the plan serves, each written over before its free.
+    int zero_failures = 0;
+    int in_slab = 0;
+    std::uint64_t hits_last = 0;
+    for (int i = 0; i < 6; ++i) {
+      before = replayalloc::stats();
+      void* huge = nullptr;
+      {
+        replayalloc::Iteration it("ladder/calloc");
+        void* a = replayalloc_calloc(1, kBig);
+        void* b = replayalloc_calloc(2, kBig);
+        ASSERT_NE(a, nullptr);
+        ASSERT_NE(b, nullptr);
+        zero_failures += zeroed(a, kBig) ? 0 : 1;
+        zero_failures += zeroed(b, 2 * kBig) ? 0 : 1;
+        if (i >= 4) {
+          in_slab += (in_slab_range(a) ? 1 : 0) + (in_slab_range(b) ? 1 : 0);
+          // Beyond the recording: a miss, the backend's block, zeroed.
+          void* extra = replayalloc_calloc(4, kBig);
+          ASSERT_NE(extra, nullptr);
+          EXPECT_FALSE(in_slab_range(extra));
+          EXPECT_TRUE(zeroed(extra, 4 * kBig)) << "a replay's miss returned non-zero bytes";
+          std::memset(extra, 0xcd, 4 * kBig);
+          replayalloc_free(extra);
+          // Aligned beyond a slot: the backend's, between the replayed blocks.
+          ASSERT_EQ(replayalloc_posix_memalign(&huge, kHuge, kBig), 0);
+          EXPECT_EQ(reinterpret_cast<std::uintptr_t>(huge) % kHuge, 0u);
+          EXPECT_FALSE(in_slab_range(huge));
+        }
+        std::memset(a, 0xab, kBig);
+        std::memset(b, 0xab, 2 * kBig);
+        replayalloc_free(b);
+        replayalloc_free(a);
+      }
+      after = replayalloc::stats();
+      if (i >= 4) {
+        hits_last = after.slab_hits - before.slab_hits;
+        // The two slots and the miss (a fallback); the aligned request is not counted.
+        EXPECT_EQ(after.fallbacks - before.fallbacks, 1u);
+        EXPECT_EQ(after.allocations - before.allocations, 3u);
+        replayalloc_free(huge);
+      }
+    }
+    EXPECT_EQ(zero_failures, 0) << "calloc returned a block with non-zero bytes";
+    EXPECT_EQ(in_slab, 4) << "the replayed iterations' calloc'd blocks did not come from the slab";
+    EXPECT_EQ(hits_last, 2u);
+  }).join();
+}
+
 // Note [Passes granted ahead] (runtime/shortcuts.h): outside iterations, a thread's
 // first request at or above the minimum grants the ones after it to the inline entry
 // point, which serves them from the backend and counts them as the slow path did; the
