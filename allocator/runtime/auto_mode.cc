@@ -89,8 +89,7 @@ void step_iteration(thread_state& t, auto_state& a, std::size_t size, engine& en
     // A period of structure (Note [Periods whose sizes change]) whose key failed once
     // (a plan retired, a recording of another structure) was taken where the program
     // only looked periodic: it is given up at once, not after many poor iterations.
-    const key_entry* e = t.entry;
-    const bool failed_shape = a.det.by_shape() && it.anchor == 0 && e != nullptr && on_probation(*e);
+    const bool failed_shape = a.det.by_shape() && it.anchor == 0 && t.host.probation;
     eng.end(t);
     a.in_iteration = false;
     const auto_verdict v = auto_after_iteration(poor, failed_shape, a.deviated_in_a_row, opts.replan_after);

@@ -141,6 +141,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
   d.growing = false;
   d.sizing = false;
   d.marked[0] = d.marked[1] = -1;
+  d.probation = false;
   d.first_size = first_size;
   bump(d.iterations);
   open_iteration_log(d.log);
@@ -160,6 +161,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
   {
     std::lock_guard<std::mutex> lock(e->mu);
     const begin_decision b = decide_begin(*e, first_size, slabs_ok_ || e->kind != domain_kind::host, policy_);
+    d.probation = b.probation;
     // Note [The iteration log]: a pass-through's reason is the decision's own.
     switch (b.what) {
       case begin_decision::pass:
@@ -295,7 +297,7 @@ void engine::record_alloc(domain_state& d, const void* p, std::size_t size, std:
   // where it made the same size at the same position (Note [Op tags from the last
   // recording], trace/recorder.h); a key on probation (Note [Probation slabs]) records
   // without them.
-  if (op == 0 && (d.entry == nullptr || !on_probation(*d.entry))) {
+  if (op == 0 && !d.probation) {
     if (untagged_op_source f = g_untagged_op_source.load(std::memory_order_acquire)) {
       op = d.recorder->hint(size);
       if (op == 0) op = f();
@@ -348,7 +350,7 @@ void engine::end_record_impl(domain_state& d) {
   }
   if (dec.to_plan != nullptr) {
     d.log.submitted = true;
-    submit_plan(e, std::move(dec.to_plan), dec.replace_id, false);
+    submit_plan(e, std::move(dec.to_plan), dec.replace_id, false, dec.probation);
   }
 }
 
@@ -425,7 +427,7 @@ void engine::end_replay(domain_state& d) {
   d.last_deviated = verdict.deviated;
   // Note [Predicted plans]: planned like a recording's envelope (Note [Background
   // planning]); the plan it replaces serves meanwhile.
-  if (verdict.predicted != nullptr) submit_plan(e, std::move(verdict.predicted), version_id, true);
+  if (verdict.predicted != nullptr) submit_plan(e, std::move(verdict.predicted), version_id, true, verdict.probation);
   log_replay(d, e, rs, verdict);
   if (verdict.retire) retire_deviating(e, v, rs.regime, from_file);
 }

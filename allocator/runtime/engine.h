@@ -179,15 +179,18 @@ class engine {
   // regime to have none.
   // Returns the version installed when a search might find a smaller slab (made by
   // `best`, above its lower bound; Note [Improved plans]), else 0; `slab` its slab.
-  std::uint64_t make_plan(key_entry& e, const envelope& env, std::uint64_t replace_id = 0,
-                          std::uint64_t* slab = nullptr);
+  // `probation`: the job's (Note [Probation slabs]): one greedy ordering, no search.
+  std::uint64_t make_plan(key_entry& e, const envelope& env, std::uint64_t replace_id, bool probation,
+                          std::uint64_t* slab);
   // Note [Improved plans]: searches job.env for a slab smaller than job.slab_bytes and
   // swaps it in for version job.replace_id. On the planner thread.
   void improve_plan(const plan_job& job);
   // Note [Background planning]: `env` planned for its regime of `e` by the planner
   // thread (or here, synchronously, when there is none); the regime's `planning`
   // names env until it is done. pre: e.mu not held; e held by the caller.
-  void submit_plan(key_entry& e, std::shared_ptr<const envelope> env, std::uint64_t replace_id, bool predicted);
+  // `probation`: the decision's (Note [Probation slabs]), carried by the job.
+  void submit_plan(key_entry& e, std::shared_ptr<const envelope> env, std::uint64_t replace_id, bool predicted,
+                   bool probation);
   static void run_plan_job(const plan_job& job);
   // Adds what a decision (runtime/key_policy.h) says to count to the statistics.
   void count(const policy_counts& n);
@@ -198,10 +201,11 @@ class engine {
   // `least`: least_served() of the envelope `tr` is (null: every slot exact).
   // `improved`: the plan replaces version replace_id as a smaller plan of the same
   // envelope (Note [Improved plans]), not a grown one. `installed`: set to the new
-  // version's id when it became the regime's plan.
-  bool install_plan(key_entry& e, const trace& tr, placement p, bool from_file,
-                    std::uint64_t replace_id = 0, const std::vector<std::uint64_t>* least = nullptr,
-                    bool improved = false, std::uint64_t* installed = nullptr);
+  // version's id when it became the regime's plan. `probation`: the plan's job's (Note
+  // [Probation slabs]: its host slabs neither pre-fault nor purge).
+  bool install_plan(key_entry& e, const trace& tr, placement p, bool from_file, std::uint64_t replace_id,
+                    const std::vector<std::uint64_t>* least, bool improved, bool probation,
+                    std::uint64_t* installed);
   // lifecycle.cc
   void start_lifecycle();
   // plan_store.cc

@@ -25,7 +25,7 @@ policy_settings policy_settings::from(const options& o) {
 
 namespace {
 
-void finish_probe(key_entry& e, const recording_intent& in, policy_counts& n, int r) {
+void finish_probe(key_policy_state& e, const recording_intent& in, policy_counts& n, int r) {
   ++n.probes;
   const bool repeats = r >= 0 && (e.regimes[r].version != nullptr || e.regimes[r].recordings >= 2);
   const bool first_seen = r >= 0 && !repeats && !e.probe_found_new;
@@ -40,7 +40,9 @@ void finish_probe(key_entry& e, const recording_intent& in, policy_counts& n, in
 
 }  // namespace
 
-begin_decision decide_begin(key_entry& e, std::uint64_t first_size, bool can_replay, const policy_settings& s) {
+namespace {
+
+begin_decision begin_action(key_policy_state& e, std::uint64_t first_size, bool can_replay, const policy_settings& s) {
   begin_decision out;
   if (e.failed) {
     out.why = "planning the key failed";
@@ -57,7 +59,7 @@ begin_decision decide_begin(key_entry& e, std::uint64_t first_size, bool can_rep
   // serve records, unless such recordings found nothing lately (probe back-off).
   bool size_unknown = false;
   if (first_size != 0 && predicted != record_marker) {
-    const key_entry::first_size_pick by_size = e.regime_for_first_size(first_size, predicted);
+    const key_policy_state::first_size_pick by_size = e.regime_for_first_size(first_size, predicted);
     if (by_size.regime >= 0) predicted = by_size.regime;
     size_unknown = by_size.unknown && e.uses >= e.probe_quiet_until;
   }
@@ -105,13 +107,21 @@ begin_decision decide_begin(key_entry& e, std::uint64_t first_size, bool can_rep
   return out;
 }
 
+}  // namespace
+
+begin_decision decide_begin(key_policy_state& e, std::uint64_t first_size, bool can_replay, const policy_settings& s) {
+  begin_decision out = begin_action(e, first_size, can_replay, s);
+  out.probation = on_probation(e);
+  return out;
+}
+
 namespace {
 
 // Note [Regimes]: the regime a recording of structure `shape` joins (its envelope merged
 // with the recording's sizes: `grew` when a capacity rose) or starts; -1 when it starts
 // none (the key cycles through more structures than it keeps). A regime started in the
-// place of a planned one hands that plan to out.dropped. REQUIRES: e.mu held.
-int join_regime(key_entry& e, const std::shared_ptr<const trace>& recorded, const trace_period& period,
+// place of a planned one hands that plan to out.dropped. REQUIRES: the key's mutex held.
+int join_regime(key_policy_state& e, const std::shared_ptr<const trace>& recorded, const trace_period& period,
                 std::uint64_t shape, bool& grew, recording_decision& out) {
   int r = e.find_regime(shape);
   if (r >= 0) {
@@ -157,8 +167,8 @@ int join_regime(key_entry& e, const std::shared_ptr<const trace>& recorded, cons
 }
 
 // What a recording that joined regime g plans (Note [Background planning]: the
-// regime's iterations wait for it from now on, not record). REQUIRES: e.mu held.
-void plan_after_recording(key_entry& e, regime& g, bool grew, const policy_settings& s, policy_counts& n,
+// regime's iterations wait for it from now on, not record). REQUIRES: the key's mutex held.
+void plan_after_recording(key_policy_state& e, regime& g, bool grew, const policy_settings& s, policy_counts& n,
                           recording_decision& out) {
   if (g.version != nullptr) {
     // Recorded because a request outgrew the plan, or as a probe: a grown envelope
@@ -188,7 +198,7 @@ void plan_after_recording(key_entry& e, regime& g, bool grew, const policy_setti
 
 }  // namespace
 
-recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<const trace>& recorded,
+recording_decision decide_after_recording(key_policy_state& e, const std::shared_ptr<const trace>& recorded,
                                           const recording_intent& in, const policy_settings& s, policy_counts& n) {
   recording_decision out;
   // Note [Periodic iterations]: a recording that repeats a step joins the regime of its
@@ -239,10 +249,11 @@ recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<co
   e.learn_regime(r);
   if (in.probing) finish_probe(e, in, n, r);
   plan_after_recording(e, g, grew, s, n, out);
+  out.probation = on_probation(e);
   return out;
 }
 
-install_decision decide_install(key_entry& e, const plan_to_install& in) {
+install_decision decide_install(key_policy_state& e, const plan_to_install& in) {
   install_decision out;
   int r = e.find_regime(in.shape);
   if (r < 0 && in.from_file) {
@@ -270,15 +281,15 @@ install_decision decide_install(key_entry& e, const plan_to_install& in) {
   return out;
 }
 
-void on_plan_done(key_entry& e, const envelope* env) {
+void on_plan_done(key_policy_state& e, const envelope* env) {
   for (regime& g : e.regimes) {
     if (g.planning == env) g.planning = nullptr;
   }
 }
 
-void on_plan_failed(key_entry& e) { e.failed = true; }
+void on_plan_failed(key_policy_state& e) { e.failed = true; }
 
-bool streak_retires(deviation_streak& st, const key_entry* e, bool counted, bool from_file, const policy_settings& s) {
+bool streak_retires(deviation_streak& st, const key_policy_state* e, bool counted, bool from_file, const policy_settings& s) {
   if (st.entry != e) {
     st.entry = e;
     st.in_a_row = 0;
@@ -304,9 +315,8 @@ bool streak_retires(deviation_streak& st, const key_entry* e, bool counted, bool
 // and from the 5th failure on the key is given up for 4,096 iterations before it is
 // tried again. An iteration replayed without deviating clears the count. A plan loaded
 // from a file that does not fit counts too.
-void set_aside(key_entry& e, const policy_settings& s, policy_counts& n, const char* why) {
-  const std::uint32_t failures = e.failures.load(std::memory_order_relaxed) + 1;
-  e.failures.store(failures, std::memory_order_relaxed);
+void set_aside(key_policy_state& e, const policy_settings& s, policy_counts& n, const char* why) {
+  const std::uint32_t failures = ++e.failures;
   std::uint64_t wait = 0;
   switch (failures) {
     case 1: wait = 0; break;
@@ -329,7 +339,7 @@ void set_aside(key_entry& e, const policy_settings& s, policy_counts& n, const c
   }
 }
 
-plan_version* drop_plan(key_entry& e, int r, const policy_settings& s, policy_counts& n, const char* why) {
+plan_version* drop_plan(key_policy_state& e, int r, const policy_settings& s, policy_counts& n, const char* why) {
   regime& g = e.regimes[r];
   plan_version* v = g.version;
   g.version = nullptr;

@@ -8,22 +8,27 @@
 //
 // Note [Key policy]
 // ~~~~~~~~~~~~~~~~~
-// Each decision is a function of the key's policy state (key_entry's regimes,
-// predictor, probes and failures: Note [Regimes], Note [Setting aside]) and of one
-// observation (the iteration's first size, a finished recording, a replay's summary),
-// returning what the engine is to do. They take no lock (each REQUIRES the key's mutex,
-// which the engine holds), make no slab, plan nothing and retire nothing: the engine
-// applies the decision (claims a slab, queues a plan, retires a version) and counts
-// what the decision says to count. So every transition can be walked by a test with a
-// key_entry of its own and no engine (tests/unit/key_policy_test.cc), as TFLite's
-// arena planner is tested.
+// Each decision is a function of the key's policy state (runtime/key_policy_state.h:
+// plain data, its regimes, predictor, probes and failures: Note [Regimes], Note
+// [Setting aside]) and of one observation (the iteration's first size, a finished
+// recording, a replay's summary), returning what the engine is to do. They take no lock
+// (each REQUIRES the key's mutex, key_entry::mu, which the engine holds), make no slab,
+// plan nothing and retire nothing: the engine applies the decision (claims a slab,
+// queues a plan, retires a version) and counts what the decision says to count. What
+// the engine needs of the state after it lets the mutex go, the decision carries: the
+// key's probation (Note [Probation slabs]) for the recording it begins (call-stack
+// tags), for the plan it queues (which planner, pre-faulting, improvement) and for the
+// iteration's end (auto mode's verdict). So the state is read and written under the
+// mutex only, and every transition can be walked by a test with a key_policy_state of
+// its own and no engine (tests/unit/key_policy_test.cc), as TFLite's arena planner is
+// tested.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "runtime/key_entry.h"
+#include "runtime/key_policy_state.h"
 #include "support/options.h"
 #include "trace/trace.h"
 
@@ -65,10 +70,13 @@ struct begin_decision {
   // pass, set_aside, awaiting: why the iteration passes through (Note [The iteration
   // log] says it; a string literal).
   const char* why = "";
+  // The key is on probation (Note [Probation slabs]): its recording takes no call-stack
+  // tags, and auto mode's verdict at the iteration's end reads it.
+  bool probation = false;
 };
 // `first_size`: the iteration's first request when known (auto mode), else 0.
-// `can_replay`: slabs can be made for the key's domain. REQUIRES: e.mu held.
-begin_decision decide_begin(key_entry& e, std::uint64_t first_size, bool can_replay, const policy_settings& s);
+// `can_replay`: slabs can be made for the key's domain. REQUIRES: the key's mutex held.
+begin_decision decide_begin(key_policy_state& e, std::uint64_t first_size, bool can_replay, const policy_settings& s);
 
 // What a recording was made for (begin_decision's fields, kept by the thread).
 struct recording_intent {
@@ -86,9 +94,10 @@ struct recording_decision {
   std::uint64_t replace_id = 0;  // plan_version::id of the plan to_plan replaces; 0: none
   plan_version* dropped = nullptr;
   const char* dropped_why = "";
+  bool probation = false;  // to_plan is planned as a key on probation's (Note [Probation slabs])
 };
-// REQUIRES: e.mu held.
-recording_decision decide_after_recording(key_entry& e, const std::shared_ptr<const trace>& recorded,
+// REQUIRES: the key's mutex held.
+recording_decision decide_after_recording(key_policy_state& e, const std::shared_ptr<const trace>& recorded,
                                           const recording_intent& in, const policy_settings& s, policy_counts& n);
 
 // What a replay did (the engine reads it off the cursor when the replay ends).
@@ -130,18 +139,20 @@ struct replay_verdict {
   bool overran = false;     // a periodic plan's request had more steps than the plan
   bool retire = false;      // the plan is to be retired (streak_retires, below)
   std::shared_ptr<const envelope> predicted;  // plan it now, replacing version_id
+  bool probation = false;   // predicted is planned as a key on probation's (Note [Probation slabs])
 };
 struct deviation_streak;
 // `streak`: the replaying thread's deviations in a row (null: retire is not decided).
-// REQUIRES: e.mu held.
-replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const policy_settings& s,
+// REQUIRES: the key's mutex held.
+replay_verdict decide_after_replay(key_policy_state& e, const replay_summary& rs, const policy_settings& s,
                                    deviation_streak* streak = nullptr);
 
 // Note [Probation slabs] (plans.cc): a key whose plans failed before (set aside, given
 // up, a plan made only because its recordings never agreed) has not shown that it
 // repeats: its plans are cheap ones, its host slabs neither pre-fault nor purge, and its
-// recordings take no call-stack tags. Read without the key's mutex (failures is atomic).
-inline bool on_probation(const key_entry& e) { return e.failures.load(std::memory_order_relaxed) != 0; }
+// recordings take no call-stack tags. The decisions read it (REQUIRES: the key's mutex
+// held) and carry it to the engine (Note [Key policy]).
+inline bool on_probation(const key_policy_state& e) { return e.failures != 0; }
 
 // A plan made (or loaded from a file) for a trace, to install as version v.
 struct plan_to_install {
@@ -157,37 +168,37 @@ struct plan_to_install {
   const std::vector<std::uint64_t>* least = nullptr;
 };
 // Where it went: its regime (its version now), and the version it replaced, for the
-// engine to retire once e.mu is released; or nowhere (installed false: the engine
+// engine to retire once the key's mutex is released; or nowhere (installed false: the engine
 // retires v): another plan arrived meanwhile (a recording finished first; the version
 // to replace was retired or replaced already), or the regime's slot went to another
-// structure, and what is there is kept. REQUIRES: e.mu held.
+// structure, and what is there is kept. REQUIRES: the key's mutex held.
 struct install_decision {
   bool installed = false;
   int regime = -1;
   plan_version* old = nullptr;
 };
-install_decision decide_install(key_entry& e, const plan_to_install& in);
+install_decision decide_install(key_policy_state& e, const plan_to_install& in);
 
 // Note [Background planning]: the plan of envelope env made (or not: its regime records
 // again when its plan is wanted next); the regime that waited for it no longer does.
-// REQUIRES: e.mu held.
-void on_plan_done(key_entry& e, const envelope* env);
-// Planning the key failed: its iterations pass through from now on. REQUIRES: e.mu held.
-void on_plan_failed(key_entry& e);
+// REQUIRES: the key's mutex held.
+void on_plan_done(key_policy_state& e, const envelope* env);
+// Planning the key failed: its iterations pass through from now on. REQUIRES: the key's mutex held.
+void on_plan_failed(key_policy_state& e);
 
 // A thread's deviating replays in a row, of one key (domain_state keeps it).
 struct deviation_streak {
-  const key_entry* entry = nullptr;
+  const key_policy_state* entry = nullptr;
   std::uint32_t in_a_row = 0;
 };
 // Counts a replay's verdict; true when the plan is to be retired (REPLAYALLOC_REPLAN_AFTER
 // counted deviations in a row; a plan from a file, the first).
-bool streak_retires(deviation_streak& st, const key_entry* e, bool counted, bool from_file, const policy_settings& s);
+bool streak_retires(deviation_streak& st, const key_policy_state* e, bool counted, bool from_file, const policy_settings& s);
 
-// Note [Setting aside]: one more failure of the key's plans. REQUIRES: e.mu held.
-void set_aside(key_entry& e, const policy_settings& s, policy_counts& n, const char* why);
+// Note [Setting aside]: one more failure of the key's plans. REQUIRES: the key's mutex held.
+void set_aside(key_policy_state& e, const policy_settings& s, policy_counts& n, const char* why);
 // Takes regime r's plan away (it records again) and sets the key aside; the version,
-// for the engine to retire once e.mu is released. REQUIRES: e.mu held.
-plan_version* drop_plan(key_entry& e, int r, const policy_settings& s, policy_counts& n, const char* why);
+// for the engine to retire once the key's mutex is released. REQUIRES: the key's mutex held.
+plan_version* drop_plan(key_policy_state& e, int r, const policy_settings& s, policy_counts& n, const char* why);
 
 }  // namespace replayalloc::detail

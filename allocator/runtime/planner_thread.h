@@ -78,6 +78,7 @@ struct plan_job {
   std::shared_ptr<const envelope> env;  // what to plan; regime::planning names it
   std::uint64_t replace_id = 0;         // plan_version::id of the plan it replaces; 0: none
   bool predicted = false;               // Note [Predicted plans]: sizes fitted, not recorded
+  bool probation = false;               // the decision's: Note [Probation slabs]
   std::uint64_t queued_ns = 0;          // steady clock when the recording ended
   bool on_planner_thread = false;       // run by the planner thread (else where it was queued)
   // Note [Improved plans]: a search for a smaller slab than the installed version

@@ -32,12 +32,14 @@ std::uint64_t now_ns() {
 
 }  // namespace
 
-void engine::submit_plan(key_entry& e, std::shared_ptr<const envelope> env, std::uint64_t replace_id, bool predicted) {
+void engine::submit_plan(key_entry& e, std::shared_ptr<const envelope> env, std::uint64_t replace_id, bool predicted,
+                         bool probation) {
   plan_job job;
   job.entry = &e;
   job.env = std::move(env);
   job.replace_id = replace_id;
   job.predicted = predicted;
+  job.probation = probation;
   job.queued_ns = now_ns();
   // The job holds the key until it is done (Note [Bounds]: a held key is not forgotten).
   e.users.fetch_add(1, std::memory_order_relaxed);
@@ -63,7 +65,7 @@ void engine::run_plan_job(const plan_job& job) {
   }
   std::uint64_t improvable = 0, slab = 0;
   try {
-    improvable = self.make_plan(e, *job.env, job.replace_id, &slab);
+    improvable = self.make_plan(e, *job.env, job.replace_id, job.probation, &slab);
     if (job.predicted) self.plans_predicted_.fetch_add(1, std::memory_order_relaxed);
   } catch (const std::bad_alloc&) {
     // No memory to plan: the regime records again when its plan is wanted next.
@@ -140,13 +142,13 @@ void engine::retire_dropped(key_entry& e, plan_version* v, bool from_file, const
   v->retire();
 }
 
-std::uint64_t engine::make_plan(key_entry& e, const envelope& env, std::uint64_t replace_id, std::uint64_t* slab) {
+std::uint64_t engine::make_plan(key_entry& e, const envelope& env, std::uint64_t replace_id, bool probation,
+                                std::uint64_t* slab) {
   const trace& tr = env.tr;
   const std::vector<std::uint64_t> least = least_served(env);
   planner_options po;
   po.slot_align = opts_.slot_align;
   // Note [Probation slabs]: a key that has not shown that it repeats gets a cheap plan.
-  const bool probation = on_probation(e);
   absl::StatusOr<placement> p = replayalloc::make_plan(tr, probation ? "greedy_by_size" : "best", po);
   const absl::Status ok = p.ok() ? validate(tr, *p, po) : p.status();
   if (!ok.ok()) {
@@ -160,7 +162,7 @@ std::uint64_t engine::make_plan(key_entry& e, const envelope& env, std::uint64_t
   const bool improvable = !probation && p->slab_bytes > p->lower_bound_bytes;
   if (slab != nullptr) *slab = p->slab_bytes;
   std::uint64_t installed = 0;
-  if (!install_plan(e, tr, *std::move(p), false, replace_id, &least, false, &installed)) {
+  if (!install_plan(e, tr, *std::move(p), false, replace_id, &least, false, probation, &installed)) {
     std::lock_guard<std::mutex> lock(e.mu);
     on_plan_failed(e);
     return 0;
@@ -189,7 +191,8 @@ void engine::improve_plan(const plan_job& job) {
   const bool optimal = r->proven_optimal;
   std::uint64_t installed = 0;
   save_plan(e, tr, r->plan, least);
-  install_plan(e, tr, std::move(r->plan), false, job.replace_id, &least, true, &installed);
+  // Only a plan made off probation is improved (make_plan): so is its improvement.
+  install_plan(e, tr, std::move(r->plan), false, job.replace_id, &least, true, false, &installed);
   if (installed == 0) return;  // the version to improve is gone: dropped
   plans_improved_.fetch_add(1, std::memory_order_relaxed);
   REPLAYALLOC_LOG(info, "'%s': the search found a smaller plan: slab %llu -> %llu bytes (%s)", e.key.c_str(),
@@ -217,9 +220,9 @@ absl::Status adjust_plan(key_entry& e, const trace& tr, placement& p, const plan
 
 }  // namespace
 
-bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_file,
-                          std::uint64_t replace_id, const std::vector<std::uint64_t>* least,
-                          bool improved, std::uint64_t* installed) {
+bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_file, std::uint64_t replace_id,
+                          const std::vector<std::uint64_t>* least, bool improved, bool probation,
+                          std::uint64_t* installed) {
   planner_options po;
   po.slot_align = opts_.slot_align;
   std::vector<bool> managed;
@@ -248,8 +251,7 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
   // requests: 40M instructions in 3 plans and 21M unwinding stacks, against jemalloc's
   // 204M for the whole run). A plan that holds is re-planned with `best` when it next
   // grows or records again.
-  const bool probation = e.kind == domain_kind::host && on_probation(e);
-  v->source = probation ? &host_probation_slabs() : e.source;
+  v->source = probation && e.kind == domain_kind::host ? &host_probation_slabs() : e.source;
   v->plan = compile_plan(tr, p, po, managed.empty() ? nullptr : &managed, least, opts_.min_size);
   v->key = e.key;
   v->from_file = from_file;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 
+#include "support/config.h"
 #include "trace/period.h"
 #include "trace/size_model.h"
 
@@ -50,7 +51,7 @@ std::shared_ptr<const envelope> predicted_envelope(const regime& g, std::uint32_
 // so that the next iteration there is recorded too. Otherwise (the regime that was
 // replayed there, or a second new structure in a row: noise) the next probe waits
 // four times longer than the last (4, 16, .. 4,096 iterations), and the marked context
-// is given back to the regime replayed there. REQUIRES: e.mu held.
+// is given back to the regime replayed there. REQUIRES: the key's mutex held.
 // Note [Periodic iterations]: a request of a periodic regime outgrew slot at - 1
 // (`size` bytes, its first miss: the slot is its own), one whose size varied between
 // recordings or steps (the shape's; a slot of one fixed size outgrown is another
@@ -154,8 +155,8 @@ namespace {
 // Note [Periodic iterations]: a request with more steps than regime r's periodic plan.
 // The envelope is extended to the steps this request needed (its misses, in steps, and
 // one more) plus a quarter (Note [Growth headroom]), planned off the request path; the
-// plan serves on meanwhile. REQUIRES: e.mu held.
-void extend_overrun(key_entry& e, int r, const replay_summary& rs, const policy_settings& s, replay_verdict& v) {
+// plan serves on meanwhile. REQUIRES: the key's mutex held.
+void extend_overrun(key_policy_state& e, int r, const replay_summary& rs, const policy_settings& s, replay_verdict& v) {
   regime& g = e.regimes[r];
   const step_lines* l = g.env != nullptr ? &g.env->lines : nullptr;
   if (g.planning == nullptr && s.replays && !e.failed && l != nullptr && l->periodic() && l->period == rs.period) {
@@ -179,8 +180,8 @@ void extend_overrun(key_entry& e, int r, const replay_summary& rs, const policy_
 // the cursor was on the plan up to it, so the slot is that request's own. A longer prompt
 // or a larger batch is the envelope scaled to that request (Note [Periodic iterations]);
 // otherwise, at the first outgrown replay, the fitted sizes (Note [Predicted plans]).
-// REQUIRES: e.mu held.
-std::shared_ptr<const envelope> larger_shape(const key_entry& e, int r, const replay_summary& rs) {
+// REQUIRES: the key's mutex held.
+std::shared_ptr<const envelope> larger_shape(const key_policy_state& e, int r, const replay_summary& rs) {
   const regime& g = e.regimes[r];
   if (rs.first_too_large_at != rs.first_miss_at) return nullptr;
   const bool periodic = rs.period != 0;
@@ -201,8 +202,8 @@ std::shared_ptr<const envelope> larger_shape(const key_entry& e, int r, const re
 // that left the plan at the same slot as the one before (one alone is an odd iteration;
 // noise leaves it anywhere), the context the iteration came in (the regimes of the two
 // before it) is marked: the next iteration in that context records, and says which
-// regime comes there (Note [Regimes]). REQUIRES: e.mu held.
-void unexplained(key_entry& e, int r, const replay_summary& rs, bool grew, const policy_settings& s,
+// regime comes there (Note [Regimes]). REQUIRES: the key's mutex held.
+void unexplained(key_policy_state& e, int r, const replay_summary& rs, bool grew, const policy_settings& s,
                  replay_verdict& v) {
   v.grow_wanted = grew && e.uses >= e.probe_quiet_until && e.regimes[r].grown_in_a_row < 4;
   if (v.grow_wanted) e.regimes[r].grow_wanted = true;
@@ -220,7 +221,7 @@ void unexplained(key_entry& e, int r, const replay_summary& rs, bool grew, const
 
 }  // namespace
 
-replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const policy_settings& s,
+replay_verdict decide_after_replay(key_policy_state& e, const replay_summary& rs, const policy_settings& s,
                                    deviation_streak* streak) {
   replay_verdict v;
   const int r = rs.regime;
@@ -243,7 +244,7 @@ replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const
     if (read.overran) {
       extend_overrun(e, r, rs, s, v);
     } else if (!other_structure) {
-      e.failures.store(0, std::memory_order_relaxed);
+      e.failures = 0;
       g.confirmed = true;
       g.grown_in_a_row = 0;
       e.learn_regime(r);
@@ -276,6 +277,7 @@ replay_verdict decide_after_replay(key_entry& e, const replay_summary& rs, const
   // that outgrew its slots is one only when it does not grow the plan.
   v.counted = (read.deviated || (read.grew && !v.grow_wanted)) && !v.explained;
   if (streak != nullptr) v.retire = streak_retires(*streak, &e, v.counted, rs.from_file, s);
+  v.probation = on_probation(e);
   return v;
 }
 

@@ -24,6 +24,7 @@ namespace replayalloc::detail {
 
 class trace_recorder;
 struct key_entry;
+struct key_policy_state;
 
 enum class phase : std::uint8_t {
   none,    // no iteration, or one that passes through (mode off, no slab, someone else records)
@@ -46,10 +47,11 @@ struct domain_state {
   bool growing = false; // this iteration records because regime's plan was outgrown
   bool sizing = false;  // this iteration records: no regime serves its first size
   std::int8_t marked[2] = {-1, -1};  // the marked context this iteration records for
+  bool probation = false;  // the key was on probation at the begin (Note [Probation slabs])
   std::uint64_t first_size = 0;      // its first request, when known at its beginning (auto mode)
   trace_recorder* recorder = nullptr;
   std::uint64_t misses_at_begin = 0;
-  const key_entry* deviation_entry = nullptr;  // the key deviating_in_a_row counts for
+  const key_policy_state* deviation_entry = nullptr;  // the key deviating_in_a_row counts for
   std::uint32_t deviating_in_a_row = 0;
   bool last_deviated = false;            // the last replayed iteration deviated
   // Check mode (runtime/check.h): the plan is hidden from the cursor (hide_plan()) so

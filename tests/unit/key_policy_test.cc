@@ -1,5 +1,5 @@
 // Note [Key policy]: the per-key decisions walked transition by transition with a
-// key_entry of the test's own and no engine (no slab, no plan made, no lock but the
+// key_policy_state of the test's own and no engine (no slab, no plan made, no lock but the
 // entry's), in the manner of TFLite's arena planner tests. A "plan" here is a
 // plan_version the test makes and installs through the policy's own decide_install and
 // on_plan_done, as the engine's install_plan and run_plan_job do.
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "replay/slab_pool.h"
 #include "runtime/key_policy.h"
 #include "trace/period.h"
 
@@ -110,7 +111,7 @@ class KeyPolicy : public ::testing::Test {
     return rs;
   }
 
-  key_entry e_;
+  key_policy_state e_;
   policy_settings s_;
   policy_counts n_;
   std::vector<plan_version*> made_;
@@ -173,10 +174,35 @@ TEST_F(KeyPolicy, RecordingsThatNeverAgreeArePlannedAtTheLimitAndCountAFailure) 
   for (std::uint32_t i = 0; i + 1 < s_.record_limit; ++i) {
     EXPECT_EQ(record(recording(4096, 4, static_cast<int>(i)), begin()).to_plan, nullptr) << i;
   }
-  EXPECT_EQ(e_.failures.load(), 0u);
+  EXPECT_EQ(e_.failures, 0u);
   const recording_decision d = record(recording(4096, 4, static_cast<int>(s_.record_limit)), begin());
   EXPECT_NE(d.to_plan, nullptr);
-  EXPECT_EQ(e_.failures.load(), 1u);
+  EXPECT_EQ(e_.failures, 1u);
+}
+
+// Note [Key policy]: probation reaches the engine in its decisions, never read off the
+// state without the key's mutex. The plan of recordings that never agreed is queued on
+// probation (one greedy ordering, slabs not pre-faulted); the iterations that replay it
+// begin on probation (their recordings would take no call-stack tags); a replay that
+// holds clears it, and says so, and so do the decisions after it.
+TEST_F(KeyPolicy, ProbationIsCarriedByEachDecisionAndAReplayThatHoldsEndsIt) {
+  begin_decision b = begin();
+  EXPECT_FALSE(b.probation);
+  for (std::uint32_t i = 0; i + 1 < s_.record_limit; ++i) {
+    const recording_decision d = record(recording(4096, 4, static_cast<int>(i)), i == 0 ? b : begin());
+    EXPECT_FALSE(d.probation) << i;
+  }
+  const recording_decision d = record(recording(4096, 4, static_cast<int>(s_.record_limit)), begin());
+  ASSERT_NE(d.to_plan, nullptr);
+  EXPECT_TRUE(d.probation) << "a plan made because the recordings never agreed is not on probation";
+  install(d);
+  b = begin();
+  ASSERT_EQ(b.what, begin_decision::replay);
+  EXPECT_TRUE(b.probation);
+  const replay_verdict v = replay(b, static_cast<std::uint32_t>(d.to_plan->tr.allocations.size()));
+  EXPECT_FALSE(v.deviated);
+  EXPECT_FALSE(v.probation) << "a replay that held did not end the probation";
+  EXPECT_FALSE(begin().probation);
 }
 
 // Deviating replays: REPLAYALLOC_REPLAN_AFTER counted deviations in a row retire the
@@ -227,7 +253,7 @@ TEST_F(KeyPolicy, APlanFromAFileThatDeviatesIsRetiredAtOnce) {
 // of one key.
 TEST_F(KeyPolicy, TheStreakCountsDeviationsInARowOfOneKey) {
   deviation_streak streak;
-  key_entry other;
+  key_policy_state other;
   EXPECT_FALSE(streak_retires(streak, &e_, true, false, s_));
   EXPECT_FALSE(streak_retires(streak, &e_, true, false, s_));
   EXPECT_FALSE(streak_retires(streak, &e_, false, false, s_));
@@ -551,7 +577,7 @@ TEST_F(KeyPolicy, AFailedPlanPassesThroughAndAKeySetAsideIsOnProbation) {
   on_plan_failed(e_);
   on_plan_done(e_, d.to_plan.get());
   EXPECT_EQ(begin().what, begin_decision::pass);
-  key_entry other;
+  key_policy_state other;
   other.key = "other";
   set_aside(other, s_, n_, "a test");
   EXPECT_TRUE(on_probation(other));
