@@ -187,7 +187,7 @@ class period_detector {
   void take_quiet(const std::uint32_t* cuts, std::size_t k, std::uint32_t level, std::uint32_t run);
   template <class Value>
   std::size_t best_period(std::size_t n, Value value, std::size_t periods, std::size_t probe,
-                          int* matches = nullptr) const;
+                          int* matches = nullptr, std::size_t* due = nullptr) const;
   std::uint8_t symbol(std::size_t i) const;
   void found_at(std::size_t p, std::size_t end, bool by_shape);
   bool anchors(std::size_t j, std::size_t p) const;

@@ -49,6 +49,27 @@ TEST(PeriodDetector, FindsThePeriodAfterANonPeriodicStartAndPutsTheBoundaryAtThe
   EXPECT_GE(d.next_boundary(), d.count());
 }
 
+// Note [A period found on time]: behind a long start-up (searches then run every ~125
+// allocations), the period is found at the allocation that completes its third period,
+// not at the next regular search, which could come after the request its iterations
+// begin at. For each length of start-up around a search's spacing.
+TEST(PeriodDetector, APeriodIsFoundAtTheAllocationThatCompletesItsThirdPeriod) {
+  constexpr std::size_t kPeriod = 200;
+  for (std::size_t start = 8000; start < 8000 + 130; start += 13) {
+    period_detector d;
+    std::size_t found_at = 0;
+    std::uint64_t i = 0;
+    for (; i < start; ++i) d.observe(1'000'000 + 8 * i, 1000);  // no size twice
+    for (; i < start + 6 * kPeriod && !d.found(); ++i) {
+      const std::uint64_t k = (i - start) % kPeriod;
+      if (d.observe(4096 + 64 * k, k == 0 ? 10 : 1000 + k)) found_at = i;
+    }
+    ASSERT_TRUE(d.found()) << start;
+    EXPECT_EQ(d.period(), kPeriod) << start;
+    EXPECT_EQ(found_at, start + 3 * kPeriod - 1) << "start-up of " << start << " allocations";
+  }
+}
+
 TEST(PeriodDetector, TheSameSequenceGetsTheSameSignature) {
   const stream a = periodic(10, 10), b = periodic(50, 10);
   period_detector da, db;
