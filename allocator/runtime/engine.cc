@@ -146,7 +146,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
   bump(d.iterations);
   open_iteration_log(d.log);
   if (e == nullptr || opts_.mode == run_mode::off) {
-    d.log.passed = "REPLAYALLOC_MODE=off";
+    log_passed(d.log, "REPLAYALLOC_MODE=off");
     return;
   }
   // The version is claimed from under the key's mutex: once that is released another
@@ -162,18 +162,15 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
     std::lock_guard<std::mutex> lock(e->mu);
     const begin_decision b = decide_begin(*e, first_size, slabs_ok_ || e->kind != domain_kind::host, policy_);
     d.probation = b.probation;
-    // Note [The iteration log]: a pass-through's reason is the decision's own.
+    log_begin(d.log, b);  // Note [The iteration log]: a pass-through's reason is the decision's own
     switch (b.what) {
       case begin_decision::pass:
-        d.log.passed = b.why;
         return;
       case begin_decision::set_aside:
         bump(d.set_aside);
-        d.log.passed = b.why;
         return;
       case begin_decision::awaiting:
         bump(d.awaiting_plan);
-        d.log.passed = b.why;
         awaiting = true;
         break;
       case begin_decision::record:
@@ -209,7 +206,7 @@ void engine::begin_recording(domain_state& d, key_entry* e) {
     if (mem == nullptr) {
       std::lock_guard<std::mutex> lock(e->mu);
       e->recording = false;
-      d.log.passed = "no memory for a recording";
+      log_passed(d.log, "no memory for a recording");
       return;
     }
     d.recorder = new (mem) trace_recorder;
@@ -224,10 +221,7 @@ void engine::begin_replay(domain_state& d, key_entry* e, plan_version* v, bool c
   // iteration log]).
   const std::uint64_t slab_from = claimed && claim.s == nullptr && d.log.began_ns != 0 ? monotonic_ns() : 0;
   slab* s = claimed ? v->finish(claim, context, &why) : nullptr;
-  if (slab_from != 0 && s != nullptr) {
-    d.log.slab_ns = monotonic_ns() - slab_from;
-    d.log.slab_bytes = slab_bytes;
-  }
+  if (slab_from != 0 && s != nullptr) log_slab(d.log, monotonic_ns() - slab_from, slab_bytes);
   // Over REPLAYALLOC_MAX_SLAB_MEMORY: unmap idle slabs of other keys and try once
   // more, with the key's version read again (the failed claim was dropped, and `v`
   // may be gone).
@@ -243,7 +237,7 @@ void engine::begin_replay(domain_state& d, key_entry* e, plan_version* v, bool c
   }
   if (s == nullptr) {
     d.no_slab = true;
-    d.log.passed = why;
+    log_passed(d.log, why);
     REPLAYALLOC_LOG(info, "iteration of '%s' passes through: %s", e->key.c_str(), why);
     return;
   }
@@ -275,7 +269,7 @@ void engine::domain_end(domain_state& d) {
   const std::uint64_t ended = d.log.began_ns != 0 ? monotonic_ns() : 0;
   const bool recorded = d.ph == phase::record, replayed = d.ph == phase::replay;
   if (recorded) {
-    d.log.recorded = d.recorder->size();
+    log_recorded(d.log, d.recorder->size());
     end_record(d);
   }
   if (replayed) end_replay(d);
@@ -348,38 +342,11 @@ void engine::end_record_impl(domain_state& d) {
     retire_dropped(e, old, old->from_file,
                    old->from_file ? "its allocation sequence changed" : dec.dropped_why);
   }
+  log_after_recording(d.log, dec);
   if (dec.to_plan != nullptr) {
-    d.log.submitted = true;
     submit_plan(e, std::move(dec.to_plan), dec.replace_id, false, dec.probation);
   }
 }
-
-namespace {
-
-// A replayed iteration's figures and verdict in its iteration log (Note [The iteration
-// log]), and what a deviation looked like (REPLAYALLOC_VERBOSE=3): where it left the
-// plan, and what was made of it.
-void log_replay(domain_state& d, const key_entry& e, const replay_summary& rs, const replay_verdict& verdict) {
-  if (d.log.began_ns != 0) {
-    d.log.handed = rs.handed;
-    d.log.planned = rs.planned;
-    d.log.misses = rs.misses;
-  }
-  if (!verdict.deviated && !verdict.grew) return;
-  d.log.verdict = verdict.explained     ? "deviated: another regime's"
-                  : verdict.grow_wanted ? "outgrew its slots: the plan grows"
-                  : verdict.counted     ? "deviated: counted against the plan"
-                                        : "deviated: not counted";
-  REPLAYALLOC_LOG(debug, "'%s' regime %d: replay %s (planned %u, handed %u, misses %llu, outgrown %u; first miss "
-                  "at slot %u, %llu bytes; first request %llu bytes): %s",
-                  e.key.c_str(), rs.regime, verdict.grew ? "outgrew its slots" : "deviated", rs.planned, rs.handed,
-                  static_cast<unsigned long long>(rs.misses), rs.grown, rs.first_miss_at,
-                  static_cast<unsigned long long>(rs.first_miss_size), static_cast<unsigned long long>(d.first_size),
-                  verdict.explained ? "another regime's" : verdict.grow_wanted ? "the plan grows"
-                                                       : verdict.counted     ? "counted" : "not counted");
-}
-
-}  // namespace
 
 void engine::end_replay(domain_state& d) {
   plan_version* v = d.version;
@@ -428,7 +395,7 @@ void engine::end_replay(domain_state& d) {
   // Note [Predicted plans]: planned like a recording's envelope (Note [Background
   // planning]); the plan it replaces serves meanwhile.
   if (verdict.predicted != nullptr) submit_plan(e, std::move(verdict.predicted), version_id, true, verdict.probation);
-  log_replay(d, e, rs, verdict);
+  log_replay(d.log, e.key.c_str(), rs, verdict);  // Note [The iteration log]
   if (verdict.retire) retire_deviating(e, v, rs.regime, from_file);
 }
 

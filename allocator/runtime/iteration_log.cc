@@ -5,9 +5,39 @@
 
 #include <cstdio>
 
+#include "runtime/key_policy.h"
 #include "support/log.h"
 
 namespace replayalloc::detail {
+
+void log_begin(iteration_log& log, const begin_decision& b) noexcept {
+  if (b.what == begin_decision::pass || b.what == begin_decision::set_aside || b.what == begin_decision::awaiting) {
+    log.passed = b.why;
+  }
+}
+
+void log_after_recording(iteration_log& log, const recording_decision& d) noexcept {
+  log.submitted = d.to_plan != nullptr;
+}
+
+void log_replay(iteration_log& log, const char* key, const replay_summary& rs, const replay_verdict& v) noexcept {
+  log.handed = rs.handed;
+  log.planned = rs.planned;
+  log.misses = rs.misses;
+  if (!v.deviated && !v.grew) return;
+  log.verdict = v.explained     ? "deviated: another regime's"
+                : v.grow_wanted ? "outgrew its slots: the plan grows"
+                : v.counted     ? "deviated: counted against the plan"
+                                : "deviated: not counted";
+  // What a deviation looked like: where it left the plan, and what was made of it.
+  REPLAYALLOC_LOG(debug, "'%s' regime %d: replay %s (planned %u, handed %u, misses %llu, outgrown %u; first miss "
+                  "at slot %u, %llu bytes; first request %llu bytes): %s",
+                  key, rs.regime, v.grew ? "outgrew its slots" : "deviated", rs.planned, rs.handed,
+                  static_cast<unsigned long long>(rs.misses), rs.grown, rs.first_miss_at,
+                  static_cast<unsigned long long>(rs.first_miss_size), static_cast<unsigned long long>(rs.first_size),
+                  v.explained ? "another regime's" : v.grow_wanted ? "the plan grows"
+                                                   : v.counted     ? "counted" : "not counted");
+}
 
 std::uint64_t monotonic_ns() noexcept {
   timespec ts{};

@@ -12,7 +12,11 @@
 // service's requests can be matched with what the allocator did in them (bench/RESULTS.md,
 // issue 34: the tails). Off (below 3), an iteration's begin and end pay one load and
 // one branch each, outside the per-allocation paths; the line is formatted on the
-// stack and written with one write(2), as every message (support/log.h).
+// stack and written with one write(2), as every message (support/log.h). The log
+// observes: the engine hands it each decision of the key policy (runtime/key_policy.h)
+// and what the mechanism met (a slab made, none to be had), and the reasons said are
+// the decisions' own (begin_decision::why) or made here from them (a replay's
+// verdict), never read again off the key's state.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +38,11 @@ struct iteration_log {
   bool submitted = false;          // a plan was asked for at its end
 };
 
+struct begin_decision;
+struct recording_decision;
+struct replay_summary;
+struct replay_verdict;
+
 // Monotonic nanoseconds (clock_gettime: the vDSO, no system call).
 std::uint64_t monotonic_ns() noexcept;
 
@@ -46,6 +55,21 @@ inline void open_iteration_log(iteration_log& log) noexcept {
     log.began_ns = monotonic_ns();
   }
 }
+
+// The observers. What an iteration's beginning decided (its reason, when it passes
+// through); a pass the mechanism made (the mode off, no memory for a recording, no slab
+// to be had: `why` a string literal); a new slab made in `ns`; a recording of
+// `allocations` ended, and what was decided after it (a plan asked for); a replay's
+// figures and verdict (also said at REPLAYALLOC_VERBOSE=3 when it deviated or grew).
+void log_begin(iteration_log& log, const begin_decision& b) noexcept;
+inline void log_passed(iteration_log& log, const char* why) noexcept { log.passed = why; }
+inline void log_slab(iteration_log& log, std::uint64_t ns, std::uint64_t bytes) noexcept {
+  log.slab_ns = ns;
+  log.slab_bytes = bytes;
+}
+inline void log_recorded(iteration_log& log, std::uint64_t allocations) noexcept { log.recorded = allocations; }
+void log_after_recording(iteration_log& log, const recording_decision& d) noexcept;
+void log_replay(iteration_log& log, const char* key, const replay_summary& rs, const replay_verdict& v) noexcept;
 
 // The line of an iteration of `key` (regime, -1 if none), ended at `ended_ns` (before
 // its end's own work: planning, the policy) and whose end's work finished now.
