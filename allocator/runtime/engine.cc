@@ -391,7 +391,6 @@ void engine::end_replay(domain_state& d) {
   }
   d.deviation_entry = streak.entry;
   d.deviating_in_a_row = streak.in_a_row;
-  d.last_deviated = verdict.deviated;
   // Note [Predicted plans]: planned like a recording's envelope (Note [Background
   // planning]); the plan it replaces serves meanwhile.
   if (verdict.predicted != nullptr) submit_plan(e, std::move(verdict.predicted), version_id, true, verdict.probation);

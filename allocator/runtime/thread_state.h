@@ -53,7 +53,6 @@ struct domain_state {
   std::uint64_t misses_at_begin = 0;
   const key_policy_state* deviation_entry = nullptr;  // the key deviating_in_a_row counts for
   std::uint32_t deviating_in_a_row = 0;
-  bool last_deviated = false;            // the last replayed iteration deviated
   // Check mode (runtime/check.h): the plan is hidden from the cursor (hide_plan()) so
   // that every request takes the slow path, while `masked`.
   bool masked = false;
