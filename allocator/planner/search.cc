@@ -431,6 +431,56 @@ class capacity_search {
   std::vector<cand> cands_;
 };
 
+// Note [Rounds of the search]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A round gives every probe the same node budget, twice the last round's. With a
+// goal (a slab of at most goal_bytes: MiniMalloc's question) not yet known out of
+// reach, a round asks the goal alone, and the first round the lower bound before it
+// (a tight capacity is often answered in a few hundred nodes where a looser one takes
+// thousands: MiniMalloc's instance C). Without one, a round asks the lowest capacity
+// (the lower bound is often reachable), then bisects upward between the lowest
+// capacity not yet asked this cycle (`resume`) and the slab it holds, and ends at the
+// first capacity it cannot answer: a probe left unknown costs the whole budget three
+// times over (one per preorder), so a round that climbed byte by byte to its slab
+// spent twenty budgets where one answers. The next round goes on from there; once
+// the climb reaches the slab it starts again from the bottom with the larger budget.
+// Measured beside MiniMalloc on its 11 instances (bench/RESULTS.md, planner-minimalloc).
+//
+// `probe(cap, limit)` answers one capacity (lowering hi when it finds a slab);
+// `done()` says when to stop. lo rises with every capacity proven infeasible.
+template <class Probe, class Done>
+void search_rounds(std::uint64_t& lo, const std::uint64_t& hi, std::uint64_t goal, std::uint64_t limit, Probe probe,
+                   Done done) {
+  std::uint64_t resume = 0;
+  bool first_round = true;
+  for (; !done(); limit *= 2) {
+    auto ask = [&](std::uint64_t cap) {
+      const outcome out = probe(cap, limit);
+      if (out == outcome::infeasible) lo = std::max(lo, cap + 1);  // proven: none of at most cap
+      return out;
+    };
+    auto goal_open = [&] { return goal > lo && goal < hi; };
+    if (goal_open()) {
+      if (first_round) ask(lo);
+      first_round = false;
+      if (!done() && goal_open()) ask(goal);
+      if (done() || goal_open()) continue;
+      // The goal proven out of reach: the rounds go on without it.
+    }
+    first_round = false;
+    if (!done()) ask(lo);
+    std::uint64_t a = std::max(lo, resume);
+    if (a >= hi) a = lo;
+    while (a < hi && !done()) {
+      const std::uint64_t cap = a + (hi - a) / 2;
+      const outcome out = ask(cap);
+      if (out != outcome::found) a = cap + 1;  // found: hi dropped to the slab found (at most cap)
+      if (out == outcome::aborted) break;
+    }
+    resume = a;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<search_result> search_plan(const trace& t, const planner_options& o, const search_options& s) {
@@ -494,24 +544,7 @@ absl::StatusOr<search_result> search_plan(const trace& t, const planner_options&
     return outcome::aborted;
   };
   auto done = [&] { return lo >= hi || stopped || hi <= s.goal_bytes; };
-  for (std::uint64_t limit = std::max<std::uint64_t>(1000, 2 * p.items().size()); !done(); limit *= 2) {
-    // A round: the lowest capacity first (the lower bound is often reachable), then
-    // bisection over what is left, stepping above the capacities left unknown.
-    std::uint64_t a = lo;
-    bool first = true;
-    while (a < hi && !done()) {
-      const std::uint64_t cap = first ? a : a + (hi - a) / 2;
-      first = false;
-      const outcome out = probe(cap, limit);
-      if (out == outcome::infeasible) {
-        lo = std::max(lo, cap + 1);  // proven: no slab of at most cap
-        a = cap + 1;
-      } else if (out == outcome::aborted) {
-        a = cap + 1;
-      }
-      // found: hi dropped to the slab found (at most cap); a stays.
-    }
-  }
+  search_rounds(lo, hi, s.goal_bytes, std::max<std::uint64_t>(1000, 2 * p.items().size()), probe, done);
   return finish();
 }
 
