@@ -143,8 +143,18 @@ void* device_alloc(std::size_t size, int device, cudaStream_t stream, device_api
 
 void device_free(void* p, int, cudaStream_t stream, device_api api) {
   if (p == nullptr) return;
-  const cuda_runtime_table& rt = cuda_rt();
   device_thread& dt = tls_device;
+  // The predicted free (replay/fast_path.h), first: the block the thread's free cursor
+  // expects next, freed on its slab's own stream, needs no event and no lookup of its
+  // slab (Note [Device streams]); the slab is the cursor's, whose frees it orders.
+  // cudaFree's (synchronous) semantics take the path below, which waits for the device.
+  // The pointer compared first: a block passed through or missed pays that compare.
+  replay_cursor& c = dt.d.cursor;
+  if (c.free_cur->ptr == p && api != device_api::synchronous && c.current != nullptr &&
+      c.current->stream == static_cast<void*>(stream) && replay_try_free(c, p)) {
+    return;
+  }
+  const cuda_runtime_table& rt = cuda_rt();
   if (slab* s = device_slab_owner(p)) {
     if (api == device_api::synchronous) {
       // Note [Interposed runtime] (hooks/cuda_hooks.cc): cudaFree returns once the
