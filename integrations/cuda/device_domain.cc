@@ -101,11 +101,16 @@ void* backend_device_alloc(std::size_t size, cudaStream_t stream, backend_kind k
 
 }  // namespace
 
-void* device_alloc(std::size_t size, int device, cudaStream_t stream, device_api api) {
+namespace {
+
+// Everything device_alloc's replay hit does not serve (out of line, so that the hit
+// saves no registers: Note [The device's hits inline]).
+REPLAYALLOC_NOINLINE void* device_alloc_rest(std::size_t size, int device, cudaStream_t stream, device_api api) {
   thread_state& t = tls_state;
   device_thread& dt = tls_device;
   if (t.depth > 0 && !in_engine()) {
-    if (!dt.open) open_device_iteration(t, dt, device, stream);
+    const bool opened_here = !dt.open;
+    if (opened_here) open_device_iteration(t, dt, device, stream);
     if (dt.device == device && dt.stream == stream) {
       if (dt.d.ph == phase::replay) {
         // Below the minimum: never recorded, never planned, the cursor untouched
@@ -114,10 +119,12 @@ void* device_alloc(std::size_t size, int device, cudaStream_t stream, device_api
           bump(dt.d.cursor.bypassed);
           return backend_device_alloc(size, stream, backend_kind::ordinary, api);
         }
-        return replay_malloc(dt.d.cursor, size, device_align,
-                             [stream, api](std::size_t n, std::size_t, backend_kind k) {
-                               return backend_device_alloc(n, stream, k, api);
-                             });
+        // device_alloc tried the hit unless the iteration opened here.
+        if (opened_here) {
+          if (void* p = replay_try_hit(dt.d.cursor, size, device_align)) return p;
+        }
+        void* p = replay_malloc_slow(dt.d.cursor, size, device_align);
+        return p != nullptr ? p : backend_device_alloc(size, stream, dt.d.cursor.last_kind, api);
       }
       if (dt.d.ph == phase::record) {
         void* p = backend_device_alloc(size, stream, backend_kind::ordinary, api);
@@ -141,19 +148,10 @@ void* device_alloc(std::size_t size, int device, cudaStream_t stream, device_api
   return backend_device_alloc(size, stream, backend_kind::ordinary, api);
 }
 
-void device_free(void* p, int, cudaStream_t stream, device_api api) {
+// Every free but the predicted one (device_free).
+REPLAYALLOC_NOINLINE void device_free_rest(void* p, cudaStream_t stream, device_api api) {
   if (p == nullptr) return;
   device_thread& dt = tls_device;
-  // The predicted free (replay/fast_path.h), first: the block the thread's free cursor
-  // expects next, freed on its slab's own stream, needs no event and no lookup of its
-  // slab (Note [Device streams]); the slab is the cursor's, whose frees it orders.
-  // cudaFree's (synchronous) semantics take the path below, which waits for the device.
-  // The pointer compared first: a block passed through or missed pays that compare.
-  replay_cursor& c = dt.d.cursor;
-  if (c.free_cur->ptr == p && api != device_api::synchronous && c.current != nullptr &&
-      c.current->stream == static_cast<void*>(stream) && replay_try_free(c, p)) {
-    return;
-  }
   const cuda_runtime_table& rt = cuda_rt();
   if (slab* s = device_slab_owner(p)) {
     if (api == device_api::synchronous) {
@@ -183,6 +181,40 @@ void device_free(void* p, int, cudaStream_t stream, device_api api) {
   } else {
     rt.free_async(p, stream);
   }
+}
+
+}  // namespace
+
+// Note [The device's hits inline]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// As the host's entry points (runtime/entry.h), the device's serve a replay hit and the
+// predicted free before anything else, in functions that call nothing else but tail-call
+// the rest, so that they save no registers (callgrind over the simulated runtime: a
+// device pair's prologues and epilogues were ~35 of its 113 instructions).
+//  * The hit: inside a host iteration, outside the engine, on the (device, stream) of
+//    the thread's device iteration, the cursor's slot taken when the size fits it
+//    (replay_try_hit: the cursor is closed unless the domain replays; a request below the
+//    minimum never fits a planned slot, which is at least the minimum).
+//  * The predicted free: the block the thread's free cursor expects next, freed
+//    asynchronously on its slab's own stream, needs no event and no lookup of its slab
+//    (Note [Device streams]; the cursor's frees are its current slab's). cudaFree's
+//    synchronous semantics take the rest, which waits for the device. The pointer is
+//    compared first: a block passed through or missed pays that compare.
+void* device_alloc(std::size_t size, int device, cudaStream_t stream, device_api api) {
+  device_thread& dt = tls_device;
+  if (dt.open && dt.device == device && dt.stream == stream && tls_state.depth > 0 && !in_engine()) [[likely]] {
+    if (void* p = replay_try_hit(dt.d.cursor, size, device_align)) [[likely]] return p;
+  }
+  return device_alloc_rest(size, device, stream, api);
+}
+
+void device_free(void* p, int, cudaStream_t stream, device_api api) {
+  replay_cursor& c = tls_device.d.cursor;
+  if (c.free_cur->ptr == p && p != nullptr && api != device_api::synchronous && c.current != nullptr &&
+      c.current->stream == static_cast<void*>(stream) && replay_try_free(c, p)) [[likely]] {
+    return;
+  }
+  device_free_rest(p, stream, api);
 }
 
 cudaError_t device_last_error() { return tls_last_error; }
