@@ -468,9 +468,12 @@ void search_rounds(std::uint64_t& lo, const std::uint64_t& hi, std::uint64_t goa
       // The goal proven out of reach: the rounds go on without it.
     }
     first_round = false;
-    if (!done()) ask(lo);
+    // The lowest capacity, once a round; left unknown, the bisection begins above it.
+    const std::uint64_t lowest = lo;
+    const bool lowest_unknown = !done() && ask(lowest) == outcome::aborted;
     std::uint64_t a = std::max(lo, resume);
     if (a >= hi) a = lo;
+    if (lowest_unknown) a = std::max(a, lowest + 1);
     while (a < hi && !done()) {
       const std::uint64_t cap = a + (hi - a) / 2;
       const outcome out = ask(cap);
