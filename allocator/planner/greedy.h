@@ -188,8 +188,12 @@ placement greedy_placement(const greedy_input& in, std::span<const std::uint32_t
                            std::string algorithm);
 
 // First fit in arrival order (first_fit.cc): plan_first_fit()'s placement, from an
-// input already prepared (best.cc tries it without preparing the trace again).
-placement first_fit_placement(const greedy_input& in);
+// input already prepared (best.cc tries it without preparing the trace again). The
+// gaps are found by a walk over the live slots or in a tree of gaps (Note [First fit
+// over a tree of gaps]): `automatic` chooses by how many slots are live at once; the
+// two give the same offsets (tests/property/fast_placer_test.cc).
+enum class first_fit_index { automatic, walk, tree };
+placement first_fit_placement(const greedy_input& in, first_fit_index index = first_fit_index::automatic);
 
 // An ordering's sort: by (a, b, c), then by `tie_less` (allocation indices) on full
 // ties, by default the allocation's id, the tie-break every ordering ends with

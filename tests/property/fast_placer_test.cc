@@ -17,7 +17,6 @@
 #include "../../bench/planner/synthetic.h"
 #include "planner/greedy.h"
 #include "random_traces.h"
-#include "reference_first_fit.h"
 #include "reference_greedy_placer.h"
 
 namespace replayalloc {
@@ -236,10 +235,10 @@ TEST(FastPlacer, EachGreedyPlannerIsTheReferenceUnderItsOrdering) {
   }
 }
 
-// Note [First fit over a tree of gaps]: the same offsets as the walk over the live
-// slots it replaced (reference_first_fit.h), on every kind of trace above, with
-// alignments of 1 byte to 4 KiB, and on traces with thousands of buffers live at once.
-TEST(FirstFit, SameOffsetsAsTheWalkOverLiveSlots) {
+// Note [First fit over a tree of gaps]: the tree gives the same offsets as the walk over
+// the live slots, on every kind of trace above, with alignments of 1 byte to 4 KiB, and
+// on traces with thousands of buffers live at once; the automatic choice gives them too.
+TEST(FirstFit, TheTreeOfGapsGivesTheWalksOffsets) {
   std::mt19937_64 rng(0xfa57'0006);
   for (int iter = 0; iter < 2000; ++iter) {
     SCOPED_TRACE(iter);
@@ -249,11 +248,15 @@ TEST(FirstFit, SameOffsetsAsTheWalkOverLiveSlots) {
     const planner_options o = random_options(rng);
     const absl::StatusOr<greedy_input> in = detail::prepare_greedy(t, o);
     ASSERT_TRUE(in.ok()) << in.status();
-    const placement want = testing::reference_first_fit(*in);
-    const placement got = detail::first_fit_placement(*in);
-    ASSERT_EQ(got.slab_bytes, want.slab_bytes);
-    for (const std::uint32_t i : in->plannable) ASSERT_EQ(got.offsets[i], want.offsets[i]) << "allocation index " << i;
-    ASSERT_TRUE(validate(t, got, o).ok()) << validate(t, got, o);
+    const placement want = detail::first_fit_placement(*in, detail::first_fit_index::walk);
+    for (const auto index : {detail::first_fit_index::tree, detail::first_fit_index::automatic}) {
+      const placement got = detail::first_fit_placement(*in, index);
+      ASSERT_EQ(got.slab_bytes, want.slab_bytes);
+      for (const std::uint32_t i : in->plannable) {
+        ASSERT_EQ(got.offsets[i], want.offsets[i]) << "allocation index " << i;
+      }
+    }
+    ASSERT_TRUE(validate(t, want, o).ok()) << validate(t, want, o);
   }
 }
 
