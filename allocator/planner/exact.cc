@@ -179,6 +179,13 @@ absl::StatusOr<placement> plan_exact(const trace& t, const planner_options& o, c
   std::uint64_t h = 0;
   std::size_t read = 0;
   if (!(in >> word >> h) || word != "H") {
+    // Stopped by the time limit before any integer solution: glpsol writes no solution
+    // (its printf statements run after the solve). "best" stands, as below.
+    if (timed_out && !optimal) {
+      placement b = *std::move(best);
+      b.algorithm = "exact(time limit)";
+      return b;
+    }
     dir.keep = true;
     return absl::InternalError(absl::StrCat("exact planner: unreadable solution in ", out_path));
   }
