@@ -89,7 +89,9 @@ inline constinit std::atomic<plain_malloc_fn> g_plain_malloc{nullptr};
 inline constinit std::atomic<plain_free_fn> g_plain_free{nullptr};
 // The plain malloc of a request passed through (at or above the minimum, or any size
 // from the slow path): g_plain_malloc's, or the front cache's once it is on (Note [The
-// fallback's front cache]); then g_plain_free is the front cache's too.
+// fallback's front cache]); then g_plain_malloc and g_plain_free are the front cache's
+// too (Note [Small blocks in the front cache]). A block either malloc made is freed by
+// its address (the gate's range, then the cache's), whichever malloc was current.
 inline constinit std::atomic<plain_malloc_fn> g_pass_malloc{nullptr};
 // The free of a block outside the gate's range (Note [The gate's range],
 // slab_range.h), for the inline free to call: g_plain_free's, or jemalloc's own when

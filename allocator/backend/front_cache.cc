@@ -1,5 +1,5 @@
-// The fallback's front cache: per-thread lists of free blocks of 4-64 KiB, and a depot
-// that moves whole lists between threads.
+// The fallback's front cache: per-thread lists of free blocks of 16 B-64 KiB, and a
+// depot that moves whole lists between threads.
 //
 // Note [The fallback's front cache]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -12,13 +12,15 @@
 // arena's pages, which its successor faults back in (larson: 3.5x the best, 33,000
 // faults). tcmalloc and mimalloc move such blocks between threads in lists. So the
 // fallback keeps a cache of its own in front of jemalloc for the blocks of 4 KiB to
-// 64 KiB (jemalloc's size classes there; what the pages and faults are made of):
+// 64 KiB (jemalloc's size classes there; what the pages and faults are made of), and
+// for the smaller ones too (Note [Small blocks in the front cache]):
 //  * a list of free blocks per class and thread, linked through the blocks' first
 //    word; malloc pops, free pushes. The blocks come from an arena of the cache's own
 //    whose memory is one reserved range (Note [The front cache's arena]), so a free
-//    tells them from every other block by one compare: smaller blocks stay jemalloc's,
-//    at 5 instructions a free. A free in the range learns its block's class from the
-//    page map (Note [The front cache's page map]), not from jemalloc;
+//    tells them from every other block by one compare (jemalloc's own blocks, made
+//    before the cache or by jemalloc's calloc and realloc, go to jemalloc's free). A
+//    free in the range learns its block's class from the page map (Note [The front
+//    cache's page map]), not from jemalloc;
 //  * a list that reaches its length (64 KiB of blocks, at least four) goes whole to the
 //    depot, a stack of lists per class under a spin lock; a thread whose list is empty
 //    takes a whole list from there before it asks the arena for a block of exactly the
@@ -29,13 +31,16 @@
 //    its pages but jemalloc's decay.
 // Bounded: a thread holds at most 64 KiB per class (four blocks of the classes above;
 // lists of 16 KiB, one block above 16 KiB, made 8 threads on 2 cores wait on the arena:
-// RESULTS "The fallback's front cache"); the depot at most 1 MiB in all; what does not
-// fit goes back to the arena, whose dirty pages decay as jemalloc's others do. Before a slab is made (Note [Purging what a slab
+// RESULTS "The fallback's front cache"; 64 blocks below 1 KiB); the depot at most 4 MiB
+// for the classes of 4 KiB and up and 256 KiB for those below (1 MiB in all released
+// a list in four at 8 threads on 2 cores, each of whose blocks the arena then made
+// again: RESULTS "Small blocks in the front cache"); what does not fit goes back to the
+// arena, whose dirty pages decay as jemalloc's others do. Before a slab is made (Note [Purging what a slab
 // replaces]) the thread's lists and the depot go back to the arena, so that its purge
 // finds their pages. Fork: the depot's locks are held across fork() (engine::prefork).
 // Requests passed through (Note [Pass-through]) and the engine's own and missed ones
-// (fallback_alloc) come here; the inline path below the minimum goes to jemalloc's
-// malloc directly. REPLAYALLOC_FRONT_CACHE=0 leaves the fallback to jemalloc alone.
+// (fallback_alloc) come here, and so does the inline path below the minimum (through
+// g_plain_malloc). REPLAYALLOC_FRONT_CACHE=0 leaves the fallback to jemalloc alone.
 // Measured side by side in bench/RESULTS.md ("The fallback's front cache").
 #include "backend/front_cache.h"
 
@@ -54,14 +59,21 @@ namespace {
 
 constexpr std::size_t front_limit = 64 * 1024;
 constexpr unsigned map_shift = 12;  // one byte of the page map per 4 KiB of the range
-constexpr std::size_t front_least = 4096;
+constexpr std::size_t front_least = 16;
+// Classes below it are filled list_max / 2 blocks at once (Note [Small blocks in the
+// front cache]); those at or above it one block at a time.
+constexpr std::size_t fill_below = 4096;
 constexpr unsigned max_classes = 48;
 constexpr std::size_t list_bytes = 64 * 1024;
 constexpr std::uint32_t list_min = 4;
 constexpr std::uint32_t list_max = 64;
 constexpr unsigned depot_lists = 64;
-// The depot's bytes, all classes together (lists over it go to the underlying free).
-constexpr std::size_t depot_budget = 1024 * 1024;
+// The depot's bytes, the classes of 4 KiB and up together, and those below apart (lists
+// over it go to the underlying free): a small class's lists, a few KiB each, would
+// otherwise find the budget spent by the large ones' (Note [Small blocks in the front
+// cache]).
+constexpr std::size_t depot_budget = 4096 * 1024;
+constexpr std::size_t small_depot_budget = 256 * 1024;
 
 struct free_list {
   void* head;
@@ -89,11 +101,13 @@ bool g_enabled = false;
 std::uint8_t g_class_of[front_limit / 16 + 1];  // (size + 15) / 16 -> class
 std::uint32_t g_class_size[max_classes];
 std::uint32_t g_list_max[max_classes];
+std::uint32_t g_fill[max_classes];  // blocks asked of the arena at a miss
 front_malloc_fn g_malloc = nullptr;
 front_free_fn g_free = nullptr;
 std::uintptr_t g_base = 0;
 std::size_t g_span = 0;
 front_block_fn g_block = nullptr;
+front_blocks_fn g_blocks = nullptr;
 unsigned g_slots = 1;
 std::atomic<unsigned> g_next_slot{0};
 front_free_fn g_release = nullptr;
@@ -139,7 +153,11 @@ struct alignas(64) depot {
 };
 depot g_depot[max_classes];
 
-std::atomic<std::size_t> g_depot_bytes{0};
+std::atomic<std::size_t> g_depot_bytes{0};        // classes of 4 KiB and up
+std::atomic<std::size_t> g_small_depot_bytes{0};  // below
+std::atomic<std::size_t>& depot_bytes(unsigned k) noexcept {
+  return g_class_size[k] < fill_below ? g_small_depot_bytes : g_depot_bytes;
+}
 std::atomic<std::uint64_t> g_puts{0};
 std::atomic<std::uint64_t> g_takes{0};
 std::atomic<std::uint64_t> g_frees{0};
@@ -169,14 +187,15 @@ void put(unsigned k, void* head, std::uint32_t count) noexcept {
   depot& d = g_depot[k];
   const std::size_t bytes = std::size_t{count} * g_class_size[k];
   bool kept = false;
-  if (g_depot_bytes.load(std::memory_order_relaxed) + bytes <= depot_budget) {
+  std::atomic<std::size_t>& used = depot_bytes(k);
+  if (used.load(std::memory_order_relaxed) + bytes <= (&used == &g_depot_bytes ? depot_budget : small_depot_budget)) {
     lock(d);
     const unsigned n = d.n.load(std::memory_order_relaxed);
     kept = n < depot_lists;
     if (kept) {
       d.lists[n] = free_list{head, count, 0};
       d.n.store(n + 1, std::memory_order_relaxed);
-      g_depot_bytes.fetch_add(bytes, std::memory_order_relaxed);
+      used.fetch_add(bytes, std::memory_order_relaxed);
     }
     unlock(d);
   }
@@ -198,7 +217,7 @@ free_list take(unsigned k) noexcept {
   if (const unsigned n = d.n.load(std::memory_order_relaxed); n != 0) {
     l = d.lists[n - 1];
     d.n.store(n - 1, std::memory_order_relaxed);
-    g_depot_bytes.fetch_sub(std::size_t{l.count} * g_class_size[k], std::memory_order_relaxed);
+    depot_bytes(k).fetch_sub(std::size_t{l.count} * g_class_size[k], std::memory_order_relaxed);
   }
   unlock(d);
   if (l.head != nullptr) g_takes.fetch_add(1, std::memory_order_relaxed);
@@ -236,6 +255,38 @@ void close_thread(void* arg) noexcept {
   return true;
 }
 
+// Note [Small blocks in the front cache]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Below 4 KiB jemalloc's thread cache was the fallback's floor: its malloc and free are
+// ~77 instructions a pair where tcmalloc's and mimalloc's are ~40-50, and threads that
+// hand small blocks to each other (larson, producer/consumer) flush them block by block
+// to their arena under its lock. So the front cache serves every class from 16 B to
+// 64 KiB, the small ones as the others: the thread's list, the depot, then its arena.
+// The inline malloc below the minimum tail-calls front_malloc, and the free of such a
+// block is inside the gate's range (Note [The gate's range]), so it costs the free no
+// test more than jemalloc's blocks did. A small class's list is filled half at once
+// (jemalloc's batch_alloc: whole fresh slabs where the batch fills one), not a block per
+// miss: one call to the arena (and its bin's lock) per list_max / 2 requests of a thread
+// whose blocks outlive the list. Requests of under 16 bytes get 16 (glibc's alignment).
+// A small class's blocks share pages, all of one class (jemalloc's slabs), so the page
+// map's byte is theirs; a block jemalloc's realloc moves out of the cache's range is
+// jemalloc's. REPLAYALLOC_FRONT_CACHE=0 leaves small requests to jemalloc's malloc, as
+// before. Measured side by side in bench/RESULTS.md ("Small blocks in the front cache").
+[[gnu::noinline]] void* fill(unsigned k, std::size_t size) noexcept {
+  void* got[list_max];
+  const std::size_t n = g_blocks(g_class_size[k], t_cache->slot, got, g_fill[k]);
+  if (n == 0) return g_malloc(size);  // the range spent
+  free_list& mine = t_cache->lists[k];
+  for (std::size_t i = 1; i < n; ++i) {
+    map_block(got[i], k);
+    *static_cast<void**>(got[i]) = mine.head;
+    mine.head = got[i];
+    ++mine.count;
+  }
+  map_block(got[0], k);
+  return got[0];
+}
+
 [[gnu::noinline]] void* malloc_miss(unsigned k, std::size_t size) noexcept {
   if (k == 0) return g_malloc(size);
   if (t_state == cache_open || open_cache()) {
@@ -248,6 +299,7 @@ void close_thread(void* arg) noexcept {
       return p;
     }
   }
+  if (g_fill[k] > 1 && t_state == cache_open) return fill(k, size);
   if (void* p = g_block(g_class_size[k], t_cache->slot)) {
     map_block(p, k);
     return p;
@@ -282,7 +334,8 @@ void close_thread(void* arg) noexcept {
 }  // namespace
 
 bool enable_front_cache(const front_backend& b) noexcept {
-  if (g_enabled || b.malloc == nullptr || b.free == nullptr || b.block == nullptr || b.release == nullptr ||
+  if (g_enabled || b.malloc == nullptr || b.free == nullptr || b.block == nullptr || b.blocks == nullptr ||
+      b.release == nullptr ||
       b.size_class == nullptr || b.usable == nullptr || b.span == 0) {
     return false;
   }
@@ -322,6 +375,7 @@ bool enable_front_cache(const front_backend& b) noexcept {
   for (unsigned k = 0; k < max_classes; ++k) {
     g_class_size[k] = class_size[k];
     g_list_max[k] = list_max_of[k];
+    g_fill[k] = class_size[k] != 0 && class_size[k] < fill_below ? list_max_of[k] / 2 : 1;
   }
   for (std::size_t i = 0; i <= front_limit / 16; ++i) g_class_of[i] = class_of[i];
   g_malloc = b.malloc;
@@ -329,6 +383,7 @@ bool enable_front_cache(const front_backend& b) noexcept {
   g_base = b.base;
   g_span = b.span;
   g_block = b.block;
+  g_blocks = b.blocks;
   g_slots = b.slots == 0 ? 1 : b.slots;
   g_release = b.release;
   g_usable = b.usable;
@@ -398,7 +453,8 @@ void front_cache_release() noexcept {
     free_list lists[depot_lists];
     for (unsigned i = 0; i < n; ++i) {
       lists[i] = d.lists[i];
-      g_depot_bytes.fetch_sub(std::size_t{lists[i].count} * g_class_size[&d - g_depot], std::memory_order_relaxed);
+      depot_bytes(static_cast<unsigned>(&d - g_depot))
+          .fetch_sub(std::size_t{lists[i].count} * g_class_size[&d - g_depot], std::memory_order_relaxed);
     }
     d.n.store(0, std::memory_order_relaxed);
     unlock(d);

@@ -1,9 +1,9 @@
-// replayalloc/backend/front_cache.h: per-thread lists of free blocks of 4-64 KiB in
+// replayalloc/backend/front_cache.h: per-thread lists of free blocks of 16 B-64 KiB in
 // front of the fallback's jemalloc (Note [The fallback's front cache], front_cache.cc).
 //
-// Layer: backend. The fallback's malloc for requests passed through and its free
-// (backend::g_pass_malloc, g_plain_free) become front_malloc and front_free once
-// enable_front_cache() succeeds. Any of jemalloc's frees takes a block the front cache
+// Layer: backend. The fallback's malloc for requests passed through and below the
+// minimum and its free (backend::g_pass_malloc, g_plain_malloc, g_plain_free) become
+// front_malloc and front_free once enable_front_cache() succeeds. Any of jemalloc's frees takes a block the front cache
 // handed out (a block of its arena), and the front cache keeps only blocks of its own
 // range whose size is exactly one of its classes.
 #pragma once
@@ -16,6 +16,8 @@ namespace replayalloc::detail::backend {
 using front_malloc_fn = void* (*)(std::size_t) noexcept;
 using front_free_fn = void (*)(void*) noexcept;
 using front_block_fn = void* (*)(std::size_t, unsigned) noexcept;
+// Up to n blocks of one class at once into out; how many it made.
+using front_blocks_fn = std::size_t (*)(std::size_t, unsigned, void**, std::size_t) noexcept;
 
 // What the front cache stands on (jemalloc, through jemalloc_backend.cc and
 // front_arena.cc).
@@ -26,6 +28,7 @@ struct front_backend {
   std::uintptr_t base = 0;
   std::size_t span = 0;
   front_block_fn block = nullptr;    // a block of a class served, from the range's arena `slot`
+  front_blocks_fn blocks = nullptr;  // several (a small class's list filled at once)
   unsigned slots = 1;                // its arenas (Note [The front cache's arena])
   front_free_fn release = nullptr;   // a block from the range given back
   std::size_t (*size_class)(std::size_t) noexcept = nullptr;  // the class of a request
@@ -40,7 +43,7 @@ inline constexpr std::size_t front_range_bytes = std::size_t{16} << 30;
 // be made. front_arena.cc.
 bool make_front_arena(front_backend* b) noexcept;
 
-// Serves requests of 4-64 KiB from per-thread lists; false (nothing changes) when b is
+// Serves requests of 16 B-64 KiB from per-thread lists; false (nothing changes) when b is
 // incomplete, or when called twice. Once, under the reentry guard (the engine's
 // constructor, through use_front_cache in jemalloc_backend.cc).
 bool enable_front_cache(const front_backend& b) noexcept;

@@ -337,6 +337,7 @@ bool use_front_cache() noexcept {
   b.free = f;
   if (!make_front_arena(&b) || !enable_front_cache(b)) return false;
   g_pass_malloc.store(&front_malloc, std::memory_order_relaxed);
+  g_plain_malloc.store(&front_malloc, std::memory_order_relaxed);  // Note [Small blocks in the front cache]
   g_plain_free.store(&front_free, std::memory_order_relaxed);
   // Note [The gate's range] (slab_range.h): where the cache's range lies directly below
   // the slab range, no block outside the gate's is the cache's.

@@ -14,7 +14,9 @@
 //   * a request the engine would only pass to the backend, while the thread holds
 //     passes granted ahead (runtime/shortcuts.h: Note [Passes granted ahead]).
 // A request below REPLAYALLOC_MIN_SIZE (95% of the calls of a Python inference loop)
-// goes to jemalloc's malloc from here, before anything else is looked at. The question
+// goes to the fallback's plain malloc from here (the front cache's, where it is on:
+// Note [Small blocks in the front cache]; else jemalloc's), before anything else is
+// looked at. The question
 // is below_min_size() (Note [Below the minimum size] in replay/fast_path.h), the one
 // every path asks; here its answer comes precomputed, process-wide, as g_small_span
 // (thread_state.h: Note [Below the minimum, inline]; 0 where this path may not serve:
@@ -25,13 +27,16 @@
 // included): see tests/perf/instruction_budget.txt, the one place the figures are
 // kept (the test perf.instruction_counts fails when one rises more than 5% above it,
 // and prints the instructions of replayalloc's own code apart).
-// Below the minimum, what this file adds to jemalloc's own malloc and free, 10
-// instructions: on the malloc side the size test (3: one lea, one compare with the
-// process-wide span, one branch) and the tail jump; on the free side the TLS block's
-// address, the gate's range (4: slab range, front cache's range, null, check mode,
-// re-entry, recording and the watcher in one subtraction and compare) and the tail
-// jump, to jemalloc's own free (Note [The gate's range]: 5 more while the front cache's
-// range was asked apart, in the backend's free). Nothing is counted
+// Below the minimum, what this file adds to the plain malloc and free, 10 instructions
+// for a block outside the gate's range (jemalloc's own, where the front cache is off):
+// on the malloc side the size test (3: one lea, one compare with the process-wide span,
+// one branch) and the tail jump; on the free side the TLS block's address, the gate's
+// range (4: slab range, front cache's range, null, check mode, re-entry, recording and
+// the watcher in one subtraction and compare) and the tail jump, to jemalloc's own free
+// (Note [The gate's range]: 5 more while the front cache's range was asked apart, in
+// the backend's free). A block of the front cache's (every small block where it is
+// on: Note [Small blocks in the front cache]) is inside the gate's range: its free asks
+// the predicted free and the cache's share of the range before its list. Nothing is counted
 // on this path (each count was one instruction more): not the request, its bytes or
 // its free. The gate's range goes before the predicted free, which costs the replayed
 // free those 4 instructions; the replayed pair pays for them with one-instruction
@@ -62,8 +67,9 @@ void* host_alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool
 // pre: align is a power of two >= malloc_align and <= max_slot_align.
 REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align) {
   // Below the minimum (Note [Below the minimum, inline], thread_state.h): never
-  // recorded, planned or watched, in any phase, so straight to the backend's malloc
-  // (it never calls back into replayalloc, so this is safe inside the engine too), a
+  // recorded, planned or watched, in any phase, so straight to the backend's plain
+  // malloc, the front cache's where it is on (neither calls back into replayalloc, so
+  // this is safe inside the engine too), a
   // tail call, before the TLS block is looked at. One compare for malloc_align <= size
   // < the minimum: a smaller request (glibc's alignment rounds it up) takes the slow
   // path, which serves it the same way.

@@ -116,7 +116,7 @@ TEST(FrontCache, HandsOutOnlyBlocksOfItsRangeAndOfTheRequestsClass) {
   const detail::backend::front_cache_counts c = detail::backend::front_cache_stats();
   auto in_range = [&](const void* p) { return reinterpret_cast<std::uintptr_t>(p) - c.base < c.span; };
   std::vector<void*> outside;
-  for (std::size_t size : {std::size_t{4096}, std::size_t{8192}, std::size_t{20480}}) {
+  for (std::size_t size : {std::size_t{64}, std::size_t{1024}, std::size_t{4096}, std::size_t{8192}, std::size_t{20480}}) {
     for (int i = 0; i < 50; ++i) {
       void* p = mallocx(size, 0);  // straight from jemalloc's own arenas
       ASSERT_FALSE(in_range(p));
@@ -126,8 +126,9 @@ TEST(FrontCache, HandsOutOnlyBlocksOfItsRangeAndOfTheRequestsClass) {
   for (void* p : outside) detail::backend::g_plain_free.load()(p);  // the front cache's free
   const absl::flat_hash_set<void*> freed(outside.begin(), outside.end());
   std::vector<void*> got;
-  for (std::size_t want : {std::size_t{4096}, std::size_t{6000}, std::size_t{8192}, std::size_t{14000},
-                           std::size_t{20000}, std::size_t{65536}}) {
+  for (std::size_t want : {std::size_t{16}, std::size_t{24}, std::size_t{64}, std::size_t{100}, std::size_t{1024},
+                           std::size_t{3000}, std::size_t{4096}, std::size_t{6000}, std::size_t{8192},
+                           std::size_t{14000}, std::size_t{20000}, std::size_t{65536}}) {
     for (int i = 0; i < 100; ++i) {
       void* q = detail::backend::g_pass_malloc.load()(want);
       ASSERT_NE(q, nullptr);
@@ -139,12 +140,19 @@ TEST(FrontCache, HandsOutOnlyBlocksOfItsRangeAndOfTheRequestsClass) {
   }
   for (std::size_t i = 0; i < got.size(); i += 2) detail::backend::g_plain_free.load()(got[i]);
   for (std::size_t i = 1; i < got.size(); i += 2) std::free(got[i]);  // the library's free
-  // Blocks below 4 KiB and above 64 KiB are jemalloc's own.
-  void* small = detail::backend::g_pass_malloc.load()(3000);
+  // Blocks below 4 KiB are the cache's too (Note [Small blocks in the front cache]),
+  // the inline malloc's included; requests under 16 bytes get 16; above 64 KiB,
+  // jemalloc's own.
+  for (std::size_t want : {std::size_t{1}, std::size_t{8}, std::size_t{16}, std::size_t{200}, std::size_t{3000}}) {
+    void* small = std::malloc(want);
+    ASSERT_NE(small, nullptr);
+    EXPECT_TRUE(in_range(small)) << want;
+    EXPECT_EQ(sallocx(small, 0), nallocx(want < 16 ? 16 : want, 0)) << want;
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small) % 16, 0u) << want;
+    std::free(small);
+  }
   void* large = detail::backend::g_pass_malloc.load()(100000);
-  EXPECT_FALSE(in_range(small));
   EXPECT_FALSE(in_range(large));
-  std::free(small);
   std::free(large);
 }
 
@@ -200,59 +208,73 @@ TEST(FrontCache, TheInlineFreeSendsItsBlocksToTheirListsAndOthersToJemalloc) {
       EXPECT_FALSE(freed.contains(q)) << "a block jemalloc made elsewhere was put on a list";
     }
     for (void* q : got) std::free(q);
-    for (int i = 0; i < 1000; ++i) {  // small blocks: jemalloc's, freed by it
-      void* s = std::malloc(64 + i % 200);
+    // Small blocks through the inline malloc and free (below the minimum): the cache's,
+    // and the block freed serves the thread's next request of its class, without
+    // jemalloc (Note [Small blocks in the front cache]).
+    for (int i = 0; i < 1000; ++i) {
+      const std::size_t n = 64 + static_cast<std::size_t>(i) % 200;
+      void* s = std::malloc(n);
       ASSERT_NE(s, nullptr);
-      EXPECT_FALSE(in_range(s));
-      fill(s, 64, i);
+      EXPECT_TRUE(in_range(s));
+      fill(s, n, i);
       std::free(s);
+      const std::uint64_t before = jemalloc_allocated_here();
+      void* again = std::malloc(n);
+      EXPECT_EQ(again, s) << n << " B: the block freed did not serve the next request of its class";
+      EXPECT_EQ(jemalloc_allocated_here(), before) << n << " B: the request went to jemalloc";
+      std::free(again);
     }
   }).join();
 }
 
 // Producer/consumer: the blocks a consumer thread frees serve its producer's next
-// requests through the depot, without jemalloc; with jemalloc alone each would be a new
-// allocation of the producer's (its thread.allocated grows by all of them). 8 KiB
-// blocks through malloc and free: at or above the minimum, served by the engine's
-// fallback, which goes through the front cache as the plain path does.
+// requests through the depot (a list the producer takes), without jemalloc; with
+// jemalloc alone each would be a new allocation of the producer's.
 TEST(FrontCache, AConsumersFreesServeItsProducer) {
   REQUIRE_FRONT_CACHE();
   constexpr int kBlocks = 32;
-  constexpr std::size_t kSize = 8192;
-  std::vector<void*> first(kBlocks);
-  std::vector<void*> second(kBlocks);
-  std::uint64_t jemalloc_bytes = 0;
-  std::thread producer([&] {
-    for (void*& p : first) {
-      p = std::malloc(kSize);
-      fill(p, kSize, 1);
-    }
-    std::thread consumer([&] {
-      for (void* p : first) {
-        EXPECT_TRUE(intact(p, kSize, 1));
+  // 8 KiB: at or above the minimum, served by the engine's fallback, which goes through
+  // the front cache as the plain path does; 64 B: below it, the inline malloc's (Note
+  // [Small blocks in the front cache]).
+  for (const std::size_t kSize : {std::size_t{8192}, std::size_t{64}}) {
+    std::vector<void*> first(kBlocks);
+    // A small class's list is filled ahead (half a list at a miss), so the producer's
+    // own list may still hold blocks when the consumer's list arrives: it asks for a
+    // whole list more than the consumer freed.
+    std::vector<void*> second(kBlocks + 64);
+    std::uint64_t taken = 0;
+    std::thread producer([&] {
+      for (void*& p : first) {
+        p = std::malloc(kSize);
+        fill(p, kSize, 1);
+      }
+      std::thread consumer([&] {
+        for (void* p : first) {
+          EXPECT_TRUE(intact(p, kSize, 1));
+          std::free(p);
+        }
+      });
+      consumer.join();  // its lists go to the depot as it exits, the full ones before
+      const std::uint64_t before = detail::backend::front_cache_stats().depot_takes;
+      for (void*& p : second) {
+        p = std::malloc(kSize);
+        fill(p, kSize, 2);
+      }
+      taken = detail::backend::front_cache_stats().depot_takes - before;
+      for (void* p : second) {
+        EXPECT_TRUE(intact(p, kSize, 2));
         std::free(p);
       }
     });
-    consumer.join();  // its lists go to the depot as it exits, the full ones before
-    const std::uint64_t before = jemalloc_allocated_here();
-    for (void*& p : second) {
-      p = std::malloc(kSize);
-      fill(p, kSize, 2);
-    }
-    jemalloc_bytes = jemalloc_allocated_here() - before;
-    for (void* p : second) {
-      EXPECT_TRUE(intact(p, kSize, 2));
-      std::free(p);
-    }
-  });
-  producer.join();
-  const absl::flat_hash_set<void*> freed(first.begin(), first.end());
-  const absl::flat_hash_set<void*> got(second.begin(), second.end());
-  EXPECT_EQ(got.size(), second.size()) << "one block handed out twice";
-  int reused = 0;
-  for (void* p : second) reused += freed.contains(p) ? 1 : 0;
-  EXPECT_EQ(reused, kBlocks) << "the consumer's freed blocks did not all reach the producer";
-  EXPECT_LT(jemalloc_bytes, kSize) << "the producer's requests went to jemalloc";
+    producer.join();
+    const absl::flat_hash_set<void*> freed(first.begin(), first.end());
+    const absl::flat_hash_set<void*> got(second.begin(), second.end());
+    EXPECT_EQ(got.size(), second.size()) << kSize << " B: one block handed out twice";
+    int reused = 0;
+    for (void* p : second) reused += freed.contains(p) ? 1 : 0;
+    EXPECT_EQ(reused, kBlocks) << kSize << " B: the consumer's freed blocks did not all reach the producer";
+    EXPECT_GE(taken, 1u) << kSize << " B: the producer took no list from the depot";
+  }
 }
 
 // larson: a thread that exits leaves its free blocks to the next thread: through malloc

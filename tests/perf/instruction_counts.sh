@@ -197,7 +197,7 @@ for name in "${cases[@]}"; do
     "$(per_pair "$own" "$npairs")" "$ir" "$npairs"
 done
 echo "  (own: the instructions of replayalloc's own code alone, per pair; the rest is the"
-echo "   backend's and the loop's. Below the minimum it is what replayalloc adds to jemalloc."
+echo "   backend's and the loop's. Below the minimum, with the front cache on, it is the whole pair's but the loop's."
 echo "   The device_* cases are checked by it: the simulated CUDA runtime's cost is not a GPU's.)"
 ((${#unmeasured[@]})) && echo "not measured (no device_callgrind: built with the CUDA toolkit only): ${unmeasured[*]}"
 echo "reference, not checked:"
