@@ -31,7 +31,8 @@
 //    its pages but jemalloc's decay.
 // Bounded: a thread holds at most 64 KiB per class (four blocks of the classes above;
 // lists of 16 KiB, one block above 16 KiB, made 8 threads on 2 cores wait on the arena:
-// RESULTS "The fallback's front cache"; 64 blocks below 1 KiB); the depot at most 4 MiB
+// RESULTS "The fallback's front cache"), 16 KiB below 4 KiB (at most 64 blocks; 64 KiB
+// there took larson's peak RSS at 2 threads from 36 to 40 MiB); the depot at most 4 MiB
 // for the classes of 4 KiB and up and 256 KiB for those below (1 MiB in all released
 // a list in four at 8 threads on 2 cores, each of whose blocks the arena then made
 // again: RESULTS "Small blocks in the front cache"); what does not fit goes back to the
@@ -65,6 +66,8 @@ constexpr std::size_t front_least = 16;
 constexpr std::size_t fill_below = 4096;
 constexpr unsigned max_classes = 48;
 constexpr std::size_t list_bytes = 64 * 1024;
+// A small class's list: 16 KiB of blocks (Note [Small blocks in the front cache]).
+constexpr std::size_t small_list_bytes = 16 * 1024;
 constexpr std::uint32_t list_min = 4;
 constexpr std::uint32_t list_max = 64;
 constexpr unsigned depot_lists = 64;
@@ -267,7 +270,9 @@ void close_thread(void* arg) noexcept {
 // test more than jemalloc's blocks did. A small class's list is filled half at once
 // (jemalloc's batch_alloc: whole fresh slabs where the batch fills one), not a block per
 // miss: one call to the arena (and its bin's lock) per list_max / 2 requests of a thread
-// whose blocks outlive the list. Requests of under 16 bytes get 16 (glibc's alignment).
+// whose blocks outlive the list. A small class's list holds 16 KiB of blocks (at least
+// 4, at most 64), not 64 KiB: a short-lived thread (larson) fills a list of each class it
+// touches, and what it held at its exit went back to the arena's slabs as dirty pages. Requests of under 16 bytes get 16 (glibc's alignment).
 // A small class's blocks share pages, all of one class (jemalloc's slabs), so the page
 // map's byte is theirs; a block jemalloc's realloc moves out of the cache's range is
 // jemalloc's. REPLAYALLOC_FRONT_CACHE=0 leaves small requests to jemalloc's malloc, as
@@ -356,7 +361,7 @@ bool enable_front_cache(const front_backend& b) noexcept {
       if (n + 1 == max_classes) return false;
       ++n;
       class_size[n] = static_cast<std::uint32_t>(c);
-      const std::uint32_t m = static_cast<std::uint32_t>(list_bytes / c);
+      const std::uint32_t m = static_cast<std::uint32_t>((c < fill_below ? small_list_bytes : list_bytes) / c);
       list_max_of[n] = m < list_min ? list_min : m > list_max ? list_max : m;
     }
     class_of[i] = static_cast<std::uint8_t>(n);
