@@ -440,7 +440,12 @@ void front_free_at(void* p, std::uintptr_t offset) noexcept { free_in_range(p, o
 
 void front_resizing(const void* p) noexcept {
   const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
-  if (offset < g_span) g_page_class[offset >> map_shift].store(0, std::memory_order_relaxed);
+  if (offset >= g_span) return;
+  // A block of a class below 4 KiB is one of a jemalloc slab's regions, which jemalloc's
+  // realloc never resizes in place to another class (it moves it): its page, shared with
+  // the slab's other blocks, keeps its byte, and their frees do not ask jemalloc.
+  std::atomic<std::uint8_t>& b = g_page_class[offset >> map_shift];
+  if (g_class_size[b.load(std::memory_order_relaxed)] >= fill_below) b.store(0, std::memory_order_relaxed);
 }
 
 void front_cache_release() noexcept {
