@@ -15,7 +15,5 @@
 #define sdallocx replayalloc_je_sdallocx
 #define rallocx replayalloc_je_rallocx
 #define mallctl replayalloc_je_mallctl
-#define mallctlnametomib replayalloc_je_mallctlnametomib
-#define mallctlbymib replayalloc_je_mallctlbymib
 #endif
 #include <jemalloc/jemalloc.h>
