@@ -491,6 +491,10 @@ front_cache_counts front_cache_stats() noexcept {
   c.largest = g_enabled ? g_largest : 0;
   c.base = g_base;
   c.span = g_span;
+  c.depot_bytes[0] = g_small_depot_bytes.load(std::memory_order_relaxed);
+  c.depot_bytes[1] = g_depot_bytes.load(std::memory_order_relaxed);
+  c.depot_budget[0] = small_depot_budget;
+  c.depot_budget[1] = depot_budget;
   return c;
 }
 

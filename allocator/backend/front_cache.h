@@ -76,6 +76,8 @@ struct front_cache_counts {
   std::size_t largest = 0;         // the largest request served (0: off)
   std::uintptr_t base = 0;         // the range its blocks come from
   std::size_t span = 0;
+  std::size_t depot_bytes[2] = {};   // held in the depot: classes below 4 KiB, the others
+  std::size_t depot_budget[2] = {};  // their budgets (lists beyond go back to the arena)
 };
 front_cache_counts front_cache_stats() noexcept;
 

@@ -12,7 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <latch>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -275,6 +277,48 @@ TEST(FrontCache, AConsumersFreesServeItsProducer) {
     EXPECT_EQ(reused, kBlocks) << kSize << " B: the consumer's freed blocks did not all reach the producer";
     EXPECT_GE(taken, 1u) << kSize << " B: the producer took no list from the depot";
   }
+}
+
+// The depot is bounded (Note [Small blocks in the front cache]): threads that exit
+// holding full lists of a small class hand them to the depot until its budget for the
+// classes below 4 KiB is spent, and the lists after that go back to the arena, whatever
+// the number of threads. 24 threads, each with a full list of 1 KiB blocks (16 KiB: a
+// small class's list), against a budget of 256 KiB (16 such lists).
+TEST(FrontCache, TheDepotKeepsNoMoreThanItsBudget) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  constexpr std::size_t kSize = 1000;  // jemalloc's class of 1 KiB
+  constexpr int kThreads = 24;
+  const be::front_cache_counts before = be::front_cache_stats();
+  ASSERT_EQ(before.depot_budget[0], std::size_t{256} << 10);
+  ASSERT_EQ(before.depot_bytes[0], 0u) << "expect_on() released the depot";
+  // All hold their blocks at once (a thread would otherwise take its predecessor's list
+  // from the depot), then free them and exit one after another.
+  std::latch allocated(kThreads);
+  std::mutex turn;
+  std::size_t most = 0;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      std::vector<void*> mine;
+      for (int b = 0; b < 16; ++b) mine.push_back(std::malloc(kSize));
+      allocated.arrive_and_wait();
+      std::lock_guard<std::mutex> one(turn);
+      for (void* p : mine) std::free(p);
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+    const be::front_cache_counts now = be::front_cache_stats();
+    most = std::max(most, now.depot_bytes[0]);
+    EXPECT_LE(now.depot_bytes[0], now.depot_budget[0]);
+  }
+  const be::front_cache_counts after = be::front_cache_stats();
+  EXPECT_GE(most, std::size_t{128} << 10) << "the exiting threads' lists did not reach the depot";
+  // 24 lists of 16 KiB against 256 KiB: at least 8 went back to the arena.
+  EXPECT_GE(after.depot_frees - before.depot_frees, 8u);
+  detail::backend::front_cache_release();
+  EXPECT_EQ(be::front_cache_stats().depot_bytes[0], 0u) << "the depot's count of its bytes drifted";
 }
 
 // larson: a thread that exits leaves its free blocks to the next thread: through malloc
