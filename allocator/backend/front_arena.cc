@@ -77,17 +77,6 @@ bool extent_dalloc(extent_hooks_t*, void*, std::size_t, bool, unsigned) { return
 void extent_destroy(extent_hooks_t*, void*, std::size_t, bool, unsigned) {}
 
 void* block(std::size_t size, unsigned slot) noexcept { return mallocx(size, g_flags[slot % g_arenas]); }
-// Up to n blocks of one class, one mallocx each, so that the bin's slabs with free
-// regions are filled first. Not jemalloc 5.3's experimental.batch_alloc: where the batch
-// fills a slab it takes fresh slabs, leaving the free regions of the others to no one
-// (ResNet-50's peak RSS at 8 threads 453 MiB against 436 this way: RESULTS "Small
-// blocks in the front cache").
-std::size_t blocks(std::size_t size, unsigned slot, void** out, std::size_t n) noexcept {
-  const int flags = g_flags[slot % g_arenas];
-  std::size_t i = 0;
-  while (i < n && (out[i] = mallocx(size, flags)) != nullptr) ++i;
-  return i;
-}
 void release(void* p) noexcept { dallocx(p, MALLOCX_TCACHE_NONE); }
 std::size_t size_class_of(std::size_t n) noexcept { return nallocx(n, 0); }
 std::size_t usable(const void* p) noexcept { return sallocx(const_cast<void*>(p), 0); }
@@ -134,7 +123,6 @@ bool make_front_arena(front_backend* b) noexcept {
   b->base = g_base;
   b->span = range_bytes;
   b->block = &block;
-  b->blocks = &blocks;
   b->slots = g_arenas;
   b->release = &release;
   b->size_class = &size_class_of;

@@ -36,10 +36,9 @@
 // 1-4 MiB (512 KiB a thread with a cache) for the classes of 4 KiB and up, 256 KiB for
 // those below (1 MiB in all released a list in four at 8 threads on 2 cores, each of
 // whose blocks the arena then made again: RESULTS "Small blocks in the front cache");
-// what does not fit goes back to the
-// arena, whose dirty pages decay as jemalloc's others do. Before a slab is made (Note [Purging what a slab
-// replaces]) the thread's lists and the depot go back to the arena, so that its purge
-// finds their pages. Fork: the depot's locks are held across fork() (engine::prefork).
+// what does not fit goes back to the arena, whose dirty pages decay as jemalloc's others
+// do. Before a slab is made (Note [Purging what a slab replaces]) the thread's lists and
+// the depot go back to the arena, so that its purge finds their pages. Fork: the depot's locks are held across fork() (engine::prefork).
 // Requests passed through (Note [Pass-through]) and the engine's own and missed ones
 // (fallback_alloc) come here, and so does the inline path below the minimum (through
 // g_plain_malloc). REPLAYALLOC_FRONT_CACHE=0 leaves the fallback to jemalloc alone.
@@ -122,7 +121,6 @@ front_free_fn g_free = nullptr;
 std::uintptr_t g_base = 0;
 std::size_t g_span = 0;
 front_block_fn g_block = nullptr;
-front_blocks_fn g_blocks = nullptr;
 unsigned g_slots = 1;
 std::atomic<unsigned> g_next_slot{0};
 front_free_fn g_release = nullptr;
@@ -173,6 +171,9 @@ std::atomic<std::size_t> g_small_depot_bytes{0};  // below
 std::atomic<std::size_t>& depot_bytes(unsigned k) noexcept {
   return g_class_size[k] < fill_below ? g_small_depot_bytes : g_depot_bytes;
 }
+std::size_t depot_budget_of(unsigned k) noexcept {
+  return g_class_size[k] < fill_below ? small_depot_budget : depot_budget();
+}
 std::atomic<std::uint64_t> g_puts{0};
 std::atomic<std::uint64_t> g_takes{0};
 std::atomic<std::uint64_t> g_frees{0};
@@ -203,7 +204,7 @@ void put(unsigned k, void* head, std::uint32_t count) noexcept {
   const std::size_t bytes = std::size_t{count} * g_class_size[k];
   bool kept = false;
   std::atomic<std::size_t>& used = depot_bytes(k);
-  if (used.load(std::memory_order_relaxed) + bytes <= (&used == &g_depot_bytes ? depot_budget() : small_depot_budget)) {
+  if (used.load(std::memory_order_relaxed) + bytes <= depot_budget_of(k)) {
     lock(d);
     const unsigned n = d.n.load(std::memory_order_relaxed);
     kept = n < depot_lists;
@@ -281,29 +282,31 @@ void close_thread(void* arg) noexcept {
 // 64 KiB, the small ones as the others: the thread's list, the depot, then its arena.
 // The inline malloc below the minimum tail-calls front_malloc, and the free of such a
 // block is inside the gate's range (Note [The gate's range]), so it costs the free no
-// test more than jemalloc's blocks did. A small class's list is filled half at once, not
-// a block per miss (front_arena.cc's blocks(): a mallocx each, which fills the bin's
-// slabs with free regions first; jemalloc's batch_alloc takes fresh slabs instead, and
-// raised ResNet-50's peak RSS at 8 threads by 16 MiB). A small class's list holds 16 KiB of blocks (at least
-// 4, at most 64), not 64 KiB: a short-lived thread (larson) fills a list of each class it
-// touches, and what it held at its exit went back to the arena's slabs as dirty pages. Requests of under 16 bytes get 16 (glibc's alignment).
+// test more than jemalloc's blocks did. A small class's list is filled half at once, a
+// block of the arena each (mallocx fills the bin's slabs with free regions first;
+// jemalloc's experimental.batch_alloc takes fresh slabs instead, and raised ResNet-50's
+// peak RSS at 8 threads by 16 MiB). A small class's list holds 16 KiB of blocks (at
+// least 4, at most 64), not 64 KiB: a short-lived thread (larson) fills a list of each
+// class it touches, and what it held at its exit went back to the arena's slabs as dirty
+// pages. Requests of under 16 bytes get 16 (glibc's alignment).
 // A small class's blocks share pages, all of one class (jemalloc's slabs), so the page
 // map's byte is theirs; a block jemalloc's realloc moves out of the cache's range is
 // jemalloc's. REPLAYALLOC_FRONT_CACHE=0 leaves small requests to jemalloc's malloc, as
 // before. Measured side by side in bench/RESULTS.md ("Small blocks in the front cache").
 [[gnu::noinline]] void* fill(unsigned k, std::size_t size) noexcept {
-  void* got[list_max];
-  const std::size_t n = g_blocks(g_class_size[k], t_cache->slot, got, g_fill[k]);
-  if (n == 0) return g_malloc(size);  // the range spent
+  void* first = g_block(g_class_size[k], t_cache->slot);
+  if (first == nullptr) return g_malloc(size);  // the range spent
+  map_block(first, k);
   free_list& mine = t_cache->lists[k];
-  for (std::size_t i = 1; i < n; ++i) {
-    map_block(got[i], k);
-    *static_cast<void**>(got[i]) = mine.head;
-    mine.head = got[i];
+  for (std::uint32_t i = 1; i < g_fill[k]; ++i) {
+    void* p = g_block(g_class_size[k], t_cache->slot);
+    if (p == nullptr) break;
+    map_block(p, k);
+    *static_cast<void**>(p) = mine.head;
+    mine.head = p;
     ++mine.count;
   }
-  map_block(got[0], k);
-  return got[0];
+  return first;
 }
 
 [[gnu::noinline]] void* malloc_miss(unsigned k, std::size_t size) noexcept {
@@ -353,8 +356,7 @@ void close_thread(void* arg) noexcept {
 }  // namespace
 
 bool enable_front_cache(const front_backend& b) noexcept {
-  if (g_enabled || b.malloc == nullptr || b.free == nullptr || b.block == nullptr || b.blocks == nullptr ||
-      b.release == nullptr ||
+  if (g_enabled || b.malloc == nullptr || b.free == nullptr || b.block == nullptr || b.release == nullptr ||
       b.size_class == nullptr || b.usable == nullptr || b.span == 0) {
     return false;
   }
@@ -402,7 +404,6 @@ bool enable_front_cache(const front_backend& b) noexcept {
   g_base = b.base;
   g_span = b.span;
   g_block = b.block;
-  g_blocks = b.blocks;
   g_slots = b.slots == 0 ? 1 : b.slots;
   g_release = b.release;
   g_usable = b.usable;

@@ -16,8 +16,6 @@ namespace replayalloc::detail::backend {
 using front_malloc_fn = void* (*)(std::size_t) noexcept;
 using front_free_fn = void (*)(void*) noexcept;
 using front_block_fn = void* (*)(std::size_t, unsigned) noexcept;
-// Up to n blocks of one class at once into out; how many it made.
-using front_blocks_fn = std::size_t (*)(std::size_t, unsigned, void**, std::size_t) noexcept;
 
 // What the front cache stands on (jemalloc, through jemalloc_backend.cc and
 // front_arena.cc).
@@ -28,7 +26,6 @@ struct front_backend {
   std::uintptr_t base = 0;
   std::size_t span = 0;
   front_block_fn block = nullptr;    // a block of a class served, from the range's arena `slot`
-  front_blocks_fn blocks = nullptr;  // several (a small class's list filled at once)
   unsigned slots = 1;                // its arenas (Note [The front cache's arena])
   front_free_fn release = nullptr;   // a block from the range given back
   std::size_t (*size_class)(std::size_t) noexcept = nullptr;  // the class of a request
