@@ -6,7 +6,7 @@
 // The front cache (Note [The fallback's front cache]) must know, at every free, whether
 // the block is one it serves, and of which class; asking jemalloc (sallocx: its radix
 // tree) costs ~38 instructions, as much again as jemalloc's own free, and most frees are
-// of small blocks the cache does not serve. So the blocks it serves (4-64 KiB) come from
+// of small blocks the cache does not serve. So the blocks it serves (16 B-2 MiB) come from
 // arenas made for it (`arenas.create`; one per CPU, at most 8, each thread's cache
 // taking its blocks from one of them, so that threads do not all wait on one arena's
 // locks) whose extent hooks are jemalloc's defaults but
@@ -113,6 +113,7 @@ bool make_front_arena(front_backend* b) noexcept {
     unsigned arena = 0;
     len = sizeof arena;
     if (mallctl("arenas.create", &arena, &len, &hooks, sizeof hooks) != 0 || arena == 0) break;
+    b->arenas[g_arenas] = arena;
     g_flags[g_arenas++] = MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
   }
   if (g_arenas == 0) {

@@ -1,4 +1,4 @@
-// The fallback's front cache: per-thread lists of free blocks of 16 B-64 KiB, and a
+// The fallback's front cache: per-thread lists of free blocks of 16 B-2 MiB, and a
 // depot that moves whole lists between threads.
 //
 // Note [The fallback's front cache]
@@ -13,7 +13,8 @@
 // faults). tcmalloc and mimalloc move such blocks between threads in lists. So the
 // fallback keeps a cache of its own in front of jemalloc for the blocks of 4 KiB to
 // 64 KiB (jemalloc's size classes there; what the pages and faults are made of), and
-// for the smaller ones too (Note [Small blocks in the front cache]):
+// for the smaller ones (Note [Small blocks in the front cache]) and the larger ones up
+// to 2 MiB (Note [Large blocks in the front cache], bounded by bytes) too:
 //  * a list of free blocks per class and thread, linked through the blocks' first
 //    word; malloc pops, free pushes. The blocks come from an arena of the cache's own
 //    whose memory is one reserved range (Note [The front cache's arena]), so a free
@@ -35,7 +36,8 @@
 // there took larson's peak RSS at 2 threads from 36 to 40 MiB); the depot at most
 // 1-4 MiB (512 KiB a thread with a cache) for the classes of 4 KiB and up, 256 KiB for
 // those below (1 MiB in all released a list in four at 8 threads on 2 cores, each of
-// whose blocks the arena then made again: RESULTS "Small blocks in the front cache");
+// whose blocks the arena then made again: RESULTS "Small blocks in the front cache"),
+// 8 MiB for those above 64 KiB;
 // what does not fit goes back to the arena, whose dirty pages decay as jemalloc's others
 // do. Before a slab is made (Note [Purging what a slab replaces]) the thread's lists and
 // the depot go back to the arena, so that its purge finds their pages. Fork: the depot's locks are held across fork() (engine::prefork).
@@ -53,9 +55,11 @@
 #include <cstdint>
 #include <new>
 
+#include "backend/front_depot.h"
 #include "support/config.h"
 
 namespace replayalloc::detail::backend {
+using namespace front;
 namespace {
 
 constexpr std::size_t front_limit = 64 * 1024;
@@ -64,39 +68,30 @@ constexpr std::size_t front_least = 16;
 // Classes below it are filled list_max / 2 blocks at once (Note [Small blocks in the
 // front cache]); those at or above it one block at a time.
 constexpr std::size_t fill_below = 4096;
-constexpr unsigned max_classes = 48;
+// Note [Large blocks in the front cache]: the classes above front_limit, up to
+// large_limit, are multiples of 16 KiB (jemalloc's: four per doubling).
+constexpr std::size_t large_limit = 2048 * 1024;
+constexpr unsigned large_shift = 14;
 constexpr std::size_t list_bytes = 64 * 1024;
 // A small class's list: 16 KiB of blocks (Note [Small blocks in the front cache]).
 constexpr std::size_t small_list_bytes = 16 * 1024;
 constexpr std::uint32_t list_min = 4;
 constexpr std::uint32_t list_max = 64;
-constexpr unsigned depot_lists = 64;
-// The depot's bytes, the classes of 4 KiB and up together, and those below apart (lists
-// over it go to the underlying free): a small class's lists, a few KiB each, would
-// otherwise find the budget spent by the large ones' (Note [Small blocks in the front
-// cache]). The others' budget grows with the threads that have a cache open, 512 KiB
-// each, from 1 MiB to 4 MiB: 8 threads on 2 cores handing blocks to each other gave a
-// list in four back to the arena at 1 MiB, while a program of one thread only keeps in
-// the depot what jemalloc would have kept (planning_latency: peak RSS 17 -> 20-22 MiB
-// at a fixed 4 MiB).
-constexpr std::size_t depot_budget_least = 1024 * 1024;
-constexpr std::size_t depot_budget_most = 4096 * 1024;
-constexpr std::size_t depot_budget_per_thread = 512 * 1024;
-constexpr std::size_t small_depot_budget = 256 * 1024;
-std::atomic<std::size_t> g_open_caches{0};
-std::size_t depot_budget() noexcept {
-  const std::size_t b = depot_budget_per_thread * g_open_caches.load(std::memory_order_relaxed);
-  return b < depot_budget_least ? depot_budget_least : b > depot_budget_most ? depot_budget_most : b;
+// Note [Large blocks in the front cache]: the bytes of the classes above 64 KiB that
+// the threads' lists keep, shared among the threads with a cache open (each at least
+// thread_large_least); the depot's are front_depot.cc's.
+constexpr std::size_t threads_large_budget = 16384 * 1024;
+constexpr std::size_t thread_large_least = 512 * 1024;
+std::size_t thread_large_budget() noexcept {
+  const std::size_t open = g_open_caches.load(std::memory_order_relaxed);
+  const std::size_t b = threads_large_budget / (open == 0 ? 1 : open);
+  return b < thread_large_least ? thread_large_least : b;
 }
 
-struct free_list {
-  void* head;
-  std::uint32_t count;
-  std::uint32_t max;  // the count at which the list goes to the depot
-};
 struct thread_cache {
   free_list lists[max_classes];
   unsigned slot;  // the arena its blocks come from (Note [The front cache's arena])
+  std::size_t large_bytes;  // on its lists of the classes above 64 KiB
 };
 
 // Every thread starts with (and an exited one returns to) this cache, whose lists are
@@ -110,7 +105,10 @@ constinit thread_local std::uint8_t t_state REPLAYALLOC_TLS_IE = cache_none;
 // Read only once enabled. The classes served are 1..n; class 0 (its size 0, its lists
 // empty and full) stands for the requests of sizes whose class the cache does not serve,
 // and in the page map for a page whose blocks' class is not known.
-std::size_t g_largest = 0;  // the largest size class served
+std::size_t g_largest = 0;  // the largest size class served by the lists' fast paths
+std::size_t g_large_largest = 0;  // the largest served (Note [Large blocks in the front cache])
+unsigned g_first_large = max_classes;  // the first class above front_limit
+std::uint8_t g_large_class_of[(large_limit >> large_shift) + 1];  // size / 16 KiB -> class
 bool g_enabled = false;
 std::uint8_t g_class_of[front_limit / 16 + 1];  // (size + 15) / 16 -> class
 std::uint32_t g_class_size[max_classes];
@@ -122,6 +120,7 @@ std::uintptr_t g_base = 0;
 std::size_t g_span = 0;
 front_block_fn g_block = nullptr;
 unsigned g_slots = 1;
+unsigned g_arena_of_slot[8] = {};
 std::atomic<unsigned> g_next_slot{0};
 front_free_fn g_release = nullptr;
 std::size_t (*g_usable)(const void*) noexcept = nullptr;
@@ -159,86 +158,6 @@ void map_block(const void* p, unsigned k) noexcept {
   if (b.load(std::memory_order_relaxed) != k) b.store(static_cast<std::uint8_t>(k), std::memory_order_relaxed);
 }
 
-struct alignas(64) depot {
-  std::atomic<bool> locked{false};
-  std::atomic<unsigned> n{0};  // written under the lock, peeked without it
-  free_list lists[depot_lists];
-};
-depot g_depot[max_classes];
-
-std::atomic<std::size_t> g_depot_bytes{0};        // classes of 4 KiB and up
-std::atomic<std::size_t> g_small_depot_bytes{0};  // below
-std::atomic<std::size_t>& depot_bytes(unsigned k) noexcept {
-  return g_class_size[k] < fill_below ? g_small_depot_bytes : g_depot_bytes;
-}
-std::size_t depot_budget_of(unsigned k) noexcept {
-  return g_class_size[k] < fill_below ? small_depot_budget : depot_budget();
-}
-std::atomic<std::uint64_t> g_puts{0};
-std::atomic<std::uint64_t> g_takes{0};
-std::atomic<std::uint64_t> g_frees{0};
-std::atomic<std::uint64_t> g_closed_threads{0};
-
-void lock(depot& d) noexcept {
-  for (unsigned spins = 0; d.locked.exchange(true, std::memory_order_acquire);) {
-    while (d.locked.load(std::memory_order_relaxed)) {
-      // The holder moves a few pointers; on an oversubscribed machine it may be off
-      // its CPU, so give it the CPU after a while.
-      if (++spins % 64 == 0) sched_yield();
-    }
-  }
-}
-void unlock(depot& d) noexcept { d.locked.store(false, std::memory_order_release); }
-
-void free_all(void* head) noexcept {
-  while (head != nullptr) {
-    void* next = *static_cast<void**>(head);
-    g_release(head);
-    head = next;
-  }
-}
-
-// A whole list to the depot of class k (or to the underlying free when it is full).
-void put(unsigned k, void* head, std::uint32_t count) noexcept {
-  depot& d = g_depot[k];
-  const std::size_t bytes = std::size_t{count} * g_class_size[k];
-  bool kept = false;
-  std::atomic<std::size_t>& used = depot_bytes(k);
-  if (used.load(std::memory_order_relaxed) + bytes <= depot_budget_of(k)) {
-    lock(d);
-    const unsigned n = d.n.load(std::memory_order_relaxed);
-    kept = n < depot_lists;
-    if (kept) {
-      d.lists[n] = free_list{head, count, 0};
-      d.n.store(n + 1, std::memory_order_relaxed);
-      used.fetch_add(bytes, std::memory_order_relaxed);
-    }
-    unlock(d);
-  }
-  if (kept) {
-    g_puts.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  g_frees.fetch_add(1, std::memory_order_relaxed);
-  free_all(head);
-}
-
-// A whole list of class k from the depot; {nullptr, 0} when it has none.
-free_list take(unsigned k) noexcept {
-  depot& d = g_depot[k];
-  // A peek without the lock: a list put meanwhile is found next time.
-  if (d.n.load(std::memory_order_relaxed) == 0) return free_list{nullptr, 0, 0};
-  lock(d);
-  free_list l{nullptr, 0, 0};
-  if (const unsigned n = d.n.load(std::memory_order_relaxed); n != 0) {
-    l = d.lists[n - 1];
-    d.n.store(n - 1, std::memory_order_relaxed);
-    depot_bytes(k).fetch_sub(std::size_t{l.count} * g_class_size[k], std::memory_order_relaxed);
-  }
-  unlock(d);
-  if (l.head != nullptr) g_takes.fetch_add(1, std::memory_order_relaxed);
-  return l;
-}
 
 // The thread's lists to the depot, its cache closed for good (a pthread key's
 // destructor; later requests of the thread go to the underlying malloc and free).
@@ -249,8 +168,7 @@ void close_thread(void* arg) noexcept {
   for (unsigned k = 0; k < max_classes; ++k) {
     if (c->lists[k].head != nullptr) put(k, c->lists[k].head, c->lists[k].count);
   }
-  g_closed_threads.fetch_add(1, std::memory_order_relaxed);
-  g_open_caches.fetch_sub(1, std::memory_order_relaxed);
+  thread_closed();
   g_free(c);
 }
 
@@ -267,9 +185,10 @@ void close_thread(void* arg) noexcept {
   }
   for (unsigned k = 0; k < max_classes; ++k) c->lists[k] = free_list{nullptr, 0, g_list_max[k]};
   c->slot = g_next_slot.fetch_add(1, std::memory_order_relaxed) % g_slots;
+  c->large_bytes = 0;
   t_cache = c;
   t_state = cache_open;
-  g_open_caches.fetch_add(1, std::memory_order_relaxed);
+  thread_opened();
   return true;
 }
 
@@ -335,7 +254,11 @@ void close_thread(void* arg) noexcept {
 [[gnu::noinline]] void free_slow(void* p, unsigned k) noexcept {
   if (k == 0) {
     const std::size_t u = g_usable(p);
-    if (u <= g_largest) k = g_class_of[(u + 15) >> 4];
+    if (u <= g_largest) {
+      k = g_class_of[(u + 15) >> 4];
+    } else if (u <= g_large_largest) {
+      k = g_large_class_of[(u + (std::size_t{1} << large_shift) - 1) >> large_shift];
+    }
     // A block of a size the cache does not serve (one jemalloc's realloc grew or shrank
     // in place to another) goes back to the arena.
     if (k == 0 || g_class_size[k] != u) return g_release(p);
@@ -343,6 +266,20 @@ void close_thread(void* arg) noexcept {
   }
   if (t_state != cache_open && !open_cache()) return g_release(p);
   free_list& mine = t_cache->lists[k];
+  if (k >= g_first_large) {
+    // Note [Large blocks in the front cache]: the thread keeps what its budget allows,
+    // the depot what its own does, the arena the rest.
+    const std::size_t bytes = g_class_size[k];
+    if (t_cache->large_bytes + bytes <= thread_large_budget()) {
+      t_cache->large_bytes += bytes;
+      *static_cast<void**>(p) = mine.head;
+      mine.head = p;
+      ++mine.count;
+      return;
+    }
+    *static_cast<void**>(p) = nullptr;
+    return put(k, p, 1);
+  }
   if (mine.count == mine.max) {
     put(k, mine.head, mine.count);
     mine.head = nullptr;
@@ -351,6 +288,87 @@ void close_thread(void* arg) noexcept {
   *static_cast<void**>(p) = mine.head;
   mine.head = p;
   ++mine.count;
+}
+
+// Note [Large blocks in the front cache]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Above 64 KiB jemalloc's interface was the fallback's floor: a large block is an
+// extent of its own, and each malloc and free of one splits or coalesces extents,
+// writes jemalloc's radix tree at both ends and takes the arena's lock (~2,000
+// instructions a pair, ~4,400 with the stream's page writes between: a stream of
+// 4 KiB-1 MiB blocks that never repeats ran at 2.2x mimalloc's time, RESULTS "Large
+// blocks in the front cache"). jemalloc's thread cache can keep them (tcache_max) but
+// holds up to 20 blocks of every class in every thread, with no budget of bytes (peak
+// RSS 1.2-1.6x the leanest at 8-16 threads: Note [The fallback's thread cache]). So
+// the front cache keeps the blocks of jemalloc's classes above 64 KiB up to 2 MiB (20
+// classes, four per doubling) itself, counted in bytes:
+//  * a thread keeps, on its lists of those classes, at most its share of 16 MiB (the
+//    threads with a cache open sharing it, at least 512 KiB each); a block freed past
+//    that goes to the depot as a list of one, whose budget for these classes is 8 MiB,
+//    and past that back to the arena. So the cache never holds more than 24 MiB of
+//    them however many threads there are: at 16 threads, 512 KiB-1 MiB each;
+//  * a request takes a block of exactly its class: the thread's list, then the depot
+//    (a list, which an exited thread's may be), then the arena (so every block the
+//    cache holds is of its class, as below 64 KiB);
+//  * their lists' max is 0, so their frees always take free_slow, which keeps the
+//    thread's count of bytes, and their requests are past the lists' fast path (above
+//    g_largest); a few instructions against jemalloc's thousands.
+// Each block is its own extent, page-aligned, so the page map's byte of its first page
+// is its class (Note [The front cache's page map]); jemalloc's realloc shrinks or grows
+// such a block in place, which front_resizing answers as for any class of 4 KiB and up.
+// What the budgets trade: a stream of random sizes (4 KiB-1 MiB) reuses a cached block
+// of its class only as often as the bytes kept allow (never_repeats at 16+8 MiB: ~1.1x
+// mimalloc; at 8+8, 1.3x; at 32 MiB, ~1.0x with peak RSS 1.5x mimalloc's), and blocks
+// cached are held beside jemalloc's own dirty pages until reused. Measured side by side
+// in bench/RESULTS.md ("Large blocks in the front cache").
+[[gnu::noinline]] void* large_malloc(std::size_t size) noexcept {
+  if (size > g_large_largest) return g_malloc(size);
+  const unsigned k = g_large_class_of[(size + (std::size_t{1} << large_shift) - 1) >> large_shift];
+  const std::size_t bytes = g_class_size[k];
+  if (t_state == cache_open || open_cache()) {
+    thread_cache* c = t_cache;
+    free_list& mine = c->lists[k];
+    if (void* p = mine.head) {
+      mine.head = *static_cast<void**>(p);
+      --mine.count;
+      c->large_bytes -= bytes;
+      return p;
+    }
+    const free_list l = take(k);
+    if (void* p = l.head) {
+      mine.head = *static_cast<void**>(p);
+      mine.count = l.count - 1;
+      c->large_bytes += bytes * mine.count;
+      return p;
+    }
+  }
+  if (void* p = g_block(bytes, t_cache->slot)) {
+    map_block(p, k);
+    return p;
+  }
+  return g_malloc(size);  // the range spent
+}
+
+// Note [Large blocks in the front cache]: jemalloc's classes above 64 KiB up to 2 MiB,
+// numbered from n + 1 into class_size (their lists' max 0: their frees take the slow
+// path, which keeps count of bytes) and class_of (size / 16 KiB -> class); none where
+// the classes are not multiples of 16 KiB there. Returns the largest request they serve
+// (`largest`, that of the classes below, when none).
+std::size_t number_large_classes(const front_backend& b, unsigned n, std::size_t largest, std::uint32_t* class_size,
+                                 std::uint32_t* list_max_of, std::uint8_t* class_of) noexcept {
+  for (std::size_t i = (front_limit >> large_shift) + 1; i <= (large_limit >> large_shift); ++i) {
+    const std::size_t c = b.size_class(i << large_shift);
+    if (c % (std::size_t{1} << large_shift) != 0 || c > large_limit) break;
+    if (class_size[n] != c) {
+      if (n + 1 == max_classes) break;
+      ++n;
+      class_size[n] = static_cast<std::uint32_t>(c);
+      list_max_of[n] = 0;
+    }
+    class_of[i] = static_cast<std::uint8_t>(n);
+    largest = i << large_shift;
+  }
+  return largest;
 }
 
 }  // namespace
@@ -384,6 +402,9 @@ bool enable_front_cache(const front_backend& b) noexcept {
     largest = c;
   }
   if (n == 0) return false;
+  const unsigned first_large = n + 1;
+  std::uint8_t large_class_of[(large_limit >> large_shift) + 1] = {};
+  const std::size_t large_largest = number_large_classes(b, n, largest, class_size, list_max_of, large_class_of);
   // Note [The front cache's page map]
   const std::size_t map_bytes = b.span >> map_shift;
   void* map = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -399,12 +420,21 @@ bool enable_front_cache(const front_backend& b) noexcept {
     g_fill[k] = class_size[k] != 0 && class_size[k] < fill_below ? list_max_of[k] / 2 : 1;
   }
   for (std::size_t i = 0; i <= front_limit / 16; ++i) g_class_of[i] = class_of[i];
+  for (std::size_t i = 0; i <= (large_limit >> large_shift); ++i) g_large_class_of[i] = large_class_of[i];
+  g_first_large = first_large;
+  std::uint8_t part[max_classes];
+  for (unsigned k = 0; k < max_classes; ++k) {
+    part[k] = k >= first_large ? part_large : class_size[k] < fill_below ? part_small : part_medium;
+  }
+  configure_depot(class_size, part, b.release);
+  g_large_largest = large_largest;
   g_malloc = b.malloc;
   g_free = b.free;
   g_base = b.base;
   g_span = b.span;
   g_block = b.block;
-  g_slots = b.slots == 0 ? 1 : b.slots;
+  g_slots = b.slots == 0 ? 1 : b.slots > 8 ? 8 : b.slots;
+  for (unsigned i = 0; i < g_slots; ++i) g_arena_of_slot[i] = b.arenas[i];
   g_release = b.release;
   g_usable = b.usable;
   g_largest = largest;
@@ -423,7 +453,7 @@ void* front_malloc(std::size_t size) noexcept {
     }
     return malloc_miss(k, size);
   }
-  return g_malloc(size);
+  return large_malloc(size);
 }
 
 namespace {
@@ -471,45 +501,36 @@ void front_cache_release() noexcept {
       l.head = nullptr;
       l.count = 0;
     }
+    t_cache->large_bytes = 0;
   }
-  for (depot& d : g_depot) {
-    lock(d);
-    const unsigned n = d.n.load(std::memory_order_relaxed);
-    free_list lists[depot_lists];
-    for (unsigned i = 0; i < n; ++i) {
-      lists[i] = d.lists[i];
-      depot_bytes(static_cast<unsigned>(&d - g_depot))
-          .fetch_sub(std::size_t{lists[i].count} * g_class_size[&d - g_depot], std::memory_order_relaxed);
-    }
-    d.n.store(0, std::memory_order_relaxed);
-    unlock(d);
-    for (unsigned i = 0; i < n; ++i) free_all(lists[i].head);
-  }
+  release_depot();
+}
+
+bool front_cache_arena(unsigned* arena, unsigned* sharing) noexcept {
+  if (!g_enabled || t_state != cache_open) return false;
+  *arena = g_arena_of_slot[t_cache->slot];
+  const std::size_t open = g_open_caches.load(std::memory_order_relaxed);
+  *sharing = static_cast<unsigned>((open + g_slots - 1) / g_slots);
+  if (*sharing == 0) *sharing = 1;
+  return true;
 }
 
 void front_cache_prefork() noexcept {
-  if (!g_enabled) return;
-  for (depot& d : g_depot) lock(d);
+  if (g_enabled) lock_depot();
 }
 
 void front_cache_postfork() noexcept {
-  if (!g_enabled) return;
-  for (depot& d : g_depot) unlock(d);
+  if (g_enabled) unlock_depot();
 }
 
 front_cache_counts front_cache_stats() noexcept {
   front_cache_counts c;
-  c.depot_puts = g_puts.load(std::memory_order_relaxed);
-  c.depot_takes = g_takes.load(std::memory_order_relaxed);
-  c.depot_frees = g_frees.load(std::memory_order_relaxed);
-  c.threads_closed = g_closed_threads.load(std::memory_order_relaxed);
-  c.largest = g_enabled ? g_largest : 0;
+  depot_counts(&c, g_enabled);
+  c.largest = g_enabled ? g_large_largest : 0;
   c.base = g_base;
   c.span = g_span;
-  c.depot_bytes[0] = g_small_depot_bytes.load(std::memory_order_relaxed);
-  c.depot_bytes[1] = g_depot_bytes.load(std::memory_order_relaxed);
-  c.depot_budget[0] = small_depot_budget;
-  c.depot_budget[1] = g_enabled ? depot_budget() : 0;
+  c.thread_large_budget = g_enabled ? thread_large_budget() : 0;
+  c.thread_large_bytes = g_enabled && t_state == cache_open ? t_cache->large_bytes : 0;
   return c;
 }
 

@@ -1,4 +1,4 @@
-// replayalloc/backend/front_cache.h: per-thread lists of free blocks of 16 B-64 KiB in
+// replayalloc/backend/front_cache.h: per-thread lists of free blocks of 16 B-2 MiB in
 // front of the fallback's jemalloc (Note [The fallback's front cache], front_cache.cc).
 //
 // Layer: backend. The fallback's malloc for requests passed through and below the
@@ -28,6 +28,7 @@ struct front_backend {
   front_block_fn block = nullptr;    // a block of a class served, from the range's arena `slot`
   unsigned slots = 1;                // its arenas (Note [The front cache's arena])
   front_free_fn release = nullptr;   // a block from the range given back
+  unsigned arenas[8] = {};           // the jemalloc arena of each slot
   std::size_t (*size_class)(std::size_t) noexcept = nullptr;  // the class of a request
   std::size_t (*usable)(const void*) noexcept = nullptr;      // the class of a block
 };
@@ -40,7 +41,7 @@ inline constexpr std::size_t front_range_bytes = std::size_t{16} << 30;
 // be made. front_arena.cc.
 bool make_front_arena(front_backend* b) noexcept;
 
-// Serves requests of 16 B-64 KiB from per-thread lists; false (nothing changes) when b is
+// Serves requests of 16 B-2 MiB from per-thread lists; false (nothing changes) when b is
 // incomplete, or when called twice. Once, under the reentry guard (the engine's
 // constructor, through use_front_cache in jemalloc_backend.cc).
 bool enable_front_cache(const front_backend& b) noexcept;
@@ -60,6 +61,10 @@ void front_resizing(const void* p) noexcept;
 // purge: Note [Purging what a slab replaces]). Nothing when the cache is off.
 void front_cache_release() noexcept;
 
+// The jemalloc arena this thread's cache takes its blocks from (Note [The front cache's
+// arena]), and how many threads' caches share it; false while the thread has no cache.
+bool front_cache_arena(unsigned* arena, unsigned* sharing) noexcept;
+
 // Fork: the depot's locks held across fork(), released in both processes
 // (engine::prefork and its postfork handlers).
 void front_cache_prefork() noexcept;
@@ -73,8 +78,12 @@ struct front_cache_counts {
   std::size_t largest = 0;         // the largest request served (0: off)
   std::uintptr_t base = 0;         // the range its blocks come from
   std::size_t span = 0;
-  std::size_t depot_bytes[2] = {};   // held in the depot: classes below 4 KiB, the others
-  std::size_t depot_budget[2] = {};  // their budgets (lists beyond go back to the arena)
+  // Held in the depot: the classes below 4 KiB, up to 64 KiB, and above (Note [Large
+  // blocks in the front cache]).
+  std::size_t depot_bytes[3] = {};
+  std::size_t depot_budget[3] = {};  // their budgets (lists beyond go back to the arena)
+  std::size_t thread_large_budget = 0;  // a thread's lists' bytes of the classes above 64 KiB
+  std::size_t thread_large_bytes = 0;   // the calling thread's, now
 };
 front_cache_counts front_cache_stats() noexcept;
 

@@ -420,7 +420,9 @@ std::size_t fallback_resident_bytes() noexcept { return fresh_stat("stats.reside
 //    four arenas per CPU), and the pages there are what those threads' iterations
 //    used (ResNet-50, 4 threads: 21-25 MiB dirty in each inference thread's arena,
 //    against an 11 MiB slab and 75-94 MiB in all arenas together; MobileNetV3:
-//    10-11 MiB against 7 MiB and 41 MiB);
+//    10-11 MiB against 7 MiB and 41 MiB); and by the same rule the arena of the
+//    thread's front cache, which the blocks of 64 KiB-2 MiB come from (Note [Large
+//    blocks in the front cache]), counting the caches that share it;
 //  - else nothing: the free pages are mostly the rest of the program's (the model's
 //    loading, a cache it freed), which it would fault back in (a TorchScript
 //    MobileNetV3's first 0.2 MiB slab against 10 MiB: ~3,000 page faults), and which
@@ -462,14 +464,23 @@ void release_free_memory(std::size_t slab_bytes) noexcept {
     purge(MALLCTL_ARENAS_ALL);
     return;
   }
+  // The thread's own arena and its front cache's (Note [Large blocks in the front
+  // cache]: the blocks of 64 KiB-2 MiB it passed through or recorded are there).
+  // Threads share an arena when there are more of them than arenas (jemalloc makes four
+  // per CPU; the front cache one per CPU): each may have left an iteration's pages there.
   unsigned own = 0;
   std::size_t mine = 0;
-  if (!read_ctl("thread.arena", &own) || !arena_stat(own, "pdirty", &mine) || mine == 0) return;
-  // Threads share an arena when there are more of them than arenas (jemalloc makes four
-  // per CPU): each may have left an iteration's pages there.
   unsigned sharing = 1;
-  if (!arena_stat(own, "nthreads", &sharing) || sharing == 0) sharing = 1;
-  if (mine <= 3 * slab_pages * sharing) purge(own);
+  if (read_ctl("thread.arena", &own) && arena_stat(own, "pdirty", &mine) && mine != 0) {
+    if (!arena_stat(own, "nthreads", &sharing) || sharing == 0) sharing = 1;
+    if (mine <= 3 * slab_pages * sharing) purge(own);
+  }
+  unsigned front = 0;
+  std::size_t front_dirty = 0;
+  if (front_cache_arena(&front, &sharing) && front != own && arena_stat(front, "pdirty", &front_dirty) &&
+      front_dirty != 0 && front_dirty <= 3 * slab_pages * sharing) {
+    purge(front);
+  }
 }
 
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept {

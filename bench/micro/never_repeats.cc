@@ -11,8 +11,8 @@
 // 4 KiB of each block, and frees them. With `explicit` (and replayalloc preloaded)
 // every request is an iteration of one key, marked through the C API found with
 // dlsym; without it, auto mode watches the stream. Prints the CPU time per request in
-// microseconds, the minor page faults per request, and replayalloc's statistics when
-// it is loaded.
+// microseconds, the minor page faults per request, the peak resident set, and
+// replayalloc's statistics when it is loaded.
 #include <dlfcn.h>
 #include <sys/resource.h>
 
@@ -69,8 +69,8 @@ int main(int argc, char** argv) {
   getrusage(RUSAGE_SELF, &r1);
   auto us = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_usec); };
   const double cpu = (us(r1.ru_utime) - us(r0.ru_utime)) + (us(r1.ru_stime) - us(r0.ru_stime));
-  std::printf("cpu_us_per_request %.2f\nfaults_per_request %.2f\nchecksum %llu\n", cpu / requests,
-              static_cast<double>(r1.ru_minflt - r0.ru_minflt) / requests, sum);
+  std::printf("cpu_us_per_request %.2f\nfaults_per_request %.2f\nchecksum %llu\npeak_rss_kib %ld\n", cpu / requests,
+              static_cast<double>(r1.ru_minflt - r0.ru_minflt) / requests, sum, r1.ru_maxrss);
   if (stats != nullptr) {
     char buf[4096];
     stats(buf, sizeof buf);

@@ -301,7 +301,8 @@ TEST(PreloadFallback, AThreadThatExitsLeavesItsPagesToItsCPUsOtherThreads) {
   int cpu = 0;
   while (!CPU_ISSET(cpu, &all)) ++cpu;
   // A thread on that CPU, and a worker beside it on the same CPU that uses and frees
-  // 4 MiB of 256 KiB blocks (above the thread cache: dirty pages of the arena) and exits.
+  // 12 MiB of 3 MiB blocks (above the thread cache and the front cache's classes: Note
+  // [Large blocks in the front cache]; dirty pages of the arena) and exits.
   on_cpu(cpu, [&] {
     void* big = detail::backend::fallback_alloc(std::size_t{1} << 20, 16);
     ASSERT_NE(big, nullptr);
@@ -318,11 +319,11 @@ TEST(PreloadFallback, AThreadThatExitsLeavesItsPagesToItsCPUsOtherThreads) {
     unsigned theirs = UINT32_MAX;
     std::size_t dirty_at_exit = 0;
     on_cpu(cpu, [&] {
-      void* blocks[16];
+      void* blocks[4];
       for (void*& b : blocks) {
-        b = detail::backend::fallback_alloc(std::size_t{256} << 10, 16);
+        b = detail::backend::fallback_alloc(std::size_t{3} << 20, 16);
         ASSERT_NE(b, nullptr);
-        std::memset(b, 1, std::size_t{256} << 10);
+        std::memset(b, 1, std::size_t{3} << 20);
       }
       for (void* b : blocks) detail::backend::fallback_free(b);
       std::size_t n = sizeof theirs;

@@ -58,8 +58,9 @@ void expect_on() {
   // Each test starts from an empty depot and empty lists on this thread: what earlier
   // tests left there (up to the depot's byte budget) would decide what a list put finds.
   detail::backend::front_cache_release();
-  // The preload library's minimum (4 KiB) is below the cache's largest class (64 KiB).
-  EXPECT_EQ(detail::backend::front_cache_stats().largest, std::size_t{64} << 10);
+  // The cache serves up to jemalloc's class of 2 MiB (Note [Large blocks in the front
+  // cache]).
+  EXPECT_EQ(detail::backend::front_cache_stats().largest, std::size_t{2} << 20);
 }
 
 // expect_on() in a test: a skip or a failure there ends the test.
@@ -143,7 +144,8 @@ TEST(FrontCache, HandsOutOnlyBlocksOfItsRangeAndOfTheRequestsClass) {
   for (std::size_t i = 0; i < got.size(); i += 2) detail::backend::g_plain_free.load()(got[i]);
   for (std::size_t i = 1; i < got.size(); i += 2) std::free(got[i]);  // the library's free
   // Blocks below 4 KiB are the cache's too (Note [Small blocks in the front cache]),
-  // the inline malloc's included; requests under 16 bytes get 16; above 64 KiB,
+  // the inline malloc's included; requests under 16 bytes get 16; blocks above 64 KiB
+  // up to 2 MiB too, of their class (Note [Large blocks in the front cache]); above,
   // jemalloc's own.
   for (std::size_t want : {std::size_t{1}, std::size_t{8}, std::size_t{16}, std::size_t{200}, std::size_t{3000}}) {
     void* small = std::malloc(want);
@@ -153,9 +155,17 @@ TEST(FrontCache, HandsOutOnlyBlocksOfItsRangeAndOfTheRequestsClass) {
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small) % 16, 0u) << want;
     std::free(small);
   }
-  void* large = detail::backend::g_pass_malloc.load()(100000);
-  EXPECT_FALSE(in_range(large));
-  std::free(large);
+  for (std::size_t want : {std::size_t{65537}, std::size_t{100000}, std::size_t{1} << 20, (std::size_t{2} << 20) - 1,
+                           std::size_t{2} << 20}) {
+    void* large = detail::backend::g_pass_malloc.load()(want);
+    ASSERT_NE(large, nullptr);
+    EXPECT_TRUE(in_range(large)) << want;
+    EXPECT_EQ(sallocx(large, 0), nallocx(want, 0)) << want;
+    std::free(large);
+  }
+  void* huge = detail::backend::g_pass_malloc.load()((std::size_t{2} << 20) + 1);
+  EXPECT_FALSE(in_range(huge));
+  std::free(huge);
 }
 
 // Note [The gate's range]: the engine reserves the cache's range directly below the slab
@@ -375,7 +385,7 @@ TEST(FrontCache, AnExitingThreadsBlocksServeItsSuccessor) {
   }
 }
 
-// Blocks handed between four threads through a queue, of every size up to 80 KiB, each
+// Blocks handed between four threads through a queue, of every size up to 4 MiB, each
 // filled at its malloc and checked at its free by another thread: none is ever live twice
 // (a set of live blocks under a lock), none changes while it is live.
 TEST(FrontCache, NeverHandsOutALiveBlock) {
@@ -387,7 +397,8 @@ TEST(FrontCache, NeverHandsOutALiveBlock) {
   auto worker = [&](int id) {
     std::mt19937 rng(static_cast<unsigned>(id) * 7919u + 1u);
     for (int i = 0; i < 40000; ++i) {
-      const std::size_t n = std::size_t{1} << (rng() % 17);
+      // Up to 4 MiB: the large classes (Note [Large blocks in the front cache]) and past.
+      const std::size_t n = std::size_t{1} << (rng() % 22);
       const std::size_t size = n + rng() % n;
       void* p = std::malloc(size);
       if (p == nullptr) {
@@ -429,6 +440,89 @@ TEST(FrontCache, NeverHandsOutALiveBlock) {
   EXPECT_GT(c.depot_takes, 0u);
 }
 
+// Note [Large blocks in the front cache]: a block of 64 KiB-2 MiB a thread frees serves
+// its next request of the class without jemalloc, and an exiting thread's serve its
+// successor through the depot; every block handed out is of the request's class.
+TEST(FrontCache, LargeBlocksAreReusedWithoutJemalloc) {
+  REQUIRE_FRONT_CACHE();
+  const std::size_t sizes[] = {65537, 100000, 300000, 700000, 1u << 20, (2u << 20) - 4096};
+  // The fallback's malloc and free, as a request passed through gets them (those through
+  // malloc() are watched by auto mode, whose own tables come from jemalloc).
+  auto pass = detail::backend::g_pass_malloc.load();
+  auto release = detail::backend::g_plain_free.load();
+  std::vector<void*> freed;
+  std::thread([&] {
+    release(pass(100));  // the thread's cache made first
+    std::vector<void*> first;
+    for (std::size_t n : sizes) {
+      void* p = pass(n);
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(sallocx(p, 0), nallocx(n, 0)) << n;
+      fill(p, 4096, static_cast<std::uint32_t>(n));
+      first.push_back(p);
+    }
+    for (void* p : first) release(p);
+    std::vector<void*> again;
+    again.reserve(std::size(sizes));
+    const std::uint64_t before = jemalloc_allocated_here();
+    for (std::size_t n : sizes) again.push_back(pass(n));
+    EXPECT_EQ(jemalloc_allocated_here(), before) << "a large request went to jemalloc";
+    EXPECT_EQ(again, first) << "a block freed did not serve the next request of its class";
+    for (void* p : again) release(p);
+    freed = again;  // on the thread's lists or in the depot at its exit
+  }).join();
+  std::thread([&] {
+    // The thread's first requests make its engine state and cache (from jemalloc):
+    // made first, with a size of another class.
+    release(pass(3u << 20));
+    std::vector<void*> got;
+    got.reserve(std::size(sizes));
+    const std::uint64_t before = jemalloc_allocated_here();
+    for (std::size_t n : sizes) got.push_back(pass(n));
+    EXPECT_EQ(jemalloc_allocated_here(), before) << "the successor's large requests went to jemalloc";
+    EXPECT_EQ(got, freed) << "the exited thread's large blocks did not serve its successor";
+    for (void* p : got) release(p);
+  }).join();
+}
+
+// The large classes are bounded by bytes (Note [Large blocks in the front cache]): a
+// thread keeps at most its share of the threads' budget on its lists, the depot at most
+// its own, and every block beyond goes back to the arena, so that 48 MiB of 1 MiB blocks
+// freed at once are not all kept.
+TEST(FrontCache, LargeBlocksAreKeptWithinTheirBudgets) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  constexpr std::size_t kSize = std::size_t{1} << 20;
+  constexpr int kBlocks = 48;
+  std::thread([&] {
+    std::free(std::malloc(100));
+    const be::front_cache_counts before = be::front_cache_stats();
+    ASSERT_EQ(before.depot_bytes[2], 0u) << "expect_on() released the depot";
+    ASSERT_GE(before.thread_large_budget, std::size_t{512} << 10);
+    std::vector<void*> first;
+    for (int i = 0; i < kBlocks; ++i) first.push_back(std::malloc(kSize));
+    for (void* p : first) std::free(p);
+    const be::front_cache_counts after = be::front_cache_stats();
+    EXPECT_LE(after.depot_bytes[2], after.depot_budget[2]);
+    EXPECT_GE(after.depot_bytes[2], after.depot_budget[2] - kSize) << "the depot did not take what its budget allows";
+    // Kept: the thread's share and the depot's; the rest went back to the arena.
+    const std::size_t kept = after.thread_large_budget / kSize + after.depot_budget[2] / kSize;
+    ASSERT_LT(kept, static_cast<std::size_t>(kBlocks)) << "the test needs more blocks than the budgets";
+    EXPECT_GE(after.depot_frees - before.depot_frees, kBlocks - kept);
+    const absl::flat_hash_set<void*> old(first.begin(), first.end());
+    std::vector<void*> again;
+    for (int i = 0; i < kBlocks; ++i) again.push_back(std::malloc(kSize));
+    std::size_t reused = 0;
+    for (void* p : again) reused += old.contains(p) ? 1 : 0;
+    // The blocks kept are all reused (the arena may hand those given back to it out
+    // again too).
+    EXPECT_GE(reused, kept) << "the budgets' blocks were not reused";
+    for (void* p : again) std::free(p);
+  }).join();
+  be::front_cache_release();
+  EXPECT_EQ(be::front_cache_stats().depot_bytes[2], 0u) << "the depot's count of its large bytes drifted";
+}
+
 // A realloc'd front block keeps its bytes; a calloc'd block of a class whose blocks the
 // cache holds dirty is zero.
 TEST(FrontCache, ReallocKeepsAndCallocZeroes) {
@@ -445,6 +539,23 @@ TEST(FrontCache, ReallocKeepsAndCallocZeroes) {
     ASSERT_NE(z, nullptr);
     for (int b = 0; b < 8192; ++b) ASSERT_EQ(z[b], 0) << "calloc returned a dirty block";
     std::free(z);
+  }
+  // The large classes' too (Note [Large blocks in the front cache]).
+  for (const std::size_t n : {std::size_t{100000}, std::size_t{600000}}) {
+    std::vector<void*> held;
+    for (int i = 0; i < 4; ++i) {
+      void* p = std::malloc(n);
+      std::memset(p, 0xcd, n);
+      held.push_back(p);
+    }
+    for (void* p : held) std::free(p);
+    for (int i = 0; i < 4; ++i) {
+      auto* z = static_cast<unsigned char*>(std::calloc(1, n));
+      ASSERT_NE(z, nullptr);
+      for (std::size_t b = 0; b < n; ++b) ASSERT_EQ(z[b], 0) << n << " B: calloc returned a dirty block";
+      held[i] = z;
+    }
+    for (void* p : held) std::free(p);
   }
   void* p = std::malloc(5000);
   fill(p, 5000, 9);
@@ -465,31 +576,35 @@ TEST(FrontCache, ABlockReallocShrankInPlaceIsNeverServedAsItsOldClass) {
   REQUIRE_FRONT_CACHE();
   auto pass = detail::backend::g_pass_malloc.load();
   auto release = detail::backend::g_plain_free.load();
-  void* p = pass(20000);
-  ASSERT_NE(p, nullptr);
-  ASSERT_EQ(sallocx(p, 0), nallocx(20000, 0));
-  fill(p, 16000, 3);
-  void* q = detail::backend::fallback_realloc(p, 16000);
-  // jemalloc shrinks a large extent in place (it splits off its tail); the test is about
-  // that case.
-  ASSERT_EQ(q, p) << "jemalloc moved the block";
-  ASSERT_EQ(sallocx(q, 0), nallocx(16000, 0));
-  ASSERT_LT(sallocx(q, 0), 20000u);
-  EXPECT_TRUE(intact(q, 16000, 3));
-  release(q);
-  std::vector<void*> got;
-  for (int i = 0; i < 64; ++i) {
-    void* r = pass(20000);
-    ASSERT_NE(r, nullptr);
-    EXPECT_NE(r, q) << "a block of " << sallocx(q, 0) << " bytes served a request of 20000";
-    EXPECT_GE(sallocx(r, 0), 20000u);
-    got.push_back(r);
+  // A block of 20 KiB shrunk to 16 KiB, and one of the large classes (Note [Large
+  // blocks in the front cache]), 1 MiB to 700,000 bytes.
+  for (const auto& [from, to] : {std::pair<std::size_t, std::size_t>{20000, 16000}, {1u << 20, 700000}}) {
+    void* p = pass(from);
+    ASSERT_NE(p, nullptr);
+    ASSERT_EQ(sallocx(p, 0), nallocx(from, 0));
+    fill(p, to, 3);
+    void* q = detail::backend::fallback_realloc(p, to);
+    // jemalloc shrinks a large extent in place (it splits off its tail); the test is
+    // about that case.
+    ASSERT_EQ(q, p) << "jemalloc moved the block";
+    ASSERT_EQ(sallocx(q, 0), nallocx(to, 0));
+    ASSERT_LT(sallocx(q, 0), from);
+    EXPECT_TRUE(intact(q, to, 3));
+    release(q);
+    std::vector<void*> got;
+    for (int i = 0; i < 64; ++i) {
+      void* r = pass(from);
+      ASSERT_NE(r, nullptr);
+      EXPECT_NE(r, q) << "a block of " << sallocx(q, 0) << " bytes served a request of " << from;
+      EXPECT_GE(sallocx(r, 0), from);
+      got.push_back(r);
+    }
+    // Its class's list (or, past the thread's budget, the depot) took it.
+    void* s = pass(to);
+    EXPECT_EQ(s, q) << to;
+    release(s);
+    for (void* r : got) release(r);
   }
-  // Its class's list took it (this thread's list was empty).
-  void* s = pass(16000);
-  EXPECT_EQ(s, q);
-  release(s);
-  for (void* r : got) release(r);
 }
 
 // A thread's last requests, made from a thread-specific destructor after jemalloc has

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/front_cache.h"
 #include "backend/slab_range.h"
 #include "replayalloc/replayalloc.hpp"
 #include "runtime/auto_detect.h"
@@ -452,7 +453,10 @@ TEST(Entry, RecordedPagesAreReturnedWhenTheSlabIsMade) {
   const std::uint64_t plans = replayalloc::stats().plans;
   iteration();  // recorded (REPLAYALLOC_RECORD_ITERATIONS=2: not planned yet)
   ASSERT_EQ(replayalloc::stats().plans, plans);
-  const std::uint64_t dirty_recorded = jemalloc_dirty_bytes();
+  // Free pages in jemalloc, or blocks the front cache keeps (Note [Large blocks in the
+  // front cache]), which go back to jemalloc before the purge.
+  const replayalloc::detail::backend::front_cache_counts held = replayalloc::detail::backend::front_cache_stats();
+  const std::uint64_t dirty_recorded = jemalloc_dirty_bytes() + held.depot_bytes[2] + held.thread_large_bytes;
   ASSERT_GE(dirty_recorded, std::uint64_t{32} << 20) << "jemalloc did not keep the recording's pages";
   iteration();  // recorded again: planned at its end
   ASSERT_EQ(replayalloc::stats().plans, plans + 1);
@@ -504,7 +508,8 @@ TEST(Entry, ASlabReturnsItsOwnThreadsPagesAndLeavesOtherThreadsAlone) {
     ASSERT_EQ(mallctl("arenas.create", &arena, &n, nullptr, 0), 0);
     ASSERT_EQ(mallctl("thread.arena", nullptr, nullptr, &arena, sizeof arena), 0);
     const decay_kept_while_in_scope no_decay_here(arena);
-    auto iteration = [] { blocks_iteration("entry/own-arena", 24, kMiB); };  // 24 MiB live at the peak
+    // Blocks of 3 MiB, above the front cache's classes: from the thread's arena.
+    auto iteration = [] { blocks_iteration("entry/own-arena", 8, 3 * kMiB); };  // 24 MiB live at the peak
     iteration();  // recorded
     iteration();  // recorded again: planned at its end
     recorded_dirty = jemalloc_dirty_bytes(arena);
@@ -514,10 +519,53 @@ TEST(Entry, ASlabReturnsItsOwnThreadsPagesAndLeavesOtherThreadsAlone) {
     replayed_dirty = jemalloc_dirty_bytes(arena);
   });
   worker.join();
-  ASSERT_EQ(hits, 24u) << "the third iteration was not replayed";
+  ASSERT_EQ(hits, 8u) << "the third iteration was not replayed";
   ASSERT_GE(recorded_dirty, std::uint64_t{16} << 20) << "jemalloc did not keep the recordings' pages";
   EXPECT_LT(replayed_dirty, std::uint64_t{4} << 20)
       << "the slab's own thread kept its recordings' pages (" << (recorded_dirty >> 20) << " MiB)";
+  EXPECT_GE(jemalloc_dirty_bytes(main_arena), main_dirty / 2) << "another thread's free pages were given back";
+}
+
+// ...and the blocks of 64 KiB-2 MiB, which come from the front cache's arena (Note [Large
+// blocks in the front cache]): the thread's cache and the depot give theirs back and the
+// thread's front arena is purged, while another thread's free pages stay.
+TEST(Entry, ASlabReturnsItsThreadsFrontCachePagesAndLeavesOtherThreadsAlone) {
+  namespace be = replayalloc::detail::backend;
+  (void)replayalloc::stats();  // the engine made: it enables the front cache
+  if (be::front_cache_stats().largest == 0) GTEST_SKIP() << "no front cache in this build";
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  unsigned main_arena = 0;
+  std::size_t len = sizeof main_arena;
+  ASSERT_EQ(mallctl("thread.arena", &main_arena, &len, nullptr, 0), 0);
+  const decay_kept_while_in_scope no_decay(main_arena);
+  be::front_cache_release();  // what earlier tests left in the depot
+  std::vector<void*> big;
+  for (int i = 0; i < 16; ++i) big.push_back(be::fallback_alloc(3 * kMiB, 16));  // this thread's arena
+  for (void* p : big) std::memset(p, 1, 3 * kMiB);
+  for (void* p : big) be::fallback_free(p);
+  const std::uint64_t main_dirty = jemalloc_dirty_bytes(main_arena);
+  ASSERT_GE(main_dirty, std::uint64_t{24} << 20) << "jemalloc did not keep the freed pages";
+  std::uint64_t recorded = 0, replayed = ~std::uint64_t{0}, hits = 0;
+  std::thread worker([&] {
+    auto iteration = [] { blocks_iteration("entry/front-arena", 24, kMiB); };  // 24 MiB live at the peak
+    iteration();  // recorded
+    iteration();  // recorded again: planned at its end
+    unsigned front = 0, sharing = 0;
+    ASSERT_TRUE(be::front_cache_arena(&front, &sharing)) << "the thread has no front cache";
+    ASSERT_NE(front, main_arena);
+    const decay_kept_while_in_scope no_decay_here(front);
+    const be::front_cache_counts held = be::front_cache_stats();
+    recorded = jemalloc_dirty_bytes(front) + held.depot_bytes[2] + held.thread_large_bytes;
+    const std::uint64_t before = replayalloc::stats().slab_hits;
+    iteration();  // replayed: its 24 MiB slab made at its begin
+    hits = replayalloc::stats().slab_hits - before;
+    replayed = jemalloc_dirty_bytes(front) + be::front_cache_stats().thread_large_bytes;
+  });
+  worker.join();
+  ASSERT_EQ(hits, 24u) << "the third iteration was not replayed";
+  ASSERT_GE(recorded, std::uint64_t{16} << 20) << "the recordings' blocks were neither cached nor dirty";
+  EXPECT_LT(replayed, std::uint64_t{4} << 20)
+      << "the slab's own thread kept its recordings' pages (" << (recorded >> 20) << " MiB)";
   EXPECT_GE(jemalloc_dirty_bytes(main_arena), main_dirty / 2) << "another thread's free pages were given back";
 }
 

@@ -1,0 +1,53 @@
+// replayalloc/backend/front_depot.h: the front cache's depot, the stacks of whole lists
+// of free blocks that threads hand to each other (Note [The fallback's front cache],
+// front_cache.cc), under budgets of bytes.
+//
+// Layer: backend, private to the front cache (front_cache.cc and front_depot.cc).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/front_cache.h"
+
+namespace replayalloc::detail::backend::front {
+
+// Size classes the front cache serves, 1..n (0: none), below 4 KiB, up to 64 KiB and
+// above (Note [Large blocks in the front cache]).
+inline constexpr unsigned max_classes = 72;
+
+struct free_list {
+  void* head;  // linked through the blocks' first word
+  std::uint32_t count;
+  std::uint32_t max;  // the count at which a thread's list goes to the depot
+};
+
+// Which of the depot's budgets a class's bytes count against.
+enum depot_part : std::uint8_t { part_small, part_medium, part_large, parts };
+
+// Once, as the cache is enabled: each class's size and part, and the free of a block
+// given back to the arena.
+void configure_depot(const std::uint32_t* class_size, const std::uint8_t* part, front_free_fn release) noexcept;
+
+// Threads with a cache open: the budgets that grow or are shared with them read it.
+extern std::atomic<std::size_t> g_open_caches;
+void thread_opened() noexcept;
+void thread_closed() noexcept;
+
+// A whole list to the depot of class k, or to the arena when the class's budget or
+// stack is full.
+void put(unsigned k, void* head, std::uint32_t count) noexcept;
+// A whole list of class k from the depot; {nullptr, 0, 0} when it has none.
+free_list take(unsigned k) noexcept;
+// Every block of a list back to the arena.
+void free_all(void* head) noexcept;
+// Every list of the depot back to the arena (front_cache_release).
+void release_depot() noexcept;
+// Fork: every class's lock held (front_cache_prefork / postfork).
+void lock_depot() noexcept;
+void unlock_depot() noexcept;
+// Its counts and budgets into c (front_cache_stats).
+void depot_counts(front_cache_counts* c, bool enabled) noexcept;
+
+}  // namespace replayalloc::detail::backend::front
