@@ -84,6 +84,7 @@ struct front_cache_counts {
   std::size_t depot_budget[3] = {};  // their budgets (lists beyond go back to the arena)
   std::size_t thread_large_budget = 0;  // a thread's lists' bytes of the classes above 64 KiB
   std::size_t thread_large_bytes = 0;   // the calling thread's, now
+  std::uint64_t large_given_back = 0;   // blocks of larger classes given back at a miss
 };
 front_cache_counts front_cache_stats() noexcept;
 

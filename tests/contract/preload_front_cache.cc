@@ -485,6 +485,37 @@ TEST(FrontCache, LargeBlocksAreReusedWithoutJemalloc) {
   }).join();
 }
 
+// A large request the cache cannot serve gives the thread's cached blocks of larger
+// classes back to the arena first, so that the arena serves it from their pages (Note
+// [Large blocks in the front cache]); a cached block of a smaller class stays.
+TEST(FrontCache, ALargeMissGivesLargerCachedBlocksBack) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  std::thread([&] {
+    release(pass(100));  // the thread's cache made first
+    ASSERT_EQ(be::front_cache_stats().thread_large_bytes, 0u);
+    void* big = pass(300000);
+    release(big);  // cached: within the thread's share (at least 512 KiB)
+    ASSERT_EQ(be::front_cache_stats().thread_large_bytes, nallocx(300000, 0));
+    const std::uint64_t given = be::front_cache_stats().large_given_back;
+    void* small = pass(100000);  // no block of its class anywhere: a miss
+    ASSERT_NE(small, nullptr);
+    EXPECT_EQ(sallocx(small, 0), nallocx(100000, 0));
+    EXPECT_EQ(be::front_cache_stats().large_given_back, given + 1) << "the larger cached block was not given back";
+    EXPECT_EQ(be::front_cache_stats().thread_large_bytes, 0u);
+    fill(small, 100000, 5);
+    release(small);  // cached in its turn
+    void* other = pass(700000);  // a miss with only a smaller block cached: it stays
+    EXPECT_EQ(be::front_cache_stats().large_given_back, given + 1);
+    EXPECT_EQ(be::front_cache_stats().thread_large_bytes, nallocx(100000, 0));
+    EXPECT_EQ(pass(100000), small) << "the smaller cached block was not kept";
+    release(small);
+    release(other);
+  }).join();
+}
+
 // The large classes are bounded by bytes (Note [Large blocks in the front cache]): a
 // thread keeps at most its share of the threads' budget on its lists, the depot at most
 // its own, and every block beyond goes back to the arena, so that 48 MiB of 1 MiB blocks
