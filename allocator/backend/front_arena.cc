@@ -43,7 +43,7 @@ constexpr std::size_t range_bytes = front_range_bytes;
 // Arenas, not one: 8 threads on 2 cores waited on one arena's locks (jemalloc's mutex
 // spin ~8% of the samples of producer/consumer at 8 threads); each thread's cache
 // takes its blocks from one of them (front_cache.cc).
-constexpr unsigned max_arenas = 8;
+constexpr unsigned max_arenas = front_max_arenas;
 
 std::uintptr_t g_base = 0;
 std::atomic<std::uintptr_t> g_next{0};

@@ -109,6 +109,10 @@ std::size_t g_largest = 0;  // the largest size class served by the lists' fast 
 std::size_t g_large_largest = 0;  // the largest served (Note [Large blocks in the front cache])
 unsigned g_first_large = max_classes;  // the first class above front_limit
 std::uint8_t g_large_class_of[(large_limit >> large_shift) + 1];  // size / 16 KiB -> class
+// The class of a size above g_largest, up to g_large_largest.
+[[gnu::always_inline]] inline unsigned large_class(std::size_t size) noexcept {
+  return g_large_class_of[(size + (std::size_t{1} << large_shift) - 1) >> large_shift];
+}
 bool g_enabled = false;
 std::uint8_t g_class_of[front_limit / 16 + 1];  // (size + 15) / 16 -> class
 std::uint32_t g_class_size[max_classes];
@@ -120,7 +124,7 @@ std::uintptr_t g_base = 0;
 std::size_t g_span = 0;
 front_block_fn g_block = nullptr;
 unsigned g_slots = 1;
-unsigned g_arena_of_slot[8] = {};
+unsigned g_arena_of_slot[front_max_arenas] = {};
 std::atomic<unsigned> g_next_slot{0};
 front_free_fn g_release = nullptr;
 std::size_t (*g_usable)(const void*) noexcept = nullptr;
@@ -257,7 +261,7 @@ void close_thread(void* arg) noexcept {
     if (u <= g_largest) {
       k = g_class_of[(u + 15) >> 4];
     } else if (u <= g_large_largest) {
-      k = g_large_class_of[(u + (std::size_t{1} << large_shift) - 1) >> large_shift];
+      k = large_class(u);
     }
     // A block of a size the cache does not serve (one jemalloc's realloc grew or shrank
     // in place to another) goes back to the arena.
@@ -350,7 +354,7 @@ void give_back_larger(unsigned k, std::size_t bytes) noexcept {
 
 [[gnu::noinline]] void* large_malloc(std::size_t size) noexcept {
   if (size > g_large_largest) return g_malloc(size);
-  const unsigned k = g_large_class_of[(size + (std::size_t{1} << large_shift) - 1) >> large_shift];
+  const unsigned k = large_class(size);
   const std::size_t bytes = g_class_size[k];
   if (t_state == cache_open || open_cache()) {
     thread_cache* c = t_cache;
@@ -461,7 +465,7 @@ bool enable_front_cache(const front_backend& b) noexcept {
   g_base = b.base;
   g_span = b.span;
   g_block = b.block;
-  g_slots = b.slots == 0 ? 1 : b.slots > 8 ? 8 : b.slots;
+  g_slots = b.slots == 0 ? 1 : b.slots > front_max_arenas ? front_max_arenas : b.slots;
   for (unsigned i = 0; i < g_slots; ++i) g_arena_of_slot[i] = b.arenas[i];
   g_release = b.release;
   g_usable = b.usable;

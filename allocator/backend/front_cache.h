@@ -17,6 +17,9 @@ using front_malloc_fn = void* (*)(std::size_t) noexcept;
 using front_free_fn = void (*)(void*) noexcept;
 using front_block_fn = void* (*)(std::size_t, unsigned) noexcept;
 
+// The most arenas the cache's blocks come from (Note [The front cache's arena]).
+inline constexpr unsigned front_max_arenas = 8;
+
 // What the front cache stands on (jemalloc, through jemalloc_backend.cc and
 // front_arena.cc).
 struct front_backend {
@@ -28,7 +31,7 @@ struct front_backend {
   front_block_fn block = nullptr;    // a block of a class served, from the range's arena `slot`
   unsigned slots = 1;                // its arenas (Note [The front cache's arena])
   front_free_fn release = nullptr;   // a block from the range given back
-  unsigned arenas[8] = {};           // the jemalloc arena of each slot
+  unsigned arenas[front_max_arenas] = {};  // the jemalloc arena of each slot
   std::size_t (*size_class)(std::size_t) noexcept = nullptr;  // the class of a request
   std::size_t (*usable)(const void*) noexcept = nullptr;      // the class of a block
 };
