@@ -77,6 +77,8 @@ bool extent_dalloc(extent_hooks_t*, void*, std::size_t, bool, unsigned) { return
 void extent_destroy(extent_hooks_t*, void*, std::size_t, bool, unsigned) {}
 
 void* block(std::size_t size, unsigned slot) noexcept { return mallocx(size, g_flags[slot % g_arenas]); }
+// Note [Runs for medium blocks]: a run, aligned to its size (a power of two).
+void* run(std::size_t bytes, unsigned slot) noexcept { return mallocx(bytes, g_flags[slot % g_arenas] | MALLOCX_ALIGN(bytes)); }
 void release(void* p) noexcept { dallocx(p, MALLOCX_TCACHE_NONE); }
 std::size_t size_class_of(std::size_t n) noexcept { return nallocx(n, 0); }
 std::size_t usable(const void* p) noexcept { return sallocx(const_cast<void*>(p), 0); }
@@ -124,6 +126,7 @@ bool make_front_arena(front_backend* b) noexcept {
   b->base = g_base;
   b->span = range_bytes;
   b->block = &block;
+  b->run = &run;
   b->slots = g_arenas;
   b->release = &release;
   b->size_class = &size_class_of;

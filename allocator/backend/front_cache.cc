@@ -56,6 +56,7 @@
 #include <new>
 
 #include "backend/front_depot.h"
+#include "backend/front_runs.h"
 #include "support/config.h"
 
 namespace replayalloc::detail::backend {
@@ -63,7 +64,7 @@ using namespace front;
 namespace {
 
 constexpr std::size_t front_limit = 64 * 1024;
-constexpr unsigned map_shift = 12;  // one byte of the page map per 4 KiB of the range
+constexpr unsigned map_shift = page_map_shift;  // one byte of the page map per 4 KiB of the range
 constexpr std::size_t front_least = 16;
 // Classes below it are filled list_max / 2 blocks at once (Note [Small blocks in the
 // front cache]); those at or above it one block at a time.
@@ -162,7 +163,6 @@ void map_block(const void* p, unsigned k) noexcept {
   if (b.load(std::memory_order_relaxed) != k) b.store(static_cast<std::uint8_t>(k), std::memory_order_relaxed);
 }
 
-
 // The thread's lists to the depot, its cache closed for good (a pthread key's
 // destructor; later requests of the thread go to the underlying malloc and free).
 void close_thread(void* arg) noexcept {
@@ -232,6 +232,15 @@ void close_thread(void* arg) noexcept {
   return first;
 }
 
+// Note [Runs for medium blocks]: blocks of a run class from the thread's arena's runs,
+// g_fill[k] of them where the thread has its lists (the first handed out, the others on
+// its list), one where it has not or where the class is counted in bytes.
+[[gnu::noinline]] void* run_miss(unsigned k, std::size_t size) noexcept {
+  const bool listed = t_state == cache_open && k < g_first_large;
+  void* p = run_take(k, t_cache->slot, &t_cache->lists[k], listed ? g_fill[k] : 1);
+  return p != nullptr ? p : g_malloc(size);  // no run: jemalloc's own block, outside the range
+}
+
 [[gnu::noinline]] void* malloc_miss(unsigned k, std::size_t size) noexcept {
   if (k == 0) return g_malloc(size);
   if (t_state == cache_open || open_cache()) {
@@ -244,6 +253,7 @@ void close_thread(void* arg) noexcept {
       return p;
     }
   }
+  if (run_class(k)) return run_miss(k, size);
   if (g_fill[k] > 1 && t_state == cache_open) return fill(k, size);
   if (void* p = g_block(g_class_size[k], t_cache->slot)) {
     map_block(p, k);
@@ -264,11 +274,12 @@ void close_thread(void* arg) noexcept {
       k = large_class(u);
     }
     // A block of a size the cache does not serve (one jemalloc's realloc grew or shrank
-    // in place to another) goes back to the arena.
-    if (k == 0 || g_class_size[k] != u) return g_release(p);
+    // in place to another), or of a class its runs serve (Note [Runs for medium
+    // blocks]: a byte of a run class says a run's block), goes back to the arena.
+    if (k == 0 || g_class_size[k] != u || run_class(k)) return g_release(p);
     map_block(p, k);
   }
-  if (t_state != cache_open && !open_cache()) return g_release(p);
+  if (t_state != cache_open && !open_cache()) return give_back(p);
   free_list& mine = t_cache->lists[k];
   if (k >= g_first_large) {
     // Note [Large blocks in the front cache]: the thread keeps what its budget allows,
@@ -347,7 +358,7 @@ void give_back_larger(unsigned k, std::size_t bytes) noexcept {
       c->large_bytes -= g_class_size[j];
       given += g_class_size[j];
       g_large_given_back.fetch_add(1, std::memory_order_relaxed);
-      g_release(p);
+      give_back(p);
     }
   }
 }
@@ -374,6 +385,7 @@ void give_back_larger(unsigned k, std::size_t bytes) noexcept {
     }
   }
   if (t_state == cache_open && t_cache->large_bytes != 0) give_back_larger(k, bytes);
+  if (run_class(k)) return run_miss(k, size);
   if (void* p = g_block(bytes, t_cache->slot)) {
     map_block(p, k);
     return p;
@@ -446,10 +458,13 @@ bool enable_front_cache(const front_backend& b) noexcept {
     return false;
   }
   g_page_class = static_cast<std::atomic<std::uint8_t>*>(map);
+  // Note [Runs for medium blocks] (none where its table cannot be reserved).
+  const bool runs = b.run != nullptr && configure_runs(class_size, b.base, b.span, g_page_class, b.run, b.release);
   for (unsigned k = 0; k < max_classes; ++k) {
     g_class_size[k] = class_size[k];
     g_list_max[k] = list_max_of[k];
-    g_fill[k] = class_size[k] != 0 && class_size[k] < fill_below ? list_max_of[k] / 2 : 1;
+    const bool halves = class_size[k] != 0 && (class_size[k] < fill_below || (runs && run_class(k) && k < first_large));
+    g_fill[k] = halves ? list_max_of[k] / 2 : 1;
   }
   for (std::size_t i = 0; i <= front_limit / 16; ++i) g_class_of[i] = class_of[i];
   for (std::size_t i = 0; i <= (large_limit >> large_shift); ++i) g_large_class_of[i] = large_class_of[i];
@@ -458,7 +473,7 @@ bool enable_front_cache(const front_backend& b) noexcept {
   for (unsigned k = 0; k < max_classes; ++k) {
     part[k] = k >= first_large ? part_large : class_size[k] < fill_below ? part_small : part_medium;
   }
-  configure_depot(class_size, part, b.release);
+  configure_depot(class_size, part, &give_back);
   g_large_largest = large_largest;
   g_malloc = b.malloc;
   g_free = b.free;
@@ -522,8 +537,12 @@ void front_resizing(const void* p) noexcept {
   // realloc never resizes in place to another class (it moves it): its page, shared with
   // the slab's other blocks, keeps its byte, and their frees do not ask jemalloc.
   std::atomic<std::uint8_t>& b = g_page_class[offset >> map_shift];
-  if (g_class_size[b.load(std::memory_order_relaxed)] >= fill_below) b.store(0, std::memory_order_relaxed);
+  // A run's block never reaches jemalloc's realloc (front_run_block), and its page's
+  // byte says what it is.
+  const unsigned k = b.load(std::memory_order_relaxed);
+  if (g_class_size[k] >= fill_below && !run_class(k)) b.store(0, std::memory_order_relaxed);
 }
+
 
 void front_cache_release() noexcept {
   if (!g_enabled) return;
@@ -536,6 +555,7 @@ void front_cache_release() noexcept {
     t_cache->large_bytes = 0;
   }
   release_depot();
+  release_empty_runs();  // Note [Runs for medium blocks]
 }
 
 bool front_cache_arena(unsigned* arena, unsigned* sharing) noexcept {
@@ -548,11 +568,15 @@ bool front_cache_arena(unsigned* arena, unsigned* sharing) noexcept {
 }
 
 void front_cache_prefork() noexcept {
-  if (g_enabled) lock_depot();
+  if (!g_enabled) return;
+  lock_depot();
+  lock_runs();
 }
 
 void front_cache_postfork() noexcept {
-  if (g_enabled) unlock_depot();
+  if (!g_enabled) return;
+  unlock_runs();
+  unlock_depot();
 }
 
 front_cache_counts front_cache_stats() noexcept {
@@ -564,6 +588,7 @@ front_cache_counts front_cache_stats() noexcept {
   c.thread_large_budget = g_enabled ? thread_large_budget() : 0;
   c.thread_large_bytes = g_enabled && t_state == cache_open ? t_cache->large_bytes : 0;
   c.large_given_back = g_large_given_back.load(std::memory_order_relaxed);
+  run_counts(&c);
   return c;
 }
 

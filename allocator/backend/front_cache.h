@@ -3,9 +3,12 @@
 //
 // Layer: backend. The fallback's malloc for requests passed through and below the
 // minimum and its free (backend::g_pass_malloc, g_plain_malloc, g_plain_free) become
-// front_malloc and front_free once enable_front_cache() succeeds. Any of jemalloc's frees takes a block the front cache
-// handed out (a block of its arena), and the front cache keeps only blocks of its own
-// range whose size is exactly one of its classes.
+// front_malloc and front_free once enable_front_cache() succeeds. The blocks of 4-128 KiB
+// it hands out are carved from runs (Note [Runs for medium blocks], front_runs.cc), which
+// jemalloc does not know: they are freed by front_free (every free of a block in the
+// range is), realloc'd and sized by the fallback's own (front_run_block). Any other block
+// it hands out is one of its arena's, which any of jemalloc's frees takes. It keeps only
+// blocks of its own range whose size is exactly one of its classes.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +32,7 @@ struct front_backend {
   std::uintptr_t base = 0;
   std::size_t span = 0;
   front_block_fn block = nullptr;    // a block of a class served, from the range's arena `slot`
+  front_block_fn run = nullptr;      // a run (Note [Runs for medium blocks]): aligned to its size
   unsigned slots = 1;                // its arenas (Note [The front cache's arena])
   front_free_fn release = nullptr;   // a block from the range given back
   unsigned arenas[front_max_arenas] = {};  // the jemalloc arena of each slot
@@ -54,6 +58,10 @@ void front_free(void* p) noexcept;
 // front_free of a block known to be inside the range, `offset` bytes from its start
 // (Note [The gate's range], slab_range.h).
 void front_free_at(void* p, std::uintptr_t offset) noexcept;
+
+// Whether p is a block of one of the cache's runs (Note [Runs for medium blocks]), which
+// jemalloc does not know: then *usable is its class's size.
+bool front_run_block(const void* p, std::size_t* usable) noexcept;
 
 // Before jemalloc's realloc of p (which may change its class in place): p's next free
 // asks jemalloc its class (Note [The front cache's page map]). Nothing for a block
@@ -88,6 +96,10 @@ struct front_cache_counts {
   std::size_t thread_large_budget = 0;  // a thread's lists' bytes of the classes above 64 KiB
   std::size_t thread_large_bytes = 0;   // the calling thread's, now
   std::uint64_t large_given_back = 0;   // blocks of larger classes given back at a miss
+  // Note [Runs for medium blocks]: runs made, given back to the arena, and their bytes now.
+  std::uint64_t runs_made = 0;
+  std::uint64_t runs_given_back = 0;
+  std::size_t run_bytes = 0;
 };
 front_cache_counts front_cache_stats() noexcept;
 

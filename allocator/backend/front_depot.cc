@@ -53,18 +53,18 @@ std::atomic<std::uint64_t> g_takes{0};
 std::atomic<std::uint64_t> g_frees{0};
 std::atomic<std::uint64_t> g_closed_threads{0};
 
-void lock(depot& d) noexcept {
-  for (unsigned spins = 0; d.locked.exchange(true, std::memory_order_acquire);) {
-    while (d.locked.load(std::memory_order_relaxed)) {
-      // The holder moves a few pointers; on an oversubscribed machine it may be off
-      // its CPU, so give it the CPU after a while.
+void lock(depot& d) noexcept { spin_lock(d.locked); }
+void unlock(depot& d) noexcept { spin_unlock(d.locked); }
+
+}  // namespace
+
+void spin_lock(std::atomic<bool>& locked) noexcept {
+  for (unsigned spins = 0; locked.exchange(true, std::memory_order_acquire);) {
+    while (locked.load(std::memory_order_relaxed)) {
       if (++spins % 64 == 0) sched_yield();
     }
   }
 }
-void unlock(depot& d) noexcept { d.locked.store(false, std::memory_order_release); }
-
-}  // namespace
 
 void free_all(void* head) noexcept {
   while (head != nullptr) {

@@ -17,6 +17,14 @@ namespace replayalloc::detail::backend::front {
 // above (Note [Large blocks in the front cache]).
 inline constexpr unsigned max_classes = 72;
 
+// The page map's granule (Note [The front cache's page map]): one byte per 4 KiB.
+inline constexpr unsigned page_map_shift = 12;
+
+// The depot's and the runs' spin locks: the holder moves a few pointers, and on an
+// oversubscribed machine may be off its CPU, so a waiter yields now and then.
+void spin_lock(std::atomic<bool>& locked) noexcept;
+inline void spin_unlock(std::atomic<bool>& locked) noexcept { locked.store(false, std::memory_order_release); }
+
 struct free_list {
   void* head;  // linked through the blocks' first word
   std::uint32_t count;

@@ -195,7 +195,7 @@ inline std::size_t at_least_min(std::size_t size) noexcept {
 
 inline void* fresh(void* p) noexcept {
 #if defined(REPLAYALLOC_ASAN)
-  if (p != nullptr) ASAN_UNPOISON_MEMORY_REGION(p, sallocx(p, 0));
+  if (p != nullptr) ASAN_UNPOISON_MEMORY_REGION(p, fallback_usable_size(p));
 #endif
   return p;
 }
@@ -539,11 +539,23 @@ void fallback_free_sized(void* p, std::size_t size, std::size_t align) noexcept 
 }
 
 void* fallback_realloc(void* p, std::size_t size) noexcept {
+  // Note [Runs for medium blocks]: jemalloc does not know a run's block. It stays where
+  // the new size is of its class, and moves otherwise.
+  if (std::size_t usable = 0; front_run_block(p, &usable)) {
+    const std::size_t n = at_least_min(size);
+    if (nallocx(n, 0) == usable) return p;
+    void* q = fallback_alloc(n, malloc_align);
+    if (q == nullptr) return nullptr;  // p stays valid
+    std::memcpy(q, p, n < usable ? n : usable);
+    fallback_free(p);
+    return q;
+  }
   front_resizing(p);  // Note [The front cache's page map]
   return fresh(rallocx(p, at_least_min(size), 0));
 }
 
 std::size_t fallback_usable_size(const void* p) noexcept {
+  if (std::size_t usable = 0; front_run_block(p, &usable)) return usable;  // Note [Runs for medium blocks]
   return sallocx(const_cast<void*>(p), 0);
 }
 

@@ -70,6 +70,11 @@ void expect_on() {
     if (::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure()) return; \
   } while (0)
 
+// A block's usable size as the library says it (malloc_usable_size): jemalloc's class,
+// or for a run's block (Note [Runs for medium blocks]), which jemalloc does not know,
+// its run's class.
+std::size_t block_size(const void* p) { return detail::backend::fallback_usable_size(p); }
+
 void fill(void* p, std::size_t n, std::uint32_t tag) {
   auto* b = static_cast<unsigned char*>(p);
   for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>(tag + i * 7);
@@ -137,7 +142,7 @@ TEST(FrontCache, HandsOutOnlyBlocksOfItsRangeAndOfTheRequestsClass) {
       ASSERT_NE(q, nullptr);
       EXPECT_TRUE(in_range(q)) << want << " bytes served from outside the cache's range";
       EXPECT_FALSE(freed.contains(q)) << "a block jemalloc made elsewhere was put on a list";
-      EXPECT_EQ(sallocx(q, 0), nallocx(want, 0)) << "a block of another class served " << want << " bytes";
+      EXPECT_EQ(block_size(q), nallocx(want, 0)) << "a block of another class served " << want << " bytes";
       got.push_back(q);
     }
   }
@@ -151,7 +156,7 @@ TEST(FrontCache, HandsOutOnlyBlocksOfItsRangeAndOfTheRequestsClass) {
     void* small = std::malloc(want);
     ASSERT_NE(small, nullptr);
     EXPECT_TRUE(in_range(small)) << want;
-    EXPECT_EQ(sallocx(small, 0), nallocx(want < 16 ? 16 : want, 0)) << want;
+    EXPECT_EQ(block_size(small), nallocx(want < 16 ? 16 : want, 0)) << want;
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small) % 16, 0u) << want;
     std::free(small);
   }
@@ -160,7 +165,7 @@ TEST(FrontCache, HandsOutOnlyBlocksOfItsRangeAndOfTheRequestsClass) {
     void* large = detail::backend::g_pass_malloc.load()(want);
     ASSERT_NE(large, nullptr);
     EXPECT_TRUE(in_range(large)) << want;
-    EXPECT_EQ(sallocx(large, 0), nallocx(want, 0)) << want;
+    EXPECT_EQ(block_size(large), nallocx(want, 0)) << want;
     std::free(large);
   }
   void* huge = detail::backend::g_pass_malloc.load()((std::size_t{2} << 20) + 1);
@@ -457,7 +462,7 @@ TEST(FrontCache, LargeBlocksAreReusedWithoutJemalloc) {
     for (std::size_t n : sizes) {
       void* p = pass(n);
       ASSERT_NE(p, nullptr);
-      EXPECT_EQ(sallocx(p, 0), nallocx(n, 0)) << n;
+      EXPECT_EQ(block_size(p), nallocx(n, 0)) << n;
       fill(p, 4096, static_cast<std::uint32_t>(n));
       first.push_back(p);
     }
@@ -502,7 +507,7 @@ TEST(FrontCache, ALargeMissGivesLargerCachedBlocksBack) {
     const std::uint64_t given = be::front_cache_stats().large_given_back;
     void* small = pass(100000);  // no block of its class anywhere: a miss
     ASSERT_NE(small, nullptr);
-    EXPECT_EQ(sallocx(small, 0), nallocx(100000, 0));
+    EXPECT_EQ(block_size(small), nallocx(100000, 0));
     EXPECT_EQ(be::front_cache_stats().large_given_back, given + 1) << "the larger cached block was not given back";
     EXPECT_EQ(be::front_cache_stats().thread_large_bytes, 0u);
     fill(small, 100000, 5);
@@ -598,36 +603,37 @@ TEST(FrontCache, ReallocKeepsAndCallocZeroes) {
   std::free(p);
 }
 
-// A block that jemalloc's realloc shrank in place (a large block of 20 KiB to 16 KiB)
+// A block that jemalloc's realloc shrank in place (a large block of 300 KB to 200 KB)
 // changed class at the same address: freed, it goes to its new class's list, and a
 // request of its old class never gets it (Note [The front cache's page map]: the
-// fallback's realloc clears its page's byte). Without that, every 20 KiB request after
-// it could get a block of 16 KiB.
+// fallback's realloc clears its page's byte). Without that, every 300 KB request after
+// it could get a block of 200 KB.
 TEST(FrontCache, ABlockReallocShrankInPlaceIsNeverServedAsItsOldClass) {
   REQUIRE_FRONT_CACHE();
   auto pass = detail::backend::g_pass_malloc.load();
   auto release = detail::backend::g_plain_free.load();
-  // A block of 20 KiB shrunk to 16 KiB, and one of the large classes (Note [Large
-  // blocks in the front cache]), 1 MiB to 700,000 bytes.
-  for (const auto& [from, to] : {std::pair<std::size_t, std::size_t>{20000, 16000}, {1u << 20, 700000}}) {
+  // Blocks of the large classes (Note [Large blocks in the front cache]), 300 KB to
+  // 200 KB and 1 MiB to 700,000 bytes (the classes of 4-128 KiB are runs' blocks,
+  // which jemalloc never resizes: RunBlocksAreNeverJemallocs).
+  for (const auto& [from, to] : {std::pair<std::size_t, std::size_t>{300000, 200000}, {1u << 20, 700000}}) {
     void* p = pass(from);
     ASSERT_NE(p, nullptr);
-    ASSERT_EQ(sallocx(p, 0), nallocx(from, 0));
+    ASSERT_EQ(block_size(p), nallocx(from, 0));
     fill(p, to, 3);
     void* q = detail::backend::fallback_realloc(p, to);
     // jemalloc shrinks a large extent in place (it splits off its tail); the test is
     // about that case.
     ASSERT_EQ(q, p) << "jemalloc moved the block";
-    ASSERT_EQ(sallocx(q, 0), nallocx(to, 0));
-    ASSERT_LT(sallocx(q, 0), from);
+    ASSERT_EQ(block_size(q), nallocx(to, 0));
+    ASSERT_LT(block_size(q), from);
     EXPECT_TRUE(intact(q, to, 3));
     release(q);
     std::vector<void*> got;
     for (int i = 0; i < 64; ++i) {
       void* r = pass(from);
       ASSERT_NE(r, nullptr);
-      EXPECT_NE(r, q) << "a block of " << sallocx(q, 0) << " bytes served a request of " << from;
-      EXPECT_GE(sallocx(r, 0), from);
+      EXPECT_NE(r, q) << "a block of " << block_size(q) << " bytes served a request of " << from;
+      EXPECT_GE(block_size(r), from);
       got.push_back(r);
     }
     // Its class's list (or, past the thread's budget, the depot) took it.
@@ -698,7 +704,8 @@ TEST(FrontCache, AForkedChildAllocatesWhileThreadsUsedTheDepot) {
     std::mt19937 rng(seed);
     std::vector<void*> held;
     while (!stop.load(std::memory_order_relaxed)) {
-      for (int i = 0; i < 200; ++i) held.push_back(std::malloc(16 + rng() % 4000));
+      // Small blocks and runs' (Note [Runs for medium blocks]): their locks in use.
+      for (int i = 0; i < 200; ++i) held.push_back(std::malloc(16 + rng() % (i % 2 == 0 ? 4000 : 40000)));
       for (void* p : held) std::free(p);
       held.clear();
     }

@@ -1,0 +1,308 @@
+// The front cache's runs: blocks of jemalloc's classes of 4-128 KiB carved from runs of
+// 64 KiB-1 MiB, each of one class, that the cache manages itself.
+//
+// Note [Runs for medium blocks]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// jemalloc makes each block of 16 KiB and more an extent of its own, and its slabs of
+// the classes of 4-14 KiB hold one to four blocks (a slab is the least common multiple
+// of the page and the class): every such block the front cache's lists and depot cannot
+// serve costs an extent's split or coalescing, jemalloc's radix tree at both ends and
+// the arena's lock, 2,000-6,000 instructions a pair. A burst of blocks larger than the
+// cache's budgets (a batch's tensors, a request's buffers, allocated together and freed
+// together) pays that for every block: 10,000 blocks of 20 KB ran at 8x mimalloc's time
+// (RESULTS "Bursts"), 40,000 of 8 KiB at 2.2x, with 2.8x jemalloc's own instructions
+// (its thread cache batches the slab work, which MALLOCX_TCACHE_NONE does not).
+// mimalloc and tcmalloc carve such blocks from pages or spans of many blocks. So the
+// front cache does, for jemalloc's classes from 4 KiB to 128 KiB:
+//  * a run is one block of the cache's arena (Note [The front cache's arena]) of the
+//    smallest power of two holding 16 blocks, at least 64 KiB and at most 1 MiB (8-64
+//    blocks), aligned to its size, so that a block's run is its address rounded down;
+//    the run's pages' bytes in the page map (Note [The front cache's page map]) are its
+//    class from its making to its giving back, and a page's byte of a run class says
+//    that the block is a run's (a free in the range reads that byte anyway);
+//  * its blocks are carved in order as they are asked for (the pages past the last
+//    carved are never touched), and those given back are linked through their first
+//    word, the run's own free list; a table beside the range (one entry per 64 KiB,
+//    reserved, made as written) holds each run's list, counts and links;
+//  * each arena's runs of a class are a pool under a spin lock: the runs with free
+//    blocks in a list; a list's miss takes up to half a list's blocks from them in one
+//    lock, a list given back (the depot full, a purge) returns its blocks one by one to
+//    their runs' pools, whichever thread frees them;
+//  * a run that no block is out of stays as the pool's one empty run, or goes back to
+//    the arena (its page map bytes cleared first), whose dirty pages decay and are
+//    purged as any others (Note [Purging what a slab replaces]; front_cache_release
+//    gives the kept ones back too).
+// jemalloc never sees a run's blocks: the fallback's realloc and usable size ask the
+// page map first (front_run_block), and a block of a run class that jemalloc made
+// (realloc in place, found at a free with its byte unknown) goes back to jemalloc, never
+// to a list. Where a run cannot be made, the request goes to jemalloc's own malloc,
+// outside the range. Measured side by side in bench/RESULTS.md ("Bursts").
+#include "backend/front_runs.h"
+
+#include <sys/mman.h>
+
+#include <bit>
+
+namespace replayalloc::detail::backend::front {
+namespace {
+
+constexpr std::size_t run_least = 4096;         // the smallest class served from runs
+constexpr std::size_t run_most = 128 * 1024;    // the largest
+constexpr unsigned table_shift = 16;            // one table entry per 64 KiB of the range
+constexpr std::size_t run_bytes_least = std::size_t{1} << table_shift;
+constexpr std::size_t run_bytes_most = 1024 * 1024;
+constexpr unsigned blocks_wanted = 16;
+constexpr unsigned most_taken = 64;  // blocks run_take hands out at once (a list's most)
+
+struct run_header {
+  void* free;             // its blocks given back, linked through their first word
+  std::uint32_t carved;   // blocks carved so far, in order
+  std::uint32_t out;      // blocks out of it (live, on a list or in the depot)
+  std::uint32_t next;     // its pool's runs with free blocks: table index + 1, 0 none
+  std::uint32_t prev;
+  std::uint8_t slot;
+};
+
+struct alignas(64) run_pool {
+  std::atomic<bool> locked{false};
+  std::uint32_t partial = 0;  // runs with free blocks (index + 1), most recent first
+  // The one run kept with no block out (index + 1): written under the lock, peeked
+  // without it (release_empty_runs).
+  std::atomic<std::uint32_t> empty{0};
+};
+
+std::uint32_t g_size[max_classes];        // a run class's block size, 0 for the others
+std::uint32_t g_blocks[max_classes];      // blocks per run
+std::size_t g_run_bytes[max_classes];     // its runs' size
+std::uintptr_t g_base = 0;
+std::size_t g_span = 0;
+// The table's origin: the range's start rounded down to 64 KiB (runs are aligned to
+// their size, at least 64 KiB; the range's start need not be).
+std::uintptr_t g_origin = 0;
+std::atomic<std::uint8_t>* g_page_class = nullptr;
+run_memory_fn g_memory = nullptr;
+front_free_fn g_release = nullptr;
+run_header* g_table = nullptr;
+run_pool g_pools[front_max_arenas][max_classes];
+std::atomic<std::uint64_t> g_made{0};
+std::atomic<std::uint64_t> g_given_back{0};
+std::atomic<std::size_t> g_bytes{0};
+
+std::uint32_t index_of(std::uintptr_t start) noexcept {
+  return static_cast<std::uint32_t>((start - g_origin) >> table_shift);
+}
+std::uintptr_t start_at(std::uint32_t i) noexcept { return g_origin + (std::uintptr_t{i} << table_shift); }
+std::uintptr_t start_of(const void* p, unsigned k) noexcept {
+  return reinterpret_cast<std::uintptr_t>(p) & ~(g_run_bytes[k] - 1);
+}
+
+// The page map's bytes of a run's pages (its class, or 0 as it goes back).
+void mark(std::uintptr_t start, std::size_t bytes, std::uint8_t k) noexcept {
+  const std::size_t first = (start - g_base) >> page_map_shift;
+  for (std::size_t i = 0; i < (bytes >> page_map_shift); ++i) g_page_class[first + i].store(k, std::memory_order_relaxed);
+}
+
+void link_partial(run_pool& pool, std::uint32_t i) noexcept {
+  run_header& r = g_table[i];
+  r.prev = 0;
+  r.next = pool.partial;
+  if (pool.partial != 0) g_table[pool.partial - 1].prev = i + 1;
+  pool.partial = i + 1;
+}
+void unlink_partial(run_pool& pool, std::uint32_t i) noexcept {
+  run_header& r = g_table[i];
+  if (r.prev != 0) {
+    g_table[r.prev - 1].next = r.next;
+  } else {
+    pool.partial = r.next;
+  }
+  if (r.next != 0) g_table[r.next - 1].prev = r.prev;
+  r.next = r.prev = 0;
+}
+
+// Blocks of the pool's runs into out (at most want), under its lock.
+unsigned pop_blocks(run_pool& pool, unsigned k, void** out, unsigned want) noexcept {
+  unsigned got = 0;
+  if (const std::uint32_t e = pool.empty.load(std::memory_order_relaxed); pool.partial == 0 && e != 0) {
+    link_partial(pool, e - 1);
+    pool.empty.store(0, std::memory_order_relaxed);
+  }
+  while (got < want && pool.partial != 0) {
+    const std::uint32_t i = pool.partial - 1;
+    run_header& r = g_table[i];
+    const std::uintptr_t start = start_at(i);
+    while (got < want && r.out < g_blocks[k]) {
+      void* p = r.free;
+      if (p != nullptr) {
+        r.free = *static_cast<void**>(p);
+      } else {
+        p = reinterpret_cast<void*>(start + std::uintptr_t{r.carved} * g_size[k]);
+        ++r.carved;
+      }
+      ++r.out;
+      out[got++] = p;
+    }
+    if (r.out == g_blocks[k]) unlink_partial(pool, i);  // full: found again at a free
+  }
+  return got;
+}
+
+// A new run of class k from the arena, in the pool's list; false when none can be made.
+bool make_run(run_pool& pool, unsigned k, unsigned slot) noexcept {
+  const std::size_t bytes = g_run_bytes[k];
+  void* m = g_memory(bytes, slot);
+  if (m == nullptr) return false;
+  const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(m);
+  // jemalloc serves a thread whose own state it has torn down from another arena, outside
+  // the range (Note [The front cache's page map]): not a run.
+  if (start - g_base >= g_span || (start & (bytes - 1)) != 0) {
+    g_release(m);
+    return false;
+  }
+  const std::uint32_t i = index_of(start);
+  g_table[i] = run_header{nullptr, 0, 0, 0, 0, static_cast<std::uint8_t>(slot)};
+  mark(start, bytes, static_cast<std::uint8_t>(k));
+  g_made.fetch_add(1, std::memory_order_relaxed);
+  g_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  spin_lock(pool.locked);
+  link_partial(pool, i);
+  return true;  // with the pool's lock held
+}
+
+void give_back_run(std::uint32_t i, unsigned k) noexcept {
+  const std::uintptr_t start = start_at(i);
+  mark(start, g_run_bytes[k], 0);
+  g_given_back.fetch_add(1, std::memory_order_relaxed);
+  g_bytes.fetch_sub(g_run_bytes[k], std::memory_order_relaxed);
+  g_release(reinterpret_cast<void*>(start));
+}
+
+}  // namespace
+
+bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::size_t span,
+                    std::atomic<std::uint8_t>* page_class, run_memory_fn memory, front_free_fn release) noexcept {
+  if (memory == nullptr || release == nullptr || page_class == nullptr) return false;
+  const std::size_t table_bytes = ((span >> table_shift) + 2) * sizeof(run_header);
+  void* t = ::mmap(nullptr, table_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (t == MAP_FAILED) return false;
+  g_table = static_cast<run_header*>(t);
+  for (unsigned k = 0; k < max_classes; ++k) {
+    const std::size_t c = class_size[k];
+    if (c < run_least || c > run_most) continue;
+    std::size_t bytes = std::bit_ceil(c * blocks_wanted);
+    bytes = bytes < run_bytes_least ? run_bytes_least : bytes > run_bytes_most ? run_bytes_most : bytes;
+    g_size[k] = static_cast<std::uint32_t>(c);
+    g_run_bytes[k] = bytes;
+    g_blocks[k] = static_cast<std::uint32_t>(bytes / c);
+  }
+  g_base = base;
+  g_span = span;
+  g_origin = base & ~(run_bytes_least - 1);
+  g_page_class = page_class;
+  g_memory = memory;
+  g_release = release;
+  return true;
+}
+
+bool run_class(unsigned k) noexcept { return g_size[k] != 0; }
+
+void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want) noexcept {
+  void* out[most_taken];
+  if (want > most_taken) want = most_taken;
+  run_pool& pool = g_pools[slot][k];
+  spin_lock(pool.locked);
+  unsigned got = pop_blocks(pool, k, out, want);
+  spin_unlock(pool.locked);
+  if (got == 0) {
+    if (!make_run(pool, k, slot)) return nullptr;
+    got = pop_blocks(pool, k, out, want);
+    spin_unlock(pool.locked);
+  }
+  for (unsigned i = 1; i < got; ++i) {
+    *static_cast<void**>(out[i]) = list->head;
+    list->head = out[i];
+    ++list->count;
+  }
+  return out[0];
+}
+
+void give_back(void* p) noexcept {
+  const unsigned k = g_page_class[(reinterpret_cast<std::uintptr_t>(p) - g_base) >> page_map_shift].load(std::memory_order_relaxed);
+  if (run_class(k)) return run_give(p, k);
+  g_release(p);
+}
+
+void run_give(void* p, unsigned k) noexcept {
+  const std::uintptr_t start = start_of(p, k);
+  const std::uint32_t i = index_of(start);
+  run_header& r = g_table[i];
+  run_pool& pool = g_pools[r.slot][k];  // a run's slot is fixed while a block is out
+  std::uint32_t to_give = 0;
+  spin_lock(pool.locked);
+  *static_cast<void**>(p) = r.free;
+  r.free = p;
+  if (r.out-- == g_blocks[k]) link_partial(pool, i);  // it was full
+  if (r.out == 0) {
+    unlink_partial(pool, i);
+    if (pool.empty.load(std::memory_order_relaxed) == 0) {
+      pool.empty.store(i + 1, std::memory_order_relaxed);
+    } else {
+      to_give = i + 1;
+    }
+  }
+  spin_unlock(pool.locked);
+  if (to_give != 0) give_back_run(to_give - 1, k);
+}
+
+void release_empty_runs() noexcept {
+  if (g_table == nullptr) return;
+  for (unsigned s = 0; s < front_max_arenas; ++s) {
+    for (unsigned k = 0; k < max_classes; ++k) {
+      run_pool& pool = g_pools[s][k];
+      if (pool.empty.load(std::memory_order_relaxed) == 0) continue;  // a peek: a run kept meanwhile stays
+      spin_lock(pool.locked);
+      const std::uint32_t e = pool.empty.load(std::memory_order_relaxed);
+      pool.empty.store(0, std::memory_order_relaxed);
+      spin_unlock(pool.locked);
+      if (e != 0) give_back_run(e - 1, k);
+    }
+  }
+}
+
+void lock_runs() noexcept {
+  for (auto& slot : g_pools) {
+    for (run_pool& pool : slot) spin_lock(pool.locked);
+  }
+}
+
+void unlock_runs() noexcept {
+  for (auto& slot : g_pools) {
+    for (run_pool& pool : slot) spin_unlock(pool.locked);
+  }
+}
+
+}  // namespace replayalloc::detail::backend::front
+
+namespace replayalloc::detail::backend {
+
+bool front_run_block(const void* p, std::size_t* usable) noexcept {
+  using namespace front;
+  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
+  if (g_table == nullptr || offset >= g_span) return false;
+  const unsigned k = g_page_class[offset >> page_map_shift].load(std::memory_order_relaxed);
+  if (!run_class(k)) return false;
+  *usable = g_size[k];
+  return true;
+}
+
+}  // namespace replayalloc::detail::backend
+
+namespace replayalloc::detail::backend::front {
+
+void run_counts(front_cache_counts* c) noexcept {
+  c->runs_made = g_made.load(std::memory_order_relaxed);
+  c->runs_given_back = g_given_back.load(std::memory_order_relaxed);
+  c->run_bytes = g_bytes.load(std::memory_order_relaxed);
+}
+
+}  // namespace replayalloc::detail::backend::front

@@ -1,0 +1,55 @@
+// replayalloc/backend/front_runs.h: the front cache's runs, blocks of 4-128 KiB carved
+// from runs of 64 KiB-1 MiB that replayalloc manages itself (Note [Runs for medium
+// blocks], front_runs.cc).
+//
+// Layer: backend, private to the front cache (front_cache.cc and front_runs.cc).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/front_cache.h"
+#include "backend/front_depot.h"
+
+namespace replayalloc::detail::backend::front {
+
+// A run's memory from the cache's arena `slot`, `bytes` long and aligned to `bytes`;
+// null when it cannot be had.
+using run_memory_fn = void* (*)(std::size_t bytes, unsigned slot) noexcept;
+
+// Once, as the cache is enabled (after its page map is made): the classes served from
+// runs are those of class_size in [run_least, run_most]; runs come from `memory` and go
+// back through `release`; the range is base..base+span and page_class its page map.
+// False (nothing served from runs) when the run table cannot be reserved.
+bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::size_t span,
+                    std::atomic<std::uint8_t>* page_class, run_memory_fn memory, front_free_fn release) noexcept;
+
+// Whether class k's blocks come from runs (false for 0 and before configure_runs).
+bool run_class(unsigned k) noexcept;
+
+// A block of run class k from the runs of the arena `slot`, and up to want - 1 more
+// (at most 64 in all) onto *list, linked through their first words (list may be null
+// where want is 1); null when no run could be made (the caller serves the request
+// elsewhere).
+void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want) noexcept;
+
+// A block of the cache back to where it came from, by its page's byte (every block the
+// cache holds has it): its run, or the arena through `release`.
+void give_back(void* p) noexcept;
+
+// Block p of run class k (p's page map byte) back to its run; a run that no block is
+// out of is kept for its class (one per arena) or given back to the arena.
+void run_give(void* p, unsigned k) noexcept;
+
+// The runs kept empty given back to the arena (front_cache_release, before a purge).
+void release_empty_runs() noexcept;
+
+// Fork: every run pool's lock held (front_cache_prefork / postfork).
+void lock_runs() noexcept;
+void unlock_runs() noexcept;
+
+// Its counts into c (front_cache_stats).
+void run_counts(front_cache_counts* c) noexcept;
+
+}  // namespace replayalloc::detail::backend::front

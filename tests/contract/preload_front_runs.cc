@@ -1,0 +1,214 @@
+// The front cache's runs (Note [Runs for medium blocks], backend/front_runs.cc) in the
+// LD_PRELOAD library's build, as preload_front_cache.cc tests the rest of the cache.
+// What a user relies on: a burst of blocks of 4-128 KiB costs jemalloc one request per
+// run, not one per block, and the runs go back to jemalloc once their blocks are freed,
+// whichever thread frees them; a run's block is never handed to jemalloc (realloc,
+// malloc_usable_size), and a block jemalloc made of a run's class never enters a run.
+#include <jemalloc/jemalloc.h>
+#include <malloc.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/front_cache.h"
+#include "gtest/gtest.h"
+#include "replayalloc/replayalloc.hpp"
+
+namespace replayalloc::contract {
+namespace {
+
+namespace be = detail::backend;
+
+// jemalloc's per-thread counters of bytes handed out and taken back.
+std::uint64_t jemalloc_counter(const char* name) {
+  std::uint64_t n = 0;
+  std::size_t len = sizeof n;
+  EXPECT_EQ(mallctl(name, &n, &len, nullptr, 0), 0);
+  return n;
+}
+
+// The large requests jemalloc has served, all arenas together (4096: MALLCTL_ARENAS_ALL),
+// its statistics refreshed.
+std::uint64_t jemalloc_large_requests() {
+  std::uint64_t epoch = 1;
+  std::size_t len = sizeof epoch;
+  EXPECT_EQ(mallctl("epoch", &epoch, &len, &epoch, len), 0);
+  std::uint64_t n = 0;
+  len = sizeof n;
+  EXPECT_EQ(mallctl("stats.arenas.4096.large.nmalloc", &n, &len, nullptr, 0), 0);
+  return n;
+}
+
+void require_runs() {
+  const char* v = std::getenv("REPLAYALLOC_FRONT_CACHE");
+  if (v != nullptr && std::strcmp(v, "0") == 0) GTEST_SKIP() << "REPLAYALLOC_FRONT_CACHE=0";
+  const char* check = std::getenv("REPLAYALLOC_CHECK");
+  if (check != nullptr && std::strcmp(check, "0") != 0) GTEST_SKIP() << "check mode shadows every block itself";
+  (void)replayalloc::stats();  // the engine made (it enables the cache)
+  ASSERT_NE(be::front_cache_stats().largest, 0u) << "the preload build's front cache is not enabled";
+  be::front_cache_release();  // the lists, the depot and the runs kept empty given back
+}
+
+#define REQUIRE_RUNS()                                                               \
+  do {                                                                               \
+    require_runs();                                                                  \
+    if (::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure()) return; \
+  } while (0)
+
+void fill(void* p, std::size_t n, std::uint32_t tag) {
+  auto* b = static_cast<unsigned char*>(p);
+  for (std::size_t i = 0; i < n; i += 512) b[i] = static_cast<unsigned char>(tag + i);
+}
+bool intact(const void* p, std::size_t n, std::uint32_t tag) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; i += 512) {
+    if (b[i] != static_cast<unsigned char>(tag + i)) return false;
+  }
+  return true;
+}
+
+// A burst of 2,000 blocks of 20 KB (jemalloc's class of 20 KiB, runs of 512 KiB: 25
+// blocks each): jemalloc hands out whole runs, about 2,000 / 25 of them, not a block per
+// request (each was an extent of its own before the runs); the blocks do not overlap and
+// keep what is written in them; freed, and the cache released, every run is given back
+// to jemalloc.
+TEST(FrontRuns, ABurstIsCarvedFromRunsAndTheRunsGoBack) {
+  REQUIRE_RUNS();
+  constexpr std::size_t kSize = 20000;
+  constexpr int kBlocks = 2000;
+  const std::size_t cls = nallocx(kSize, 0);
+  auto pass = be::g_pass_malloc.load();  // the fallback's malloc, as a request passed through gets it
+  auto release = be::g_plain_free.load();
+  std::thread([&] {
+    release(pass(100));  // the thread's cache and engine state made first
+    std::vector<void*> got;
+    std::vector<void*> sorted;
+    got.reserve(kBlocks);  // made before the counts (runs' blocks too)
+    sorted.reserve(kBlocks);
+    const be::front_cache_counts before = be::front_cache_stats();
+    const std::uint64_t requests = jemalloc_large_requests();
+    for (int i = 0; i < kBlocks; ++i) {
+      void* p = pass(kSize);
+      ASSERT_NE(p, nullptr);
+      ASSERT_EQ(malloc_usable_size(p), cls);
+      fill(p, kSize, static_cast<std::uint32_t>(i));
+      got.push_back(p);
+    }
+    const be::front_cache_counts during = be::front_cache_stats();
+    const std::uint64_t runs = during.runs_made - before.runs_made;
+    EXPECT_GE(runs, kBlocks / 25u);
+    EXPECT_LE(runs, kBlocks / 25u + 2) << "blocks were not carved from runs";
+    // jemalloc was asked for the runs, not for the blocks (other threads' requests
+    // meanwhile are a few at most).
+    EXPECT_LT(jemalloc_large_requests() - requests, kBlocks / 10u) << "jemalloc was asked for blocks, not runs";
+    sorted = got;
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t i = 1; i < sorted.size(); ++i) {
+      ASSERT_GE(static_cast<char*>(sorted[i]) - static_cast<char*>(sorted[i - 1]), static_cast<std::ptrdiff_t>(cls))
+          << "two blocks overlap";
+    }
+    for (int i = 0; i < kBlocks; ++i) ASSERT_TRUE(intact(got[i], kSize, static_cast<std::uint32_t>(i))) << i;
+    for (void* p : got) release(p);
+    be::front_cache_release();
+    const be::front_cache_counts after = be::front_cache_stats();
+    EXPECT_EQ(after.runs_given_back - before.runs_given_back, runs) << "a run was kept after its blocks were freed";
+    EXPECT_EQ(after.run_bytes, before.run_bytes);
+  }).join();
+}
+
+// A run's blocks are freed by another thread than the one that made them: each goes back
+// to its run, the runs go back to jemalloc, and no block is handed out twice meanwhile.
+TEST(FrontRuns, BlocksFreedByAnotherThreadGoBackToTheirRuns) {
+  REQUIRE_RUNS();
+  // The fallback's malloc and free, as requests passed through get them (those of
+  // malloc() are watched by auto mode, whose tables of the threads are runs' blocks too).
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  constexpr int kBlocks = 3000;
+  const std::size_t sizes[] = {4096, 5000, 8192, 14000, 30000, 70000, 131072};
+  std::vector<void*> made;
+  std::vector<std::size_t> made_size;
+  made.reserve(kBlocks);  // made before the counts (runs' blocks too)
+  made_size.reserve(kBlocks);
+  const be::front_cache_counts before = be::front_cache_stats();
+  std::thread([&] {
+    for (int i = 0; i < kBlocks; ++i) {
+      const std::size_t n = sizes[static_cast<std::size_t>(i) % std::size(sizes)];
+      void* p = pass(n);
+      ASSERT_NE(p, nullptr);
+      fill(p, n, static_cast<std::uint32_t>(i));
+      made.push_back(p);
+      made_size.push_back(n);
+    }
+  }).join();
+  int damaged = 0;
+  std::thread([&] {
+    for (int i = 0; i < kBlocks; ++i) {
+      if (!intact(made[i], made_size[i], static_cast<std::uint32_t>(i))) ++damaged;
+      release(made[i]);
+    }
+  }).join();
+  EXPECT_EQ(damaged, 0);
+  // Both threads have exited: their lists are in the depot, which the release gives back.
+  be::front_cache_release();
+  const be::front_cache_counts after = be::front_cache_stats();
+  EXPECT_GT(after.runs_made, before.runs_made);
+  EXPECT_EQ(after.run_bytes, before.run_bytes) << "runs whose blocks another thread freed were kept";
+}
+
+// jemalloc never sees a run's block: realloc within its class keeps it, to another class
+// moves it with its bytes, and malloc_usable_size says its class. A block of a run's class
+// that jemalloc made itself (its realloc shrank a large block in place) goes back to
+// jemalloc at its free, never to a list or a run.
+TEST(FrontRuns, RunBlocksAreNeverJemallocs) {
+  REQUIRE_RUNS();
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  void* p = pass(9000);
+  ASSERT_NE(p, nullptr);
+  std::size_t usable = 0;
+  ASSERT_TRUE(be::front_run_block(p, &usable));
+  EXPECT_EQ(usable, nallocx(9000, 0));
+  EXPECT_EQ(malloc_usable_size(p), usable);
+  fill(p, 9000, 7);
+  EXPECT_EQ(be::fallback_realloc(p, 10000), p) << "a realloc within the class moved the block";
+  void* q = be::fallback_realloc(p, 50000);
+  ASSERT_NE(q, nullptr);
+  EXPECT_TRUE(intact(q, 9000, 7)) << "a run's block moved without its bytes";
+  void* r = be::fallback_realloc(q, 5000);
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(intact(r, 5000, 7));
+  EXPECT_EQ(malloc_usable_size(r), nallocx(5000, 0));
+  release(r);
+
+  std::thread([&] {
+    release(pass(100));
+    void* big = pass(300000);  // a large class: an extent of jemalloc's in the range
+    ASSERT_NE(big, nullptr);
+    ASSERT_FALSE(be::front_run_block(big, &usable));
+    void* shrunk = be::fallback_realloc(big, 20000);
+    if (shrunk != big) {
+      release(shrunk);
+      GTEST_SKIP() << "jemalloc moved the block instead of shrinking it in place";
+    }
+    ASSERT_EQ(malloc_usable_size(shrunk), nallocx(20000, 0));
+    ASSERT_FALSE(be::front_run_block(shrunk, &usable)) << "jemalloc's block taken for a run's";
+    const std::uint64_t taken = jemalloc_counter("thread.deallocated");
+    release(shrunk);
+    EXPECT_EQ(jemalloc_counter("thread.deallocated") - taken, nallocx(20000, 0))
+        << "jemalloc's block of a run's class was not given back to jemalloc";
+    for (int i = 0; i < 64; ++i) {
+      void* b = pass(20000);
+      EXPECT_TRUE(be::front_run_block(b, &usable)) << "a block of a run's class that is not a run's";
+      release(b);
+    }
+  }).join();
+}
+
+}  // namespace
+}  // namespace replayalloc::contract

@@ -1,0 +1,105 @@
+// The front cache's runs (Note [Runs for medium blocks], backend/front_runs.cc) on their
+// own, over memory the test hands out: every block lies inside its run, blocks never
+// overlap, the page map says a run's class for exactly its pages, and a run is given
+// back, whole and at the address it came from, once no block is out of it. The range
+// starts where it may in a process (a page past a 64 KiB boundary here: under valgrind
+// the cache's range is not 64 KiB-aligned, and a run's table index must still name it).
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "backend/front_runs.h"
+
+namespace {
+
+namespace front = replayalloc::detail::backend::front;
+
+constexpr std::size_t kArea = std::size_t{64} << 20;
+std::uintptr_t g_next = 0;     // the test's bump pointer for runs
+std::uintptr_t g_end = 0;
+std::vector<std::uintptr_t> g_made;
+std::vector<std::uintptr_t> g_given;
+
+void* run_memory(std::size_t bytes, unsigned) noexcept {
+  const std::uintptr_t start = (g_next + bytes - 1) & ~(bytes - 1);
+  if (start + bytes > g_end) return nullptr;
+  g_next = start + bytes;
+  g_made.push_back(start);
+  return reinterpret_cast<void*>(start);
+}
+void run_release(void* p) noexcept { g_given.push_back(reinterpret_cast<std::uintptr_t>(p)); }
+
+TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
+  void* area = ::mmap(nullptr, kArea, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(area, MAP_FAILED);
+  // The range: a page past the first 64 KiB boundary of the area.
+  const std::uintptr_t base = ((reinterpret_cast<std::uintptr_t>(area) + 0xffff) & ~std::uintptr_t{0xffff}) + 4096;
+  const std::size_t span = kArea / 2;
+  g_next = base;
+  g_end = base + span;
+  std::vector<std::atomic<std::uint8_t>> page_map(span >> front::page_map_shift);
+  std::uint32_t class_size[front::max_classes] = {};
+  class_size[1] = 2048;    // below the runs' classes
+  class_size[2] = 5120;    // runs of 128 KiB, 25 blocks
+  class_size[3] = 20480;   // 512 KiB, 25 blocks
+  class_size[4] = 131072;  // 1 MiB, 8 blocks
+  class_size[5] = 163840;  // above
+  ASSERT_TRUE(front::configure_runs(class_size, base, span, page_map.data(), &run_memory, &run_release));
+  EXPECT_FALSE(front::run_class(0));
+  EXPECT_FALSE(front::run_class(1));
+  EXPECT_TRUE(front::run_class(2));
+  EXPECT_TRUE(front::run_class(4));
+  EXPECT_FALSE(front::run_class(5));
+
+  const std::size_t run_bytes[] = {0, 0, 128 << 10, 512 << 10, 1 << 20};
+  for (unsigned k = 2; k <= 4; ++k) {
+    g_made.clear();
+    g_given.clear();
+    const std::size_t size = class_size[k];
+    std::vector<void*> blocks;
+    while (blocks.size() < 100) {
+      front::free_list more{nullptr, 0, 0};
+      void* p = front::run_take(k, 0, &more, 3);
+      ASSERT_NE(p, nullptr);
+      ASSERT_LE(more.count, 2u);
+      blocks.push_back(p);
+      for (void* q = more.head; q != nullptr; q = *static_cast<void**>(q)) blocks.push_back(q);
+    }
+    const std::size_t per_run = run_bytes[k] / size;
+    EXPECT_EQ(g_made.size(), (blocks.size() + per_run - 1) / per_run) << size;
+    std::vector<std::uintptr_t> sorted;
+    for (void* p : blocks) {
+      const auto a = reinterpret_cast<std::uintptr_t>(p);
+      const std::uintptr_t run = a & ~(run_bytes[k] - 1);
+      ASSERT_TRUE(std::find(g_made.begin(), g_made.end(), run) != g_made.end()) << size << ": a block outside every run";
+      ASSERT_LE(a + size, run + run_bytes[k]) << size << ": a block past its run's end";
+      EXPECT_EQ(page_map[(a - base) >> front::page_map_shift].load(), k);
+      std::memset(p, static_cast<int>(k), size);
+      sorted.push_back(a);
+    }
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t i = 1; i < sorted.size(); ++i) ASSERT_GE(sorted[i] - sorted[i - 1], size) << "blocks overlap";
+    // Given back in another order than taken: each run whole once its last block is in,
+    // all but the one the pool keeps, then that one.
+    std::reverse(blocks.begin(), blocks.end());
+    for (void* p : blocks) front::run_give(p, k);
+    EXPECT_EQ(g_given.size(), g_made.size() - 1) << size << ": the pool keeps one empty run";
+    front::release_empty_runs();
+    std::sort(g_made.begin(), g_made.end());
+    std::sort(g_given.begin(), g_given.end());
+    EXPECT_EQ(g_given, g_made) << size << ": runs given back are not the runs made";
+    for (std::uintptr_t run : g_made) {
+      for (std::size_t off = 0; off < run_bytes[k]; off += 4096) {
+        ASSERT_EQ(page_map[(run + off - base) >> front::page_map_shift].load(), 0u) << "a run given back still marked";
+      }
+    }
+  }
+  ::munmap(area, kArea);
+}
+
+}  // namespace
