@@ -458,8 +458,9 @@ bool enable_front_cache(const front_backend& b) noexcept {
     return false;
   }
   g_page_class = static_cast<std::atomic<std::uint8_t>*>(map);
-  // Note [Runs for medium blocks] (none where its table cannot be reserved).
-  const bool runs = b.run != nullptr && configure_runs(class_size, b.base, b.span, g_page_class, b.run, b.release);
+  // Note [Runs for medium blocks] (none where its table cannot be reserved; give_back
+  // serves either way).
+  const bool runs = configure_runs(class_size, b.base, b.span, g_page_class, b.run, b.release);
   for (unsigned k = 0; k < max_classes; ++k) {
     g_class_size[k] = class_size[k];
     g_list_max[k] = list_max_of[k];

@@ -181,11 +181,15 @@ void give_back_run(std::uint32_t i, unsigned k) noexcept {
 
 bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::size_t span,
                     std::atomic<std::uint8_t>* page_class, run_memory_fn memory, front_free_fn release) noexcept {
-  if (memory == nullptr || release == nullptr || page_class == nullptr) return false;
+  // give_back needs these whether or not runs are made.
+  g_base = base;
+  g_span = span;
+  g_page_class = page_class;
+  g_release = release;
+  if (memory == nullptr || page_class == nullptr) return false;
   const std::size_t table_bytes = ((span >> table_shift) + 2) * sizeof(run_header);
   void* t = ::mmap(nullptr, table_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (t == MAP_FAILED) return false;
-  g_table = static_cast<run_header*>(t);
   for (unsigned k = 0; k < max_classes; ++k) {
     const std::size_t c = class_size[k];
     if (c < run_least || c > run_most) continue;
@@ -195,12 +199,9 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
     g_run_bytes[k] = bytes;
     g_blocks[k] = static_cast<std::uint32_t>(bytes / c);
   }
-  g_base = base;
-  g_span = span;
   g_origin = base & ~(run_bytes_least - 1);
-  g_page_class = page_class;
   g_memory = memory;
-  g_release = release;
+  g_table = static_cast<run_header*>(t);
   return true;
 }
 
@@ -227,8 +228,11 @@ void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want) noexce
 }
 
 void give_back(void* p) noexcept {
-  const unsigned k = g_page_class[(reinterpret_cast<std::uintptr_t>(p) - g_base) >> page_map_shift].load(std::memory_order_relaxed);
-  if (run_class(k)) return run_give(p, k);
+  if (g_table != nullptr) {
+    const std::size_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
+    const unsigned k = g_page_class[offset >> page_map_shift].load(std::memory_order_relaxed);
+    if (run_class(k)) return run_give(p, k);
+  }
   g_release(p);
 }
 

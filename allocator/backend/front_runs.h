@@ -20,8 +20,9 @@ using run_memory_fn = void* (*)(std::size_t bytes, unsigned slot) noexcept;
 
 // Once, as the cache is enabled (after its page map is made): the classes served from
 // runs are those of class_size in [run_least, run_most]; runs come from `memory` and go
-// back through `release`; the range is base..base+span and page_class its page map.
-// False (nothing served from runs) when the run table cannot be reserved.
+// back through `release`, as every other block give_back is handed; the range is
+// base..base+span and page_class its page map. False (nothing served from runs) when
+// memory is null or the run table cannot be reserved.
 bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::size_t span,
                     std::atomic<std::uint8_t>* page_class, run_memory_fn memory, front_free_fn release) noexcept;
 
