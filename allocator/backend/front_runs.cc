@@ -36,7 +36,9 @@
 // page map first (front_run_block), and a block of a run class that jemalloc made
 // (realloc in place, found at a free with its byte unknown) goes back to jemalloc, never
 // to a list. Where a run cannot be made, the request goes to jemalloc's own malloc,
-// outside the range. Measured side by side in bench/RESULTS.md ("Bursts").
+// outside the range. (A program that calls jemalloc's own API, sallocx or sdallocx, on a
+// block malloc gave it under the LD_PRELOAD library hands it a block jemalloc does not
+// know: as for a slab's block, so for a run's.) Measured side by side in bench/RESULTS.md ("Bursts").
 #include "backend/front_runs.h"
 
 #include <sys/mman.h>
@@ -228,8 +230,10 @@ void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want) noexce
 }
 
 void give_back(void* p) noexcept {
-  if (g_table != nullptr) {
-    const std::size_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
+  // A block outside the range is jemalloc's (a list filled once jemalloc had torn down
+  // the thread's state may hold some: Note [The front cache's page map]); it has no byte.
+  const std::size_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
+  if (g_table != nullptr && offset < g_span) {
     const unsigned k = g_page_class[offset >> page_map_shift].load(std::memory_order_relaxed);
     if (run_class(k)) return run_give(p, k);
   }

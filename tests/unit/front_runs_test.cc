@@ -1,7 +1,8 @@
 // The front cache's runs (Note [Runs for medium blocks], backend/front_runs.cc) on their
 // own, over memory the test hands out: every block lies inside its run, blocks never
 // overlap, the page map says a run's class for exactly its pages, and a run is given
-// back, whole and at the address it came from, once no block is out of it. The range
+// back, whole and at the address it came from, once no block is out of it, and a block
+// outside the range goes to jemalloc (give_back reads no page byte for it). The range
 // starts where it may in a process (a page past a 64 KiB boundary here: under valgrind
 // the cache's range is not 64 KiB-aligned, and a run's table index must still name it).
 #include <gtest/gtest.h>
@@ -99,6 +100,15 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
       }
     }
   }
+  // A block outside the range (jemalloc's, on a list filled after jemalloc tore down the
+  // thread's state) goes back to jemalloc, below the range and above it: no page byte is
+  // read for it.
+  g_given.clear();
+  void* below = reinterpret_cast<void*>(base - 4096);
+  void* above = reinterpret_cast<void*>(base + span + (std::size_t{8} << 20));
+  front::give_back(below);
+  front::give_back(above);
+  EXPECT_EQ(g_given, (std::vector<std::uintptr_t>{base - 4096, base + span + (std::size_t{8} << 20)}));
   ::munmap(area, kArea);
 }
 
