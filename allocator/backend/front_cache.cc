@@ -234,10 +234,9 @@ void close_thread(void* arg) noexcept {
 
 // Note [Runs for medium blocks]: blocks of a run class from the thread's arena's runs,
 // g_fill[k] of them where the thread has its lists (the first handed out, the others on
-// its list), one where it has not or where the class is counted in bytes.
+// its list; 1 for the classes counted in bytes), one where it has not.
 [[gnu::noinline]] void* run_miss(unsigned k, std::size_t size) noexcept {
-  const bool listed = t_state == cache_open && k < g_first_large;
-  void* p = run_take(k, t_cache->slot, &t_cache->lists[k], listed ? g_fill[k] : 1);
+  void* p = run_take(k, t_cache->slot, &t_cache->lists[k], t_state == cache_open ? g_fill[k] : 1);
   return p != nullptr ? p : g_malloc(size);  // no run: jemalloc's own block, outside the range
 }
 
@@ -458,13 +457,13 @@ bool enable_front_cache(const front_backend& b) noexcept {
     return false;
   }
   g_page_class = static_cast<std::atomic<std::uint8_t>*>(map);
-  // Note [Runs for medium blocks] (none where its table cannot be reserved; give_back
-  // serves either way).
-  const bool runs = configure_runs(class_size, b.base, b.span, g_page_class, b.run, b.release);
+  // Note [Runs for medium blocks] (no run class where its table cannot be reserved;
+  // give_back serves either way).
+  configure_runs(class_size, b.base, b.span, g_page_class, b.run, b.release);
   for (unsigned k = 0; k < max_classes; ++k) {
     g_class_size[k] = class_size[k];
     g_list_max[k] = list_max_of[k];
-    const bool halves = class_size[k] != 0 && (class_size[k] < fill_below || (runs && run_class(k) && k < first_large));
+    const bool halves = class_size[k] != 0 && (class_size[k] < fill_below || (run_class(k) && k < first_large));
     g_fill[k] = halves ? list_max_of[k] / 2 : 1;
   }
   for (std::size_t i = 0; i <= front_limit / 16; ++i) g_class_of[i] = class_of[i];
