@@ -164,6 +164,9 @@ class period_detector {
   // them. Any period of up to recur_sample / 2 allocations repeats at least half of
   // them; random sizes in 1 MiB repeat ~3% (the table's collisions).
   bool sizes_rare() const { return sampled_ >= recur_sample && recurred_ * 4 < sampled_; }
+  // Note [Auto mode rests]: true when every allocation the history keeps has one size
+  // (only a period of structure or of quiet points can be found there).
+  bool one_size() const { return !sizes_.empty() && same_run_ >= sizes_.size(); }
   // Note [Blocks that never overlap] (auto_mode.cc): true once the first recur_sample
   // allocations since the last reset are observed, when each of them that was freed
   // by then was freed before the next (settle() says when), and none was larger than

@@ -168,20 +168,28 @@ void begin_iterations(thread_state& t, auto_state& a, std::size_t size, engine& 
 // shapes within one, and a watch of 2,048 allocations with a rest of 16,384 after it
 // costs an eighth of one of 16,384. (Where this is wrong: a period of more than 1,536
 // allocations nearly all of whose sizes differ is never found; no model's inference
-// is one, its layers repeating their shapes.) While it rests its allocations and
-// frees go to the backend after one counter.
+// is one, its layers repeating their shapes.) A watch all of whose allocations had
+// one size rests after one history too: no search of sizes finds a period there
+// (every candidate is a multiple of 1), and the searches of structure and of quiet
+// points take periods of at most an eighth of a history, eight of which one history
+// shows (bench/micro/bursts.cc, bursts of 2,000 blocks of 100,000 bytes, each round
+// one period of 2,000 allocations too long for them: before, all 40,000 of its
+// allocations were watched). While it rests its allocations and frees go to the
+// backend after one counter.
 void rest_without_period(thread_state& t, auto_state& a, const options& opts) {
   auto_watch w;
   w.rare = a.det.sizes_rare();
   w.alone = a.det.blocks_alone();  // Note [Blocks that never overlap]
   w.sizes_recur = a.det.sizes_recur();
+  w.one_size = a.det.one_size();
   w.watched = a.det.count() - a.watch_start;
   if (const auto_rest r = auto_rest_after(w, opts.auto_history); r.rest) {
     rest(t, a, r.budget);
     g_rests_without_period.fetch_add(1, std::memory_order_relaxed);
     REPLAYALLOC_LOG(info, "auto: thread %u shows no period in %llu allocations%s; not watched for the next %llu",
                     t.thread_no, static_cast<unsigned long long>(w.watched),
-                    w.rare ? " (few of their sizes recur)" : w.alone ? " (each freed before the next)" : "",
+                    w.rare ? " (few of their sizes recur)" : w.alone ? " (each freed before the next)"
+                                                           : w.one_size ? " (all of one size)" : "",
                     static_cast<unsigned long long>(a.resting));
   }
 }

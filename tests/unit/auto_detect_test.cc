@@ -127,6 +127,29 @@ TEST(PeriodDetector, SaysWhetherAnySizeRecurs) {
   EXPECT_FALSE(d.sizes_recur()) << "a rest starts the watch afresh";
 }
 
+// Note [Auto mode rests]: a history of one size says so (the watch rests after one
+// history), until another size comes; a start-up's block of another size (libstdc++'s
+// pool) stops counting once the history has dropped it.
+TEST(PeriodDetector, SaysWhetherItsHistoryIsOfOneSize) {
+  const std::uint32_t history = 4096;
+  period_detector d(history);
+  EXPECT_FALSE(d.one_size()) << "nothing observed yet";
+  d.observe(72704, 0);
+  for (std::uint32_t i = 0; i < history - 1; ++i) d.observe(100000, std::uint64_t(i % 2000) * 100000);
+  EXPECT_FALSE(d.one_size()) << "the start-up's block is still in the history";
+  d.observe(100000, 0);  // the history is full: its older half is dropped
+  EXPECT_TRUE(d.one_size());
+  EXPECT_TRUE(d.sizes_recur());
+  d.observe(100001, 0);
+  EXPECT_FALSE(d.one_size()) << "a second size";
+  d.observe(100000, 0);
+  EXPECT_FALSE(d.one_size()) << "and after it";
+  d.reset();
+  EXPECT_FALSE(d.one_size());
+  d.observe(4096, 0);
+  EXPECT_TRUE(d.one_size()) << "a reset starts the watch afresh";
+}
+
 // Note [Periods whose sizes change]: an encoder fed a new sequence length on every
 // request repeats no size but its structure; the period is the whole inference (not
 // one of its repeated layers), found by lifetimes, and named the same whatever the
@@ -663,6 +686,14 @@ TEST(AutoPolicy, AWatchWithoutAPeriodRestsEarlyOnRareSizesOrLoneBlocksElseAfterI
   w.watched = history;
   EXPECT_EQ(auto_rest_after(w, history).budget, history) << "no size ever recurred: one history";
   EXPECT_TRUE(auto_rest_after(w, history).rest);
+  w.sizes_recur = true;
+  w.one_size = true;
+  w.watched = history - 1;
+  EXPECT_FALSE(auto_rest_after(w, history).rest);
+  w.watched = history;
+  r = auto_rest_after(w, history);
+  EXPECT_TRUE(r.rest) << "one size throughout: no period of sizes to wait for, one history";
+  EXPECT_EQ(r.budget, history);
   for (bool rare : {true, false}) {
     auto_watch early;
     early.sizes_recur = true;
