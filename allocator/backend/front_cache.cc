@@ -205,14 +205,15 @@ void close_thread(void* arg) noexcept {
 // 64 KiB, the small ones as the others: the thread's list, the depot, then its arena.
 // The inline malloc below the minimum tail-calls front_malloc, and the free of such a
 // block is inside the gate's range (Note [The gate's range]), so it costs the free no
-// test more than jemalloc's blocks did. A small class's list is filled half at once, a
-// block of the arena each (mallocx fills the bin's slabs with free regions first;
-// jemalloc's experimental.batch_alloc takes fresh slabs instead, and raised ResNet-50's
-// peak RSS at 8 threads by 16 MiB). A small class's list holds 16 KiB of blocks (at
+// test more than jemalloc's blocks did. A small class's list is filled half at once, from
+// the runs of the thread's arena (Note [Runs for medium blocks]; where runs cannot be
+// made, a block of the arena each: mallocx fills the bin's slabs with free regions
+// first, where jemalloc's experimental.batch_alloc took fresh slabs and raised
+// ResNet-50's peak RSS at 8 threads by 16 MiB). A small class's list holds 16 KiB of blocks (at
 // least 4, at most 64), not 64 KiB: a short-lived thread (larson) fills a list of each
-// class it touches, and what it held at its exit went back to the arena's slabs as dirty
-// pages. Requests of under 16 bytes get 16 (glibc's alignment).
-// A small class's blocks share pages, all of one class (jemalloc's slabs), so the page
+// class it touches, and what it held at its exit went back to its runs (the arena's
+// slabs before) as dirty pages. Requests of under 16 bytes get 16 (glibc's alignment).
+// A small class's blocks share pages, all of one class (a run's), so the page
 // map's byte is theirs; a block jemalloc's realloc moves out of the cache's range is
 // jemalloc's. REPLAYALLOC_FRONT_CACHE=0 leaves small requests to jemalloc's malloc, as
 // before. Measured side by side in bench/RESULTS.md ("Small blocks in the front cache").
@@ -533,9 +534,10 @@ void front_free_at(void* p, std::uintptr_t offset) noexcept { free_in_range(p, o
 void front_resizing(const void* p) noexcept {
   const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
   if (offset >= g_span) return;
-  // A block of a class below 4 KiB is one of a jemalloc slab's regions, which jemalloc's
-  // realloc never resizes in place to another class (it moves it): its page, shared with
-  // the slab's other blocks, keeps its byte, and their frees do not ask jemalloc.
+  // A block of a class below 4 KiB (where runs cannot be made) is one of a jemalloc
+  // slab's regions, which jemalloc's realloc never resizes in place to another class (it
+  // moves it): its page, shared with the slab's other blocks, keeps its byte, and their
+  // frees do not ask jemalloc.
   std::atomic<std::uint8_t>& b = g_page_class[offset >> map_shift];
   // A run's block never reaches jemalloc's realloc (front_run_block), and its page's
   // byte says what it is.

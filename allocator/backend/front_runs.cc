@@ -1,5 +1,5 @@
-// The front cache's runs: blocks of jemalloc's classes of 4-128 KiB carved from runs of
-// 64 KiB-1 MiB, each of one class, that the cache manages itself.
+// The front cache's runs: blocks of jemalloc's classes of 16 B-128 KiB carved from runs
+// of 64 KiB-1 MiB, each of one class, that the cache manages itself.
 //
 // Note [Runs for medium blocks]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -39,6 +39,14 @@
 // outside the range. (A program that calls jemalloc's own API, sallocx or sdallocx, on a
 // block malloc gave it under the LD_PRELOAD library hands it a block jemalloc does not
 // know: as for a slab's block, so for a run's.) Measured side by side in bench/RESULTS.md ("Bursts").
+// The classes below 4 KiB come from runs too (runs of 64 KiB: 32 blocks of 2 KiB, 4,096
+// of 16 B). They came from jemalloc's slabs a block at a time (Note [Small blocks in the
+// front cache]), and without a thread cache each block cost jemalloc's arena ~1,000
+// instructions to make and ~800 to take back: a burst of 100,000 blocks of 1 KiB beyond
+// the lists and the depot ran 1,763 instructions a pair (jemalloc alone 803, tcmalloc 420,
+// mimalloc 180), and 264 from runs (callgrind, bench/micro/bursts.cc 100000 1024). Their
+// pages are of one class, as jemalloc's slabs' were; a run's pages past the last block
+// carved are never touched.
 #include "backend/front_runs.h"
 
 #include <sys/mman.h>
@@ -48,7 +56,7 @@
 namespace replayalloc::detail::backend::front {
 namespace {
 
-constexpr std::size_t run_least = 4096;         // the smallest class served from runs
+constexpr std::size_t run_least = 16;           // the smallest class served from runs: all
 constexpr std::size_t run_most = 128 * 1024;    // the largest
 constexpr unsigned table_shift = 16;            // one table entry per 64 KiB of the range
 constexpr std::size_t run_bytes_least = std::size_t{1} << table_shift;

@@ -1,6 +1,6 @@
-// replayalloc/backend/front_runs.h: the front cache's runs, blocks of 4-128 KiB carved
-// from runs of 64 KiB-1 MiB that replayalloc manages itself (Note [Runs for medium
-// blocks], front_runs.cc).
+// replayalloc/backend/front_runs.h: the front cache's runs, blocks of 16 B-128 KiB
+// carved from runs of 64 KiB-1 MiB that replayalloc manages itself (Note [Runs for
+// medium blocks], front_runs.cc).
 //
 // Layer: backend, private to the front cache (front_cache.cc and front_runs.cc).
 #pragma once

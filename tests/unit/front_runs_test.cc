@@ -45,20 +45,20 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
   g_end = base + span;
   std::vector<std::atomic<std::uint8_t>> page_map(span >> front::page_map_shift);
   std::uint32_t class_size[front::max_classes] = {};
-  class_size[1] = 2048;    // below the runs' classes
+  class_size[1] = 2048;    // a small class: runs of 64 KiB, 32 blocks
   class_size[2] = 5120;    // runs of 128 KiB, 25 blocks
   class_size[3] = 20480;   // 512 KiB, 25 blocks
   class_size[4] = 131072;  // 1 MiB, 8 blocks
   class_size[5] = 163840;  // above
   ASSERT_TRUE(front::configure_runs(class_size, base, span, page_map.data(), &run_memory, &run_release));
   EXPECT_FALSE(front::run_class(0));
-  EXPECT_FALSE(front::run_class(1));
+  EXPECT_TRUE(front::run_class(1));
   EXPECT_TRUE(front::run_class(2));
   EXPECT_TRUE(front::run_class(4));
   EXPECT_FALSE(front::run_class(5));
 
-  const std::size_t run_bytes[] = {0, 0, 128 << 10, 512 << 10, 1 << 20};
-  for (unsigned k = 2; k <= 4; ++k) {
+  const std::size_t run_bytes[] = {0, 64 << 10, 128 << 10, 512 << 10, 1 << 20};
+  for (unsigned k = 1; k <= 4; ++k) {
     g_made.clear();
     g_given.clear();
     const std::size_t size = class_size[k];
