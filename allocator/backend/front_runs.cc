@@ -17,9 +17,10 @@
 //  * a run is one block of the cache's arena (Note [The front cache's arena]) of the
 //    smallest power of two holding 16 blocks, at least 64 KiB and at most 1 MiB (8-64
 //    blocks), aligned to its size, so that a block's run is its address rounded down;
-//    the run's pages' bytes in the page map (Note [The front cache's page map]) are its
-//    class from its making to its giving back, and a page's byte of a run class says
-//    that the block is a run's (a free in the range reads that byte anyway);
+//    the page map's bytes (Note [The front cache's page map]) of the pages its blocks
+//    begin in (all of its pages for blocks of up to 4 KiB) are its class from its
+//    making to its giving back, and a page's byte of a run class says that the block
+//    beginning there is a run's (a free in the range reads that byte anyway);
 //  * its blocks are carved in order as they are asked for (the pages past the last
 //    carved are never touched), and those given back are linked through their first
 //    word, the run's own free list; a table beside the range (one entry per 64 KiB,
@@ -106,10 +107,23 @@ std::uintptr_t start_of(const void* p, unsigned k) noexcept {
   return reinterpret_cast<std::uintptr_t>(p) & ~(g_run_bytes[k] - 1);
 }
 
-// The page map's bytes of a run's pages (its class, or 0 as it goes back).
-void mark(std::uintptr_t start, std::size_t bytes, std::uint8_t k) noexcept {
+// The page map's bytes of the pages a run of class k's blocks begin in (`v`: its class,
+// or 0 as it goes back): every page of a run of blocks of at most a page, one page a
+// block above (a 1 MiB run of 104 KiB blocks: 9 bytes, not 256). Frees, realloc and the
+// usable size read the byte of a block's first page only, and the pages between are
+// never a block's first while the run lasts.
+void mark(std::uintptr_t start, unsigned k, std::uint8_t v) noexcept {
   const std::size_t first = (start - g_base) >> page_map_shift;
-  for (std::size_t i = 0; i < (bytes >> page_map_shift); ++i) g_page_class[first + i].store(k, std::memory_order_relaxed);
+  if (g_size[k] <= (std::size_t{1} << page_map_shift)) {
+    for (std::size_t i = 0; i < (g_run_bytes[k] >> page_map_shift); ++i) {
+      g_page_class[first + i].store(v, std::memory_order_relaxed);
+    }
+    return;
+  }
+  for (std::uint32_t b = 0; b < g_blocks[k]; ++b) {
+    const std::size_t page = (std::size_t{b} * g_size[k]) >> page_map_shift;
+    g_page_class[first + page].store(v, std::memory_order_relaxed);
+  }
 }
 
 void link_partial(run_pool& pool, std::uint32_t i) noexcept {
@@ -171,7 +185,7 @@ bool make_run(run_pool& pool, unsigned k, unsigned slot) noexcept {
   }
   const std::uint32_t i = index_of(start);
   g_table[i] = run_header{nullptr, 0, 0, 0, 0, static_cast<std::uint8_t>(slot)};
-  mark(start, bytes, static_cast<std::uint8_t>(k));
+  mark(start, k, static_cast<std::uint8_t>(k));
   g_made.fetch_add(1, std::memory_order_relaxed);
   g_bytes.fetch_add(bytes, std::memory_order_relaxed);
   spin_lock(pool.locked);
@@ -181,7 +195,7 @@ bool make_run(run_pool& pool, unsigned k, unsigned slot) noexcept {
 
 void give_back_run(std::uint32_t i, unsigned k) noexcept {
   const std::uintptr_t start = start_at(i);
-  mark(start, g_run_bytes[k], 0);
+  mark(start, k, 0);
   g_given_back.fetch_add(1, std::memory_order_relaxed);
   g_bytes.fetch_sub(g_run_bytes[k], std::memory_order_relaxed);
   g_release(reinterpret_cast<void*>(start));

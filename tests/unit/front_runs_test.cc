@@ -1,6 +1,6 @@
 // The front cache's runs (Note [Runs for medium blocks], backend/front_runs.cc) on their
 // own, over memory the test hands out: every block lies inside its run, blocks never
-// overlap, the page map says a run's class for exactly its pages, and a run is given
+// overlap, the page map says a run's class for the pages its blocks begin in, and a run is given
 // back, whole and at the address it came from, once no block is out of it, and a block
 // outside the range goes to jemalloc (give_back reads no page byte for it). The range
 // starts where it may in a process (a page past a 64 KiB boundary here: under valgrind
