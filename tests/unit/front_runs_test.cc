@@ -50,6 +50,7 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
   class_size[3] = 20480;   // 512 KiB, 25 blocks
   class_size[4] = 131072;  // 1 MiB, 8 blocks
   class_size[5] = 163840;  // above
+  class_size[6] = 24576;   // runs of 512 KiB, as class 3's
   ASSERT_TRUE(front::configure_runs(class_size, base, span, page_map.data(), &run_memory, &run_release));
   EXPECT_FALSE(front::run_class(0));
   EXPECT_TRUE(front::run_class(1));
@@ -100,6 +101,28 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
       }
     }
   }
+  // An empty run one class keeps serves another class of the same run size (its pages
+  // already made) before the arena is asked for a new one: its page bytes are the new
+  // class's where the new class's blocks begin, and 0 where only the old one's did.
+  g_made.clear();
+  g_given.clear();
+  void* a = front::run_take(3, 0, nullptr, 1);
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(g_made.size(), 1u);
+  const std::uintptr_t run = reinterpret_cast<std::uintptr_t>(a) & ~std::uintptr_t{(512 << 10) - 1};
+  front::run_give(a, 3);
+  EXPECT_TRUE(g_given.empty()) << "class 3's pool keeps its one empty run";
+  void* b = front::run_take(6, 0, nullptr, 1);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(g_made.size(), 1u) << "a run was made where another class kept an empty one of its size";
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b) & ~std::uintptr_t{(512 << 10) - 1}, run);
+  EXPECT_EQ(page_map[(run - base) >> front::page_map_shift].load(), 6u);
+  EXPECT_EQ(page_map[(run + 24576 - base) >> front::page_map_shift].load(), 6u);
+  EXPECT_EQ(page_map[(run + 20480 - base) >> front::page_map_shift].load(), 0u) << "class 3's block's page still marked";
+  std::memset(b, 6, 24576);
+  front::run_give(b, 6);
+  front::release_empty_runs();
+  EXPECT_EQ(g_given, g_made) << "the run went back once, to where it came from";
   // A block outside the range (jemalloc's, on a list filled after jemalloc tore down the
   // thread's state) goes back to jemalloc, below the range and above it: no page byte is
   // read for it.
