@@ -88,6 +88,7 @@ struct alignas(64) run_pool {
 
 std::uint32_t g_size[max_classes];        // a run class's block size, 0 for the others
 std::uint32_t g_blocks[max_classes];      // blocks per run
+std::uint8_t g_same_size[max_classes];    // the next run class with runs of its size (itself: none)
 std::size_t g_run_bytes[max_classes];     // its runs' size
 std::uintptr_t g_base = 0;
 std::size_t g_span = 0;
@@ -178,8 +179,7 @@ unsigned pop_blocks(run_pool& pool, unsigned k, void** out, unsigned want) noexc
 // The empty run another class of the same run size keeps in the arena `slot`'s pools,
 // taken from it and its page map bytes cleared; 0 when there is none.
 std::uintptr_t take_empty_run(unsigned k, unsigned slot) noexcept {
-  for (unsigned j = 1; j < max_classes; ++j) {
-    if (j == k || g_run_bytes[j] != g_run_bytes[k]) continue;
+  for (unsigned j = g_same_size[k]; j != k; j = g_same_size[j]) {
     run_pool& other = g_pools[slot][j];
     if (other.empty.load(std::memory_order_relaxed) == 0) continue;  // a peek
     spin_lock(other.locked);
@@ -248,6 +248,16 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
     g_size[k] = static_cast<std::uint32_t>(c);
     g_run_bytes[k] = bytes;
     g_blocks[k] = static_cast<std::uint32_t>(bytes / c);
+  }
+  for (unsigned k = 0; k < max_classes; ++k) {
+    g_same_size[k] = static_cast<std::uint8_t>(k);
+    for (unsigned d = 1; d < max_classes && g_size[k] != 0; ++d) {
+      const unsigned j = (k + d) % max_classes;
+      if (g_size[j] != 0 && g_run_bytes[j] == g_run_bytes[k]) {
+        g_same_size[k] = static_cast<std::uint8_t>(j);
+        break;
+      }
+    }
   }
   g_origin = base & ~(run_bytes_least - 1);
   g_memory = memory;
