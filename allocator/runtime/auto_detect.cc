@@ -22,6 +22,7 @@ void period_detector::reset() {
   recurred_ = 0;
   blocks_alone_ = false;
   sample_largest_ = 0;
+  sample_one_size_ = false;
   quiet_ = false;
   quiet_level_ = 0;
   quiet_run_ = 0;
@@ -55,7 +56,10 @@ bool period_detector::observe(std::uint64_t size, std::uint64_t live, std::uint3
     seen_.set(bit);
     ++sampled_;
     sample_largest_ = std::max(sample_largest_, size);
-    if (sampled_ == recur_sample) blocks_alone_ = sample_alone();  // Note [Blocks that never overlap]
+    if (sampled_ == recur_sample) {  // Note [Blocks that never overlap]
+      blocks_alone_ = sample_alone();
+      sample_one_size_ = sample_of_one_size();
+    }
   }
   // A search of sizes scans up to a third of the history back, so it runs every 16
   // allocations while the history is short and every history/64 once it is long (every
@@ -82,11 +86,29 @@ void period_detector::settle(std::uint64_t pos) {
 // Note [Blocks that never overlap] (auto_mode.cc), asked once the sample's last
 // allocation is observed: every block of the sample freed by now, the newest aside, was
 // freed before the next allocation (a lifetime of 1); blocks still live (a start-up's
-// buffers, weights) say nothing of overlap and are left out.
+// buffers, weights) say nothing of overlap and are left out, as long as they are at most
+// half of the sample (blocks all still live, a burst's, overlap: it said "alone" of them).
 bool period_detector::sample_alone() const {
   if (watched_from_ < base_ || sample_largest_ > cached_max_) return false;
+  std::size_t freed = 0;
   for (std::size_t i = watched_from_ - base_; i + 1 < life_.size(); ++i) {
     if (life_[i] > 1) return false;
+    freed += life_[i] != 0;
+  }
+  // The newest, just made, counted as freed (it is "aside"): not a sample of blocks all live.
+  return 2 * (freed + 1) >= life_.size() - (watched_from_ - base_);
+}
+
+// Note [Blocks that never overlap], asked there too: the sample's blocks all of one size
+// the fallback caches (the newest's), but at most recur_sample / 64 of other sizes still
+// live (a start-up's pool or buffers, made once: they say nothing of the stream).
+bool period_detector::sample_of_one_size() const {
+  if (watched_from_ < base_ || sizes_.empty() || sizes_.back() > cached_max_) return false;
+  const std::uint64_t size = sizes_.back();
+  std::size_t others = 0;
+  for (std::size_t i = watched_from_ - base_; i < sizes_.size(); ++i) {
+    if (sizes_[i] == size) continue;
+    if (life_[i] != 0 || ++others > recur_sample / 64) return false;
   }
   return true;
 }

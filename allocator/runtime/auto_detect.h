@@ -172,6 +172,10 @@ class period_detector {
   // by then was freed before the next (settle() says when), and none was larger than
   // the fallback's thread cache keeps.
   bool blocks_alone() const { return blocks_alone_; }
+  // Note [Blocks that never overlap]: true once the first recur_sample allocations since
+  // the last reset are observed, when at least half of them were freed by then and those
+  // all had one size, no larger than cached_max() (a size the fallback keeps blocks of).
+  bool sample_one_size() const { return sample_one_size_; }
   void reset();
   // The current period did not hold up (its iterations kept deviating): forget it and
   // never pick it again.
@@ -197,6 +201,7 @@ class period_detector {
   bool steps_stand_alone(std::size_t p, std::size_t n) const;
   bool rejected(std::size_t p) const;
   bool sample_alone() const;
+  bool sample_of_one_size() const;
   std::vector<std::uint32_t, backend::internal_allocator<std::uint32_t>> rejected_;
   std::uint32_t history_;
   std::uint64_t cached_max_;
@@ -215,6 +220,7 @@ class period_detector {
   std::uint32_t recurred_ = 0;
   bool blocks_alone_ = false;
   std::uint64_t sample_largest_ = 0;  // the sample's largest size
+  bool sample_one_size_ = false;
   bool quiet_ = false;
   std::uint32_t quiet_level_ = 0;
   std::uint32_t quiet_run_ = 0;

@@ -65,14 +65,16 @@ inline auto_verdict auto_after_iteration(bool poor, bool failed_shape, std::uint
 }
 
 // Note [Auto mode rests] and Note [Blocks that never overlap] (auto_mode.cc): a watch
-// that found no period rests once its sizes are rare or its blocks never overlap, or
-// after its budget of allocations (four histories where sizes recur and differ, else
-// one); the rest lasts that budget (doubled by rest() for each rest in a row).
+// that found no period rests once its sizes are rare, its blocks never overlap or its
+// sample is of one size the fallback caches, or after its budget of allocations (four
+// histories where sizes recur and differ, else one); the rest lasts that budget
+// (doubled by rest() for each rest in a row).
 struct auto_watch {
   bool sizes_recur = false;  // a search of sizes found the newest size twice before it
   bool rare = false;         // few of the sample's sizes recur
   bool alone = false;        // the sample's blocks were each freed before the next
   bool one_size = false;     // every allocation the detector's history keeps had one size
+  bool cached_one_size = false;  // the sample's allocations had one size the fallback caches
   std::uint64_t watched = 0; // allocations observed since the watch began
 };
 struct auto_rest {
@@ -80,8 +82,9 @@ struct auto_rest {
   std::uint64_t budget = 0;
 };
 inline auto_rest auto_rest_after(const auto_watch& w, std::uint64_t history) {
-  const std::uint64_t budget = std::uint64_t{w.sizes_recur && !w.rare && !w.alone && !w.one_size ? 4u : 1u} * history;
-  return {w.rare || w.alone || w.watched >= budget, budget};
+  const bool early = w.rare || w.alone || w.cached_one_size;
+  const std::uint64_t budget = std::uint64_t{w.sizes_recur && !early && !w.one_size ? 4u : 1u} * history;
+  return {early || w.watched >= budget, budget};
 }
 
 }  // namespace replayalloc::detail

@@ -382,6 +382,90 @@ TEST(PeriodDetector, SaysWhenTheWatchsFirstBlocksNeverOverlap) {
   EXPECT_FALSE(d.blocks_alone()) << "an encoder fed a new sequence length per request";
 }
 
+// Note [Blocks that never overlap]: a sample all of whose blocks were still live at its
+// end overlaps (a burst's first 2,048 blocks); it said "alone" of them before.
+TEST(PeriodDetector, ASampleWhoseBlocksAreAllStillLiveIsNotAlone) {
+  period_detector burst;
+  for (std::uint32_t i = 0; i < recur_sample; ++i) burst.observe(4096, std::uint64_t{i} * 4096, i);
+  EXPECT_FALSE(burst.blocks_alone()) << "2,048 blocks of 4 KiB, none freed";
+  period_detector half;  // pairs after 1,024 buffers made for good: still alone
+  for (std::uint32_t i = 0; i < recur_sample; ++i) {
+    half.observe(4096, 0);
+    if (i >= recur_sample / 2) half.settle(half.count() - 1);
+  }
+  EXPECT_TRUE(half.blocks_alone());
+}
+
+// Note [Blocks that never overlap]: a sample of one size the fallback caches, whatever
+// its blocks' lifetimes (a burst of 2,000 blocks of 100,000 bytes, all freed together),
+// rests after the sample; a few blocks of other sizes still live (a start-up's pool) do
+// not count, one freed does, as do 33 live ones, or a size above the thread cache.
+TEST(PeriodDetector, SaysWhetherTheSampleIsOfOneSizeTheFallbackCaches) {
+  // `n` blocks of `size` in bursts of `burst` (allocated, then all freed), after the
+  // blocks of `first`, each freed at once when `freed` and kept otherwise.
+  const auto run = [](period_detector& d, std::uint64_t size, std::uint32_t burst, std::uint32_t n,
+                      std::vector<std::uint64_t> first = {}, bool freed = false) {
+    for (std::uint64_t f : first) {
+      d.observe(f, 0);
+      if (freed) d.settle(d.count() - 1);
+    }
+    std::vector<std::uint64_t> pos;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      d.observe(size, std::uint64_t{pos.size()} * size, static_cast<std::uint32_t>(pos.size()));
+      pos.push_back(d.count() - 1);
+      if (pos.size() == burst) {
+        for (std::uint64_t p : pos) d.settle(p);
+        pos.clear();
+      }
+    }
+  };
+  period_detector bursts;
+  run(bursts, 100000, 2000, recur_sample - 1);
+  EXPECT_FALSE(bursts.sample_one_size()) << "said before its sample was complete";
+  run(bursts, 100000, 2000, 1);
+  EXPECT_TRUE(bursts.sample_one_size()) << "bursts of 2,000 blocks of 100,000 bytes";
+  EXPECT_FALSE(bursts.found());
+  bursts.reset();
+  EXPECT_FALSE(bursts.sample_one_size()) << "a rest starts the tally afresh";
+
+  period_detector live;  // 10,000 a burst: none freed by the sample's end
+  run(live, 20000, 10000, recur_sample);
+  EXPECT_TRUE(live.sample_one_size());
+  EXPECT_FALSE(live.blocks_alone()) << "and they overlap";
+
+  period_detector pool;
+  run(pool, 100000, 2000, recur_sample - 1, {72704});
+  EXPECT_TRUE(pool.sample_one_size()) << "one start-up block of another size, still live";
+  period_detector startup;
+  run(startup, 100000, 2000, recur_sample - 32, std::vector<std::uint64_t>(32, 8192));
+  EXPECT_TRUE(startup.sample_one_size()) << "32 of them";
+  period_detector many;
+  run(many, 100000, 2000, recur_sample - 33, std::vector<std::uint64_t>(33, 8192));
+  EXPECT_FALSE(many.sample_one_size()) << "33 of them";
+  period_detector freed;
+  run(freed, 100000, 2000, recur_sample - 1, {8192}, true);
+  EXPECT_FALSE(freed.sample_one_size()) << "a block of another size made and freed among them";
+  period_detector two;
+  for (std::uint32_t i = 0; i < recur_sample; ++i) {
+    two.observe(i % 2 ? 100000 : 100001, 0);
+    two.settle(two.count() - 1);
+  }
+  EXPECT_FALSE(two.sample_one_size()) << "two sizes";
+  period_detector large;
+  run(large, std::uint64_t{256} << 10, 100, recur_sample);
+  EXPECT_FALSE(large.sample_one_size()) << "256 KiB, above the thread cache's 128 KiB";
+  period_detector small_cache(16384, std::uint64_t{32} << 10);
+  run(small_cache, std::uint64_t{64} << 10, 100, recur_sample);
+  EXPECT_FALSE(small_cache.sample_one_size()) << "64 KiB, above a thread cache of 32 KiB";
+
+  // The model-shaped streams of the tests above do not say so.
+  std::mt19937_64 rng(3);
+  period_detector d;
+  encoder_stream e{d};
+  while (d.count() < recur_sample) e.inference(16 + rng() % 241, 4);
+  EXPECT_FALSE(d.sample_one_size()) << "an encoder fed a new sequence length per request";
+}
+
 TEST(PeriodDetector, FindsIterationsBetweenQuietPointsWhenTheStructureChangesWithTheShape) {
   std::uint64_t sig[2] = {0, 0};
   for (int run = 0; run < 2; ++run) {
@@ -707,7 +791,7 @@ TEST(AutoPolicy, PoorIterationsInARowRejectThePeriodAndAGoodOneForgivesThem) {
   EXPECT_FALSE(auto_after_iteration(true, false, 0, 0).reject);
 }
 
-TEST(AutoPolicy, AWatchWithoutAPeriodRestsEarlyOnRareSizesOrLoneBlocksElseAfterItsBudget) {
+TEST(AutoPolicy, AWatchWithoutAPeriodRestsEarlyOnRareSizesLoneBlocksOrOneCachedSizeElseAfterItsBudget) {
   const std::uint64_t history = 16384;
   auto_watch w;
   w.sizes_recur = true;
@@ -731,15 +815,18 @@ TEST(AutoPolicy, AWatchWithoutAPeriodRestsEarlyOnRareSizesOrLoneBlocksElseAfterI
   r = auto_rest_after(w, history);
   EXPECT_TRUE(r.rest) << "one size throughout: no period of sizes to wait for, one history";
   EXPECT_EQ(r.budget, history);
-  for (bool rare : {true, false}) {
+  for (int kind = 0; kind < 3; ++kind) {
     auto_watch early;
     early.sizes_recur = true;
-    early.rare = rare;
-    early.alone = !rare;
+    early.one_size = kind == 2;
+    early.rare = kind == 0;
+    early.alone = kind == 1;
+    early.cached_one_size = kind == 2;
     early.watched = 2048;
     r = auto_rest_after(early, history);
-    EXPECT_TRUE(r.rest) << (rare ? "rare sizes" : "blocks that never overlap") << ": after the sample";
-    EXPECT_EQ(r.budget, history) << "for one history";
+    const char* why[] = {"rare sizes", "blocks that never overlap", "one size the fallback caches"};
+    EXPECT_TRUE(r.rest) << why[kind] << ": after the sample";
+    EXPECT_EQ(r.budget, history) << why[kind] << ": for one history";
   }
 }
 
