@@ -474,7 +474,7 @@ bool enable_front_cache(const front_backend& b) noexcept {
   for (unsigned k = 0; k < max_classes; ++k) {
     part[k] = k >= first_large ? part_large : class_size[k] < fill_below ? part_small : part_medium;
   }
-  configure_depot(class_size, part, &give_back);
+  configure_depot(class_size, part, &give_back_list);
   g_large_largest = large_largest;
   g_malloc = b.malloc;
   g_free = b.free;

@@ -26,7 +26,7 @@ constexpr std::size_t large_depot_budget = 8192 * 1024;
 
 std::uint32_t g_class_size[max_classes];
 std::uint8_t g_part[max_classes];
-front_free_fn g_release = nullptr;
+list_free_fn g_release_list = nullptr;
 
 std::size_t depot_budget() noexcept {
   const std::size_t b = depot_budget_per_thread * g_open_caches.load(std::memory_order_relaxed);
@@ -66,13 +66,7 @@ void spin_lock(std::atomic<bool>& locked) noexcept {
   }
 }
 
-void free_all(void* head) noexcept {
-  while (head != nullptr) {
-    void* next = *static_cast<void**>(head);
-    g_release(head);
-    head = next;
-  }
-}
+void free_all(void* head) noexcept { g_release_list(head); }
 
 // A whole list to the depot of class k (or to the underlying free when it is full).
 void put(unsigned k, void* head, std::uint32_t count) noexcept {
@@ -118,12 +112,12 @@ free_list take(unsigned k) noexcept {
 
 std::atomic<std::size_t> g_open_caches{0};
 
-void configure_depot(const std::uint32_t* class_size, const std::uint8_t* part, front_free_fn release) noexcept {
+void configure_depot(const std::uint32_t* class_size, const std::uint8_t* part, list_free_fn release) noexcept {
   for (unsigned k = 0; k < max_classes; ++k) {
     g_class_size[k] = class_size[k];
     g_part[k] = part[k];
   }
-  g_release = release;
+  g_release_list = release;
 }
 
 void thread_opened() noexcept { g_open_caches.fetch_add(1, std::memory_order_relaxed); }

@@ -34,9 +34,10 @@ struct free_list {
 // Which of the depot's budgets a class's bytes count against.
 enum depot_part : std::uint8_t { part_small, part_medium, part_large, parts };
 
-// Once, as the cache is enabled: each class's size and part, and the free of a block
-// given back to the arena.
-void configure_depot(const std::uint32_t* class_size, const std::uint8_t* part, front_free_fn release) noexcept;
+// Once, as the cache is enabled: each class's size and part, and the free of a list of
+// blocks (linked through their first words) given back to their runs or the arena.
+using list_free_fn = void (*)(void* head) noexcept;
+void configure_depot(const std::uint32_t* class_size, const std::uint8_t* part, list_free_fn release) noexcept;
 
 // Threads with a cache open: the budgets that grow or are shared with them read it.
 extern std::atomic<std::size_t> g_open_caches;

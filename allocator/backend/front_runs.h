@@ -43,6 +43,10 @@ void give_back(void* p) noexcept;
 // out of is kept for its class (one per arena) or given back to the arena.
 void run_give(void* p, unsigned k) noexcept;
 
+// Every block of a list (linked through their first words) back as give_back does, a
+// run pool's lock held across blocks of the same pool.
+void give_back_list(void* head) noexcept;
+
 // The runs kept empty given back to the arena (front_cache_release, before a purge).
 void release_empty_runs() noexcept;
 

@@ -123,6 +123,51 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
   front::run_give(b, 6);
   front::release_empty_runs();
   EXPECT_EQ(g_given, g_made) << "the run went back once, to where it came from";
+  // A list given back whole (the depot full, a purge: give_back_list): blocks of two
+  // classes' pools in turns, runs of 20 going empty in it (more than it holds back at
+  // once), and a block outside the range among them. Each run goes back whole once its
+  // last block is in, but the one each pool keeps; the outside block goes to jemalloc.
+  g_made.clear();
+  g_given.clear();
+  std::vector<void*> listed;
+  static void* outside[2];  // a block of jemalloc's: not in the range
+  for (unsigned k : {1u, 2u}) {
+    const std::size_t per_run = run_bytes[k] / class_size[k];
+    for (std::size_t i = 0; i < 20 * per_run; ++i) {
+      void* p = front::run_take(k, 0, nullptr, 1);
+      ASSERT_NE(p, nullptr);
+      std::memset(p, static_cast<int>(k), class_size[k]);
+      listed.push_back(p);
+    }
+  }
+  ASSERT_EQ(g_made.size(), 40u);
+  std::vector<void*> mixed;  // class 1's and class 2's blocks in turns, then the rest
+  const std::size_t ones = 20 * (run_bytes[1] / class_size[1]);
+  for (std::size_t i = 0, j = ones; i < ones || j < listed.size();) {
+    if (i < ones) mixed.push_back(listed[i++]);
+    if (j < listed.size()) mixed.push_back(listed[j++]);
+    if (mixed.size() == 100) mixed.push_back(outside);
+  }
+  void* head = nullptr;
+  for (auto it = mixed.rbegin(); it != mixed.rend(); ++it) {
+    *static_cast<void**>(*it) = head;
+    head = *it;
+  }
+  front::give_back_list(head);
+  const auto out = reinterpret_cast<std::uintptr_t>(outside);
+  EXPECT_EQ(std::count(g_given.begin(), g_given.end(), out), 1) << "the block outside the range";
+  EXPECT_EQ(g_given.size(), 1 + 40 - 2u) << "every run but the two pools' kept ones, the outside block";
+  front::release_empty_runs();
+  g_given.erase(std::remove(g_given.begin(), g_given.end(), out), g_given.end());
+  std::sort(g_made.begin(), g_made.end());
+  std::sort(g_given.begin(), g_given.end());
+  EXPECT_EQ(g_given, g_made) << "runs given back are not the runs made";
+  front::free_list none{nullptr, 0, 0};
+  EXPECT_EQ(g_made.size(), 40u);
+  void* again = front::run_take(1, 0, &none, 1);
+  ASSERT_NE(again, nullptr) << "a run made again after they all went back";
+  front::run_give(again, 1);
+  front::release_empty_runs();
   // A block outside the range (jemalloc's, on a list filled after jemalloc tore down the
   // thread's state) goes back to jemalloc, below the range and above it: no page byte is
   // read for it.
