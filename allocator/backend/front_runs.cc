@@ -110,6 +110,13 @@ std::uint32_t index_of(std::uintptr_t start) noexcept {
   return static_cast<std::uint32_t>((start - g_origin) >> table_shift);
 }
 std::uintptr_t start_at(std::uint32_t i) noexcept { return g_origin + (std::uintptr_t{i} << table_shift); }
+// The run class of the block at p by its page's byte; 0 (none) outside the range or
+// before the runs are configured (a block of jemalloc's: it has no byte).
+unsigned class_at(const void* p) noexcept {
+  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
+  if (g_table == nullptr || offset >= g_span) return 0;
+  return g_page_class[offset >> page_map_shift].load(std::memory_order_relaxed);
+}
 std::uintptr_t start_of(const void* p, unsigned k) noexcept {
   return reinterpret_cast<std::uintptr_t>(p) & ~(g_run_bytes[k] - 1);
 }
@@ -292,11 +299,7 @@ void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want) noexce
 void give_back(void* p) noexcept {
   // A block outside the range is jemalloc's (a list filled once jemalloc had torn down
   // the thread's state may hold some: Note [The front cache's page map]); it has no byte.
-  const std::size_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
-  if (g_table != nullptr && offset < g_span) {
-    const unsigned k = g_page_class[offset >> page_map_shift].load(std::memory_order_relaxed);
-    if (run_class(k)) return run_give(p, k);
-  }
+  if (const unsigned k = class_at(p); run_class(k)) return run_give(p, k);
   g_release(p);
 }
 
@@ -349,9 +352,7 @@ void give_back_list(void* head) noexcept {
   while (head != nullptr) {
     void* p = head;
     head = *static_cast<void**>(p);
-    const std::size_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
-    const unsigned k =
-        g_table != nullptr && offset < g_span ? g_page_class[offset >> page_map_shift].load(std::memory_order_relaxed) : 0;
+    const unsigned k = class_at(p);
     if (!run_class(k)) {  // jemalloc's (give_back)
       let_go();
       g_release(p);
@@ -406,9 +407,7 @@ namespace replayalloc::detail::backend {
 
 bool front_run_block(const void* p, std::size_t* usable) noexcept {
   using namespace front;
-  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
-  if (g_table == nullptr || offset >= g_span) return false;
-  const unsigned k = g_page_class[offset >> page_map_shift].load(std::memory_order_relaxed);
+  const unsigned k = class_at(p);
   if (!run_class(k)) return false;
   *usable = g_size[k];
   return true;

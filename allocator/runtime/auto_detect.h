@@ -173,8 +173,9 @@ class period_detector {
   // the fallback's thread cache keeps.
   bool blocks_alone() const { return blocks_alone_; }
   // Note [Blocks that never overlap]: true once the first recur_sample allocations since
-  // the last reset are observed, when at least half of them were freed by then and those
-  // all had one size, no larger than cached_max() (a size the fallback keeps blocks of).
+  // the last reset are observed, when all of them had one size, no larger than
+  // cached_max() (a size the fallback keeps blocks of), but at most recur_sample / 64 of
+  // other sizes still live (period_detector::sample_of_one_size).
   bool sample_one_size() const { return sample_one_size_; }
   void reset();
   // The current period did not hold up (its iterations kept deviating): forget it and
