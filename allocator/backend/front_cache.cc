@@ -255,6 +255,7 @@ void close_thread(void* arg) noexcept {
   }
   if (run_class(k)) return run_miss(k, size);
   if (g_fill[k] > 1 && t_state == cache_open) return fill(k, size);
+  release_stashed_runs(t_cache->slot);  // Note [Empty runs kept]: their pages for this block
   if (void* p = g_block(g_class_size[k], t_cache->slot)) {
     map_block(p, k);
     return p;
@@ -386,6 +387,7 @@ void give_back_larger(unsigned k, std::size_t bytes) noexcept {
   }
   if (t_state == cache_open && t_cache->large_bytes != 0) give_back_larger(k, bytes);
   if (run_class(k)) return run_miss(k, size);
+  release_stashed_runs(t_cache->slot);  // Note [Empty runs kept]: their pages for this block
   if (void* p = g_block(bytes, t_cache->slot)) {
     map_block(p, k);
     return p;
@@ -460,7 +462,7 @@ bool enable_front_cache(const front_backend& b) noexcept {
   g_page_class = static_cast<std::atomic<std::uint8_t>*>(map);
   // Note [Runs for medium blocks] (no run class where its table cannot be reserved;
   // give_back serves either way).
-  configure_runs(class_size, b.base, b.span, g_page_class, b.run, b.release);
+  configure_runs(class_size, b.base, b.span, g_page_class, b.run, b.release, &coarse_clock_ms);
   for (unsigned k = 0; k < max_classes; ++k) {
     g_class_size[k] = class_size[k];
     g_list_max[k] = list_max_of[k];

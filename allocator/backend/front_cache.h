@@ -96,10 +96,14 @@ struct front_cache_counts {
   std::size_t thread_large_budget = 0;  // a thread's lists' bytes of the classes above 64 KiB
   std::size_t thread_large_bytes = 0;   // the calling thread's, now
   std::uint64_t large_given_back = 0;   // blocks of larger classes given back at a miss
-  // Note [Runs for medium blocks]: runs made, given back to the arena, and their bytes now.
+  // Note [Runs for medium blocks]: runs made, given back to the arena, and their bytes now
+  // (those kept empty included).
   std::uint64_t runs_made = 0;
   std::uint64_t runs_given_back = 0;
   std::size_t run_bytes = 0;
+  // Note [Empty runs kept]: runs taken from a stash again, and the stashes' bytes now.
+  std::uint64_t runs_reused = 0;
+  std::size_t stashed_bytes = 0;
 };
 front_cache_counts front_cache_stats() noexcept;
 

@@ -30,10 +30,13 @@
 //    lock, a list given back (the depot full, a purge) returns its blocks to their runs'
 //    pools, whichever thread frees them, a pool's lock held across the list's blocks of
 //    that pool (give_back_list);
-//  * a run that no block is out of stays as the pool's one empty run, or goes back to
-//    the arena (its page map bytes cleared first), whose dirty pages decay and are
-//    purged as any others (Note [Purging what a slab replaces]; front_cache_release
-//    gives the kept ones back too); a class that needs a new run first takes the empty
+//  * a run that no block is out of stays as the pool's one empty run, or goes to its
+//    arena's stash (Note [Empty runs kept]), and from there back to the arena (its page
+//    map bytes cleared first), whose dirty pages decay and are purged as any others
+//    (Note [Purging what a slab replaces]; front_cache_release gives the kept ones back
+//    too); a run that goes empty starts again uncarved, so that its next blocks are
+//    handed out by their addresses, their memory not read; a class that needs a new run
+//    first takes a stashed run of its size, then the empty
 //    run another class of the same run size keeps in the same arena's pools (its pages
 //    already made: sizes that grow, a K/V cache a token longer a step, leave each class
 //    its empty run behind: bench/micro/planning_latency 10000 1, mode off, 2,990 -> 2,790
@@ -53,12 +56,15 @@
 // mimalloc 180), and 264 from runs (callgrind, bench/micro/bursts.cc 100000 1024). Their
 // pages are of one class, as jemalloc's slabs' were; a run's pages past the last block
 // carved are never touched.
+
 #include "backend/front_runs.h"
 
 #include <sys/mman.h>
 
 #include <bit>
 #include <iterator>
+
+#include "backend/front_stash.h"
 
 namespace replayalloc::detail::backend::front {
 namespace {
@@ -78,6 +84,7 @@ struct run_header {
   std::uint32_t next;     // its pool's runs with free blocks: table index + 1, 0 none
   std::uint32_t prev;
   std::uint8_t slot;
+  std::uint8_t klass;     // the class whose page map bytes it has (Note [Empty runs kept])
 };
 
 struct alignas(64) run_pool {
@@ -165,28 +172,32 @@ unsigned pop_blocks(run_pool& pool, unsigned k, void** out, unsigned want) noexc
     link_partial(pool, e - 1);
     pool.empty.store(0, std::memory_order_relaxed);
   }
+  const std::uint32_t blocks = g_blocks[k];
+  const std::uintptr_t size = g_size[k];
   while (got < want && pool.partial != 0) {
     const std::uint32_t i = pool.partial - 1;
     run_header& r = g_table[i];
-    const std::uintptr_t start = start_at(i);
-    while (got < want && r.out < g_blocks[k]) {
+    // Its blocks given back first, then those never carved, by their addresses (a run
+    // that went empty starts again uncarved: give_locked), whose memory is not read.
+    while (got < want && r.free != nullptr) {
       void* p = r.free;
-      if (p != nullptr) {
-        r.free = *static_cast<void**>(p);
-      } else {
-        p = reinterpret_cast<void*>(start + std::uintptr_t{r.carved} * g_size[k]);
-        ++r.carved;
-      }
+      r.free = *static_cast<void**>(p);
       ++r.out;
       out[got++] = p;
     }
-    if (r.out == g_blocks[k]) unlink_partial(pool, i);  // full: found again at a free
+    std::uint32_t n = blocks - r.carved;
+    if (n > want - got) n = want - got;
+    std::uintptr_t next = start_at(i) + std::uintptr_t{r.carved} * size;
+    for (std::uint32_t j = 0; j < n; ++j, next += size) out[got++] = reinterpret_cast<void*>(next);
+    r.carved += n;
+    r.out += n;
+    if (r.out == blocks) unlink_partial(pool, i);  // full: found again at a free
   }
   return got;
 }
 
 // The empty run another class of the same run size keeps in the arena `slot`'s pools,
-// taken from it and its page map bytes cleared; 0 when there is none.
+// taken from it (its page map bytes still that class's); 0 when there is none.
 std::uintptr_t take_empty_run(unsigned k, unsigned slot) noexcept {
   for (unsigned j = g_same_size[k]; j != k; j = g_same_size[j]) {
     run_pool& other = g_pools[slot][j];
@@ -196,18 +207,52 @@ std::uintptr_t take_empty_run(unsigned k, unsigned slot) noexcept {
     other.empty.store(0, std::memory_order_relaxed);
     spin_unlock(other.locked);
     if (e == 0) continue;
-    mark(start_at(e - 1), j, 0);
     return start_at(e - 1);
   }
   return 0;
 }
 
-// A new run of class k (another class's empty run, or one from the arena), in the pool's
-// list; false when none can be made.
+// Run i, `bytes` long, its page map bytes cleared, to the arena.
+void release_run(std::uint32_t i, std::size_t bytes) noexcept {
+  g_given_back.fetch_add(1, std::memory_order_relaxed);
+  g_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  g_release(reinterpret_cast<void*>(start_at(i)));
+}
+
+void give_back_run(std::uint32_t i, unsigned k) noexcept {
+  mark(start_at(i), k, 0);
+  release_run(i, g_run_bytes[k]);
+}
+
+// Note [Empty runs kept]: run i of class k, no block out of it and its pool keeping
+// another, to its arena's stash, its page map bytes kept (the class that takes it next is
+// mostly its own); given back where nothing is stashed.
+void stash_run(std::uint32_t i, unsigned k) noexcept {
+  if (!stashing()) return give_back_run(i, k);
+  stash(start_at(i), g_table[i].slot, g_run_bytes[k]);
+}
+
+// Note [Empty runs kept]: a stashed run going back to the arena, its page map bytes
+// (its last class's) cleared.
+void give_stashed(std::uintptr_t start, std::size_t bytes) noexcept {
+  const std::uint32_t i = index_of(start);
+  mark(start, g_table[i].klass, 0);
+  release_run(i, bytes);
+}
+
+// A new run of class k (a stashed run of its size, another class's empty run, or one
+// from the arena), in the pool's list; false when none can be made.
 bool make_run(run_pool& pool, unsigned k, unsigned slot) noexcept {
   const std::size_t bytes = g_run_bytes[k];
-  std::uintptr_t start = take_empty_run(k, slot);
-  if (start == 0) {
+  std::uintptr_t start = unstash(slot, bytes);
+  if (start == 0) start = take_empty_run(k, slot);
+  unsigned marked = 0;  // the class whose page map bytes the run has (0: none)
+  if (start != 0) {
+    marked = g_table[index_of(start)].klass;
+  } else {
+    // Note [Empty runs kept]: the runs the arena's other stashes keep go back to it
+    // first, for it to make this run of their pages.
+    empty_stashes(slot, bytes);
     void* m = g_memory(bytes, slot);
     if (m == nullptr) return false;
     start = reinterpret_cast<std::uintptr_t>(m);
@@ -221,25 +266,21 @@ bool make_run(run_pool& pool, unsigned k, unsigned slot) noexcept {
     g_bytes.fetch_add(bytes, std::memory_order_relaxed);
   }
   const std::uint32_t i = index_of(start);
-  g_table[i] = run_header{nullptr, 0, 0, 0, 0, static_cast<std::uint8_t>(slot)};
-  mark(start, k, static_cast<std::uint8_t>(k));
+  g_table[i] = run_header{nullptr, 0, 0, 0, 0, static_cast<std::uint8_t>(slot), static_cast<std::uint8_t>(k)};
+  if (marked != k) {
+    if (marked != 0) mark(start, marked, 0);
+    mark(start, k, static_cast<std::uint8_t>(k));
+  }
   spin_lock(pool.locked);
   link_partial(pool, i);
   return true;  // with the pool's lock held
 }
 
-void give_back_run(std::uint32_t i, unsigned k) noexcept {
-  const std::uintptr_t start = start_at(i);
-  mark(start, k, 0);
-  g_given_back.fetch_add(1, std::memory_order_relaxed);
-  g_bytes.fetch_sub(g_run_bytes[k], std::memory_order_relaxed);
-  g_release(reinterpret_cast<void*>(start));
-}
-
 }  // namespace
 
 bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::size_t span,
-                    std::atomic<std::uint8_t>* page_class, run_memory_fn memory, front_free_fn release) noexcept {
+                    std::atomic<std::uint8_t>* page_class, run_memory_fn memory, front_free_fn release,
+                    run_clock_fn now) noexcept {
   // give_back needs these whether or not runs are made.
   g_base = base;
   g_span = span;
@@ -270,6 +311,7 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
   }
   g_origin = base & ~(run_bytes_least - 1);
   g_memory = memory;
+  configure_stash(now, &give_stashed);
   g_table = static_cast<run_header*>(t);
   return true;
 }
@@ -305,20 +347,29 @@ void give_back(void* p) noexcept {
 
 namespace {
 
-// Block p (of run i, class k) back to its run, under its pool's lock: the run to give
-// back to the arena (index + 1), its last block in and the pool keeping another; or 0.
-std::uint32_t give_locked(run_pool& pool, void* p, std::uint32_t i, unsigned k) noexcept {
+// Run i, its last block just in, under its pool's lock: carved again from its start, its
+// free list forgotten (pop_blocks), and kept as the pool's empty run; or, the pool
+// keeping another, its index + 1, to be stashed.
+std::uint32_t went_empty(run_pool& pool, std::uint32_t i) noexcept {
   run_header& r = g_table[i];
-  *static_cast<void**>(p) = r.free;
-  r.free = p;
-  if (r.out-- == g_blocks[k]) link_partial(pool, i);  // it was full
-  if (r.out != 0) return 0;
+  r.free = nullptr;
+  r.carved = 0;
   unlink_partial(pool, i);
   if (pool.empty.load(std::memory_order_relaxed) == 0) {
     pool.empty.store(i + 1, std::memory_order_relaxed);
     return 0;
   }
   return i + 1;
+}
+
+// Block p (of run i, class k) back to its run, under its pool's lock: the run to stash
+// (index + 1), its last block in and the pool keeping another; or 0.
+std::uint32_t give_locked(run_pool& pool, void* p, std::uint32_t i, unsigned k) noexcept {
+  run_header& r = g_table[i];
+  *static_cast<void**>(p) = r.free;
+  r.free = p;
+  if (r.out-- == g_blocks[k]) link_partial(pool, i);  // it was full
+  return r.out != 0 ? 0 : went_empty(pool, i);
 }
 
 }  // namespace
@@ -329,7 +380,7 @@ void run_give(void* p, unsigned k) noexcept {
   spin_lock(pool.locked);
   const std::uint32_t to_give = give_locked(pool, p, i, k);
   spin_unlock(pool.locked);
-  if (to_give != 0) give_back_run(to_give - 1, k);
+  if (to_give != 0) stash_run(to_give - 1, k);
 }
 
 // Note [Runs for medium blocks]: a list's blocks are mostly of one run, or of a few runs
@@ -343,33 +394,55 @@ void give_back_list(void* head) noexcept {
   std::uint32_t empty_run[16];
   unsigned empty_class[16];
   unsigned n = 0;
+  // The run of the block before: its start (1: none), its mask (its size's), index,
+  // header, class and blocks.
+  std::uintptr_t run_start = 1;
+  std::uintptr_t run_mask = 0;
+  std::uint32_t i = 0;
+  run_header* r = nullptr;
+  unsigned k = 0;
+  std::uint32_t blocks = 0;
   const auto let_go = [&] {
     if (held != nullptr) spin_unlock(held->locked);
     held = nullptr;
-    for (unsigned e = 0; e < n; ++e) give_back_run(empty_run[e], empty_class[e]);
+    run_start = 1;
+    for (unsigned e = 0; e < n; ++e) stash_run(empty_run[e], empty_class[e]);
     n = 0;
   };
   while (head != nullptr) {
     void* p = head;
     head = *static_cast<void**>(p);
-    const unsigned k = class_at(p);
-    if (!run_class(k)) {  // jemalloc's (give_back)
-      let_go();
-      g_release(p);
-      continue;
+    // A list's blocks are mostly of one run, one after another: its header and pool are
+    // looked up again only where the run changes.
+    if ((reinterpret_cast<std::uintptr_t>(p) & run_mask) != run_start) {
+      k = class_at(p);
+      if (!run_class(k)) {  // jemalloc's (give_back)
+        let_go();
+        g_release(p);
+        continue;
+      }
+      run_mask = ~(g_run_bytes[k] - 1);
+      run_start = reinterpret_cast<std::uintptr_t>(p) & run_mask;
+      i = index_of(run_start);
+      r = &g_table[i];
+      blocks = g_blocks[k];
+      run_pool& pool = g_pools[r->slot][k];
+      if (&pool != held) {
+        if (held != nullptr) spin_unlock(held->locked);
+        spin_lock(pool.locked);
+        held = &pool;
+      }
     }
-    const std::uint32_t i = index_of(start_of(p, k));
-    run_pool& pool = g_pools[g_table[i].slot][k];
-    if (&pool != held) {
-      if (held != nullptr) spin_unlock(held->locked);
-      spin_lock(pool.locked);
-      held = &pool;
-    }
-    if (const std::uint32_t to_give = give_locked(pool, p, i, k); to_give != 0) {
+    *static_cast<void**>(p) = r->free;
+    r->free = p;
+    if (r->out-- == blocks) link_partial(*held, i);  // it was full
+    if (r->out != 0) [[likely]] continue;
+    if (const std::uint32_t to_give = went_empty(*held, i); to_give != 0) {
       empty_run[n] = to_give - 1;
       empty_class[n++] = k;
       if (n == std::size(empty_run)) let_go();
     }
+    run_start = 1;  // no block of it is out
   }
   let_go();
 }
@@ -386,16 +459,23 @@ void release_empty_runs() noexcept {
       spin_unlock(pool.locked);
       if (e != 0) give_back_run(e - 1, k);
     }
+    release_stashed_runs(s);
   }
+}
+
+void release_stashed_runs(unsigned slot) noexcept {
+  empty_stashes(slot, 0);
 }
 
 void lock_runs() noexcept {
   for (auto& slot : g_pools) {
     for (run_pool& pool : slot) spin_lock(pool.locked);
   }
+  lock_stashes();
 }
 
 void unlock_runs() noexcept {
+  unlock_stashes();
   for (auto& slot : g_pools) {
     for (run_pool& pool : slot) spin_unlock(pool.locked);
   }
@@ -421,6 +501,7 @@ void run_counts(front_cache_counts* c) noexcept {
   c->runs_made = g_made.load(std::memory_order_relaxed);
   c->runs_given_back = g_given_back.load(std::memory_order_relaxed);
   c->run_bytes = g_bytes.load(std::memory_order_relaxed);
+  stash_counts(c);
 }
 
 }  // namespace replayalloc::detail::backend::front

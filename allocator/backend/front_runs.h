@@ -11,6 +11,7 @@
 
 #include "backend/front_cache.h"
 #include "backend/front_depot.h"
+#include "backend/front_stash.h"
 
 namespace replayalloc::detail::backend::front {
 
@@ -21,10 +22,12 @@ using run_memory_fn = void* (*)(std::size_t bytes, unsigned slot) noexcept;
 // Once, as the cache is enabled (after its page map is made): the classes served from
 // runs are those of class_size in [run_least, run_most]; runs come from `memory` and go
 // back through `release`, as every other block give_back is handed; the range is
-// base..base+span and page_class its page map. False (nothing served from runs) when
-// memory is null or the run table cannot be reserved.
+// base..base+span and page_class its page map; `now` times the empty runs kept (null:
+// none kept but each pool's one). False (nothing served from runs) when memory is null
+// or the run table cannot be reserved.
 bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::size_t span,
-                    std::atomic<std::uint8_t>* page_class, run_memory_fn memory, front_free_fn release) noexcept;
+                    std::atomic<std::uint8_t>* page_class, run_memory_fn memory, front_free_fn release,
+                    run_clock_fn now) noexcept;
 
 // Whether class k's blocks come from runs (false for 0 and before configure_runs).
 bool run_class(unsigned k) noexcept;
@@ -40,15 +43,21 @@ void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want) noexce
 void give_back(void* p) noexcept;
 
 // Block p of run class k (p's page map byte) back to its run; a run that no block is
-// out of is kept for its class (one per arena) or given back to the arena.
+// out of is kept for its class (one per arena) or in its arena's stash (Note [Empty
+// runs kept]).
 void run_give(void* p, unsigned k) noexcept;
 
 // Every block of a list (linked through their first words) back as give_back does, a
 // run pool's lock held across blocks of the same pool.
 void give_back_list(void* head) noexcept;
 
-// The runs kept empty given back to the arena (front_cache_release, before a purge).
+// The runs kept empty, by the pools and the stashes, given back to the arena
+// (front_cache_release, before a purge).
 void release_empty_runs() noexcept;
+
+// The runs the stashes of arena `slot` keep, given back to it (before it makes a block
+// of a class above the runs': Note [Empty runs kept]).
+void release_stashed_runs(unsigned slot) noexcept;
 
 // Fork: every run pool's lock held (front_cache_prefork / postfork).
 void lock_runs() noexcept;

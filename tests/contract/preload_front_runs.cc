@@ -2,7 +2,7 @@
 // LD_PRELOAD library's build, as preload_front_cache.cc tests the rest of the cache.
 // What a user relies on: a burst of blocks of 4-128 KiB costs jemalloc one request per
 // run, not one per block, and the runs go back to jemalloc once their blocks are freed,
-// whichever thread frees them; a run's block is never handed to jemalloc (realloc,
+// whichever thread frees them (or serve the next burst: Note [Empty runs kept]); a run's block is never handed to jemalloc (realloc,
 // malloc_usable_size), and a block jemalloc made of a run's class never enters a run.
 #include <jemalloc/jemalloc.h>
 #include <malloc.h>
@@ -163,6 +163,61 @@ TEST(FrontRuns, BlocksFreedByAnotherThreadGoBackToTheirRuns) {
   const be::front_cache_counts after = be::front_cache_stats();
   EXPECT_GT(after.runs_made, before.runs_made);
   EXPECT_EQ(after.run_bytes, before.run_bytes) << "runs whose blocks another thread freed were kept";
+}
+
+// Note [Empty runs kept]: a burst of blocks larger than the lists and the depot hold,
+// all freed, leaves its runs empty; the next burst of the class is carved from them
+// again (no run made, nothing asked of jemalloc), every block whole and apart from the
+// others; a block above the runs' classes has the stashed runs given back to the arena
+// first, and a release (before a purge) gives back the rest.
+TEST(FrontRuns, ABurstsEmptiedRunsServeTheNextBurstWithoutJemalloc) {
+  REQUIRE_RUNS();
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  constexpr std::size_t kSize = 8192;  // runs of 128 KiB, 16 blocks
+  constexpr std::size_t kCount = 3000;  // 24 MiB: far past the lists and the depot
+  std::thread([&] {
+    release(pass(100));  // the thread's cache made first
+    const auto burst = [&](std::uint32_t tag) {
+      std::vector<void*> got;
+      got.reserve(kCount);
+      for (std::size_t i = 0; i < kCount; ++i) {
+        void* p = pass(kSize);
+        EXPECT_NE(p, nullptr);
+        if (p == nullptr) break;
+        fill(p, kSize, tag + static_cast<std::uint32_t>(i));
+        got.push_back(p);
+      }
+      std::vector<std::uintptr_t> at;
+      for (void* p : got) at.push_back(reinterpret_cast<std::uintptr_t>(p));
+      std::sort(at.begin(), at.end());
+      for (std::size_t i = 1; i < at.size(); ++i) EXPECT_GE(at[i] - at[i - 1], kSize) << "two live blocks overlap";
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(intact(got[i], kSize, tag + static_cast<std::uint32_t>(i))) << "block " << i << " was overwritten";
+      }
+      return got;
+    };
+    for (void* p : burst(1)) release(p);
+    const be::front_cache_counts first = be::front_cache_stats();
+    EXPECT_GE(first.stashed_bytes, std::size_t{8} << 20) << "the burst's emptied runs were not kept";
+    const std::uint64_t before = jemalloc_counter("thread.allocated");
+    const std::vector<void*> second = burst(100000);
+    const be::front_cache_counts now = be::front_cache_stats();
+    EXPECT_EQ(jemalloc_counter("thread.allocated"), before) << "the second burst asked jemalloc";
+    EXPECT_EQ(now.runs_made, first.runs_made) << "a run was made while emptied ones were kept";
+    EXPECT_GE(now.runs_reused - first.runs_reused, first.stashed_bytes / (128 << 10));
+    for (void* p : second) release(p);
+    EXPECT_GT(be::front_cache_stats().stashed_bytes, 0u);
+    // A block above the runs' classes (256 KiB): the stashed runs go back first.
+    void* large = pass(256 << 10);
+    ASSERT_NE(large, nullptr);
+    EXPECT_EQ(be::front_cache_stats().stashed_bytes, 0u) << "a large block was made with runs kept empty";
+    release(large);
+    for (void* p : burst(200000)) release(p);
+    EXPECT_GT(be::front_cache_stats().stashed_bytes, 0u);
+    be::front_cache_release();
+    EXPECT_EQ(be::front_cache_stats().stashed_bytes, 0u) << "the release kept stashed runs";
+  }).join();
 }
 
 // jemalloc never sees a run's block: realloc within its class keeps it, to another class

@@ -34,6 +34,8 @@ void* run_memory(std::size_t bytes, unsigned) noexcept {
   return reinterpret_cast<void*>(start);
 }
 void run_release(void* p) noexcept { g_given.push_back(reinterpret_cast<std::uintptr_t>(p)); }
+std::uint64_t g_ms = 0;  // the test's clock (Note [Empty runs kept])
+std::uint64_t clock_ms() noexcept { return g_ms; }
 
 TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
   void* area = ::mmap(nullptr, kArea, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -51,7 +53,8 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
   class_size[4] = 131072;  // 1 MiB, 8 blocks
   class_size[5] = 163840;  // above
   class_size[6] = 24576;   // runs of 512 KiB, as class 3's
-  ASSERT_TRUE(front::configure_runs(class_size, base, span, page_map.data(), &run_memory, &run_release));
+  g_ms = 0;  // stopped: no stash decays in this test
+  ASSERT_TRUE(front::configure_runs(class_size, base, span, page_map.data(), &run_memory, &run_release, &clock_ms));
   EXPECT_FALSE(front::run_class(0));
   EXPECT_TRUE(front::run_class(1));
   EXPECT_TRUE(front::run_class(2));
@@ -87,11 +90,17 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
     std::sort(sorted.begin(), sorted.end());
     for (std::size_t i = 1; i < sorted.size(); ++i) ASSERT_GE(sorted[i] - sorted[i - 1], size) << "blocks overlap";
     // Given back in another order than taken: each run whole once its last block is in,
-    // all but the one the pool keeps, then that one.
+    // the one the pool keeps and the others to the stash (Note [Empty runs kept]), then
+    // all of them to the arena.
     std::reverse(blocks.begin(), blocks.end());
     for (void* p : blocks) front::run_give(p, k);
-    EXPECT_EQ(g_given.size(), g_made.size() - 1) << size << ": the pool keeps one empty run";
+    EXPECT_TRUE(g_given.empty()) << size << ": the pool keeps one empty run, the stash the others";
+    replayalloc::detail::backend::front_cache_counts c;
+    front::run_counts(&c);
+    EXPECT_EQ(c.stashed_bytes, (g_made.size() - 1) * run_bytes[k]) << size;
     front::release_empty_runs();
+    front::run_counts(&c);
+    EXPECT_EQ(c.stashed_bytes, 0u) << size;
     std::sort(g_made.begin(), g_made.end());
     std::sort(g_given.begin(), g_given.end());
     EXPECT_EQ(g_given, g_made) << size << ": runs given back are not the runs made";
@@ -156,7 +165,10 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
   front::give_back_list(head);
   const auto out = reinterpret_cast<std::uintptr_t>(outside);
   EXPECT_EQ(std::count(g_given.begin(), g_given.end(), out), 1) << "the block outside the range";
-  EXPECT_EQ(g_given.size(), 1 + 40 - 2u) << "every run but the two pools' kept ones, the outside block";
+  EXPECT_EQ(g_given.size(), 1u) << "every run kept (two by the pools, the rest stashed), the outside block given";
+  replayalloc::detail::backend::front_cache_counts stashed;
+  front::run_counts(&stashed);
+  EXPECT_EQ(stashed.stashed_bytes, 19 * run_bytes[1] + 19 * run_bytes[2]);
   front::release_empty_runs();
   g_given.erase(std::remove(g_given.begin(), g_given.end(), out), g_given.end());
   std::sort(g_made.begin(), g_made.end());
@@ -177,6 +189,122 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
   front::give_back(below);
   front::give_back(above);
   EXPECT_EQ(g_given, (std::vector<std::uintptr_t>{base - 4096, base + span + (std::size_t{8} << 20)}));
+  ::munmap(area, kArea);
+}
+
+// Note [Empty runs kept]: a burst's emptied runs serve the next burst without the arena
+// (a class of the same run size takes them too); a stash gives back to the arena, once a
+// second, the runs it held all through the last second, and none it needed; a run of
+// another size has the arena's stashed runs given back first, and release_stashed_runs
+// (before a block above the runs' classes) and release_empty_runs give back every one.
+TEST(FrontRuns, EmptiedRunsServeTheNextBurstAndThoseIdleForASecondGoBack) {
+  void* area = ::mmap(nullptr, kArea, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(area, MAP_FAILED);
+  const std::uintptr_t base = (reinterpret_cast<std::uintptr_t>(area) + 0xffff) & ~std::uintptr_t{0xffff};
+  const std::size_t span = kArea / 2;
+  g_next = base;
+  g_end = base + span;
+  g_made.clear();
+  g_given.clear();
+  g_ms = 0;
+  std::vector<std::atomic<std::uint8_t>> page_map(span >> front::page_map_shift);
+  std::uint32_t class_size[front::max_classes] = {};
+  class_size[1] = 2048;  // runs of 64 KiB, 32 blocks
+  class_size[2] = 5120;  // runs of 128 KiB, 25 blocks
+  class_size[3] = 1024;  // runs of 64 KiB, 64 blocks
+  ASSERT_TRUE(front::configure_runs(class_size, base, span, page_map.data(), &run_memory, &run_release, &clock_ms));
+  const auto counts = [] {
+    replayalloc::detail::backend::front_cache_counts c;
+    front::run_counts(&c);
+    return c;
+  };
+  // n blocks of class k, written whole.
+  const auto take = [&](unsigned k, std::size_t n) {
+    std::vector<void*> out;
+    for (std::size_t i = 0; i < n; ++i) {
+      void* p = front::run_take(k, 0, nullptr, 1);
+      if (p == nullptr) break;
+      std::memset(p, static_cast<int>(k), class_size[k]);
+      out.push_back(p);
+    }
+    return out;
+  };
+  const auto give = [&](const std::vector<void*>& blocks) {
+    for (void* p : blocks) {
+      const unsigned k = page_map[(reinterpret_cast<std::uintptr_t>(p) - base) >> front::page_map_shift].load();
+      ASSERT_TRUE(front::run_class(k));
+      front::run_give(p, k);
+    }
+  };
+  const std::size_t run = 64 << 10;
+
+  // A burst of four runs, freed: the pool keeps one, the stash three; none to the arena.
+  const std::vector<void*> burst = take(1, 4 * 32);
+  ASSERT_EQ(burst.size(), 4 * 32u);
+  ASSERT_EQ(g_made.size(), 4u);
+  give(burst);
+  EXPECT_TRUE(g_given.empty());
+  const auto first = counts();
+  EXPECT_EQ(first.stashed_bytes, 3 * run);
+  // The next burst, of class 1 and of class 3 (runs of 64 KiB too): the kept and the
+  // stashed runs serve it, none is made, and each block's page says its new class.
+  const std::vector<void*> next = take(3, 2 * 64);
+  const std::vector<void*> more = take(1, 2 * 32);
+  ASSERT_EQ(next.size() + more.size(), 2 * 64 + 2 * 32u);
+  EXPECT_EQ(g_made.size(), 4u) << "a run was made while the stash kept runs of its size";
+  EXPECT_EQ(counts().runs_reused - first.runs_reused, 3u);
+  EXPECT_EQ(counts().stashed_bytes, 0u);
+  std::vector<std::uintptr_t> starts;
+  for (void* p : next) starts.push_back(reinterpret_cast<std::uintptr_t>(p));
+  for (void* p : more) starts.push_back(reinterpret_cast<std::uintptr_t>(p));
+  std::sort(starts.begin(), starts.end());
+  for (std::size_t i = 1; i < starts.size(); ++i) ASSERT_GE(starts[i] - starts[i - 1], 1024u) << "blocks overlap";
+  give(next);
+  give(more);
+  EXPECT_TRUE(g_given.empty());
+  EXPECT_EQ(counts().stashed_bytes, 2 * run) << "two kept by the pools of classes 1 and 3, two stashed";
+
+  // Runs held out across the clock's seconds. At 0 ms three runs of class 1 go out: the
+  // pool's kept one and the two stashed (the stash's low mark 0).
+  const std::vector<void*> a = take(1, 32);
+  const std::vector<void*> b = take(1, 32);
+  const std::vector<void*> c = take(1, 32);
+  EXPECT_EQ(g_made.size(), 4u);
+  EXPECT_EQ(counts().stashed_bytes, 0u);
+  // At 1,000 ms: a's run is kept by the pool, b's stashed; the stash needed every run it
+  // had in the last second, so none goes to the arena.
+  g_ms = 1000;
+  give(a);
+  give(b);
+  EXPECT_TRUE(g_given.empty()) << "a run the stash needed in the last second went to the arena";
+  EXPECT_EQ(counts().stashed_bytes, run);
+  // At 2,000 ms: c's run stashed; the stash held one run all through the last second,
+  // which goes to the arena; one stays.
+  g_ms = 2000;
+  give(c);
+  EXPECT_EQ(g_given.size(), 1u) << "the run the stash held idle for a second";
+  EXPECT_EQ(counts().stashed_bytes, run);
+  // A run of another size (128 KiB): the arena's stashed runs go back before it is made.
+  const std::size_t given = g_given.size();
+  const std::vector<void*> wide = take(2, 1);
+  ASSERT_EQ(wide.size(), 1u);
+  EXPECT_EQ(g_given.size(), given + 1) << "the stashed run of 64 KiB was not given back first";
+  EXPECT_EQ(g_made.size(), 5u);
+  EXPECT_EQ(counts().stashed_bytes, 0u);
+  // Two runs of 128 KiB freed (one kept, one stashed), then the arena's stashes given
+  // back (as before a block above the runs' classes is made), then every kept run.
+  const std::vector<void*> wider = take(2, 2 * 25 - 1);
+  give(wide);
+  give(wider);
+  EXPECT_EQ(counts().stashed_bytes, std::size_t{128} << 10);
+  front::release_stashed_runs(0);
+  EXPECT_EQ(counts().stashed_bytes, 0u);
+  EXPECT_EQ(g_given.size(), given + 2);
+  front::release_empty_runs();
+  std::sort(g_made.begin(), g_made.end());
+  std::sort(g_given.begin(), g_given.end());
+  EXPECT_EQ(g_given, g_made) << "every run made went back once, whole";
+  EXPECT_EQ(counts().stashed_bytes, 0u);
   ::munmap(area, kArea);
 }
 
