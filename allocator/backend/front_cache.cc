@@ -55,6 +55,7 @@
 #include <cstdint>
 #include <new>
 
+#include "backend/front_classes.h"
 #include "backend/front_depot.h"
 #include "backend/front_runs.h"
 #include "support/config.h"
@@ -63,21 +64,7 @@ namespace replayalloc::detail::backend {
 using namespace front;
 namespace {
 
-constexpr std::size_t front_limit = 64 * 1024;
 constexpr unsigned map_shift = page_map_shift;  // one byte of the page map per 4 KiB of the range
-constexpr std::size_t front_least = 16;
-// Classes below it are filled list_max / 2 blocks at once (Note [Small blocks in the
-// front cache]); those at or above it one block at a time.
-constexpr std::size_t fill_below = 4096;
-// Note [Large blocks in the front cache]: the classes above front_limit, up to
-// large_limit, are multiples of 16 KiB (jemalloc's: four per doubling).
-constexpr std::size_t large_limit = 2048 * 1024;
-constexpr unsigned large_shift = 14;
-constexpr std::size_t list_bytes = 64 * 1024;
-// A small class's list: 16 KiB of blocks (Note [Small blocks in the front cache]).
-constexpr std::size_t small_list_bytes = 16 * 1024;
-constexpr std::uint32_t list_min = 4;
-constexpr std::uint32_t list_max = 64;
 // Note [Large blocks in the front cache]: the bytes of the classes above 64 KiB that
 // the threads' lists keep, shared among the threads with a cache open (each at least
 // thread_large_least); the depot's are front_depot.cc's.
@@ -395,28 +382,6 @@ void give_back_larger(unsigned k, std::size_t bytes) noexcept {
   return g_malloc(size);  // the range spent
 }
 
-// Note [Large blocks in the front cache]: jemalloc's classes above 64 KiB up to 2 MiB,
-// numbered from n + 1 into class_size (their lists' max 0: their frees take the slow
-// path, which keeps count of bytes) and class_of (size / 16 KiB -> class); none where
-// the classes are not multiples of 16 KiB there. Returns the largest request they serve
-// (`largest`, that of the classes below, when none).
-std::size_t number_large_classes(const front_backend& b, unsigned n, std::size_t largest, std::uint32_t* class_size,
-                                 std::uint32_t* list_max_of, std::uint8_t* class_of) noexcept {
-  for (std::size_t i = (front_limit >> large_shift) + 1; i <= (large_limit >> large_shift); ++i) {
-    const std::size_t c = b.size_class(i << large_shift);
-    if (c % (std::size_t{1} << large_shift) != 0 || c > large_limit) break;
-    if (class_size[n] != c) {
-      if (n + 1 == max_classes) break;
-      ++n;
-      class_size[n] = static_cast<std::uint32_t>(c);
-      list_max_of[n] = 0;
-    }
-    class_of[i] = static_cast<std::uint8_t>(n);
-    largest = i << large_shift;
-  }
-  return largest;
-}
-
 }  // namespace
 
 bool enable_front_cache(const front_backend& b) noexcept {
@@ -424,33 +389,9 @@ bool enable_front_cache(const front_backend& b) noexcept {
       b.size_class == nullptr || b.usable == nullptr || b.span == 0) {
     return false;
   }
-  // The classes: jemalloc's from 4 KiB to 64 KiB, numbered from 1; class 0 for the
-  // requests of every other class.
-  unsigned n = 0;  // the last class numbered
-  std::size_t largest = 0;
-  std::uint8_t class_of[front_limit / 16 + 1];
-  std::uint32_t class_size[max_classes] = {};
-  std::uint32_t list_max_of[max_classes] = {};
-  for (std::size_t i = 0; i <= front_limit / 16; ++i) {
-    const std::size_t c = b.size_class(i == 0 ? 16 : i * 16);
-    if (c < front_least || c > front_limit) {
-      class_of[i] = 0;
-      continue;
-    }
-    if (n == 0 || class_size[n] != c) {
-      if (n + 1 == max_classes) return false;
-      ++n;
-      class_size[n] = static_cast<std::uint32_t>(c);
-      const std::uint32_t m = static_cast<std::uint32_t>((c < fill_below ? small_list_bytes : list_bytes) / c);
-      list_max_of[n] = m < list_min ? list_min : m > list_max ? list_max : m;
-    }
-    class_of[i] = static_cast<std::uint8_t>(n);
-    largest = c;
-  }
-  if (n == 0) return false;
-  const unsigned first_large = n + 1;
-  std::uint8_t large_class_of[(large_limit >> large_shift) + 1] = {};
-  const std::size_t large_largest = number_large_classes(b, n, largest, class_size, list_max_of, large_class_of);
+  front_classes cls;
+  if (!number_classes(b.size_class, &cls)) return false;
+  const unsigned first_large = cls.first_large;
   // Note [The front cache's page map]
   const std::size_t map_bytes = b.span >> map_shift;
   void* map = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -462,22 +403,23 @@ bool enable_front_cache(const front_backend& b) noexcept {
   g_page_class = static_cast<std::atomic<std::uint8_t>*>(map);
   // Note [Runs for medium blocks] (no run class where its table cannot be reserved;
   // give_back serves either way).
-  configure_runs(class_size, b.base, b.span, g_page_class, b.run, b.release, &coarse_clock_ms);
+  configure_runs(cls.class_size, b.base, b.span, g_page_class, b.run, b.release, &coarse_clock_ms);
   for (unsigned k = 0; k < max_classes; ++k) {
-    g_class_size[k] = class_size[k];
-    g_list_max[k] = list_max_of[k];
-    const bool halves = class_size[k] != 0 && (class_size[k] < fill_below || (run_class(k) && k < first_large));
-    g_fill[k] = halves ? list_max_of[k] / 2 : 1;
+    const std::uint32_t c = cls.class_size[k];
+    g_class_size[k] = c;
+    g_list_max[k] = cls.list_max_of[k];
+    const bool halves = c != 0 && (c < fill_below || (run_class(k) && k < first_large));
+    g_fill[k] = halves ? cls.list_max_of[k] / 2 : 1;
   }
-  for (std::size_t i = 0; i <= front_limit / 16; ++i) g_class_of[i] = class_of[i];
-  for (std::size_t i = 0; i <= (large_limit >> large_shift); ++i) g_large_class_of[i] = large_class_of[i];
+  for (std::size_t i = 0; i <= front_limit / 16; ++i) g_class_of[i] = cls.class_of[i];
+  for (std::size_t i = 0; i <= (large_limit >> large_shift); ++i) g_large_class_of[i] = cls.large_class_of[i];
   g_first_large = first_large;
   std::uint8_t part[max_classes];
   for (unsigned k = 0; k < max_classes; ++k) {
-    part[k] = k >= first_large ? part_large : class_size[k] < fill_below ? part_small : part_medium;
+    part[k] = k >= first_large ? part_large : cls.class_size[k] < fill_below ? part_small : part_medium;
   }
-  configure_depot(class_size, part, &give_back_list);
-  g_large_largest = large_largest;
+  configure_depot(cls.class_size, part, &give_back_list);
+  g_large_largest = cls.large_largest;
   g_malloc = b.malloc;
   g_free = b.free;
   g_base = b.base;
@@ -487,7 +429,7 @@ bool enable_front_cache(const front_backend& b) noexcept {
   for (unsigned i = 0; i < g_slots; ++i) g_arena_of_slot[i] = b.arenas[i];
   g_release = b.release;
   g_usable = b.usable;
-  g_largest = largest;
+  g_largest = cls.largest;
   g_enabled = true;
   return true;
 }
