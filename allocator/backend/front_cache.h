@@ -81,6 +81,10 @@ bool front_cache_arena(unsigned* arena, unsigned* sharing) noexcept;
 void front_cache_prefork() noexcept;
 void front_cache_postfork() noexcept;
 
+// The blocks on the calling thread's list of the class of `size` now (tests: Note [Runs
+// for medium blocks]); 0 where it has no cache or the class is not served from lists.
+std::uint32_t front_thread_list_count(std::size_t size) noexcept;
+
 struct front_cache_counts {
   std::uint64_t depot_puts = 0;    // lists a thread handed to the depot (full, or exiting)
   std::uint64_t depot_takes = 0;   // lists a thread took from it (its own empty)

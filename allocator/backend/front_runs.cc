@@ -27,7 +27,8 @@
 //    reserved, made as written) holds each run's list, counts and links;
 //  * each arena's runs of a class are a pool under a spin lock: the runs with free
 //    blocks in a list; a list's miss takes up to half a list's blocks from them in one
-//    lock, a list given back (the depot full, a purge) returns its blocks to their runs'
+//    lock (the whole list at a second miss with no overflow of the list between: a
+//    burst; front_cache.cc's run_miss), a list given back (the depot full, a purge) returns its blocks to their runs'
 //    pools, whichever thread frees them, a pool's lock held across the list's blocks of
 //    that pool (give_back_list);
 //  * a run that no block is out of stays as the pool's one empty run, or goes to its

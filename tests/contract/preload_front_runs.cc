@@ -220,6 +220,44 @@ TEST(FrontRuns, ABurstsEmptiedRunsServeTheNextBurstWithoutJemalloc) {
   }).join();
 }
 
+// A list's miss into the runs takes half a list; a second miss with no overflow of the
+// list between (a burst) the whole list; a list that overflowed goes back to half.
+// 1,000-byte requests: jemalloc's class of 1 KiB, lists of 16.
+TEST(FrontRuns, ABurstFillsWholeListsAndAnOverflowGoesBackToHalf) {
+  REQUIRE_RUNS();
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  constexpr std::size_t kSize = 1000;
+  std::thread([&] {
+    release(pass(100));  // the thread's cache made first
+    be::front_cache_release();  // its lists and the depot empty
+    void* held[64];
+    int n = 0;
+    held[n++] = pass(kSize);
+    EXPECT_EQ(be::front_thread_list_count(kSize), 7u) << "the first miss takes half a list";
+    while (be::front_thread_list_count(kSize) != 0) held[n++] = pass(kSize);
+    EXPECT_EQ(n, 8);
+    held[n++] = pass(kSize);
+    EXPECT_EQ(be::front_thread_list_count(kSize), 15u) << "a burst's second miss takes the whole list";
+    while (be::front_thread_list_count(kSize) != 0) held[n++] = pass(kSize);
+    ASSERT_EQ(n, 24);
+    std::vector<std::uintptr_t> at;
+    at.reserve(64);
+    for (int i = 0; i < n; ++i) {
+      std::memset(held[i], i, kSize);
+      at.push_back(reinterpret_cast<std::uintptr_t>(held[i]));
+    }
+    std::sort(at.begin(), at.end());
+    for (std::size_t i = 1; i < at.size(); ++i) EXPECT_GE(at[i] - at[i - 1], 1024u) << "two blocks overlap";
+    for (int i = 0; i < 17; ++i) release(held[--n]);  // 16 fill the list, the 17th overflows it
+    EXPECT_EQ(be::front_thread_list_count(kSize), 1u);
+    be::front_cache_release();
+    held[n++] = pass(kSize);
+    EXPECT_EQ(be::front_thread_list_count(kSize), 7u) << "a list that overflowed did not go back to half";
+    while (n > 0) release(held[--n]);
+  }).join();
+}
+
 // jemalloc never sees a run's block: realloc within its class keeps it, to another class
 // moves it with its bytes, and malloc_usable_size says its class. A block of a run's class
 // that jemalloc made itself (its realloc shrank a large block in place) goes back to
