@@ -41,7 +41,14 @@
 // the thread's stack, and an address that leaves it ends the walk with DWARF. The
 // frames, hence the names, are the DWARF walk's (tests/preload_cuda/stack_program.cc
 // compares both). x86-64 only (the return address just below the CFA); elsewhere, and
-// with REPLAYALLOC_STACK_CACHE=0, every walk is DWARF.
+// with REPLAYALLOC_STACK_CACHE=0, every walk is DWARF. Two shortcuts on top, both per
+// thread: the library's own frames between the tagger and the hook are the same chain
+// walk after walk (one per entry point: malloc, calloc, new ..), so the last chain's
+// return addresses and sizes are kept and stepped through comparing return addresses
+// (no table lookup) as far as they match; and a stack's op is kept by its hash in a
+// small table of the thread's, so that the process's table and its lock are taken only
+// for a stack the thread sees first. A recorded allocation's tag: 569 -> 466
+// instructions (callgrind, bench/micro/planning_latency 10000 1).
 #include <dlfcn.h>
 #include <pthread.h>
 #include <link.h>
@@ -103,9 +110,21 @@ void find_own_range() {
 // recorded). k = 0 is an empty slot; k < 0 marks a return address walked with DWARF.
 struct step_cache {
   static constexpr std::size_t slots = 2048;
+  static constexpr int chain_most = 24;
   std::uintptr_t pc[slots];
   std::int32_t k[slots];
   std::uintptr_t stack_lo, stack_hi;  // the thread's stack, [lo, hi)
+  // The library's own frames from unwind_stack's caller up to the program's first, as
+  // the last walk found them: their return addresses and sizes (Note [Cached unwind
+  // steps]: the same chain walk after walk, one per entry point).
+  int chain_n;
+  std::uintptr_t chain_pc[chain_most];
+  std::int32_t chain_k[chain_most];
+  // The ops of the stacks this thread saw, by their hash (direct-mapped; hash 0 is an
+  // empty slot): the process's table and its lock only for a stack seen first here.
+  static constexpr std::size_t op_slots = 256;
+  std::uint64_t op_hash[op_slots];
+  std::uint32_t op[op_slots];
   static std::size_t slot(std::uintptr_t pc) { return (pc ^ (pc >> 11)) % slots; }
   // The frame size at pc: > 0 when known, 0 when not, < 0 when it varies.
   std::int32_t at(std::uintptr_t p) const {
@@ -116,6 +135,7 @@ struct step_cache {
     const std::size_t i = slot(p);
     if (size <= 0 || size > (1 << 24)) size = -1;  // not a frame size: DWARF there
     if (pc[i] == p && k[i] != 0 && k[i] != size) size = -1;  // it varies: DWARF there
+    if (size < 0) chain_n = 0;  // the chain may hold it: walked again from the table
     pc[i] = p;
     k[i] = static_cast<std::int32_t>(size);
   }
@@ -145,7 +165,7 @@ struct walk {
   int depth;         // frames wanted outside this library
   int n = 0;         // frames kept
   int seen = 0;      // frames walked
-  std::uintptr_t pcs[max_depth];
+  std::uintptr_t pcs[max_depth];  // the first n written
   step_cache* steps = nullptr;     // where the DWARF walk teaches frame sizes
   std::uintptr_t prev_sp = 0;      // the frame before's stack pointer and return
   std::uintptr_t prev_pc = 0;      // address (the DWARF walk)
@@ -171,24 +191,52 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
 
 // Note [Cached unwind steps]: the walk from unwind_stack's caller with the thread's
 // table; false (w unchanged) when a frame's size is not known there or a load would
-// leave the thread's stack. `sp` is unwind_stack's CFA, `pc` its return address.
-bool cached_walk(walk* w, const step_cache& c, std::uintptr_t sp, std::uintptr_t pc) {
+// leave the thread's stack. `sp` is unwind_stack's CFA, `pc` its return address. The
+// library's own frames first go by the chain the last walk found, comparing return
+// addresses (no table lookup) as far as they match; a walk whose own frames differ
+// from it leaves its own in the chain.
+bool cached_walk(walk* w, step_cache& c, std::uintptr_t sp, std::uintptr_t pc) {
 #if defined(__x86_64__)
+  int seen = 0;
+  while (seen < c.chain_n && pc == c.chain_pc[seen]) {
+    const std::uintptr_t cfa = sp + static_cast<std::uintptr_t>(c.chain_k[seen]);
+    if (cfa - 8 < c.stack_lo || cfa > c.stack_hi) return false;
+    pc = *reinterpret_cast<const std::uintptr_t*>(cfa - 8);
+    sp = cfa;
+    ++seen;
+  }
+  const int matched = seen;
+  std::uintptr_t chain_pc[step_cache::chain_most];
+  std::int32_t chain_k[step_cache::chain_most];
+  int own = seen;  // own frames before the program's first (while n == 0)
   std::uintptr_t pcs[max_depth];
   int n = 0;
-  for (int seen = 0; n < w->depth; ++seen) {
+  for (;; ++seen) {
     if (seen == max_walk || pc == 0) return false;
-    if (!(pc >= w->lo && pc < w->hi)) {
+    const bool mine = pc >= w->lo && pc < w->hi;
+    if (!mine) {
       pcs[n++] = pc;
       if (n == w->depth) break;
     }
     // Step past this frame: only frames stepped past need their size.
     const std::int32_t k = c.at(pc);
     if (k <= 0) return false;
+    if (mine && n == 0 && own < step_cache::chain_most) {
+      chain_pc[own] = pc;
+      chain_k[own] = k;
+      ++own;
+    }
     const std::uintptr_t cfa = sp + static_cast<std::uintptr_t>(k);
     if (cfa - 8 < c.stack_lo || cfa > c.stack_hi) return false;
     pc = *reinterpret_cast<const std::uintptr_t*>(cfa - 8);
     sp = cfa;
+  }
+  if (own != matched || matched != c.chain_n) {  // another chain: this walk's own frames
+    for (int i = matched; i < own; ++i) {
+      c.chain_pc[i] = chain_pc[i];
+      c.chain_k[i] = chain_k[i];
+    }
+    c.chain_n = own;
   }
   std::memcpy(w->pcs, pcs, sizeof(std::uintptr_t) * static_cast<std::size_t>(n));
   w->n = n;
@@ -266,18 +314,9 @@ void name_frames(std::uint64_t token, char* out, std::size_t cap) {
 std::mutex g_mu;
 absl::flat_hash_map<std::uint64_t, std::uint32_t>* g_ops = nullptr;  // stack hash -> op id
 
-// pre: recording, under the reentry guard (engine::record_alloc).
-std::uint32_t stack_op() {
-  const std::uint32_t depth = process_options().stack_depth;
-  if (depth == 0) return 0;
-  if (g_hi.load(std::memory_order_acquire) == 0) find_own_range();
-  walk w{g_lo.load(std::memory_order_relaxed), g_hi.load(std::memory_order_relaxed),
-         static_cast<int>(depth < max_depth ? depth : max_depth), 0, 0, {}};
-  unwind_stack(&w);
-  if (w.n == 0) return 0;
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (int i = 0; i < w.n; ++i) h = (h ^ w.pcs[i]) * 0x100000001b3ull;
-
+// The op of a stack (h its hash), from the process's table under its lock, made there
+// when it is new.
+std::uint32_t op_of(const walk& w, std::uint64_t h) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_ops == nullptr) g_ops = new absl::flat_hash_map<std::uint64_t, std::uint32_t>;  // never freed
   if (auto it = g_ops->find(h); it != g_ops->end()) return it->second;
@@ -286,6 +325,30 @@ std::uint32_t stack_op() {
   const std::uint32_t op = engine::get().op_id_deferred(reinterpret_cast<std::uintptr_t>(f));
   g_ops->emplace(h, op);
   return op;
+}
+
+// pre: recording, under the reentry guard (engine::record_alloc).
+std::uint32_t stack_op() {
+  const std::uint32_t depth = process_options().stack_depth;
+  if (depth == 0) return 0;
+  if (g_hi.load(std::memory_order_acquire) == 0) find_own_range();
+  walk w;  // its pcs past n never read: not zeroed
+  w.lo = g_lo.load(std::memory_order_relaxed);
+  w.hi = g_hi.load(std::memory_order_relaxed);
+  w.depth = static_cast<int>(depth < max_depth ? depth : max_depth);
+  unwind_stack(&w);
+  if (w.n == 0) return 0;
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < w.n; ++i) h = (h ^ w.pcs[i]) * 0x100000001b3ull;
+  h |= h == 0;  // 0 marks an empty slot of the thread's table
+  step_cache* c = t_steps;
+  if (c == nullptr) return op_of(w, h);
+  const std::size_t i = (h ^ (h >> 29)) % step_cache::op_slots;
+  if (c->op_hash[i] != h) {
+    c->op[i] = op_of(w, h);
+    c->op_hash[i] = h;
+  }
+  return c->op[i];
 }
 
 // Installs the tagger and its namer; stores two pointers, allocates nothing, makes no engine.

@@ -27,6 +27,15 @@ __attribute__((noinline)) void* stack_test_make_activations(std::size_t n) {
   return p;
 }
 
+// Through calloc: another entry point, hence another chain of the library's own frames
+// between the hook and the tagger (Note [Cached unwind steps]: the walk remembers the
+// last chain), between the two mallocs.
+__attribute__((noinline)) void* stack_test_make_scratch(std::size_t n) {
+  void* p = std::calloc(1, n);
+  static_cast<char*>(p)[0] = 3;
+  return p;
+}
+
 int main(int argc, char** argv) {
   auto begin = reinterpret_cast<int (*)(const char*)>(dlsym(RTLD_DEFAULT, "replayalloc_iteration_begin"));
   auto end = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "replayalloc_iteration_end"));
@@ -51,12 +60,15 @@ int main(int argc, char** argv) {
   // same frames.
   void* w[3];
   void* a[3];
+  void* s[3];
   for (int i = 0; i < 3; ++i) {
     w[i] = stack_test_make_weights(64 << 10);
+    s[i] = stack_test_make_scratch(96 << 10);
     a[i] = stack_test_make_activations(128 << 10);
   }
   for (int i = 0; i < 3; ++i) {
     std::free(a[i]);
+    std::free(s[i]);
     std::free(w[i]);
   }
   set_op(0);
@@ -77,7 +89,7 @@ int main(int argc, char** argv) {
     const std::size_t eol = csv.find('\n', at);
     return csv.substr(at, eol - at);
   };
-  const std::string w_row = row_of("65536"), a_row = row_of("131072");
+  const std::string w_row = row_of("65536"), a_row = row_of("131072"), s_row = row_of("98304");
   const char* w_want = tagged ? "explicit/op" : "stack_test_make_weights";
   const char* a_want = tagged ? "explicit/op" : "stack_test_make_activations";
   if (w_row.find(w_want) == std::string::npos) {
@@ -86,6 +98,11 @@ int main(int argc, char** argv) {
   }
   if (a_row.find(a_want) == std::string::npos) {
     std::fprintf(stderr, "stack_program: the 128 KiB row does not name %s: '%s'\n", a_want, a_row.c_str());
+    ++failed;
+  }
+  const char* s_want = tagged ? "explicit/op" : "stack_test_make_scratch";
+  if (s_row.find(s_want) == std::string::npos) {
+    std::fprintf(stderr, "stack_program: the 96 KiB row does not name %s: '%s'\n", s_want, s_row.c_str());
     ++failed;
   }
   // Every row of a size names the same frames (its last column, the op).
@@ -99,7 +116,7 @@ int main(int argc, char** argv) {
     }
     return ops;
   };
-  for (const char* size : {"65536", "131072"}) {
+  for (const char* size : {"65536", "98304", "131072"}) {
     const std::vector<std::string> ops = ops_of(size);
     if (ops.size() != 3) {
       std::fprintf(stderr, "stack_program: %zu rows of %s B, not 3\n", ops.size(), size);
