@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "trace/period.h"
 #include "trace/size_model.h"
 #include "trace/trace.h"
 
@@ -121,6 +122,7 @@ struct key_policy_state {
   bool probe_found_other = false;   // a probe recording found another regime
   bool probe_found_new = false;     // the last probe found a structure seen once
   std::shared_ptr<const trace> last_trace;
+  trace_period last_period;  // last_trace's (Note [Periodic iterations])
   // Note [Setting aside]: iterations begun (domain_begin), plans that failed in a row,
   // and the iteration before which the key passes through.
   std::uint64_t uses = 0;
