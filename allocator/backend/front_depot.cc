@@ -73,17 +73,29 @@ void put(unsigned k, void* head, std::uint32_t count) noexcept {
   depot& d = g_depot[k];
   const std::size_t bytes = std::size_t{count} * g_class_size[k];
   bool kept = false;
+  // The budget is shared by the classes of a part, each under its own lock: the bytes
+  // are reserved before the list goes in (a check and a later add let two threads that
+  // exit at once, putting lists of two classes, both pass the check).
   std::atomic<std::size_t>& used = depot_bytes(k);
-  if (used.load(std::memory_order_relaxed) + bytes <= depot_budget_of(k)) {
+  const std::size_t budget = depot_budget_of(k);
+  std::size_t was = used.load(std::memory_order_relaxed);
+  bool reserved = false;
+  while (was + bytes <= budget) {
+    if (used.compare_exchange_weak(was, was + bytes, std::memory_order_relaxed)) {
+      reserved = true;
+      break;
+    }
+  }
+  if (reserved) {
     lock(d);
     const unsigned n = d.n.load(std::memory_order_relaxed);
     kept = n < depot_lists;
     if (kept) {
       d.lists[n] = free_list{head, count, 0};
       d.n.store(n + 1, std::memory_order_relaxed);
-      used.fetch_add(bytes, std::memory_order_relaxed);
     }
     unlock(d);
+    if (!kept) used.fetch_sub(bytes, std::memory_order_relaxed);
   }
   if (kept) {
     g_puts.fetch_add(1, std::memory_order_relaxed);
