@@ -8,9 +8,12 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -256,6 +259,80 @@ TEST(FrontRuns, ABurstFillsWholeListsAndAnOverflowGoesBackToHalf) {
     EXPECT_EQ(be::front_thread_list_count(kSize), 7u) << "a list that overflowed did not go back to half";
     while (n > 0) release(held[--n]);
   }).join();
+}
+
+// Note [Empty runs kept] under threads: four threads allocate bursts of blocks of run
+// classes (1 KiB-128 KiB), each handing half of every burst to the next thread to free,
+// while another gives the stashes back over and over (front_cache_release, as before a
+// purge): every block keeps what its allocator wrote until it is freed, whoever frees
+// it, so no block was handed out twice while live, and the runs all go back at the end.
+TEST(FrontRuns, BurstsAcrossThreadsWithStashesGivenBackNeverShareALiveBlock) {
+  REQUIRE_RUNS();
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 30;
+  struct block {
+    void* p;
+    std::size_t n;
+    std::uint32_t tag;
+  };
+  std::mutex mu[kThreads];
+  std::vector<block> inbox[kThreads];
+  std::atomic<int> damaged{0};
+  std::atomic<bool> done{false};
+  const auto check_and_free = [&](const block& b) {
+    if (!intact(b.p, b.n, b.tag)) damaged.fetch_add(1);
+    release(b.p);
+  };
+  std::thread releaser([&] {
+    while (!done.load()) {
+      be::front_cache_release();
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) + 7);
+      const std::size_t sizes[] = {1000, 3000, 8192, 20000, 70000, 131072};
+      std::vector<block> mine;
+      mine.reserve(512);
+      for (int r = 0; r < kRounds; ++r) {
+        const std::size_t n = sizes[rng() % std::size(sizes)];
+        const int count = 64 + static_cast<int>(rng() % 256);
+        for (int i = 0; i < count; ++i) {
+          void* p = pass(n);
+          if (p == nullptr) continue;
+          const auto tag = static_cast<std::uint32_t>(t * 1000003 + r * 1009 + i);
+          fill(p, n, tag);
+          mine.push_back(block{p, n, tag});
+        }
+        std::vector<block> theirs;
+        {
+          std::lock_guard<std::mutex> lock(mu[t]);
+          theirs.swap(inbox[t]);
+        }
+        for (const block& b : theirs) check_and_free(b);
+        {
+          std::lock_guard<std::mutex> lock(mu[(t + 1) % kThreads]);
+          for (std::size_t i = 0; i < mine.size(); i += 2) inbox[(t + 1) % kThreads].push_back(mine[i]);
+        }
+        for (std::size_t i = 1; i < mine.size(); i += 2) check_and_free(mine[i]);
+        mine.clear();
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  done.store(true);
+  releaser.join();
+  for (std::vector<block>& left : inbox) {
+    for (const block& b : left) check_and_free(b);
+    left.clear();
+  }
+  EXPECT_EQ(damaged.load(), 0) << "a live block was handed out again";
+  be::front_cache_release();
+  EXPECT_EQ(be::front_cache_stats().stashed_bytes, 0u);
 }
 
 // jemalloc never sees a run's block: realloc within its class keeps it, to another class
