@@ -9,8 +9,8 @@
 // take it back, 25 M of the 109 M instructions of 4 rounds of 100,000 blocks of 1 KiB
 // (bench/micro/bursts.cc: 1,563 runs a round), where mimalloc and tcmalloc keep their pages
 // and spans. So a run no block is out of, its pool keeping one already, goes to a stash
-// of its arena and run size (64 KiB-1 MiB; a stack through the run table's links, under a
-// spin lock), its page map bytes kept (the class that takes it again is mostly its own; a
+// of its arena and run size (64 KiB-1 MiB; a stack linked through the runs' first words,
+// under a spin lock), its page map bytes kept (the class that takes it again is mostly its own; a
 // run taken by another class has them rewritten, one given back has them cleared), and a
 // class needing a run takes one from there before anything else. The stash decays by
 // use, as tcmalloc's thread caches are scavenged: when a run is stashed, at most once a
