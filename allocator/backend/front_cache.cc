@@ -153,6 +153,18 @@ void map_block(const void* p, unsigned k) noexcept {
   if (b.load(std::memory_order_relaxed) != k) b.store(static_cast<std::uint8_t>(k), std::memory_order_relaxed);
 }
 
+// A block of class k (one not served from runs) made by the thread's arena, whose
+// stashed runs go back to it first (Note [Empty runs kept]: their pages for this block);
+// jemalloc's own malloc where the range is spent.
+void* arena_block(unsigned k, std::size_t size) noexcept {
+  release_stashed_runs(t_cache->slot);
+  if (void* p = g_block(g_class_size[k], t_cache->slot)) {
+    map_block(p, k);
+    return p;
+  }
+  return g_malloc(size);
+}
+
 // The thread's lists to the depot, its cache closed for good (a pthread key's
 // destructor; later requests of the thread go to the underlying malloc and free).
 void close_thread(void* arg) noexcept {
@@ -257,12 +269,7 @@ void close_thread(void* arg) noexcept {
   }
   if (run_class(k)) return run_miss(k, size);
   if (g_fill[k] > 1 && t_state == cache_open) return fill(k, size);
-  release_stashed_runs(t_cache->slot);  // Note [Empty runs kept]: their pages for this block
-  if (void* p = g_block(g_class_size[k], t_cache->slot)) {
-    map_block(p, k);
-    return p;
-  }
-  return g_malloc(size);  // the range spent
+  return arena_block(k, size);
 }
 
 // A free in the range that the list cannot take: its class unknown (0; asked of
@@ -390,12 +397,7 @@ void give_back_larger(unsigned k, std::size_t bytes) noexcept {
   }
   if (t_state == cache_open && t_cache->large_bytes != 0) give_back_larger(k, bytes);
   if (run_class(k)) return run_miss(k, size);
-  release_stashed_runs(t_cache->slot);  // Note [Empty runs kept]: their pages for this block
-  if (void* p = g_block(bytes, t_cache->slot)) {
-    map_block(p, k);
-    return p;
-  }
-  return g_malloc(size);  // the range spent
+  return arena_block(k, size);
 }
 
 }  // namespace

@@ -213,32 +213,21 @@ std::uintptr_t take_empty_run(unsigned k, unsigned slot) noexcept {
   return 0;
 }
 
-// Run i, `bytes` long, its page map bytes cleared, to the arena.
-void release_run(std::uint32_t i, std::size_t bytes) noexcept {
+// The run at `start`, `bytes` long and no block out of it, to the arena, its page map
+// bytes (its class's, kept while it waited: Note [Empty runs kept]) cleared first.
+void give_back_run(std::uintptr_t start, std::size_t bytes) noexcept {
+  mark(start, g_table[index_of(start)].klass, 0);
   g_given_back.fetch_add(1, std::memory_order_relaxed);
   g_bytes.fetch_sub(bytes, std::memory_order_relaxed);
-  g_release(reinterpret_cast<void*>(start_at(i)));
-}
-
-void give_back_run(std::uint32_t i, unsigned k) noexcept {
-  mark(start_at(i), k, 0);
-  release_run(i, g_run_bytes[k]);
+  g_release(reinterpret_cast<void*>(start));
 }
 
 // Note [Empty runs kept]: run i of class k, no block out of it and its pool keeping
 // another, to its arena's stash, its page map bytes kept (the class that takes it next is
 // mostly its own); given back where nothing is stashed.
 void stash_run(std::uint32_t i, unsigned k) noexcept {
-  if (!stashing()) return give_back_run(i, k);
+  if (!stashing()) return give_back_run(start_at(i), g_run_bytes[k]);
   stash(start_at(i), g_table[i].slot, g_run_bytes[k]);
-}
-
-// Note [Empty runs kept]: a stashed run going back to the arena, its page map bytes
-// (its last class's) cleared.
-void give_stashed(std::uintptr_t start, std::size_t bytes) noexcept {
-  const std::uint32_t i = index_of(start);
-  mark(start, g_table[i].klass, 0);
-  release_run(i, bytes);
 }
 
 // A new run of class k (a stashed run of its size, another class's empty run, or one
@@ -312,7 +301,7 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
   }
   g_origin = base & ~(run_bytes_least - 1);
   g_memory = memory;
-  configure_stash(now, &give_stashed);
+  configure_stash(now, &give_back_run);
   g_table = static_cast<run_header*>(t);
   return true;
 }
@@ -363,14 +352,16 @@ std::uint32_t went_empty(run_pool& pool, std::uint32_t i) noexcept {
   return i + 1;
 }
 
-// Block p (of run i, class k) back to its run, under its pool's lock: the run to stash
-// (index + 1), its last block in and the pool keeping another; or 0.
-std::uint32_t give_locked(run_pool& pool, void* p, std::uint32_t i, unsigned k) noexcept {
+// Block p (of run i, `blocks` blocks a run) back to its run, under its pool's lock: the
+// run to stash (index + 1), its last block in and the pool keeping another; or 0.
+[[gnu::always_inline]] inline std::uint32_t give_locked(run_pool& pool, void* p, std::uint32_t i,
+                                                        std::uint32_t blocks) noexcept {
   run_header& r = g_table[i];
   *static_cast<void**>(p) = r.free;
   r.free = p;
-  if (r.out-- == g_blocks[k]) link_partial(pool, i);  // it was full
-  return r.out != 0 ? 0 : went_empty(pool, i);
+  if (r.out-- == blocks) link_partial(pool, i);  // it was full
+  if (r.out != 0) [[likely]] return 0;
+  return went_empty(pool, i);
 }
 
 }  // namespace
@@ -379,7 +370,7 @@ void run_give(void* p, unsigned k) noexcept {
   const std::uint32_t i = index_of(start_of(p, k));
   run_pool& pool = g_pools[g_table[i].slot][k];  // a run's slot is fixed while a block is out
   spin_lock(pool.locked);
-  const std::uint32_t to_give = give_locked(pool, p, i, k);
+  const std::uint32_t to_give = give_locked(pool, p, i, g_blocks[k]);
   spin_unlock(pool.locked);
   if (to_give != 0) stash_run(to_give - 1, k);
 }
@@ -434,6 +425,8 @@ void give_back_list(void* head) noexcept {
         held = &pool;
       }
     }
+    // give_locked's steps, inline: its return value would cost every block of a burst a
+    // second test (callgrind, 100000 x 1 KiB, 4 rounds: 64.2 M against 67.5 M).
     *static_cast<void**>(p) = r->free;
     r->free = p;
     if (r->out-- == blocks) link_partial(*held, i);  // it was full
@@ -458,7 +451,7 @@ void release_empty_runs() noexcept {
       const std::uint32_t e = pool.empty.load(std::memory_order_relaxed);
       pool.empty.store(0, std::memory_order_relaxed);
       spin_unlock(pool.locked);
-      if (e != 0) give_back_run(e - 1, k);
+      if (e != 0) give_back_run(start_at(e - 1), g_run_bytes[k]);
     }
     release_stashed_runs(s);
   }
