@@ -23,7 +23,7 @@ CLI=$BUILD/allocator/cli/replayalloc
 BEFORE=${BEFORE:-}
 [ -z "$BEFORE" ] || [ -x "$BEFORE" ] || die "BEFORE=$BEFORE is not an executable"
 scratch_dir
-ALGOS="best greedy_by_size greedy_by_breadth greedy_by_lifetime greedy_by_arrival first_fit"
+ALGOS="best greedy_by_size greedy_by_size_class greedy_by_breadth greedy_by_lifetime greedy_by_arrival first_fit"
 load_before=$(load_average)
 
 # run_one CLI FILE ALGO: one JSON line (the CLI's).

@@ -7,7 +7,7 @@
 // slot when none does. Each concept has its file: the lifetimes every run shares,
 // computed once per plan (lifetimes.h, lifetimes.cc), the placer (greedy_placer.cc),
 // the orderings' sort (sort_by_keys.cc) and the orderings (greedy_by_size.cc,
-// greedy_by_breadth.cc, greedy_by_lifetime.cc, greedy_by_arrival.cc); best.cc tries
+// greedy_by_size_class.cc, greedy_by_breadth.cc, greedy_by_lifetime.cc, greedy_by_arrival.cc); best.cc tries
 // them all and then improves the best ordering. Never allocates per placed slot once
 // warmed up: a greedy_placer keeps its buffers between runs, which is what makes the
 // improving pass in best.cc affordable.
@@ -218,6 +218,7 @@ std::vector<std::uint32_t> sort_by_keys(const greedy_input& in, std::vector<orde
 // The orderings (permutations of in.plannable), each deterministic; ties are broken
 // down to the allocation's id.
 std::vector<std::uint32_t> order_by_size(const greedy_input& in);
+std::vector<std::uint32_t> order_by_size_class(const greedy_input& in);
 std::vector<std::uint32_t> order_by_breadth(const greedy_input& in);
 std::vector<std::uint32_t> order_by_lifetime(const greedy_input& in);
 std::vector<std::uint32_t> order_by_arrival(const greedy_input& in);

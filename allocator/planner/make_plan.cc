@@ -11,9 +11,10 @@ namespace {
 
 using planner_fn = absl::StatusOr<placement> (*)(const trace&, const planner_options&);
 
-constexpr std::array<std::pair<std::string_view, planner_fn>, 6> planners = {{
+constexpr std::array<std::pair<std::string_view, planner_fn>, 7> planners = {{
     {"best", plan_best},
     {"greedy_by_size", plan_greedy_by_size},
+    {"greedy_by_size_class", plan_greedy_by_size_class},
     {"greedy_by_breadth", plan_greedy_by_breadth},
     {"greedy_by_lifetime", plan_greedy_by_lifetime},
     {"greedy_by_arrival", plan_greedy_by_arrival},

@@ -55,16 +55,20 @@ absl::StatusOr<placement> plan_greedy_by_size(const trace& t, const planner_opti
 
 // The same placement rule (smallest gap among intersecting slots) under other
 // orderings (planner/greedy.h):
+//   size class  by size class (powers of four, the largest first), then the longest
+//             lifetimes first in a class (Note [Size classes, then lifetime]);
 //   breadth   allocations meeting the busiest moment first (the largest live bytes
 //             over the lifetime; TFLite's greedy by breadth, XLA's temporal order);
 //   lifetime  the longest lifetimes first;
 //   arrival   the order the program asked for them.
+absl::StatusOr<placement> plan_greedy_by_size_class(const trace& t, const planner_options& o = {});
 absl::StatusOr<placement> plan_greedy_by_breadth(const trace& t, const planner_options& o = {});
 absl::StatusOr<placement> plan_greedy_by_lifetime(const trace& t, const planner_options& o = {});
 absl::StatusOr<placement> plan_greedy_by_arrival(const trace& t, const planner_options& o = {});
 
-// The default: the greedy orderings above (size, breadth, lifetime, arrival), keeping
-// the smallest slab and stopping at the lower bound; then, while still above it, a
+// The default: the greedy orderings above (size, size class, breadth, lifetime,
+// arrival) and first fit, keeping the smallest slab and stopping at the lower bound;
+// then, while still above it, a
 // bounded backtracking search that may put slots at the top of a gap as well as the
 // bottom, under the lower bound (then 1%, 2%, 5% above it); then a bounded local
 // search over the winning ordering. Budgets are counted in work, not time:
@@ -78,8 +82,8 @@ absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o = {
 absl::StatusOr<placement> plan_first_fit(const trace& t, const planner_options& o = {});
 
 // The planners by name, for make_plan(), the CLI's --algo and the reports: "best" (the
-// default), "greedy_by_size", "greedy_by_breadth", "greedy_by_lifetime",
-// "greedy_by_arrival", "first_fit". (The exact planner, planner/exact.h, drives an
+// default), "greedy_by_size", "greedy_by_size_class", "greedy_by_breadth",
+// "greedy_by_lifetime", "greedy_by_arrival", "first_fit". (The exact planner, planner/exact.h, drives an
 // external solver and lives outside the core library.)
 const std::vector<std::string>& planner_names();
 

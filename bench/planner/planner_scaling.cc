@@ -36,8 +36,8 @@ void row(const std::string& name, const trace& t, int runs) {
   std::size_t n = 0;
   for (const trace_allocation& a : t.allocations) n += !a.outlives();
   std::printf("| %s | %zu |", name.c_str(), n);
-  for (const char* algo : {"best", "greedy_by_size", "greedy_by_breadth", "greedy_by_lifetime", "greedy_by_arrival",
-                           "first_fit"}) {
+  for (const char* algo : {"best", "greedy_by_size", "greedy_by_size_class", "greedy_by_breadth", "greedy_by_lifetime",
+                           "greedy_by_arrival", "first_fit"}) {
     std::vector<double> ms;
     placement p;
     const int k_runs = n > 200'000 ? std::max(1, runs / 2) : runs;
@@ -80,8 +80,10 @@ int run(int argc, char** argv) {
       files.push_back(argv[i]);
     }
   }
-  std::printf("| trace | allocations | best | greedy_by_size | greedy_by_breadth | greedy_by_lifetime | greedy_by_arrival | first_fit |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "| trace | allocations | best | greedy_by_size | greedy_by_size_class | greedy_by_breadth | greedy_by_lifetime | "
+      "greedy_by_arrival | first_fit |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const std::string& f : files) {
     absl::StatusOr<trace> t = read_trace_file(f);
     if (!t.ok()) {

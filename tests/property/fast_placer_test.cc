@@ -104,6 +104,7 @@ bool check_every_ordering(const trace& t, const planner_options& o, std::mt19937
   detail::greedy_placer fast(*in);
   testing::reference_greedy_placer ref(*in);
   expect_same_placement(*in, fast, ref, detail::order_by_size(*in), "size");
+  expect_same_placement(*in, fast, ref, detail::order_by_size_class(*in), "size class");
   expect_same_placement(*in, fast, ref, detail::order_by_breadth(*in), "breadth");
   expect_same_placement(*in, fast, ref, detail::order_by_lifetime(*in), "lifetime");
   expect_same_placement(*in, fast, ref, detail::order_by_arrival(*in), "arrival");
@@ -216,6 +217,7 @@ TEST(FastPlacer, EachGreedyPlannerIsTheReferenceUnderItsOrdering) {
   std::mt19937_64 rng(0xfa57'0003);
   using ordering = std::vector<std::uint32_t> (*)(const greedy_input&);
   const std::pair<const char*, ordering> planners[] = {{"greedy_by_size", detail::order_by_size},
+                                                       {"greedy_by_size_class", detail::order_by_size_class},
                                                        {"greedy_by_breadth", detail::order_by_breadth},
                                                        {"greedy_by_lifetime", detail::order_by_lifetime},
                                                        {"greedy_by_arrival", detail::order_by_arrival}};

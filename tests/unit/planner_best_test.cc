@@ -26,9 +26,19 @@ TEST(Best, StopsAtTheLowerBoundWithTheFirstOrderingThatReachesIt) {
   EXPECT_EQ(p.slab_bytes, p.lower_bound_bytes);
 }
 
+// Size first leaves a gap too small (7168); the size class ordering, tried next, reaches
+// the lower bound, and nothing after it runs.
+TEST(Best, TakesTheSizeClassOrderingWhereItReachesTheBoundAndSizeDoesNot) {
+  const placement p = plan_named(one_class_trace(), "best");
+  EXPECT_EQ(p.algorithm, "best(size_class)");
+  EXPECT_THAT(p.offsets, ElementsAre(2048, 0, 2048, 4096));
+  EXPECT_EQ(p.slab_bytes, 6144u);
+  EXPECT_EQ(p.slab_bytes, p.lower_bound_bytes);
+}
+
 // Note [Best of orderings, then improve] (best.cc): on a large trace (above 4096
 // plannable allocations, where the searches do not run) best is the smallest of the
-// four orderings and first fit, and names the one it took.
+// five orderings and first fit, and names the one it took.
 TEST(Best, OnLargeTracesIsTheSmallestOfEveryOrderingAndFirstFit) {
   std::mt19937_64 rng(0x5eed0100);
   const trace t = random_event_trace(rng, 6000);
@@ -38,7 +48,8 @@ TEST(Best, OnLargeTracesIsTheSmallestOfEveryOrderingAndFirstFit) {
   const placement best = plan_named(t, "best");
   std::uint64_t smallest = UINT64_MAX;
   std::string winner;
-  for (const char* name : {"greedy_by_size", "greedy_by_breadth", "greedy_by_lifetime", "greedy_by_arrival", "first_fit"}) {
+  for (const char* name : {"greedy_by_size", "greedy_by_size_class", "greedy_by_breadth", "greedy_by_lifetime",
+                           "greedy_by_arrival", "first_fit"}) {
     const placement p = plan_named(t, name);
     if (p.slab_bytes < smallest) {
       smallest = p.slab_bytes;

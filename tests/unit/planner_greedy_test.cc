@@ -399,6 +399,30 @@ TEST(GreedyByLifetime, LongestLifetimeFirst) {
   EXPECT_EQ(p.slab_bytes, 3072u);
 }
 
+TEST(GreedyBySizeClass, LongestLifetimesFirstInAClassWhereLargestFirstLeavesAGapTooSmall) {
+  // By size: A at 0, B above it (3072), C below B (A is dead), D meets B and C: the
+  // 1024 bytes between them are too few, so D goes on top: 7168.
+  const placement by_size = plan_named(one_class_trace(), "greedy_by_size");
+  EXPECT_THAT(by_size.offsets, ElementsAre(0, 3072, 0, 5120));
+  EXPECT_EQ(by_size.slab_bytes, 7168u);
+  // One class (1024 <= size < 4096): B (the longest) at 0; A (the larger of the two of
+  // length 2) above it, C above it too (A is dead by then), D above C: the lower bound.
+  const placement by_class = plan_named(one_class_trace(), "greedy_by_size_class");
+  EXPECT_THAT(by_class.offsets, ElementsAre(2048, 0, 2048, 4096));
+  EXPECT_EQ(by_class.slab_bytes, 6144u);
+  EXPECT_EQ(by_class.lower_bound_bytes, 6144u);
+  // Classes of powers of four, the largest first: a 4096-byte block of one step goes
+  // before the longer ones of the class below.
+  trace t = one_class_trace();
+  t.allocations.push_back(alloc(5, 4096, 5, 6));
+  t.events = 7;
+  const placement larger_class = plan_named(t, "greedy_by_size_class");
+  const absl::StatusOr<detail::greedy_input> in = detail::prepare_greedy(t, planner_options{});
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_THAT(detail::order_by_size_class(*in), ElementsAre(4, 1, 0, 2, 3));
+  EXPECT_EQ(larger_class.slab_bytes, 6144u);
+}
+
 TEST(GreedyByBreadth, BusiestMomentFirst) {
   // Live bytes at the allocation positions 0, 1, 3: 1024, 2048, 3072. B and C meet
   // the busiest (3072 at 3): C (larger) at 0, B above it; A (busiest 2048) below B.
@@ -429,6 +453,15 @@ TEST(Orderings, EqualAPlainSortByTheirKeys) {
         return std::tuple(~fp(x), ~life(x), all[x].alloc_at, all[x].id) <
                std::tuple(~fp(y), ~life(y), all[y].alloc_at, all[y].id);
       })) << "size, n " << n << " kind " << kind;
+      auto size_class = [&](std::uint32_t i) {  // floor(log4(footprint))
+        std::uint64_t k = 0;
+        while (fp(i) >> (2 * (k + 1)) != 0) ++k;
+        return k;
+      };
+      EXPECT_EQ(detail::order_by_size_class(*in), sorted([&](std::uint32_t x, std::uint32_t y) {
+        return std::tuple(~size_class(x), ~life(x), ~fp(x), all[x].id) <
+               std::tuple(~size_class(y), ~life(y), ~fp(y), all[y].id);
+      })) << "size class, n " << n << " kind " << kind;
       EXPECT_EQ(detail::order_by_lifetime(*in), sorted([&](std::uint32_t x, std::uint32_t y) {
         return std::tuple(~life(x), ~fp(x), all[x].alloc_at, all[x].id) <
                std::tuple(~life(y), ~fp(y), all[y].alloc_at, all[y].id);

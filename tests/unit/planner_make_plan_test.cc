@@ -13,8 +13,8 @@ using namespace planner_testing;
 using ::testing::HasSubstr;
 
 TEST(MakePlan, KnowsEveryPlannerAndRefusesOthersByName) {
-  EXPECT_THAT(planner_names(), ::testing::ElementsAre("best", "greedy_by_size", "greedy_by_breadth",
-                                                      "greedy_by_lifetime", "greedy_by_arrival", "first_fit"));
+  EXPECT_THAT(planner_names(), ::testing::ElementsAre("best", "greedy_by_size", "greedy_by_size_class",
+                                                      "greedy_by_breadth", "greedy_by_lifetime", "greedy_by_arrival", "first_fit"));
   const absl::StatusOr<placement> p = make_plan(fragmenting_trace(), "simulated_annealing");
   ASSERT_FALSE(p.ok());
   EXPECT_THAT(p.status().message(), HasSubstr("known: best, greedy_by_size"));

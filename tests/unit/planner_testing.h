@@ -90,6 +90,14 @@ inline trace fragmenting_trace() {
   return make_trace({alloc(1, 1024, 0, 2), alloc(2, 1024, 1, 4), alloc(3, 2048, 3, 5)});
 }
 
+// Note [Size classes, then lifetime]: A 3072 bytes on [0, 2); B, C and D 2048 on
+// [1, 4), [2, 4), [3, 4). Lower bound 6144 (B + C + D at 3). Largest first leaves D a
+// gap of 1024 between C and B; longest first in the class (all four sizes are in
+// [1024, 4096)) reaches the bound.
+inline trace one_class_trace() {
+  return make_trace({alloc(1, 3072, 0, 2), alloc(2, 2048, 1, 4), alloc(3, 2048, 2, 4), alloc(4, 2048, 3, 4)});
+}
+
 // ---- random traces ----------------------------------------------------------------
 
 inline std::uint64_t random_size(std::mt19937_64& rng) {
