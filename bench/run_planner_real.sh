@@ -5,7 +5,9 @@
 #   bash bench/run_planner_real.sh [BUILD_DIR] [RUNS]
 #
 # BUILD_DIR (default build) must have the replayalloc CLI (ninja -C BUILD replayalloc_cli).
-# Per instance (bench/planner/iopddl/*.csv, and the files named in TRACES) and planner
+# Per instance (bench/planner/iopddl/*.csv, each also twice over in time as X.x2.csv: the
+# same buffers again after the last one is freed, for a trace of twice the buffers with
+# as many live at once; and the files named in TRACES) and planner
 # (best, then each ordering alone and first fit): `replayalloc plan X --slot-align 1
 # --algo A`, RUNS times (default 5): the median of plan_ms (the CLI's own timer: the
 # planner alone, not reading the file) and the slab over the lower bound. BEFORE=PATH
@@ -30,11 +32,23 @@ load_before=$(load_average)
 run_one() { "$1" plan "$2" --slot-align 1 --algo "$3" -o "$tmp/out.csv"; }
 
 : > "$tmp/rows"
-for f in "$root"/bench/planner/iopddl/*.csv ${TRACES:-}; do
+# twice_over FILE OUT: FILE (id,lower,upper,size) followed by itself shifted past its end.
+twice_over() {
+  awk -F, 'NR == 1 { print; next } { n++; id[n] = $1; lo[n] = $2; up[n] = $3; sz[n] = $4; if ($3 > end) end = $3 }
+           END { for (k = 0; k < 2; k++) for (i = 1; i <= n; i++) print k * n + i - 1 "," lo[i] + k * end "," up[i] + k * end "," sz[i] }' "$1" > "$2"
+}
+corpus=()
+for f in "$root"/bench/planner/iopddl/*.csv; do
+  corpus+=("$f")
+  twice_over "$f" "$tmp/$(basename "$f" .csv).x2.csv"
+  corpus+=("$tmp/$(basename "$f" .csv).x2.csv")
+done
+for f in "${corpus[@]}" ${TRACES:-}; do
   name=$(basename "$f")
   for algo in $ALGOS; do
     for ((r = 0; r < RUNS; r++)); do
-      if [ -n "$BEFORE" ]; then
+      # A planner the earlier CLI does not have is run by this build only ("-" before).
+      if [ -n "$BEFORE" ] && "$BEFORE" plan --help 2>&1 | grep -qw -- "$algo"; then
         echo "$name $algo before $(run_one "$BEFORE" "$f" "$algo")" >> "$tmp/rows"
       fi
       echo "$name $algo after $(run_one "$CLI" "$f" "$algo")" >> "$tmp/rows"
@@ -66,8 +80,14 @@ def cell(runs):
 for name, algo in seen:
     a_ms, a_ratio, a = cell(rows[(name, algo, "after")])
     if before:
-        b_ms, b_ratio, _ = cell(rows[(name, algo, "before")])
-        print(f"| {name} | {a['planned']} | {a['algorithm']} | {b_ms:.0f} | {b_ratio:.4f} | {a_ms:.0f} | {a_ratio:.4f} | {a_ms / b_ms:.2f} |")
+        if rows.get((name, algo, "before")):
+            b_ms, b_ratio, b = cell(rows[(name, algo, "before")])
+            b_cells = f"{b_ms:.0f} | {b_ratio:.4f}"
+            b_cells += f" ({b['algorithm']})" if b["algorithm"] != a["algorithm"] else ""
+            ratio = f"{a_ms / b_ms:.2f}"
+        else:
+            b_cells, ratio = "- | -", "-"
+        print(f"| {name} | {a['planned']} | {a['algorithm']} | {b_cells} | {a_ms:.0f} | {a_ratio:.4f} | {ratio} |")
     else:
         print(f"| {name} | {a['planned']} | {a['algorithm']} | {a_ms:.0f} | {a_ratio:.4f} |")
 PY
@@ -83,7 +103,8 @@ before_line=""
   echo
   cat <<TEXT
 Each planner on real traces (bench/planner/iopddl: 28,526 buffers, about 3,000 live at any
-moment), byte for byte (\`--slot-align 1\`): the median of $RUNS runs of the CLI's plan_ms (the
+moment; X.x2: the trace twice over in time, twice the buffers, as many live at once${TRACES:+; and
+$(for t in $TRACES; do basename "$t"; done | paste -sd, -)}), byte for byte (\`--slot-align 1\`): the median of $RUNS runs of the CLI's plan_ms (the
 planner alone), the slab over the lower bound (the peak of live bytes; no optimum known).
 $before_line
 Goal (issue 44): \`best\` under 1 s and within 1.01x of the lower bound.

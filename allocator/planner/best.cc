@@ -2,10 +2,10 @@
 //
 // Note [Best of orderings, then improve]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-//   1. Greedy placement (greedy.h) under five orderings, in this order: size, size
-//      class, breadth, lifetime, arrival, then first fit in arrival order (first_fit.cc,
-//      what a caching allocator would do online). The smallest slab wins (ties: the
-//      earlier); as soon as one reaches the lower bound nothing can beat it and the
+//   1. Greedy placement (greedy.h) under five orderings, in this order: size class
+//      (Note [Size classes, then lifetime]), size, breadth, lifetime, arrival, then
+//      first fit in arrival order (first_fit.cc, what a caching allocator would do
+//      online). The smallest slab wins (ties: the earlier); as soon as one reaches the lower bound nothing can beat it and the
 //      rest are skipped. A run that goes above the best slab so far stops there.
 //      Every candidate runs on every trace, so best is never worse than any single
 //      ordering or first fit (tests/property: on growing traces such as an LLM's
@@ -178,8 +178,8 @@ absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o) {
   REPLAYALLOC_RETURN_IF_ERROR(in.status());
   using ordering = std::vector<std::uint32_t> (*)(const greedy_input&);
   static constexpr std::array<std::pair<ordering, const char*>, 5> orderings = {{
-      {detail::order_by_size, "size"},
       {detail::order_by_size_class, "size_class"},
+      {detail::order_by_size, "size"},
       {detail::order_by_breadth, "breadth"},
       {detail::order_by_lifetime, "lifetime"},
       {detail::order_by_arrival, "arrival"},

@@ -19,7 +19,12 @@
 // steps recorded from real models (activations live from the forward pass to the
 // backward) it is also the smallest of the orderings on three of four (ResNet-50,
 // MobileNetV3, DenseNet-121; not BERT), and where sizes repeat exactly (inference
-// traces) it is often size's own order. "best" tries it second, after size.
+// traces) it is often size's own order. "best" tries it first, then size: a run stops
+// once its slab reaches the best so far, and by size the top is reached early (the
+// largest go first) where by class it may come last (a large class's long buffers are
+// placed before its short ones), so the other way round both ran to their ends (S_1:
+// 375 ms for best, 230 ms this way; an LLM request's trace of 57,018 buffers, where
+// neither reaches the bound: 45 ms, 29 ms).
 #include <bit>
 
 #include "planner/greedy.h"

@@ -66,14 +66,14 @@ absl::StatusOr<placement> plan_greedy_by_breadth(const trace& t, const planner_o
 absl::StatusOr<placement> plan_greedy_by_lifetime(const trace& t, const planner_options& o = {});
 absl::StatusOr<placement> plan_greedy_by_arrival(const trace& t, const planner_options& o = {});
 
-// The default: the greedy orderings above (size, size class, breadth, lifetime,
+// The default: the greedy orderings above (size class, size, breadth, lifetime,
 // arrival) and first fit, keeping the smallest slab and stopping at the lower bound;
 // then, while still above it, a
 // bounded backtracking search that may put slots at the top of a gap as well as the
 // bottom, under the lower bound (then 1%, 2%, 5% above it); then a bounded local
 // search over the winning ordering. Budgets are counted in work, not time:
 // deterministic. Note [Best of orderings, then improve] in best.cc. The algorithm
-// field says what won: "best(size)", "best(fit)", "best(breadth+search)", ...
+// field says what won: "best(size_class)", "best(size)", "best(fit)", "best(breadth+search)", ...
 absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o = {});
 
 // Online first fit in arrival order, what caching allocators do: each allocation at

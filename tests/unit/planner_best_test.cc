@@ -19,19 +19,26 @@ namespace {
 using namespace planner_testing;
 using ::testing::ElementsAre;
 
+// The size class ordering goes first (Note [Size classes, then lifetime]); where it
+// reaches the lower bound nothing after it runs: B (the longest) at 0, C and A above it.
 TEST(Best, StopsAtTheLowerBoundWithTheFirstOrderingThatReachesIt) {
   const placement p = plan_named(fragmenting_trace(), "best");
-  EXPECT_EQ(p.algorithm, "best(size)");
-  EXPECT_THAT(p.offsets, ElementsAre(0, 2048, 0));
+  EXPECT_EQ(p.algorithm, "best(size_class)");
+  EXPECT_THAT(p.offsets, ElementsAre(1024, 0, 1024));
   EXPECT_EQ(p.slab_bytes, p.lower_bound_bytes);
+  const placement one_class = plan_named(one_class_trace(), "best");  // size alone: 7168
+  EXPECT_EQ(one_class.algorithm, "best(size_class)");
+  EXPECT_EQ(one_class.slab_bytes, 6144u);
+  EXPECT_EQ(one_class.slab_bytes, one_class.lower_bound_bytes);
 }
 
-// Size first leaves a gap too small (7168); the size class ordering, tried next, reaches
-// the lower bound, and nothing after it runs.
-TEST(Best, TakesTheSizeClassOrderingWhereItReachesTheBoundAndSizeDoesNot) {
-  const placement p = plan_named(one_class_trace(), "best");
-  EXPECT_EQ(p.algorithm, "best(size_class)");
-  EXPECT_THAT(p.offsets, ElementsAre(2048, 0, 2048, 4096));
+// Where the size class ordering leaves a gap too small (7168), size, tried next, reaches
+// the bound.
+TEST(Best, TakesSizeWhereItReachesTheBoundAndTheSizeClassOrderingDoesNot) {
+  ASSERT_EQ(plan_named(long_small_trace(), "greedy_by_size_class").slab_bytes, 7168u);
+  const placement p = plan_named(long_small_trace(), "best");
+  EXPECT_EQ(p.algorithm, "best(size)");
+  EXPECT_THAT(p.offsets, ElementsAre(0, 3072, 3072));
   EXPECT_EQ(p.slab_bytes, 6144u);
   EXPECT_EQ(p.slab_bytes, p.lower_bound_bytes);
 }

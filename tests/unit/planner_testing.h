@@ -98,6 +98,13 @@ inline trace one_class_trace() {
   return make_trace({alloc(1, 3072, 0, 2), alloc(2, 2048, 1, 4), alloc(3, 2048, 2, 4), alloc(4, 2048, 3, 4)});
 }
 
+// And where largest first is right: A and B 3072 bytes on [0, 3) and [1, 2), C 1024 on
+// [2, 7). Lower bound 6144 (A + B at 1). By size C goes where B was, above A; longest
+// first puts C at 0, A above it and B above A: 7168.
+inline trace long_small_trace() {
+  return make_trace({alloc(1, 3072, 0, 3), alloc(2, 3072, 1, 2), alloc(3, 1024, 2, 7)});
+}
+
 // ---- random traces ----------------------------------------------------------------
 
 inline std::uint64_t random_size(std::mt19937_64& rng) {
