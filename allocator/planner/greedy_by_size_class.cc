@@ -17,14 +17,16 @@
 // lifetimes first, so a buffer placed late is short and finds a gap: 1.0009x on S_1
 // (classes of 2x: 1.0243x, as by size; of 8x: 1.0009x; of 16x: 1.0028x). On training
 // steps recorded from real models (activations live from the forward pass to the
-// backward) it is also the smallest of the orderings on three of four (ResNet-50,
-// MobileNetV3, DenseNet-121; not BERT), and where sizes repeat exactly (inference
-// traces) it is often size's own order. "best" tries it first, then size: a run stops
-// once its slab reaches the best so far, and by size the top is reached early (the
-// largest go first) where by class it may come last (a large class's long buffers are
-// placed before its short ones), so the other way round both ran to their ends (S_1:
-// 375 ms for best, 230 ms this way; an LLM request's trace of 57,018 buffers, where
-// neither reaches the bound: 45 ms, 29 ms).
+// backward) it is below size on three of four (ResNet-50, MobileNetV3, DenseNet-121;
+// not BERT; breadth reaches the bound on all four), and where sizes repeat exactly
+// (inference traces) it is often size's own order.
+//
+// "best" tries it first, then size: a run stops once its slab reaches the best so far,
+// and by size the top is reached early (the largest go first) where by class it may
+// come last (a large class's long buffers go before its short ones), so the other way
+// round both run to their ends (S_1: best 375 ms that way, 244 ms this way). On traces
+// small enough for best's searches it is a candidate beside them (Note [Best of
+// orderings, then improve]).
 #include <bit>
 
 #include "planner/greedy.h"
