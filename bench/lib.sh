@@ -132,7 +132,9 @@ source_commit() {
     cat "$root/.gpu/commit" 2> /dev/null || echo unknown
     return
   fi
-  git -C "$root" diff --quiet HEAD 2> /dev/null || commit="$commit + uncommitted changes"
+  # bench/RESULTS.md aside: the benchmarks write it, so a run after another would
+  # otherwise call the sources it measured uncommitted.
+  git -C "$root" diff --quiet HEAD -- . ':(exclude)bench/RESULTS.md' 2> /dev/null || commit="$commit + uncommitted changes"
   echo "$commit"
 }
 
