@@ -177,6 +177,19 @@ class improver {
   std::vector<std::uint32_t> trial_;
 };
 
+// First fit: not an ordering of the greedy placer (it frees as it goes), so its
+// offsets are taken as they are; the search after it starts from them and keeps a move
+// only when it beats them. On the same input: the trace is checked and its lifetimes
+// and lower bound computed once. True when it replaced `best`.
+bool take_first_fit(const greedy_input& in, candidate& best) {
+  placement ff = detail::first_fit_placement(in);
+  if (ff.slab_bytes >= best.slab) return false;
+  best.slab = ff.slab_bytes;
+  best.offsets = std::move(ff.offsets);
+  best.order = detail::order_by_arrival(in);
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o) {
@@ -214,19 +227,7 @@ absl::StatusOr<placement> plan_best(const trace& t, const planner_options& o) {
     }
     if (best.slab <= in->lower_bound) break;
   }
-  if (best.slab > in->lower_bound) {
-    // First fit: not an ordering of the greedy placer (it frees as it goes), so its
-    // offsets are taken as they are; the search below starts from them and keeps a
-    // move only when it beats them. On the same input: the trace is checked and its
-    // lifetimes and lower bound computed once.
-    placement ff = detail::first_fit_placement(*in);
-    if (ff.slab_bytes < best.slab) {
-      best.slab = ff.slab_bytes;
-      best.offsets = std::move(ff.offsets);
-      best.order = detail::order_by_arrival(*in);
-      winner = "first_fit";
-    }
-  }
+  if (best.slab > in->lower_bound && take_first_fit(*in, best)) winner = "first_fit";
   std::string algorithm = std::string("best(") + winner + ")";
   // Step 2: the two-sided search under the lower bound, then a little above it.
   std::uint64_t fit_spent = 0;
