@@ -122,9 +122,13 @@ namespace {
 // none (the key cycles through more structures than it keeps). A regime started in the
 // place of a planned one hands that plan to out.dropped. REQUIRES: the key's mutex held.
 int join_regime(key_policy_state& e, const std::shared_ptr<const trace>& recorded, const trace_period& period,
-                std::uint64_t shape, bool& grew, recording_decision& out) {
+                std::uint64_t shape, bool& grew, recording_decision& out, bool equal_to_last) {
   int r = e.find_regime(shape);
-  if (r >= 0) {
+  if (r >= 0 && equal_to_last && r == e.last_trace_regime) {
+    // Note [A recording equal to the last]: its envelope is already what the merge
+    // would make.
+    grew = false;
+  } else if (r >= 0) {
     // Note [Envelope]: the same allocations, made and freed in the same order, at
     // other sizes: each allocation's capacity is the largest size recorded.
     auto merged = std::make_shared<envelope>(*e.regimes[r].env);
@@ -196,6 +200,27 @@ void plan_after_recording(key_policy_state& e, regime& g, bool grew, const polic
   if (out.to_plan != nullptr) g.planning = out.to_plan.get();
 }
 
+// Note [A recording equal to the last]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A key is recorded twice before it is planned (REPLAYALLOC_RECORD_ITERATIONS), and a
+// program that repeats itself makes the second recording equal to the first: the same
+// sizes, alignments and times. Merging it into the regime's envelope (Note [Envelope])
+// would copy the envelope and fold each allocation into it (~100 instructions an
+// allocation, and the copy's pages, at the end of the recorded iteration) to make the
+// same envelope again: every step of a merge is a maximum, a minimum or a union
+// (fold_slot, merge_lines, raise_to_lines), so merging what was merged changes
+// nothing, growth headroom included. So a recording equal to the last one, when the
+// last one went into the same regime since it was last made, is not merged
+// (last_trace_regime, forgotten with its regime).
+
+// Whether a and b have the same allocations' sizes (same_times having said the rest).
+bool same_sizes(const trace& a, const trace& b) {
+  for (std::size_t i = 0; i < a.allocations.size(); ++i) {
+    if (a.allocations[i].size != b.allocations[i].size) return false;
+  }
+  return true;
+}
+
 // Whether a and b have the same allocations' alignments and times (all that
 // find_period reads).
 bool same_times(const trace& a, const trace& b) {
@@ -218,7 +243,9 @@ recording_decision decide_after_recording(key_policy_state& e, const std::shared
   // period (find_period reads only the allocations' alignments and times: ~140
   // instructions an allocation, at the end of the recorded iteration; the comparison
   // ~10).
-  if (e.last_trace == nullptr || !same_times(*recorded, *e.last_trace)) e.last_period = find_period(*recorded);
+  const bool last_times = e.last_trace != nullptr && same_times(*recorded, *e.last_trace);
+  if (!last_times) e.last_period = find_period(*recorded);
+  const bool equal_to_last = last_times && same_sizes(*recorded, *e.last_trace);
   const trace_period period = e.last_period;
   const std::uint64_t shape = period.found() ? period.signature : recorded->shape_signature();
   e.recording = false;
@@ -226,7 +253,8 @@ recording_decision decide_after_recording(key_policy_state& e, const std::shared
   e.last_trace = recorded;
   // Note [Regimes]: the recording joins the regime of its structure, or starts one.
   bool grew = false;
-  const int r = join_regime(e, recorded, period, shape, grew, out);
+  const int r = join_regime(e, recorded, period, shape, grew, out, equal_to_last);
+  e.last_trace_regime = r;
   if (r < 0) {
     e.learn_regime(-1);
     if (in.probing) finish_probe(e, in, n, -1);

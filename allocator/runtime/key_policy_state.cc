@@ -155,6 +155,7 @@ int key_policy_state::consistent_regime(int r, std::uint32_t at, std::uint64_t s
 }
 
 void key_policy_state::forget_regime(int r) {
+  if (last_trace_regime == r) last_trace_regime = -1;
   for (int a = 0; a < max_regimes; ++a) {
     if (after1[a] == r || a == r) after1[a] = -1;
     for (int b = 0; b < max_regimes; ++b) {

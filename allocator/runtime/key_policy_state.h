@@ -123,6 +123,9 @@ struct key_policy_state {
   bool probe_found_new = false;     // the last probe found a structure seen once
   std::shared_ptr<const trace> last_trace;
   trace_period last_period;  // last_trace's (Note [Periodic iterations])
+  // The regime last_trace's envelope went into (-1: none, or that regime since forgotten):
+  // a recording equal to last_trace adds nothing to it (Note [A recording equal to the last]).
+  int last_trace_regime = -1;
   // Note [Setting aside]: iterations begun (domain_begin), plans that failed in a row,
   // and the iteration before which the key passes through.
   std::uint64_t uses = 0;

@@ -82,15 +82,31 @@ trace trace_recorder::finish(std::string key, OpName op_name) {
   t.key = std::move(key);
   t.events = clock_;
   t.ops.push_back("unknown");
-  absl::flat_hash_map<std::uint32_t, std::uint32_t> local{{0u, 0u}};
+  // The trace's number of each op id: ids are dense (the engine's table of names), so
+  // by index where they are small, by hash above (none_yet: not seen).
+  constexpr std::uint32_t none_yet = UINT32_MAX, dense_ids = 1u << 16;
+  std::vector<std::uint32_t> dense{0u};
+  absl::flat_hash_map<std::uint32_t, std::uint32_t> sparse;
+  auto local = [&](std::uint32_t op) {
+    std::uint32_t* slot;
+    if (op < dense_ids) {
+      if (op >= dense.size()) dense.resize(op + 1, none_yet);
+      slot = &dense[op];
+    } else {
+      slot = &sparse.try_emplace(op, none_yet).first->second;
+    }
+    if (*slot == none_yet) {
+      *slot = static_cast<std::uint32_t>(t.ops.size());
+      t.ops.emplace_back(op_name(op));
+    }
+    return *slot;
+  };
   t.allocations.reserve(allocs_.size());
   hints_.clear();
   if (owner_ != 0) hints_.reserve(allocs_.size());
   for (trace_allocation a : allocs_) {
     if (owner_ != 0) hints_.push_back({a.size, a.op});
-    const auto [it, fresh] = local.emplace(a.op, static_cast<std::uint32_t>(t.ops.size()));
-    if (fresh) t.ops.emplace_back(op_name(a.op));
-    a.op = it->second;
+    a.op = local(a.op);
     t.allocations.push_back(a);
   }
   allocs_.clear();

@@ -33,7 +33,7 @@ FIELDS = {
     "key_entry": [
         "regimes[]", "history", "after1", "after2", "probe_left", "structure_deviations", "last_first_miss",
         "probe_quiet_until", "probe_backoff", "evictions", "evictions_since", "regimes_kept_until", "automatic",
-        "by_shape", "probe_from", "probe_found_other", "probe_found_new", "last_trace", "last_period",
+        "by_shape", "probe_from", "probe_found_other", "probe_found_new", "last_trace", "last_period", "last_trace_regime",
         "resume_at", "last_used",
         "confirmed",
     ],

@@ -143,6 +143,34 @@ TEST_F(KeyPolicy, TwoRecordingsOfOneStructurePlanItAndTheNextIterationReplays) {
   EXPECT_TRUE(e_.regimes[b.regime].confirmed);
 }
 
+// Note [A recording equal to the last]: the second recording of a program that repeats
+// itself is not merged (the regime keeps the envelope the first one made, the same
+// object); one with other sizes, of the same structure, is (each capacity the larger).
+TEST_F(KeyPolicy, ARecordingEqualToTheLastKeepsItsRegimesEnvelopeAndOneWithOtherSizesMergesIt) {
+  begin_decision b = begin();
+  ASSERT_EQ(record(recording(4096), b).to_plan, nullptr);
+  const int r = e_.last_trace_regime;
+  ASSERT_GE(r, 0);
+  const envelope* first = e_.regimes[r].env.get();
+  b = begin();
+  const recording_decision same = record(recording(4096), b);
+  ASSERT_NE(same.to_plan, nullptr);
+  EXPECT_EQ(same.to_plan.get(), first) << "merged into a copy";
+  EXPECT_EQ(same.to_plan->tr.allocations[0].size, 4096u);
+  EXPECT_EQ(e_.regimes[r].recordings, 2u);
+
+  key_policy_state fresh;
+  e_ = std::move(fresh);
+  b = begin();
+  ASSERT_EQ(record(recording(4096), b).to_plan, nullptr);
+  const envelope* small = e_.regimes[e_.last_trace_regime].env.get();
+  b = begin();
+  const recording_decision larger = record(recording(8192), b);
+  ASSERT_NE(larger.to_plan, nullptr);
+  EXPECT_NE(larger.to_plan.get(), small);
+  for (const trace_allocation& a : larger.to_plan->tr.allocations) EXPECT_EQ(a.size, 8192u);
+}
+
 // One thread records a key at a time: another begins meanwhile and passes through.
 TEST_F(KeyPolicy, WhileOneThreadRecordsAnotherPassesThrough) {
   const begin_decision first = begin();
