@@ -111,6 +111,7 @@ class greedy_placer {
   struct run_ref;
   static void unite(run_ref& x, index_entry* run, index_entry e);
   std::uint64_t take_union(const run_ref& x, const index_entry* run);
+  const std::vector<index_entry>& merge_runs();
 
   const greedy_input& in_;
   const std::vector<std::uint32_t>& first_;  // in.first, in.last
@@ -167,8 +168,15 @@ class greedy_placer {
   std::size_t start_leaves_ = 0;              // 0: no such tree
   std::vector<run_ref> start_nodes_;          // per node: its union's run in start_union_
   std::vector<index_entry> start_union_;
-  std::vector<index_entry> cand_;                              // the slots met
+  std::vector<index_entry> cand_;                              // the slots met one by one
   std::vector<std::uint64_t> packed_;                          // offset << 24 | index in cand_
+  // Note [Unions merged, not sorted] (greedy_placer.cc): the unions' intervals met, each
+  // union a run sorted by offset (run_ends_: where each ends in runs_), and the buffers
+  // the runs and the sorted loose slots are merged through.
+  std::vector<index_entry> runs_;
+  std::vector<std::uint32_t> run_ends_;
+  std::vector<index_entry> merge_from_, merge_to_;
+  std::vector<std::uint32_t> seg_ends_, seg_next_;
   std::vector<std::uint64_t> offsets_;
   std::uint64_t work_ = 0;
 };
