@@ -5,9 +5,10 @@
 #   bash bench/run_planner_real.sh [BUILD_DIR] [RUNS]
 #
 # BUILD_DIR (default build) must have the replayalloc CLI (ninja -C BUILD replayalloc_cli).
-# Per instance (bench/planner/iopddl/*.csv, each also twice over in time as X.x2.csv: the
-# same buffers again after the last one is freed, for a trace of twice the buffers with
-# as many live at once; and the files named in TRACES) and planner
+# Per instance (bench/planner/iopddl/*.csv, each also two and four times over in time as
+# X.x2.csv and X.x4.csv: the same buffers again after the last one is freed, for a trace
+# of two or four times the buffers with as many live at once; and the files named in
+# TRACES) and planner
 # (best, then each ordering alone and first fit): `replayalloc plan X --slot-align 1
 # --algo A`, RUNS times (default 5): the median of plan_ms (the CLI's own timer: the
 # planner alone, not reading the file) and the slab over the lower bound. BEFORE=PATH
@@ -32,16 +33,19 @@ load_before=$(load_average)
 run_one() { "$1" plan "$2" --slot-align 1 --algo "$3" -o "$tmp/out.csv"; }
 
 : > "$tmp/rows"
-# twice_over FILE OUT: FILE (id,lower,upper,size) followed by itself shifted past its end.
-twice_over() {
-  awk -F, 'NR == 1 { print; next } { n++; id[n] = $1; lo[n] = $2; up[n] = $3; sz[n] = $4; if ($3 > end) end = $3 }
-           END { for (k = 0; k < 2; k++) for (i = 1; i <= n; i++) print k * n + i - 1 "," lo[i] + k * end "," up[i] + k * end "," sz[i] }' "$1" > "$2"
+# times_over K FILE OUT: FILE (id,lower,upper,size) K times, each copy shifted past the
+# end of the one before.
+times_over() {
+  awk -F, -v times="$1" 'NR == 1 { print; next } { n++; lo[n] = $2; up[n] = $3; sz[n] = $4; if ($3 > end) end = $3 }
+           END { for (k = 0; k < times; k++) for (i = 1; i <= n; i++) print k * n + i - 1 "," lo[i] + k * end "," up[i] + k * end "," sz[i] }' "$2" > "$3"
 }
 corpus=()
 for f in "$root"/bench/planner/iopddl/*.csv; do
   corpus+=("$f")
-  twice_over "$f" "$tmp/$(basename "$f" .csv).x2.csv"
-  corpus+=("$tmp/$(basename "$f" .csv).x2.csv")
+  for k in 2 4; do
+    times_over "$k" "$f" "$tmp/$(basename "$f" .csv).x$k.csv"
+    corpus+=("$tmp/$(basename "$f" .csv).x$k.csv")
+  done
 done
 for f in "${corpus[@]}" ${TRACES:-}; do
   name=$(basename "$f")
@@ -103,7 +107,7 @@ before_line=""
   echo
   cat <<TEXT
 Each planner on real traces (bench/planner/iopddl: 28,526 buffers, about 3,000 live at any
-moment; X.x2: the trace twice over in time, twice the buffers, as many live at once${TRACES:+; and
+moment; X.x2, X.x4: the trace two and four times over in time, as many buffers live at once${TRACES:+; and
 $(for t in $TRACES; do basename "$t"; done | paste -sd, -)}), byte for byte (\`--slot-align 1\`): the median of $RUNS runs of the CLI's plan_ms (the
 planner alone), the slab over the lower bound (the peak of live bytes; no optimum known).
 $before_line
