@@ -217,5 +217,109 @@ TEST(Period, AnExtendedEnvelopeFreesHandedOnCachesByTheStep) {
       << "recorded " << peak_live(recorded) << ", extended " << peak_live(longer->tr);
 }
 
+// Note [Runs of a period's multiples]: find_period with its runs grown from those of the
+// periods they are multiples of finds what scanning every candidate's run in full finds
+// (the search before the note, written out here), on traces of steps made of repeated
+// layers (candidates at every multiple of a layer and of a step), some with a step
+// broken in the middle or a layer's pattern changed in one step.
+struct reference_token {
+  std::uint64_t gap = 0, life = 0;
+  std::uint32_t align = 0;
+  std::uint8_t kind = 0;
+  friend bool operator==(const reference_token&, const reference_token&) = default;
+};
+
+trace_period reference_find_period(const trace& t) {
+  const std::size_t n = t.allocations.size();
+  std::vector<reference_token> tok(n);
+  const std::uint64_t last_at = n == 0 ? 0 : t.allocations.back().alloc_at;
+  for (std::size_t i = 0; i < n; ++i) {
+    const trace_allocation& a = t.allocations[i];
+    tok[i].gap = a.alloc_at - (i == 0 ? 0 : t.allocations[i - 1].alloc_at);
+    tok[i].align = a.align;
+    if (a.outlives()) {
+      tok[i].kind = 2;
+    } else if (a.free_at > last_at) {
+      tok[i].kind = 1;
+    } else {
+      tok[i].life = a.free_at - a.alloc_at;
+    }
+  }
+  trace_period best;
+  if (n < 4) return best;
+  std::size_t best_cover = 0, best_lo = 0;
+  for (const std::size_t anchor : {n / 2, (3 * n) / 4, n / 4}) {
+    const std::size_t w = std::min<std::size_t>(8, n - anchor);
+    int tried = 0;
+    for (std::size_t j = anchor; j-- > 0 && tried < 24;) {
+      bool same = true;
+      for (std::size_t k = 0; k < w && same; ++k) same = tok[j + k] == tok[anchor + k];
+      if (!same) continue;
+      ++tried;
+      const std::size_t q = anchor - j;
+      std::size_t lo = j, hi = j;
+      while (lo > 0 && tok[lo - 1] == tok[lo - 1 + q]) --lo;
+      while (hi + q < n && tok[hi] == tok[hi + q]) ++hi;
+      const std::size_t steps = (hi + q - lo) / q;
+      if (steps < 2) continue;
+      if (steps * q > best_cover || (steps * q == best_cover && q < best.period)) {
+        best_cover = steps * q;
+        best_lo = lo;
+        best.period = static_cast<std::uint32_t>(q);
+        best.steps = static_cast<std::uint32_t>(steps);
+      }
+    }
+  }
+  if (best.period == 0) return best;
+  best.prefix = static_cast<std::uint32_t>(best_lo);
+  best.tail = static_cast<std::uint32_t>(n - best_lo - std::size_t{best.steps} * best.period);
+  return best;
+}
+
+TEST(Period, RunsGrownFromTheirPeriodsMultiplesAreTheRunsAFullScanFinds) {
+  std::mt19937_64 rng(0x9e71'0d5);
+  int periodic = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    SCOPED_TRACE(iter);
+    builder b;
+    std::vector<std::size_t> live;
+    auto op = [&](int kind) {  // 0: a block freed at once; 1: one freed later; 2: free the oldest held
+      if (kind == 2 && !live.empty()) {
+        b.free(live.front());
+        live.erase(live.begin());
+      } else if (kind == 1) {
+        live.push_back(b.alloc(4096));
+      } else {
+        b.free(b.alloc(8192));
+      }
+    };
+    const int prefix = static_cast<int>(rng() % 12), tail = static_cast<int>(rng() % 12);
+    const int layer_len = 1 + static_cast<int>(rng() % 4), layers = 1 + static_cast<int>(rng() % 6);
+    const int steps = 2 + static_cast<int>(rng() % 30);
+    std::vector<int> layer(static_cast<std::size_t>(layer_len));
+    for (int& k : layer) k = static_cast<int>(rng() % 3);
+    const int broken = rng() % 3 == 0 ? static_cast<int>(rng() % steps) : -1;
+    for (int i = 0; i < prefix; ++i) op(static_cast<int>(rng() % 3));
+    for (int s = 0; s < steps; ++s) {
+      for (int l = 0; l < layers; ++l) {
+        for (const int k : layer) op(s == broken && l == layers / 2 ? (k + 1) % 3 : k);
+      }
+      op(1);  // a block a step hands on
+    }
+    for (int i = 0; i < tail; ++i) op(static_cast<int>(rng() % 3));
+    for (const std::size_t i : live) b.free(i);
+    const trace t = b.done();
+    const trace_period want = reference_find_period(t);
+    const trace_period got = find_period(t);
+    EXPECT_EQ(got.period, want.period);
+    EXPECT_EQ(got.steps, want.steps);
+    EXPECT_EQ(got.prefix, want.prefix);
+    EXPECT_EQ(got.tail, want.tail);
+    periodic += want.found();
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(periodic, 200) << "the traces should mostly repeat a step";
+}
+
 }  // namespace
 }  // namespace replayalloc
