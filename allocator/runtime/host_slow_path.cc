@@ -168,8 +168,10 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
   // where it answers, and counts it as it counts every pass).
   if (align > max_slot_align) [[unlikely]] return serve_from_backend(size, align, zero);
   // Note [Auto mode as a client]: the watcher hears of the request first; it may end
-  // the thread's iteration here and begin the next.
-  const bool watched = g_watches_threads;
+  // the thread's iteration here and begin the next. Not on a thread whose program marks
+  // its own iterations (step_aside): its watch() returns at once and its track() keeps
+  // nothing there, and no iteration of its own is open to count a slot in.
+  const bool watched = g_watches_threads && !t.marks_own;
   if (watched) auto_mode::before_alloc(t, size);
   if (d.ph == phase::replay) {
     // A miss: the backend, zeroed by it where asked; a slot's bytes zeroed here.
@@ -200,7 +202,11 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
 void engine::free_backend(thread_state& t, void* p) {
   if (!t.registered) [[unlikely]] register_thread(t);
   if (t.host.ph == phase::record && !in_engine()) record_free(t.host, p);
-  if (t.autod != nullptr && !in_engine()) auto_mode::on_free(t, p);
+  // A thread that marks its own iterations keeps no watched blocks (track() is off
+  // there); its watcher hears of a free only to go dormant (Note [A dormant watcher]).
+  if (t.autod != nullptr && !in_engine() && (!t.marks_own || t.autod->unwatched_frees >= dormant_after)) {
+    auto_mode::on_free(t, p);
+  }
   backend::fallback_free(p);
 }
 
