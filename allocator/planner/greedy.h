@@ -77,6 +77,8 @@ class greedy_placer {
 
   // Whether this trace's starts are kept as unions (Note [Starts as unions]).
   bool starts_as_unions() const { return start_leaves_ != 0; }
+  // Whether its blocks' long slots covering them in part are (Note [Partial blocks as unions]).
+  bool partials_as_unions() const { return !starting_at_.empty(); }
 
  private:
   struct index_entry {
@@ -103,6 +105,7 @@ class greedy_placer {
   void prefetch(std::uint32_t rank) const;
   void collect_starting(std::uint32_t from, std::uint32_t to);
   void choose_starts();
+  void choose_partials();
   [[gnu::always_inline]] std::uint64_t collect(const rank_info& s);
   [[gnu::always_inline]] void index_placed(std::uint32_t k, std::uint64_t offset);
   std::uint64_t collect_starting_wide(std::uint32_t from, std::uint32_t to);
@@ -154,6 +157,15 @@ class greedy_placer {
   std::vector<index_entry> union_;
   std::vector<run_ref> partial_;              // per block: its long slots covering it in part
   std::vector<long_entry> partial_entries_;
+  // Note [Partial blocks as unions] (greedy_placer.cc): the long slots covering a block
+  // in part, united per position instead of listed where partial_ would hold many: those
+  // starting at a position (first % window_ != 0) and those ending at one.
+  static constexpr std::uint32_t partial_union_window = 16;
+  static constexpr std::uint32_t partial_union_least = 256;
+  std::vector<run_ref> starting_at_, ending_at_;  // per position
+  std::vector<index_entry> partial_union_;
+  std::vector<std::uint32_t> united_at_;          // positions whose unions place() filled
+  std::vector<std::uint16_t> starting_mask_, ending_mask_;  // per block: its positions with a union
   // Note [Starts as unions]
   // ~~~~~~~~~~~~~~~~~~~~~~~
   // On traces whose lifetimes span thousands of others' starts (a real trace's

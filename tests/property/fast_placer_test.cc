@@ -96,8 +96,9 @@ void expect_same_placement(const greedy_input& in, detail::greedy_placer& fast,
 }
 
 // Returns whether the placer kept this trace's starts as unions (Note [Starts as
+// unions]); *partials, whether its blocks' partial long slots (Note [Partial blocks as
 // unions]).
-bool check_every_ordering(const trace& t, const planner_options& o, std::mt19937_64& rng) {
+bool check_every_ordering(const trace& t, const planner_options& o, std::mt19937_64& rng, bool* partials = nullptr) {
   const absl::StatusOr<greedy_input> in = detail::prepare_greedy(t, o);
   EXPECT_TRUE(in.ok()) << in.status();
   if (!in.ok()) return false;
@@ -115,6 +116,7 @@ bool check_every_ordering(const trace& t, const planner_options& o, std::mt19937
   shuffled = detail::order_by_arrival(*in);
   std::reverse(shuffled.begin(), shuffled.end());
   expect_same_placement(*in, fast, ref, shuffled, "reversed arrival");
+  if (partials != nullptr) *partials = fast.partials_as_unions();
   return fast.starts_as_unions();
 }
 
@@ -181,6 +183,51 @@ TEST(FastPlacer, SameOffsetsAsTheReferenceWhereLifetimesSpanManyStarts) {
     EXPECT_TRUE(check_every_ordering(t, random_options(rng), rng)) << "the starts were scanned, not united";
     if (HasFailure()) return;
   }
+}
+
+// Hundreds of long slots made at one moment, or freed at one (a real trace's buffers
+// made together, S_1 repeated): the blocks holding those moments keep them as unions per
+// position (Note [Partial blocks as unions]), with the reference's offsets.
+trace piled_trace(std::mt19937_64& rng, std::size_t n) {
+  trace t;
+  t.key = "random/piled";
+  t.ops = {"unknown"};
+  const std::uint64_t range = 2 * n;
+  std::uint64_t id = 0;
+  auto add = [&](std::uint64_t at, std::uint64_t free_at) {
+    trace_allocation a;
+    a.id = 7 * id++ + 3;
+    a.size = rng() % 3 == 0 ? 64 * (1 + rng() % 4) : random_size(rng);
+    a.align = 64;
+    a.alloc_at = at;
+    a.free_at = free_at;
+    t.allocations.push_back(a);
+  };
+  for (int g = 0; g < 3; ++g) {  // made together; half of them freed together too
+    const std::uint64_t at = rng() % range, end = at + n / 2 + rng() % n;
+    for (std::size_t k = 0; k < 300 + rng() % 200; ++k) add(at, k % 2 == 0 ? end : at + n / 4 + rng() % n);
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::uint64_t at = rng() % range;
+    add(at, at + 1 + (rng() % 4 == 0 ? n / 2 + rng() % n : rng() % 8));
+  }
+  std::stable_sort(t.allocations.begin(), t.allocations.end(),
+                   [](const trace_allocation& a, const trace_allocation& b) { return a.alloc_at < b.alloc_at; });
+  for (const trace_allocation& a : t.allocations) t.events = std::max(t.events, a.free_at + 1);
+  return t;
+}
+
+TEST(FastPlacer, SameOffsetsAsTheReferenceWhereHundredsOfLongSlotsBeginOrEndAtOneMoment) {
+  std::mt19937_64 rng(0xfa57'0006);
+  int as_unions = 0;
+  for (int iter = 0; iter < 8; ++iter) {
+    SCOPED_TRACE(iter);
+    bool partials = false;
+    check_every_ordering(piled_trace(rng, 1500 + rng() % 1000), random_options(rng), rng, &partials);
+    as_unions += partials;
+    if (HasFailure()) return;
+  }
+  EXPECT_GE(as_unions, 4) << "the piles should mostly fall inside a block";
 }
 
 // work() counts, per placement, one plus two per placed slot whose lifetime meets its
