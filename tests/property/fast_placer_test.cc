@@ -169,9 +169,7 @@ trace wide_trace(std::mt19937_64& rng, std::size_t n) {
     a.free_at = a.alloc_at + 1 + (rng() % 3 == 0 ? n + rng() % n : rng() % 8);
     t.allocations.push_back(a);
   }
-  std::stable_sort(t.allocations.begin(), t.allocations.end(),
-                   [](const trace_allocation& a, const trace_allocation& b) { return a.alloc_at < b.alloc_at; });
-  for (const trace_allocation& a : t.allocations) t.events = std::max(t.events, a.free_at + 1);
+  in_arrival_order(t);
   return t;
 }
 
@@ -211,9 +209,7 @@ trace piled_trace(std::mt19937_64& rng, std::size_t n) {
     const std::uint64_t at = rng() % range;
     add(at, at + 1 + (rng() % 4 == 0 ? n / 2 + rng() % n : rng() % 8));
   }
-  std::stable_sort(t.allocations.begin(), t.allocations.end(),
-                   [](const trace_allocation& a, const trace_allocation& b) { return a.alloc_at < b.alloc_at; });
-  for (const trace_allocation& a : t.allocations) t.events = std::max(t.events, a.free_at + 1);
+  in_arrival_order(t);
   return t;
 }
 

@@ -8,6 +8,7 @@
 
 #include "planner/planner.h"
 #include "planner/search.h"
+#include "random_traces.h"
 
 namespace replayalloc {
 namespace {
@@ -35,11 +36,9 @@ trace read_instance(const std::string& relative) {
     a.alloc_at = lower;
     a.free_at = upper;
     t.allocations.push_back(a);
-    t.events = std::max<std::uint64_t>(t.events, upper + 1);
   }
   std::fclose(f);
-  std::stable_sort(t.allocations.begin(), t.allocations.end(),
-                   [](const trace_allocation& a, const trace_allocation& b) { return a.alloc_at < b.alloc_at; });
+  testing_random::in_arrival_order(t);
   return t;
 }
 

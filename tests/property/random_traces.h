@@ -24,6 +24,16 @@ inline std::uint32_t random_align(std::mt19937_64& rng) {
   return std::uint32_t{16} << (rng() % 9);  // 16 .. 4096
 }
 
+// A trace as the recorder hands it over: allocations in alloc_at order (ties as made),
+// events one past the last event any of them names.
+inline void in_arrival_order(trace& t) {
+  std::stable_sort(t.allocations.begin(), t.allocations.end(),
+                   [](const trace_allocation& a, const trace_allocation& b) { return a.alloc_at < b.alloc_at; });
+  for (const trace_allocation& a : t.allocations) {
+    t.events = std::max(t.events, (a.outlives() ? a.alloc_at : a.free_at) + 1);
+  }
+}
+
 // As a recorder sees it: one event counter advanced by every allocation and free;
 // about one allocation in ten outlives the iteration.
 inline trace event_trace(std::mt19937_64& rng, std::size_t n) {
@@ -67,11 +77,7 @@ inline trace coarse_trace(std::mt19937_64& rng, std::size_t n) {
     a.free_at = rng() % 10 == 0 ? never_freed : a.alloc_at + 1 + rng() % range;
     t.allocations.push_back(a);
   }
-  std::stable_sort(t.allocations.begin(), t.allocations.end(),
-                   [](const trace_allocation& a, const trace_allocation& b) { return a.alloc_at < b.alloc_at; });
-  for (const trace_allocation& a : t.allocations) {
-    t.events = std::max(t.events, (a.outlives() ? a.alloc_at : a.free_at) + 1);
-  }
+  in_arrival_order(t);
   return t;
 }
 
