@@ -69,8 +69,8 @@ for ((r = 0; r < rounds; ++r)); do
     for ((j = 0; j < k; ++j)); do
       name=${names[$(((j + r) % k))]}
       out=$(run_one "$name" "$n")
-      # "iteration I us T cpu_us C" -> "I T C", one line per iteration, over the rounds
-      sed -n 's/^iteration \([0-9]*\) us \([0-9]*\) cpu_us \([0-9]*\)$/\1 \2 \3/p' <<<"$out" >> "$tmp/$name.$n"
+      # "iteration I us T cpu_us C faults F" -> "I T C", one line per iteration, over the rounds
+      sed -n 's/^iteration \([0-9]*\) us \([0-9]*\) cpu_us \([0-9]*\)\( .*\)\{0,1\}$/\1 \2 \3/p' <<<"$out" >> "$tmp/$name.$n"
       sed -n 's/^stats //p' <<<"$out" >> "$tmp/$name.$n.stats"
     done
   done

@@ -21,12 +21,14 @@
 // Each iteration is marked with replayalloc_iteration_begin/end of one key when those
 // are found with dlsym (replayalloc preloaded), and skipped otherwise. Nothing waits
 // for a plan made in the background (no replayalloc_wait_plans): the figures are what
-// a request sees. Prints one line per iteration, "iteration I us T cpu_us C" (I from
-// 1; T the wall time in microseconds, steady_clock, begin and end included; C the
-// calling thread's CPU time over the same span, CLOCK_THREAD_CPUTIME_ID: its own work,
-// without the time it waited for a core, nor a planner thread's), and replayalloc's
+// a request sees. Prints one line per iteration, "iteration I us T cpu_us C faults F"
+// (I from 1; T the wall time in microseconds, steady_clock, begin and end included; C
+// the calling thread's CPU time over the same span, CLOCK_THREAD_CPUTIME_ID: its own
+// work, without the time it waited for a core, nor a planner thread's; F the calling
+// thread's minor page faults over the span, getrusage(RUSAGE_THREAD)), and replayalloc's
 // statistics ("stats {...}") when it is loaded.
 #include <dlfcn.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <chrono>
@@ -46,6 +48,12 @@ constexpr std::size_t score_row = 128;          // one position's scores over 32
 constexpr std::size_t logits = 32000 * 4;       // the vocabulary's logits
 constexpr long per_layer = 20;
 constexpr long per_step = layers * per_layer + 4;
+
+long thread_faults() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_minflt;
+}
 
 long long thread_cpu_us() {
   timespec t{};
@@ -173,7 +181,9 @@ int main(int argc, char** argv) {
   auto stats = reinterpret_cast<stats_fn>(dlsym(RTLD_DEFAULT, "replayalloc_stats_json"));
   unsigned long long sum = 0;
   std::vector<long long> us(static_cast<std::size_t>(iterations)), cpu_us(us.size());
+  std::vector<long> faults(us.size());
   for (int i = 0; i < iterations; ++i) {
+    const long f0 = thread_faults();
     const long long c0 = thread_cpu_us();
     const auto t0 = std::chrono::steady_clock::now();
     if (begin != nullptr) begin("planning-latency");
@@ -183,9 +193,12 @@ int main(int argc, char** argv) {
     const auto at = static_cast<std::size_t>(i);
     us[at] = std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count();
     cpu_us[at] = thread_cpu_us() - c0;
+    faults[at] = thread_faults() - f0;
   }
   // Printed after the last iteration, so that stdio's buffer is no allocation inside one.
-  for (std::size_t i = 0; i < us.size(); ++i) std::printf("iteration %zu us %lld cpu_us %lld\n", i + 1, us[i], cpu_us[i]);
+  for (std::size_t i = 0; i < us.size(); ++i) {
+    std::printf("iteration %zu us %lld cpu_us %lld faults %ld\n", i + 1, us[i], cpu_us[i], faults[i]);
+  }
   std::printf("checksum %llu\n", sum);
   if (stats != nullptr) {
     std::string buf(stats(nullptr, 0) + 1, '\0');
