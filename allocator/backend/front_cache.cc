@@ -80,6 +80,7 @@ struct thread_cache {
   free_list lists[max_classes];
   unsigned slot;  // the arena its blocks come from (Note [The front cache's arena])
   std::size_t large_bytes;  // on its lists of the classes above 64 KiB
+  class_recency recency;    // of those classes (Note [Classes a stream has left])
   // Note [Runs for medium blocks]: a class whose list missed into the runs since it last
   // overflowed (a burst): its next miss fills the whole list.
   bool burst[max_classes];
@@ -195,6 +196,7 @@ void close_thread(void* arg) noexcept {
   }
   c->slot = g_next_slot.fetch_add(1, std::memory_order_relaxed) % g_slots;
   c->large_bytes = 0;
+  c->recency = class_recency{};
   t_cache = c;
   t_state = cache_open;
   thread_opened();
@@ -341,7 +343,8 @@ void close_thread(void* arg) noexcept {
 //    the arena serves it from their pages: the classes the cache holds follow the
 //    requests, and its blocks do not sit beside fresh pages made for other classes
 //    (never_repeats: peak RSS 50.6 -> 47.3 MiB, as fast; giving back the smaller
-//    classes' too took it to 36.5 MiB but doubled its time);
+//    classes' too took it to 36.5 MiB but doubled its time), and before them its
+//    blocks of the classes it has left (Note [Classes a stream has left]);
 //  * their lists' max is 0, so their frees always take free_slow, which keeps the
 //    thread's count of bytes, and their requests are past the lists' fast path (above
 //    g_largest); a few instructions against jemalloc's thousands.
@@ -354,22 +357,31 @@ void close_thread(void* arg) noexcept {
 // cached are held beside jemalloc's own dirty pages until reused. Measured side by side
 // in bench/RESULTS.md ("Large blocks in the front cache").
 // Note [Large blocks in the front cache]: before the arena makes a block of class k, the
-// thread's cached blocks of larger classes, `bytes` of them or more where it has them,
-// go back to it, so that it can serve k from their pages instead of new ones.
+// thread's lists of the classes it has left go back to it (Note [Classes a stream has
+// left], front_classes.cc), and its cached blocks of larger classes, `bytes` of them or
+// more where it has them, so that it can serve k from their pages instead of new ones.
 std::atomic<std::uint64_t> g_large_given_back{0};
+void give_back_block(thread_cache* c, unsigned j) noexcept {
+  free_list& l = c->lists[j];
+  void* p = l.head;
+  l.head = *static_cast<void**>(p);
+  --l.count;
+  c->large_bytes -= g_class_size[j];
+  g_large_given_back.fetch_add(1, std::memory_order_relaxed);
+  give_back(p);
+}
 void give_back_larger(unsigned k, std::size_t bytes) noexcept {
   thread_cache* c = t_cache;
+  for (unsigned j = g_first_large; j < max_classes && g_class_size[j] != 0; ++j) {
+    if (j == k || c->lists[j].head == nullptr || !c->recency.left(j)) continue;
+    while (c->lists[j].head != nullptr) give_back_block(c, j);
+    c->recency.gave_back(j);
+  }
   std::size_t given = 0;
   for (unsigned j = k + 1; j < max_classes && g_class_size[j] != 0 && given < bytes; ++j) {
-    free_list& l = c->lists[j];
-    while (l.head != nullptr && given < bytes) {
-      void* p = l.head;
-      l.head = *static_cast<void**>(p);
-      --l.count;
-      c->large_bytes -= g_class_size[j];
+    while (c->lists[j].head != nullptr && given < bytes) {
+      give_back_block(c, j);
       given += g_class_size[j];
-      g_large_given_back.fetch_add(1, std::memory_order_relaxed);
-      give_back(p);
     }
   }
 }
@@ -380,6 +392,7 @@ void give_back_larger(unsigned k, std::size_t bytes) noexcept {
   const std::size_t bytes = g_class_size[k];
   if (t_state == cache_open || open_cache()) {
     thread_cache* c = t_cache;
+    c->recency.ask(k);
     free_list& mine = c->lists[k];
     if (void* p = mine.head) {
       mine.head = *static_cast<void**>(p);
@@ -387,6 +400,7 @@ void give_back_larger(unsigned k, std::size_t bytes) noexcept {
       c->large_bytes -= bytes;
       return p;
     }
+    c->recency.missed(k);
     const free_list l = take(k);
     if (void* p = l.head) {
       mine.head = *static_cast<void**>(p);

@@ -1,5 +1,6 @@
 // The front cache's size classes (Note [The fallback's front cache], front_cache.cc):
-// jemalloc's, numbered once as the cache is enabled.
+// jemalloc's, numbered once as the cache is enabled; and which of them a thread's stream
+// has left.
 #include "backend/front_classes.h"
 
 namespace replayalloc::detail::backend::front {
@@ -54,6 +55,41 @@ bool number_classes(std::size_t (*size_class)(std::size_t) noexcept, front_class
   out->large_largest =
       number_large_classes(size_class, n, out->largest, out->class_size, out->list_max_of, out->large_class_of);
   return true;
+}
+
+// Note [Classes a stream has left]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A thread's lists keep the blocks of every class above 64 KiB that it freed, up to its
+// budget (Note [Large blocks in the front cache]), for its next request of the class.
+// Where the sizes grow (a K/V cache a token longer every step, concatenated into a new
+// block), the stream moves to the next class every few steps and never asks the last
+// one again in the request: its 24 blocks wait on the thread's list while the next
+// class's are made of fresh pages, where jemalloc would have coalesced the freed blocks
+// and served the larger ones from their pages. bench/micro/planning_latency 60000 1
+// (the caches 32-277 KiB) faulted 10,113 pages in the cold iteration with nothing recorded
+// (REPLAYALLOC_MODE=off), against jemalloc's 2,459, and took 2.8x its time; 100,000
+// allocations 11,068 against 3,443. So a thread counts its requests of these classes
+// (each takes the cache's slow path: no cost on the fast one) and the last at which it
+// asked each class; at a request its lists and the depot cannot serve, before the arena
+// or a run makes a block, it gives back the lists of the classes it has left: asked once,
+// and not in its last 16 requests of these classes. Their blocks go back to the arena
+// (coalesced with their neighbours, dirty, so the arena makes the next class's block of
+// their pages) or to their runs (which, empty, a class of the same run size takes: Note
+// [Empty runs kept]). A class the thread comes back to soon after its blocks went back
+// (within as many requests again) had not been left: its patience doubles (up to 64
+// times), and halves where it stayed away longer, so a class asked now and then in a
+// stream of random sizes, or once an iteration in a repeating one, stays cached
+// (bench/micro/never_repeats: its time within 3% of what it was). A class the thread
+// never asked (blocks freed here, made by another thread) is never left: its blocks go to
+// the depot for the thread that asks, as before. Measured side by side in
+// bench/RESULTS.md ("Planning latency").
+void class_recency::came_back(unsigned k) noexcept {
+  if (asked - left_at[k] <= (left_after << patience[k])) {
+    if (patience[k] < patience_most) ++patience[k];
+  } else if (patience[k] != 0) {
+    --patience[k];
+  }
+  left_at[k] = 0;
 }
 
 }  // namespace replayalloc::detail::backend::front

@@ -41,4 +41,34 @@ struct front_classes {
 // above up to 2 MiB, into *out; false when none, or more than max_classes.
 bool number_classes(std::size_t (*size_class)(std::size_t) noexcept, front_classes* out) noexcept;
 
+// Note [Classes a stream has left] (front_classes.cc): which of a thread's classes above
+// 64 KiB its requests have moved away from. Counted in the thread's requests of those
+// classes (every one of them takes the cache's slow path); plain data, one per thread.
+inline constexpr std::uint32_t left_after = 16;    // requests of other classes
+inline constexpr std::uint8_t patience_most = 6;   // left after 16 << 6 at most
+struct class_recency {
+  std::uint32_t asked = 0;                   // the thread's requests so far
+  std::uint32_t asked_at[max_classes] = {};  // `asked` at class k's last request (0: none)
+  std::uint32_t left_at[max_classes] = {};   // `asked` when its blocks were given back as left (0: not)
+  std::uint8_t patience[max_classes] = {};   // left after left_after << patience[k] requests
+
+  // A request of class k. (`asked` wraps after 2^32 requests; a class asked at 0 is
+  // taken for never asked until its next request, and one given back at 0 for not given
+  // back: either only keeps its blocks a little longer.)
+  void ask(unsigned k) noexcept { asked_at[k] = ++asked; }
+  // A request of class k that the thread's list could not serve (ask first): where its
+  // blocks had gone back as left, its patience adapts.
+  void missed(unsigned k) noexcept {
+    if (left_at[k] != 0) came_back(k);
+  }
+  void came_back(unsigned k) noexcept;
+  // Whether the thread asked for class k once and not in its last left_after <<
+  // patience[k] requests.
+  [[nodiscard]] bool left(unsigned k) const noexcept {
+    return asked_at[k] != 0 && asked - asked_at[k] > (left_after << patience[k]);
+  }
+  // Class k's blocks were given back as left.
+  void gave_back(unsigned k) noexcept { left_at[k] = asked; }
+};
+
 }  // namespace replayalloc::detail::backend::front

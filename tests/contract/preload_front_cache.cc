@@ -525,6 +525,60 @@ TEST(FrontCache, ALargeMissGivesLargerCachedBlocksBack) {
   }).join();
 }
 
+// Note [Classes a stream has left]: at a large request the cache cannot serve, the
+// thread's blocks of a class it has not asked for in its last 16 large requests go back
+// to the arena, those of the classes it still asks for stay; a class it comes back to
+// soon after is given more patience, and its block is kept the next time.
+TEST(FrontCache, AClassTheStreamHasLeftGoesBackAtAMiss) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  const std::size_t left = nallocx(150000, 0), steady = nallocx(200000, 0), next = nallocx(250000, 0);
+  ASSERT_LT(left, steady);
+  ASSERT_LT(steady, next);
+  // A few requests of the steady class, each freed: a miss, then hits from the list.
+  const auto keep_asking = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      void* p = pass(200000);
+      ASSERT_NE(p, nullptr);
+      fill(p, 4096, 7);
+      release(p);
+    }
+  };
+  std::thread([&] {
+    release(pass(100));  // the thread's cache made first
+    ASSERT_GE(be::front_cache_stats().thread_large_budget, 2 * left + steady + next);
+    void* a = pass(150000);
+    void* b = pass(150000);
+    fill(a, 150000, 1);
+    fill(b, 150000, 2);
+    release(a);
+    release(b);
+    keep_asking(20);
+    ASSERT_EQ(be::front_cache_stats().thread_large_bytes, 2 * left + steady);
+    std::uint64_t given = be::front_cache_stats().large_given_back;
+    void* q = pass(250000);  // a miss: the class of a and b not asked in 21 requests
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(be::front_cache_stats().large_given_back, given + 2) << "the left class's blocks were kept";
+    EXPECT_EQ(be::front_cache_stats().thread_large_bytes, steady) << "the steady class's block was given back";
+    // Back to the left class at once (q still live, so that the miss gives no larger
+    // block back but the steady class's): it had not been left. Its patience doubles.
+    void* r = pass(150000);
+    fill(r, 150000, 3);
+    release(r);
+    keep_asking(20);
+    given = be::front_cache_stats().large_given_back;
+    void* s = pass(400000);  // a miss: 21 requests since r's class was asked
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(be::front_cache_stats().large_given_back, given) << "the class given more patience lost its block";
+    EXPECT_EQ(pass(150000), r);
+    release(q);
+    release(r);
+    release(s);
+  }).join();
+}
+
 // The large classes are bounded by bytes (Note [Large blocks in the front cache]): a
 // thread keeps at most its share of the threads' budget on its lists, the depot at most
 // its own, and every block beyond goes back to the arena, so that 48 MiB of 1 MiB blocks
