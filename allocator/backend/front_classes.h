@@ -45,7 +45,7 @@ bool number_classes(std::size_t (*size_class)(std::size_t) noexcept, front_class
 // 64 KiB its requests have moved away from. Counted in the thread's requests of those
 // classes (every one of them takes the cache's slow path); plain data, one per thread.
 inline constexpr std::uint32_t left_after = 16;    // requests of other classes
-inline constexpr std::uint8_t patience_most = 6;   // left after 16 << 6 at most
+inline constexpr std::uint8_t patience_most = 3;   // left after 16 << 3 at most
 struct class_recency {
   std::uint32_t asked = 0;                   // the thread's requests so far
   std::uint32_t asked_at[max_classes] = {};  // `asked` at class k's last request (0: none)
