@@ -117,6 +117,13 @@ std::size_t fallback_allocated_bytes() noexcept;
 // Slow: for statistics only.
 std::size_t fallback_resident_bytes() noexcept;
 
+// The engine's own memory (its containers, and what it asks of the interposed malloc
+// from inside the engine): the fallback's, but a request of engine_own_least bytes or
+// more comes from jemalloc's own malloc, outside the front cache (Note [The engine's
+// large buffers], jemalloc_backend.cc). Null on failure (errno untouched).
+inline constexpr std::size_t engine_own_least = 64 * 1024;
+void* engine_alloc(std::size_t size, std::size_t align) noexcept;
+
 // A standard allocator over the fallback, for the engine's own containers
 // (invariant 5: they never call the interposed malloc).
 template <class T>
@@ -127,7 +134,7 @@ struct internal_allocator {
   internal_allocator(const internal_allocator<U>&) noexcept {}
   T* allocate(std::size_t n) {
     if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) throw std::bad_alloc();
-    void* p = fallback_alloc(n * sizeof(T) == 0 ? 1 : n * sizeof(T), alignof(T));
+    void* p = engine_alloc(n * sizeof(T) == 0 ? 1 : n * sizeof(T), alignof(T));
     if (p == nullptr) throw std::bad_alloc();
     return static_cast<T*>(p);
   }

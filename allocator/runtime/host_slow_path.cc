@@ -47,7 +47,7 @@ inline slab* host_owner(const void* p) { return static_cast<slab*>(backend::chun
 // Rungs 2-5. Zero: calloc's (the one request that climbs with it set).
 template <bool Zero>
 REPLAYALLOC_ALWAYS_INLINE void* ladder(thread_state& t, std::size_t size, std::size_t align) noexcept {
-  if (in_engine()) [[unlikely]] return serve_from_backend(size, align, Zero);
+  if (in_engine()) [[unlikely]] return serve_engine(size, align, Zero);
   // Below the minimum size (nothing is until the thread is registered: its first
   // request asks in the engine).
   if (below_min_size(t.host.cursor, size) && !check::enabled()) [[likely]] {
@@ -154,7 +154,7 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
     errno = ENOMEM;
     return nullptr;
   }
-  if (in_engine()) return serve_from_backend(size, align, zero);
+  if (in_engine()) return serve_engine(size, align, zero);
   // The minimum (rung 3) for what the ladder's top could not ask it of: the thread's
   // first request (registered here) and check mode's.
   if (!t.registered || check::enabled()) [[unlikely]] {

@@ -38,6 +38,15 @@ inline void* serve_from_backend(std::size_t size, std::size_t align, bool zero) 
   return p;
 }
 
+// A request the engine makes of the interposed malloc (in_engine()): the backend's
+// engine_alloc (Note [The engine's large buffers]) where it is not zeroed.
+inline void* serve_engine(std::size_t size, std::size_t align, bool zero) {
+  if (zero) return serve_from_backend(size, align, true);
+  void* p = backend::engine_alloc(size, align);
+  if (p == nullptr) [[unlikely]] errno = ENOMEM;
+  return p;
+}
+
 // The backend serves a request that needs nothing else of it (not zeroed): through its
 // plain malloc where it has one (the backend's own checks are for the engine's requests:
 // failure injection, alignment), rounded up as glibc aligns; serve_from_backend

@@ -27,6 +27,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "backend/backend.h"
 #include "backend/front_cache.h"
+#include "support/reentry.h"
 #include "backend/slab_range.h"
 #include "gtest/gtest.h"
 #include "replayalloc/replayalloc.hpp"
@@ -576,6 +577,44 @@ TEST(FrontCache, AClassTheStreamHasLeftGoesBackAtAMiss) {
     release(q);
     release(r);
     release(s);
+  }).join();
+}
+
+// Note [The engine's large buffers]: what the engine asks for itself, of 64 KiB and more,
+// comes from jemalloc outside the front cache's range (its containers through
+// internal_allocator, and its requests of the interposed malloc from inside the engine),
+// so that it never takes a block of a class the program's next request would reuse; its
+// smaller requests, and the program's of any size, are the front cache's.
+TEST(FrontCache, TheEnginesLargeBuffersComeFromOutsideIt) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  const be::front_cache_counts c = be::front_cache_stats();
+  const auto inside = [&](const void* p) { return reinterpret_cast<std::uintptr_t>(p) - c.base < c.span; };
+  std::thread([&] {
+    std::free(std::malloc(100));  // the thread's cache made first
+    void* program = be::g_pass_malloc.load()(256 * 1024);
+    EXPECT_TRUE(inside(program)) << "a passed-through block of 256 KiB is not the front cache's";
+    void* small = be::engine_alloc(1000, 16);
+    EXPECT_TRUE(inside(small)) << "the engine's small request left the front cache";
+    void* big = be::engine_alloc(be::engine_own_least, 16);
+    EXPECT_FALSE(inside(big)) << "the engine's 64 KiB buffer came from the front cache";
+    fill(big, be::engine_own_least, 9);
+    be::internal_allocator<std::uint64_t> alloc;
+    std::uint64_t* table = alloc.allocate(40000);  // 320,000 bytes
+    EXPECT_FALSE(inside(table)) << "an internal container's buffer came from the front cache";
+    void* interposed = nullptr;
+    {
+      ++detail::reentry_depth;  // inside the engine (invariant 5's guard)
+      interposed = std::malloc(300000);
+      --detail::reentry_depth;
+    }
+    EXPECT_FALSE(inside(interposed)) << "the engine's request of the interposed malloc came from the front cache";
+    EXPECT_TRUE(intact(big, be::engine_own_least, 9));
+    std::free(interposed);
+    alloc.deallocate(table, 40000);
+    be::fallback_free(big);
+    be::fallback_free(small);
+    be::g_plain_free.load()(program);
   }).join();
 }
 
