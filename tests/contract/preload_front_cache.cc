@@ -580,6 +580,38 @@ TEST(FrontCache, AClassTheStreamHasLeftGoesBackAtAMiss) {
   }).join();
 }
 
+// Note [Classes a stream has left]: a class the thread never asked for itself (blocks
+// another thread made, freed here) is never left: however many other large requests the
+// thread makes and misses, those blocks stay on its list, for the depot and the thread
+// that asks for them.
+TEST(FrontCache, BlocksOfAClassTheThreadNeverAskedAreNotLeft) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  std::vector<void*> made;
+  std::thread([&] {
+    for (int i = 0; i < 2; ++i) made.push_back(pass(150000));
+  }).join();
+  std::thread([&] {
+    release(pass(100));  // the thread's cache made first
+    for (void* p : made) release(p);  // another thread's blocks: on this thread's list
+    const std::size_t held = be::front_cache_stats().thread_large_bytes;
+    ASSERT_EQ(held, 2 * nallocx(150000, 0));
+    const std::uint64_t given = be::front_cache_stats().large_given_back;
+    // 40 requests of three other classes, each a miss at first, none of the class freed.
+    for (int i = 0; i < 40; ++i) {
+      void* p = pass(i % 2 == 0 ? 200000 : 250000);
+      ASSERT_NE(p, nullptr);
+      release(p);
+    }
+    void* last = pass(400000);
+    EXPECT_EQ(be::front_cache_stats().large_given_back, given) << "blocks of a class never asked here were given back";
+    EXPECT_GE(be::front_cache_stats().thread_large_bytes, held);
+    release(last);
+  }).join();
+}
+
 // Note [The engine's large buffers]: what the engine asks for itself, of 64 KiB and more,
 // comes from jemalloc outside the front cache's range (its containers through
 // internal_allocator, and its requests of the interposed malloc from inside the engine),
