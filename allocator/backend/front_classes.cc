@@ -80,11 +80,10 @@ bool number_classes(std::size_t (*size_class)(std::size_t) noexcept, front_class
 // times), and halves where it stayed away longer, so a class asked now and then in a
 // stream of random sizes, or once an iteration in a repeating one, stays cached
 // (bench/micro/never_repeats: its time and peak RSS as they were; up to 64 times kept
-// 2 MiB more resident, with no class left for good, 16 requests always took its time
-// from 42 to 52 µs a request). A class the thread
-// never asked (blocks freed here, made by another thread) is never left: its blocks go to
-// the depot for the thread that asks, as before. Measured side by side in
-// bench/RESULTS.md ("Planning latency").
+// 2 MiB more resident, and with no patience, 16 requests always, its time went from 42
+// to 52 µs a request). A class the thread never asked (blocks freed here, made by
+// another thread) is never left: its blocks go to the depot for the thread that asks,
+// as before. Measured side by side in bench/RESULTS.md ("Planning latency").
 void class_recency::came_back(unsigned k) noexcept {
   if (asked - left_at[k] <= (left_after << patience[k])) {
     if (patience[k] < patience_most) ++patience[k];
