@@ -301,8 +301,14 @@ void engine::record_alloc(domain_state& d, const void* p, std::size_t size, std:
     d.recorder->record_alloc(p, size, static_cast<std::uint32_t>(align), op);
   } catch (const std::bad_alloc&) {
     // The recording's arrays cannot grow: the block stays the backend's, and the
-    // iteration passes through (a later one records again).
+    // iteration passes through (a later one records again). Its table of live blocks
+    // may be what could not grow, and an Abseil table whose growth threw is left
+    // inconsistent (raw_hash_set::resize sets the new capacity before it allocates: a
+    // later clear() writes past the old arrays), so the recorder is dropped, never
+    // touched again, its memory lost (once per such failure); the next recording makes
+    // a new one.
     abandon_recording(d, "recording");
+    d.recorder = nullptr;
   }
 }
 
