@@ -14,6 +14,9 @@ void trace_recorder::begin(std::uint32_t thread, std::uintptr_t owner) {
 
 void trace_recorder::record_alloc(const void* p, std::uint64_t size, std::uint32_t align,
                                   std::uint32_t op) {
+  // Note [A recording handed over, not copied]: the last recording's count and an
+  // eighth more, at the first allocation (inside the engine's guard, as every one is).
+  if (allocs_.capacity() == 0 && last_size_ != 0) allocs_.reserve(last_size_ + last_size_ / 8);
   const auto id = static_cast<std::uint32_t>(allocs_.size());
   trace_allocation a;
   a.id = id;
