@@ -521,6 +521,15 @@ void* engine_alloc(std::size_t size, std::size_t align) noexcept {
 
 void* fallback_calloc(std::size_t size) noexcept {
   if (inject_failure()) [[unlikely]] return nullptr;
+#if defined(REPLAYALLOC_ASAN)
+  // jemalloc's own calloc zeroes a reused block before fresh() can unpoison it (what an
+  // Abseil table poisoned there: the note at the top): the block first, then the zeroes.
+  if (void* p = fallback_alloc(size == 0 ? 1 : size, malloc_align)) {
+    std::memset(p, 0, size);
+    return p;
+  }
+  return nullptr;
+#endif
   if (size >= g_large_min.load(std::memory_order_relaxed) &&
       size < g_large_max.load(std::memory_order_relaxed)) [[unlikely]] {
     // Note [Zeroing by memset]
