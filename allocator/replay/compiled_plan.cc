@@ -1,4 +1,5 @@
 #include "replay/compiled_plan.h"
+#include "support/grow_table.h"
 
 #include <algorithm>
 #include <map>
@@ -42,6 +43,7 @@ compiled_plan compile_plan(const trace& t, const placement& p, const planner_opt
     }
     ++c.planned_slots;
     c.planned_bytes += s.size;
+    grow_for_insert(c.offset_rows);  // Note [Tables that grow before they insert]
     const auto [row, fresh] =
         c.offset_rows.emplace(s.offset, static_cast<std::uint32_t>(c.offset_rows.size()));
     s.offset_row = row->second;

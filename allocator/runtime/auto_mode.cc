@@ -14,6 +14,7 @@
 #include "runtime/engine.h"
 #include "support/log.h"
 #include "support/reentry.h"
+#include "support/grow_table.h"
 
 namespace replayalloc::detail::auto_mode {
 
@@ -366,6 +367,7 @@ void track(thread_state& t, const void* p, std::size_t size) {
   // The allocation just observed (watch()) is the stream's newest; one made
   // inside an iteration was not observed, and has no lifetime to settle.
   const watched_block b{size, t.autod->in_iteration ? UINT64_MAX : t.autod->det.count() - 1};
+  grow_for_insert(t.autod->live);  // Note [Tables that grow before they insert]
   auto [it, fresh] = t.autod->live.try_emplace(p, b);
   if (fresh) t.autod->filter.add(p);
   if (!fresh) {

@@ -12,6 +12,7 @@
 #include "runtime/engine.h"
 #include "support/log.h"
 #include "support/reentry.h"
+#include "support/grow_table.h"
 
 namespace replayalloc::detail {
 
@@ -38,6 +39,7 @@ key_entry* engine::entry_for(std::string_view key, domain_kind kind, slab_source
     e->adjust_arg = adjust_arg;
     e->users.store(1, std::memory_order_relaxed);
     e->last_used = ++use_clock_;
+    grow_for_insert(keys_);  // Note [Tables that grow before they insert]
     keys_.emplace(e->key, e);
     if (keys_.size() > opts_.max_plans) evict_idle_keys_locked(e);
   } catch (const std::bad_alloc&) {

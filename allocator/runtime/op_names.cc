@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/engine.h"
 #include "support/reentry.h"
+#include "support/grow_table.h"
 
 namespace replayalloc::detail {
 
@@ -32,6 +33,7 @@ const std::string& engine::op_name_of_locked(std::uint32_t op) {
   op_pending_.erase(it);
   // Two stacks may share a name (frames beyond the depth differ); the first id keeps
   // the name's entry, as op_id() would have given it.
+  grow_for_insert(op_ids_);  // Note [Tables that grow before they insert]
   op_ids_.emplace(n, op);
   return n;
 }
@@ -42,6 +44,8 @@ std::uint32_t engine::op_id_deferred(std::uint64_t token) {
   if (auto it = op_tokens_.find(token); it != op_tokens_.end()) return it->second;
   const auto id = static_cast<std::uint32_t>(op_names_.size());
   op_names_.push_back(absl::StrCat("\x01", id));
+  grow_for_insert(op_pending_);  // Note [Tables that grow before they insert]
+  grow_for_insert(op_tokens_);
   op_pending_.emplace(id, token);
   op_tokens_.emplace(token, id);
   return id;
@@ -68,6 +72,7 @@ std::uint32_t engine::op_id(std::string_view name) {
   auto it = op_ids_.find(absl::string_view(name.data(), name.size()));
   if (it != op_ids_.end()) return it->second;
   const auto id = static_cast<std::uint32_t>(op_names_.size());
+  grow_for_insert(op_ids_);  // Note [Tables that grow before they insert]
   op_names_.emplace_back(name);
   op_ids_.emplace(op_names_.back(), id);
   return id;

@@ -1,5 +1,7 @@
 #include "trace/recorder.h"
 
+#include "support/grow_table.h"
+
 namespace replayalloc::detail {
 
 void trace_recorder::begin(std::uint32_t thread, std::uintptr_t owner) {
@@ -28,6 +30,7 @@ void trace_recorder::record_alloc(const void* p, std::uint64_t size, std::uint32
   allocs_.push_back(a);
   // If p is already in the map, another thread freed the earlier block and the
   // backend reused its address: the earlier block stays "outliving".
+  grow_for_insert(live_);  // Note [Tables that grow before they insert]
   if (const auto [it, fresh] = live_.try_emplace(p, id); fresh) {
     filter_.add(p);
   } else {

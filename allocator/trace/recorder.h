@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "backend/backend.h"
 #include "support/live_filter.h"
+#include "support/grow_table.h"
 #include "trace/trace.h"
 
 namespace replayalloc::detail {
@@ -111,6 +112,7 @@ trace trace_recorder::finish(std::string key, OpName op_name) {
       if (op >= dense.size()) dense.resize(op + 1, none_yet);
       slot = &dense[op];
     } else {
+      grow_for_insert(sparse);  // Note [Tables that grow before they insert]
       slot = &sparse.try_emplace(op, none_yet).first->second;
     }
     if (*slot == none_yet) {
