@@ -279,5 +279,48 @@ TEST_F(Bounds, OutOfMemoryWhileAutoModeWatchesAFreshThreadNeverThrows) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// Note [Tables that grow before they insert]: one thread, auto mode, up to 300 blocks
+// held so that the watcher's table of live blocks grows again and again (its history
+// short, so that each out-of-memory rest ends soon and the watch starts over), while
+// one engine allocation in every few fails: wherever that failure lands (the history,
+// the table's growth), the watcher drops what it had and goes on, and every block keeps
+// its bytes. With an Abseil table grown in place by its insert, a growth that threw left
+// it inconsistent and the rest's clear() wrote past its arrays.
+TEST_F(Bounds, OutOfMemoryWhileAutoModesTableGrowsKeepsEveryByte) {
+  EXPECT_EXIT(
+      {
+        options o;
+        o.mode = run_mode::automatic;
+        o.min_size = 0;
+        o.verbose = 0;
+        o.auto_history = 256;
+        o.background_planning = false;
+        REQUIRE(set_process_options(o));
+        std::thread([] {
+          std::vector<std::pair<void*, std::uint64_t>> held;
+          for (std::uint64_t i = 0; i < 20000; ++i) {
+            if (i % 13 == 5) backend::fail_engine_allocations(1);
+            const std::size_t n = 4096 + 512 * static_cast<std::size_t>(i % 5);
+            void* p = replayalloc_malloc(n);
+            REQUIRE(p != nullptr);
+            fill(p, 4096, i);
+            held.emplace_back(p, i);
+            if (held.size() > 300 || (i % 1000) > 900) {
+              REQUIRE(intact(held.front().first, 4096, held.front().second));
+              replayalloc_free(held.front().first);
+              held.erase(held.begin());
+            }
+          }
+          backend::fail_engine_allocations(0);
+          for (auto& [p, tag] : held) {
+            REQUIRE(intact(p, 4096, tag));
+            replayalloc_free(p);
+          }
+        }).join();
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 }  // namespace
 }  // namespace replayalloc::detail
