@@ -302,13 +302,9 @@ void engine::record_alloc(domain_state& d, const void* p, std::size_t size, std:
   } catch (const std::bad_alloc&) {
     // The recording's arrays cannot grow: the block stays the backend's, and the
     // iteration passes through (a later one records again). Its table of live blocks
-    // may be what could not grow, and an Abseil table whose growth threw is left
-    // inconsistent (raw_hash_set::resize sets the new capacity before it allocates: a
-    // later clear() writes past the old arrays), so the recorder is dropped, never
-    // touched again, its memory lost (once per such failure); the next recording makes
-    // a new one.
+    // grows before it inserts (Note [Tables that grow before they insert]), so the
+    // recorder is whole and the next recording clears it.
     abandon_recording(d, "recording");
-    d.recorder = nullptr;
   }
 }
 
