@@ -64,6 +64,23 @@ auto_period period_of(const auto_state& a) {
 // allocations were made (in replay: the plan's slots walked, or as many allocations
 // made). A program that marks its own iterations on a thread switches auto off there.
 
+// Note [A period whose key is set aside]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The key policy sets a key aside when its plans keep failing (Note [Setting aside]):
+// 8, 32, then 128 of its iterations pass through, then 4,096. For a key auto mode
+// named, that verdict is on the period: the watcher rejects it at the end of the first
+// iteration that passed through set aside, and watches the thread's allocations again,
+// where another period may repeat. Counted as poor iterations instead (an iteration
+// that passes through hands nothing out), the period would wait for
+// 2 x REPLAYALLOC_REPLAN_AFTER of them in a row, and one that replayed in between
+// forgave them: whether the watcher or the key gave up first was a race. ONNX
+// Runtime's generation loop under Node.js (bench/run_onnx_generation.sh) showed it: the
+// first period found (27 or 28 allocations, unanchored: the key/value cache grows a
+// row a step, so its sizes drift) deviates; in half the runs the watcher rejected it
+// and found the decode step anchored at its first request (61% of the run's
+// allocations from a slab), in the other half the key was set aside and then given up
+// for 4,096 iterations first, and 0.3% came from a slab.
+
 namespace {
 
 // An allocation inside an iteration auto mode began: the iteration ends before it
@@ -91,15 +108,19 @@ void step_iteration(thread_state& t, auto_state& a, std::size_t size, engine& en
     // (a plan retired, a recording of another structure) was taken where the program
     // only looked periodic: it is given up at once, not after many poor iterations.
     const bool failed_shape = a.det.by_shape() && it.anchor == 0 && t.host.probation;
+    const bool set_aside = t.host.aside;  // Note [A period whose key is set aside]
     eng.end(t);
     a.in_iteration = false;
-    const auto_verdict v = auto_after_iteration(poor, failed_shape, a.deviated_in_a_row, opts.replan_after);
+    const auto_verdict v =
+        auto_after_iteration(poor, failed_shape, set_aside, a.deviated_in_a_row, opts.replan_after);
     a.deviated_in_a_row = v.deviated_in_a_row;
     if (v.reject) {
       // The period is gone (a new shape, a new phase of the program), or was a
       // repeated part of a longer one: watch again, never picking it again.
       REPLAYALLOC_LOG(info, "auto: '%s' keeps deviating (%s); watching the thread's allocations again", a.key,
-                      failed_shape ? "its plans failed" : "poor iterations in a row");
+                      failed_shape ? "its plans failed"
+                      : set_aside  ? "its key is set aside"
+                                   : "poor iterations in a row");
       a.det.reject_current();
       a.watch_start = a.det.count();
       return;

@@ -50,17 +50,19 @@ inline bool auto_period_begins(const auto_period& p, std::uint64_t size) {
 
 // After an iteration auto mode began ends: the poor ones in a row (one that repeated
 // its period resets them), and whether the period is rejected (watch again, never
-// picking it again) instead of beginning the next iteration: a period of structure
-// whose key failed once (`failed_shape`: taken where the program only looked periodic)
-// at once, any other after 2 x REPLAYALLOC_REPLAN_AFTER poor iterations in a row.
+// picking it again) instead of beginning the next iteration: at once a period of
+// structure whose key failed once (`failed_shape`: taken where the program only looked
+// periodic) and a period whose key the key policy set aside (`set_aside`: Note [A
+// period whose key is set aside], auto_mode.cc), any other after 2 x
+// REPLAYALLOC_REPLAN_AFTER poor iterations in a row.
 struct auto_verdict {
   std::uint32_t deviated_in_a_row = 0;
   bool reject = false;
 };
-inline auto_verdict auto_after_iteration(bool poor, bool failed_shape, std::uint32_t deviated_in_a_row,
+inline auto_verdict auto_after_iteration(bool poor, bool failed_shape, bool set_aside, std::uint32_t deviated_in_a_row,
                                          std::uint32_t replan_after) {
   const std::uint32_t n = poor ? deviated_in_a_row + 1 : 0;
-  if (failed_shape || n >= 2 * std::max<std::uint32_t>(1, replan_after)) return {0, true};
+  if (failed_shape || set_aside || n >= 2 * std::max<std::uint32_t>(1, replan_after)) return {0, true};
   return {n, false};
 }
 

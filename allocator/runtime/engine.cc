@@ -142,6 +142,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
   d.sizing = false;
   d.marked[0] = d.marked[1] = -1;
   d.probation = false;
+  d.aside = false;
   d.first_size = first_size;
   bump(d.iterations);
   open_iteration_log(d.log);
@@ -167,6 +168,7 @@ void engine::domain_begin(domain_state& d, key_entry* e, void* context, std::siz
       case begin_decision::pass:
         return;
       case begin_decision::set_aside:
+        d.aside = true;
         bump(d.set_aside);
         return;
       case begin_decision::awaiting:

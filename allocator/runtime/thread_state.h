@@ -48,6 +48,7 @@ struct domain_state {
   bool sizing = false;  // this iteration records: no regime serves its first size
   std::int8_t marked[2] = {-1, -1};  // the marked context this iteration records for
   bool probation = false;  // the key was on probation at the begin (Note [Probation slabs])
+  bool aside = false;  // the key was set aside at the begin: this iteration passes through (Note [Setting aside])
   std::uint64_t first_size = 0;      // its first request, when known at its beginning (auto mode)
   trace_recorder* recorder = nullptr;
   std::uint64_t misses_at_begin = 0;

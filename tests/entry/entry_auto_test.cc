@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -287,6 +289,85 @@ TEST(EntryAuto, NewThreadsOfAProcessWithNoPeriodBeginResting) {
   }).join();
   // Two more aperiodic rests are needed again before a new thread rests at once.
   EXPECT_TRUE(aperiodic()) << "a period found did not make new threads watch again";
+}
+
+// Note [A period whose key is set aside] (runtime/auto_mode.cc): a period found where
+// the program then stops repeating it has its key set aside by the key policy (its
+// plans kept failing); the watcher gives the period up at the end of the first
+// iteration that passed through set aside and watches again, so the program's next
+// period is found and replayed. Before, the watcher went on counting iterations of
+// the key set aside (8, 32, 128, then 4,096 of them passed through), and a period that
+// followed was not seen until then.
+TEST(EntryAuto, APeriodWhoseKeyIsSetAsideIsGivenUpAndTheNextPeriodReplays) {
+  replayalloc::detail::auto_mode::forget_rests();
+  std::thread([] {
+    const auto* const& a = replayalloc::detail::tls_state.autod;
+    std::mt19937_64 rng(41);
+    std::uint64_t salt = 0;
+    // One iteration: the blocks of `sizes` made in order (each filled), checked and
+    // freed in the order `order` gives.
+    auto iteration = [&salt](const std::vector<std::size_t>& sizes, const std::vector<std::size_t>& order) {
+      std::vector<void*> held(sizes.size());
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        held[i] = replayalloc_malloc(sizes[i]);
+        ASSERT_NE(held[i], nullptr);
+        fill(held[i], sizes[i], salt + i);
+      }
+      for (std::size_t i : order) {
+        ASSERT_TRUE(intact(held[i], sizes[i], salt + i)) << "block " << i << " of " << sizes[i] << " B overwritten";
+        replayalloc_free(held[i]);
+      }
+      salt += sizes.size();
+    };
+    std::vector<std::size_t> in_order(16);
+    for (std::size_t i = 0; i < in_order.size(); ++i) in_order[i] = i;
+    // The first period: 16 blocks of 8-128 KiB, the first of them (7,000 bytes) its anchor.
+    std::vector<std::size_t> first(16);
+    first[0] = 7000;
+    for (std::size_t i = 1; i < first.size(); ++i) first[i] = 8192 * (i + 1);
+    for (int rep = 0; rep < 200 && !(a != nullptr && a->in_iteration); ++rep) iteration(first, in_order);
+    ASSERT_NE(a, nullptr);
+    ASSERT_TRUE(a->in_iteration) << "the first period was not found";
+    for (int rep = 0; rep < 8; ++rep) iteration(first, in_order);  // recorded, planned, replayed
+    // Then the program stops repeating it: 8-24 blocks of sizes drawn at random each
+    // time (the anchor's among them by chance only), freed in an order drawn at random
+    // (no structure repeats either), until the key is set aside.
+    const replayalloc::Stats before = replayalloc::stats();
+    std::vector<std::size_t> drawn;
+    std::vector<std::size_t> order;
+    auto draw = [&] {
+      drawn.resize(8 + rng() % 17);
+      for (std::size_t& n : drawn) n = 4096 + 64 * static_cast<std::size_t>(rng() % 4000);
+      order.resize(drawn.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::shuffle(order.begin(), order.end(), rng);
+    };
+    int rep = 0;
+    for (; rep < 400 && replayalloc::stats().set_asides == before.set_asides; ++rep) {
+      draw();
+      iteration(drawn, order);
+    }
+    ASSERT_GT(replayalloc::stats().set_asides, before.set_asides) << "the key was never set aside";
+    // The iteration that begins next passes through set aside; at its end (after two
+    // periods' allocations: the anchor is lost) the watcher gives the period up.
+    for (int i = 0; i < 12 && a->in_iteration; ++i) {
+      draw();
+      iteration(drawn, order);
+    }
+    EXPECT_FALSE(a->in_iteration) << "the watcher goes on with iterations of a key set aside";
+    EXPECT_LE(replayalloc::stats().iterations_set_aside - before.iterations_set_aside, 1u);
+    // The program's next period (12 blocks of other sizes, its own anchor of 5,000
+    // bytes) is found, recorded, planned and replayed.
+    std::vector<std::size_t> next(12);
+    next[0] = 5000;
+    for (std::size_t i = 1; i < next.size(); ++i) next[i] = 12288 * (i + 1) + 512;
+    std::vector<std::size_t> next_order(next.size());
+    for (std::size_t i = 0; i < next_order.size(); ++i) next_order[i] = next_order.size() - 1 - i;
+    const std::uint64_t hits = replayalloc::stats().slab_hits;
+    for (int i = 0; i < 60; ++i) iteration(next, next_order);
+    EXPECT_GE(replayalloc::stats().slab_hits - hits, 12u * 20) << "the next period was not replayed";
+    EXPECT_TRUE(a->in_iteration);
+  }).join();
 }
 
 }  // namespace

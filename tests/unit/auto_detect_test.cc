@@ -773,22 +773,25 @@ TEST(AutoPolicy, PoorIterationsInARowRejectThePeriodAndAGoodOneForgivesThem) {
   const std::uint32_t replan_after = 2;  // rejected at 4 poor iterations in a row
   std::uint32_t in_a_row = 0;
   for (int i = 1; i <= 3; ++i) {
-    const auto_verdict v = auto_after_iteration(true, false, in_a_row, replan_after);
+    const auto_verdict v = auto_after_iteration(true, false, false, in_a_row, replan_after);
     ASSERT_FALSE(v.reject) << "poor iteration " << i;
     in_a_row = v.deviated_in_a_row;
   }
   EXPECT_EQ(in_a_row, 3u);
-  auto_verdict v = auto_after_iteration(false, false, in_a_row, replan_after);
+  auto_verdict v = auto_after_iteration(false, false, false, in_a_row, replan_after);
   EXPECT_FALSE(v.reject);
   EXPECT_EQ(v.deviated_in_a_row, 0u) << "an iteration that repeated its period forgives the poor ones";
   in_a_row = 3;
-  v = auto_after_iteration(true, false, in_a_row, replan_after);
+  v = auto_after_iteration(true, false, false, in_a_row, replan_after);
   EXPECT_TRUE(v.reject) << "the fourth in a row";
   EXPECT_EQ(v.deviated_in_a_row, 0u) << "the next period starts with none";
-  v = auto_after_iteration(false, true, 0, replan_after);
+  v = auto_after_iteration(false, true, false, 0, replan_after);
   EXPECT_TRUE(v.reject) << "a period of structure whose key failed is rejected at once, poor or not";
-  EXPECT_TRUE(auto_after_iteration(true, false, 1, 0).reject) << "REPLAYALLOC_REPLAN_AFTER=0 counts as 1";
-  EXPECT_FALSE(auto_after_iteration(true, false, 0, 0).reject);
+  v = auto_after_iteration(false, false, true, 0, replan_after);
+  EXPECT_TRUE(v.reject) << "a period whose key is set aside is rejected at its first iteration passed through";
+  EXPECT_EQ(v.deviated_in_a_row, 0u);
+  EXPECT_TRUE(auto_after_iteration(true, false, false, 1, 0).reject) << "REPLAYALLOC_REPLAN_AFTER=0 counts as 1";
+  EXPECT_FALSE(auto_after_iteration(true, false, false, 0, 0).reject);
 }
 
 TEST(AutoPolicy, AWatchWithoutAPeriodRestsEarlyOnRareSizesLoneBlocksOrOneCachedSizeElseAfterItsBudget) {
