@@ -16,7 +16,7 @@
 # with MALLOC_CONF=CONF (its fallback's jemalloc settings: e.g. those before a change);
 # EXTRA_ENV="NAME=VAR=VALUE;VAR=VALUE ..." one run with replayalloc's own settings.
 # Writes the "Generation in a second framework" section of RESULTS.md (NO_RESULTS=1:
-# prints it only).
+# prints it only; RUNS_OUT=FILE also keeps every run's line and statistics there).
 # Node.js and npm: scripts/setup.sh --onnx installs Debian's; onnxruntime-node is
 # installed into build-onnx/ (its postinstall's download of CUDA binaries skipped).
 # Usage: bench/run_onnx_generation.sh [ROUNDS] [REQUESTS] [WARMUP]   (default 3 30 10:
@@ -84,6 +84,7 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 echo "load_after=$(load_average)" >> "$tmp/meta"
+[ -z "${RUNS_OUT:-}" ] || cp "$out" "$RUNS_OUT"  # every run's line and statistics, kept
 prefix="${EXTRA:+EXTRA=\"$EXTRA\" }${EXTRA_CONF:+EXTRA_CONF=\"$EXTRA_CONF\" }${EXTRA_ENV:+EXTRA_ENV=\"$EXTRA_ENV\" }"
 python3 - "$out" "$tmp/meta" "$rounds" "$requests" "$warmup" "$cells" "${all[*]}" "$prefix" > "$tmp/section" <<'PY' ||
 import collections, json, statistics, sys
@@ -107,7 +108,7 @@ print(f"- Command: `{prefix}bench/run_onnx_generation.sh {rounds} {requests} {wa
 print("- ÷ best: tokens/s over the best general-purpose allocator's (for a general-purpose allocator, the best of the "
       "others); RSS ÷ leanest likewise. p50/p99: of each timed request's time per token. faults and system CPU: per "
       "token over the timed phase. from slab: replayalloc's allocations of at least the minimum size served from a "
-      "slab, whole run (its statistics at exit).")
+      "slab, whole run (its statistics at exit), the median of the rounds and their range.")
 print()
 print("| cell | allocator | tokens/s | ÷ best | p50 ms/token | p99 ms/token | user CPU ms/token | system CPU ms/token "
       "| faults/token | peak RSS MiB | RSS ÷ leanest | from slab |")
@@ -116,14 +117,15 @@ sums = collections.defaultdict(set)
 notes = []
 for cell in cells:
     by = collections.defaultdict(list)
-    slab = {}
+    slab = collections.defaultdict(list)
     for r in rows:
         if r["cell"] == cell and "error" not in r["run"]:
             by[r["allocator"]].append(r["run"])
             sums[cell].add(r["run"]["checksum"])
             s = r.get("stats")
             if s:
-                slab[r["allocator"]] = 100 * s.get("slab_hits", 0) / max(1, s.get("allocations", 0) - s.get("below_min_size", 0))
+                slab[r["allocator"]].append(
+                    100 * s.get("slab_hits", 0) / max(1, s.get("allocations", 0) - s.get("below_min_size", 0)))
     med = lambda a, k: statistics.median(x[k] for x in by[a])
     present = [a for a in general if a in by]
     if not present:
@@ -138,7 +140,10 @@ for cell in cells:
         tps, rss = med(a, "tokens_per_s"), med(a, "peak_rss_kib") / 1024
         best = best_of(a, "tokens_per_s", max)
         lean = best_of(a, "peak_rss_kib", min)
-        sl = f"{slab[a]:.1f}%" if a in slab else ""
+        sl = ""
+        if a in slab:  # the median of the rounds, and their range
+            lo, hi = min(slab[a]), max(slab[a])
+            sl = f"{statistics.median(slab[a]):.1f}%" + (f" ({lo:.1f}-{hi:.1f})" if hi - lo >= 0.05 else "")
         print(f"| T{t}/arena {arena} | {a} | {tps:.0f} | {tps / med(best, 'tokens_per_s'):.3f} | "
               f"{med(a, 'p50_us_per_token') / 1000:.2f} | {med(a, 'p99_us_per_token') / 1000:.2f} | "
               f"{med(a, 'user_us_per_token') / 1000:.2f} | {med(a, 'sys_us_per_token') / 1000:.2f} | "
