@@ -76,10 +76,11 @@ auto_period period_of(const auto_state& a) {
 // forgave them: whether the watcher or the key gave up first was a race. ONNX
 // Runtime's generation loop under Node.js (bench/run_onnx_generation.sh) showed it: the
 // first period found (27 or 28 allocations, unanchored: the key/value cache grows a
-// row a step, so its sizes drift) deviates; in half the runs the watcher rejected it
-// and found the decode step anchored at its first request (61% of the run's
-// allocations from a slab), in the other half the key was set aside and then given up
-// for 4,096 iterations first, and 0.3% came from a slab.
+// row a step, so its sizes drift) deviates; where the watcher rejected it, the decode
+// step was found anchored at its first request (61% of the run's allocations from a
+// slab); where the key was set aside and given up for 4,096 iterations first (5 runs
+// of 6 in one setting), 0.3% came from a slab (bench/RESULTS.md, "a period whose key
+// is set aside").
 
 namespace {
 
