@@ -5,11 +5,13 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <new>
 
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "backend/backend.h"
 #include "runtime/thread_state.h"
+#include "support/grow_table.h"
 #include "support/log.h"
 #include "support/reentry.h"
 
@@ -40,19 +42,15 @@ struct shadow {
   std::mutex mu;
   imap<std::uintptr_t, block> live;
   ihash<std::uintptr_t, block> freed;
+  // Note [Check mode under memory pressure]: some block handed out is not in `live`.
+  bool incomplete = false;
 };
 
 const char* (*g_op_name)(std::uint32_t) = nullptr;
 
-shadow& map() {
-  static shadow* s = [] {
-    reentry_guard guard;
-    void* mem = backend::fallback_alloc(sizeof(shadow), alignof(shadow));
-    if (mem == nullptr) std::abort();
-    return new (mem) shadow;
-  }();
-  return *s;
-}
+shadow* g_shadow = nullptr;  // made by enable(), before any block is handed out
+
+shadow& map() { return *g_shadow; }
 
 const char* name(std::uint32_t op) {
   const char* n = g_op_name != nullptr ? g_op_name(op) : nullptr;
@@ -64,12 +62,46 @@ const char* name(std::uint32_t op) {
   std::abort();
 }
 
+// Note [Check mode under memory pressure]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The shadow record takes memory as the program's live blocks grow (the tree of live
+// blocks, the table of freed ones), from the backend, which may run out. Neither may
+// stop the program (the allocation interface never throws; a free that throws is
+// std::terminate) nor lose a block: where the tree cannot enter a block, the block is
+// served all the same, unrecorded, and the record is incomplete from then on (one
+// error says so): a free of a pointer it does not know may be of such a block, and is
+// no longer reported, while a hand-out over a block it knows and a double free it
+// remembers still are. Abseil's btree allocates each node before it changes the tree,
+// so an insert that throws leaves it whole; the table of freed blocks grows before it
+// inserts (Note [Tables that grow before they insert]), and a freed block it cannot
+// remember is forgotten, as it forgets them in bulk anyway (a double free of it is then
+// reported as a free of a pointer never handed out, or not at all once incomplete).
+void lost(shadow& s, const void* p, std::size_t size) {
+  if (!s.incomplete) {
+    REPLAYALLOC_LOG(error, "REPLAYALLOC_CHECK: out of memory for the shadow record at the block of %zu bytes at %p "
+                    "(%zu blocks live in it): that block and any other it cannot enter are served unchecked, and "
+                    "from now on a free of a pointer it does not know is not reported",
+                    size, p, s.live.size());
+  }
+  s.incomplete = true;
+}
+
 }  // namespace
 
-void enable(const char* (*op_name)(std::uint32_t)) {
+bool enable(const char* (*op_name)(std::uint32_t)) {
   g_op_name = op_name;
-  map();
+  if (g_shadow == nullptr) {
+    reentry_guard guard;
+    void* mem = backend::fallback_alloc(sizeof(shadow), alignof(shadow));
+    if (mem == nullptr) {
+      REPLAYALLOC_LOG(error, "REPLAYALLOC_CHECK=1: no memory for the shadow record (%zu bytes); the allocator runs "
+                      "unchecked", sizeof(shadow));
+      return false;
+    }
+    g_shadow = new (mem) shadow;
+  }
   g_enabled.store(true, std::memory_order_release);
+  return true;
 }
 
 
@@ -104,8 +136,12 @@ void on_alloc(const void* p, std::size_t size, std::uint32_t op, std::uint32_t t
                     name(hit->op), hit->thread);
     fail();
   }
-  s.live.emplace(a, block{size, op, thread, in_slab});
   s.freed.erase(a);
+  try {
+    s.live.emplace(a, block{size, op, thread, in_slab});
+  } catch (const std::bad_alloc&) {
+    lost(s, p, size);  // Note [Check mode under memory pressure]
+  }
 }
 
 void on_free(const void* p, std::uint32_t thread) {
@@ -116,7 +152,12 @@ void on_free(const void* p, std::uint32_t thread) {
   auto it = s.live.find(a);
   if (it != s.live.end()) {
     if (s.freed.size() >= freed_memory) s.freed.clear();
-    s.freed.emplace(a, it->second);
+    try {
+      grow_for_insert(s.freed);  // Note [Check mode under memory pressure]
+      s.freed.emplace(a, it->second);
+    } catch (const std::bad_alloc&) {
+      s.freed.erase(a);  // forgotten: its older record, if any, is not this block
+    }
     s.live.erase(it);
     return;
   }
@@ -128,6 +169,8 @@ void on_free(const void* p, std::uint32_t thread) {
                     p, thread, old->second.in_slab ? "slab" : "backend", old->second.size,
                     name(old->second.op), old->second.thread);
   } else {
+    // Note [Check mode under memory pressure]: perhaps a block the record could not enter.
+    if (s.incomplete) return;
     REPLAYALLOC_LOG(error, "REPLAYALLOC_CHECK: free of %p on thread %u, which was never handed out",
                     p, thread);
   }

@@ -29,8 +29,9 @@
 
 namespace replayalloc::detail::check {
 
-// Set once, before any block is handed out (the engine's constructor).
-void enable(const char* (*op_name)(std::uint32_t op));
+// Set once, before any block is handed out (the engine's constructor). False, with an
+// error said, when there is no memory for the record: check mode stays off.
+bool enable(const char* (*op_name)(std::uint32_t op));
 // Inline: read on every slow-path request (one relaxed load).
 extern std::atomic<bool> g_enabled;
 inline bool enabled() { return g_enabled.load(std::memory_order_relaxed); }

@@ -82,8 +82,7 @@ engine::engine()
       }
     });
   }
-  if (opts_.check && opts_.mode != run_mode::off) {
-    check::enable(op_name_for_check);
+  if (opts_.check && opts_.mode != run_mode::off && check::enable(op_name_for_check)) {
     REPLAYALLOC_LOG(info, "REPLAYALLOC_CHECK: every host block is checked against a shadow record");
   }
   // Note [Below the minimum, inline] (thread_state.h): last, once the backend's entry
