@@ -688,6 +688,42 @@ TEST(FrontCache, LargeBlocksAreKeptWithinTheirBudgets) {
   EXPECT_EQ(be::front_cache_stats().depot_bytes[2], 0u) << "the depot's count of its large bytes drifted";
 }
 
+// Note [Zeroing by memset] (backend/jemalloc_backend.cc): no calloc is the front cache's.
+// A calloc of 16-128 KiB is jemalloc's own malloc and a memset, outside the cache's range,
+// so that copies of growing sizes freed on another thread reuse jemalloc's extents of
+// any size; zero even where the cache's lists of that class hold dirty blocks.
+TEST(FrontCache, LargeCallocsAreJemallocsOwnAndZero) {
+  REQUIRE_FRONT_CACHE();
+  const detail::backend::front_cache_counts c = detail::backend::front_cache_stats();
+  auto in_range = [&](const void* p) { return reinterpret_cast<std::uintptr_t>(p) - c.base < c.span; };
+  for (const std::size_t n : {std::size_t{16384}, std::size_t{20000}, std::size_t{40000}, std::size_t{65536},
+                              std::size_t{100000}, std::size_t{131072}}) {
+    std::vector<void*> dirty;
+    for (int i = 0; i < 8; ++i) {
+      void* p = std::malloc(n);
+      ASSERT_NE(p, nullptr);
+      EXPECT_TRUE(in_range(p)) << n << " B: a malloc outside the cache's range";
+      std::memset(p, 0xee, n);
+      dirty.push_back(p);
+    }
+    for (void* p : dirty) std::free(p);
+    std::vector<void*> zeroed;
+    for (int i = 0; i < 8; ++i) {
+      auto* z = static_cast<unsigned char*>(std::calloc(1, n));
+      ASSERT_NE(z, nullptr);
+      EXPECT_FALSE(in_range(z)) << n << " B: a calloc served from the front cache";
+      for (std::size_t b = 0; b < n; ++b) ASSERT_EQ(z[b], 0) << n << " B: calloc returned a dirty block";
+      std::memset(z, 0xdd, n);
+      zeroed.push_back(z);
+    }
+    for (void* z : zeroed) std::free(z);
+    auto* again = static_cast<unsigned char*>(std::calloc(1, n));  // a freed calloc'd block, zeroed again
+    ASSERT_NE(again, nullptr);
+    for (std::size_t b = 0; b < n; ++b) ASSERT_EQ(again[b], 0) << n << " B: a reused calloc'd block was dirty";
+    std::free(again);
+  }
+}
+
 // A realloc'd front block keeps its bytes; a calloc'd block of a class whose blocks the
 // cache holds dirty is zero.
 TEST(FrontCache, ReallocKeepsAndCallocZeroes) {
