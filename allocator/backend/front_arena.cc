@@ -77,22 +77,6 @@ bool extent_dalloc(extent_hooks_t*, void*, std::size_t, bool, unsigned) { return
 void extent_destroy(extent_hooks_t*, void*, std::size_t, bool, unsigned) {}
 
 void* block(std::size_t size, unsigned slot) noexcept { return mallocx(size, g_flags[slot % g_arenas]); }
-
-// Note [Runs for bursts] (front_classes.cc): with jemalloc's arenas per CPU, a thread
-// moved to another CPU takes its next blocks from that CPU's arena, where none of the
-// blocks it freed are (its thread cache stays its own): a stream's blocks, freed and
-// asked again, fault fresh pages after each move. These come from the arena the thread
-// was in at its first (arena + 1; 0: not read yet).
-constinit thread_local unsigned t_fixed_arena REPLAYALLOC_TLS_IE = 0;
-void* fixed(std::size_t size) noexcept {
-  if (t_fixed_arena == 0) [[unlikely]] {
-    unsigned a = 0;
-    std::size_t len = sizeof a;
-    if (mallctl("thread.arena", &a, &len, nullptr, 0) != 0) return mallocx(size, 0);
-    t_fixed_arena = a + 1;
-  }
-  return mallocx(size, MALLOCX_ARENA(t_fixed_arena - 1));
-}
 // Note [Runs for medium blocks]: a run, aligned to its size (a power of two).
 void* run(std::size_t bytes, unsigned slot) noexcept { return mallocx(bytes, g_flags[slot % g_arenas] | MALLOCX_ALIGN(bytes)); }
 void release(void* p) noexcept { dallocx(p, MALLOCX_TCACHE_NONE); }
@@ -142,7 +126,6 @@ bool make_front_arena(front_backend* b) noexcept {
   b->base = g_base;
   b->span = range_bytes;
   b->block = &block;
-  b->fixed = &fixed;
   b->run = &run;
   b->slots = g_arenas;
   b->release = &release;

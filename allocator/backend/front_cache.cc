@@ -112,7 +112,6 @@ std::uint32_t g_class_size[max_classes];
 std::uint32_t g_list_max[max_classes];
 std::uint32_t g_fill[max_classes];  // blocks asked of the arena at a miss
 front_malloc_fn g_malloc = nullptr;
-front_malloc_fn g_fixed = nullptr;  // Note [Runs for bursts]: g_malloc from a thread's arena
 front_free_fn g_free = nullptr;
 std::uintptr_t g_base = 0;
 std::size_t g_span = 0;
@@ -245,10 +244,8 @@ void close_thread(void* arg) noexcept {
 
 // Note [Runs for bursts] (front_classes.cc): whether this miss of class k goes to
 // jemalloc's own malloc.
-// Its runs on (every class after a burst) is one byte's test.
-[[gnu::always_inline]] inline bool jemallocs(unsigned k) noexcept {
-  if (t_state != cache_open || t_cache->rows.runs_on[k] || g_class_size[k] < runs_asked_least) return false;
-  return run_class(k) && t_cache->rows.jemallocs(k);
+bool jemallocs(unsigned k) noexcept {
+  return g_class_size[k] >= runs_asked_least && run_class(k) && t_state == cache_open && t_cache->rows.jemallocs(k);
 }
 
 // Note [Runs for medium blocks]: blocks of a run class from the thread's arena's runs,
@@ -280,7 +277,7 @@ void close_thread(void* arg) noexcept {
       return p;
     }
   }
-  if (run_class(k)) return jemallocs(k) ? g_fixed(size) : run_miss(k, size);
+  if (run_class(k)) return jemallocs(k) ? g_malloc(size) : run_miss(k, size);
   if (g_fill[k] > 1 && t_state == cache_open) return fill(k, size);
   return arena_block(k, size);
 }
@@ -420,7 +417,7 @@ void give_back_larger(unsigned k, std::size_t bytes) noexcept {
       return p;
     }
     // Note [Runs for bursts]: before the larger classes are given back for it.
-    if (jemallocs(k)) return g_fixed(size);
+    if (jemallocs(k)) return g_malloc(size);
   }
   if (t_state == cache_open && t_cache->large_bytes != 0) give_back_larger(k, bytes);
   if (run_class(k)) return run_miss(k, size);
@@ -466,7 +463,6 @@ bool enable_front_cache(const front_backend& b) noexcept {
   configure_depot(cls.class_size, part, &give_back_list);
   g_large_largest = cls.large_largest;
   g_malloc = b.malloc;
-  g_fixed = b.fixed != nullptr ? b.fixed : b.malloc;
   g_free = b.free;
   g_base = b.base;
   g_span = b.span;

@@ -27,9 +27,6 @@ inline constexpr unsigned front_max_arenas = 8;
 // front_arena.cc).
 struct front_backend {
   front_malloc_fn malloc = nullptr;  // the thread caches' own memory, other requests
-  // jemalloc's own malloc from the arena the calling thread was in at its first call, not
-  // the CPU's it is on now (Note [Runs for bursts]); null: malloc.
-  front_malloc_fn fixed = nullptr;
   front_free_fn free = nullptr;      // blocks outside the range
   // The range the cache's blocks come from (Note [The front cache's arena]).
   std::uintptr_t base = 0;

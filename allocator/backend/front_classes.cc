@@ -110,11 +110,5 @@ void class_recency::came_back(unsigned k) noexcept {
 // the first iterations with nothing recorded: 3.4-4.0 / 0.68 ms and 2,315 / 322 page
 // faults -> 2.2 / 0.21 ms and 1,372 / 0 (jemalloc 1.6-1.7 / 0.43-0.5 ms, 812 / 1);
 // measured side by side in bench/RESULTS.md ("Planning latency"). The thread's rows are
-// burst_rows (front_classes.h); the cache asks them in malloc_miss and large_malloc. The
-// blocks come from the arena the thread was in at its first such request (front_arena.cc's
-// `fixed`), not from the arena of the CPU it is on: moved to the other CPU while the
-// planner thread worked, the thread took the other arena's fresh pages for the blocks it
-// had freed in its own (planning_latency 10000 4: the third iteration faulted 882-888
-// pages in 6 runs of 12; with the fixed arena 12-345 in 12 of 12, d0e5677's library
-// 100-169).
+// burst_rows (front_classes.h); the cache asks them in malloc_miss and large_malloc.
 }  // namespace replayalloc::detail::backend::front
