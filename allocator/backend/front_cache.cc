@@ -84,7 +84,6 @@ struct thread_cache {
   // Note [Runs for medium blocks]: a class whose list missed into the runs since it last
   // overflowed (a burst): its next miss fills the whole list.
   bool burst[max_classes];
-  burst_rows rows;  // Note [Runs for bursts]
 };
 
 // Every thread starts with (and an exited one returns to) this cache, whose lists are
@@ -195,7 +194,6 @@ void close_thread(void* arg) noexcept {
     c->lists[k] = free_list{nullptr, 0, g_list_max[k]};
     c->burst[k] = false;
   }
-  c->rows = burst_rows{};
   c->slot = g_next_slot.fetch_add(1, std::memory_order_relaxed) % g_slots;
   c->large_bytes = 0;
   c->recency = class_recency{};
@@ -242,12 +240,6 @@ void close_thread(void* arg) noexcept {
   return first;
 }
 
-// Note [Runs for bursts] (front_classes.cc): whether this miss of class k goes to
-// jemalloc's own malloc.
-bool jemallocs(unsigned k) noexcept {
-  return g_class_size[k] >= runs_asked_least && run_class(k) && t_state == cache_open && t_cache->rows.jemallocs(k);
-}
-
 // Note [Runs for medium blocks]: blocks of a run class from the thread's arena's runs,
 // g_fill[k] of them where the thread has its lists (the first handed out, the others on
 // its list; 1 for the classes counted in bytes), one where it has not. A second miss
@@ -277,7 +269,7 @@ bool jemallocs(unsigned k) noexcept {
       return p;
     }
   }
-  if (run_class(k)) return jemallocs(k) ? g_malloc(size) : run_miss(k, size);
+  if (run_class(k)) return run_miss(k, size);
   if (g_fill[k] > 1 && t_state == cache_open) return fill(k, size);
   return arena_block(k, size);
 }
@@ -416,8 +408,6 @@ void give_back_larger(unsigned k, std::size_t bytes) noexcept {
       c->large_bytes += bytes * mine.count;
       return p;
     }
-    // Note [Runs for bursts]: before the larger classes are given back for it.
-    if (jemallocs(k)) return g_malloc(size);
   }
   if (t_state == cache_open && t_cache->large_bytes != 0) give_back_larger(k, bytes);
   if (run_class(k)) return run_miss(k, size);

@@ -93,22 +93,4 @@ void class_recency::came_back(unsigned k) noexcept {
   left_at[k] = 0;
 }
 
-// Note [Runs for bursts]
-// ~~~~~~~~~~~~~~~~~~~~~~
-// A run class of 32 KiB and more (up to 128 KiB) that needs new blocks (its list and
-// the depot empty) takes them from jemalloc's own malloc (its thread cache, then its
-// extents, outside the range) until the thread has missed into that class runs_after
-// times in a row (no miss of another such class between: a burst, blocks of one class
-// allocated together, RESULTS "Bursts"), and from runs from then on. Runs hold 8-32
-// such blocks and serve their class alone, where jemalloc makes a block of any size of
-// the extents freed beside it: a stream whose sizes grow (a K/V cache a row longer a
-// step, concatenated every step: each layer's new block made before the old one is
-// freed) needed runs of each class it passed through, a class's second run made while
-// the last class's blocks were still live. Asked before give_back_larger: a class
-// served by jemalloc misses at every request, and gave the blocks of the classes above
-// it (a prefill's 512 KiB blocks) back at each one. bench/micro/planning_latency 10000,
-// the first iterations with nothing recorded: 3.4-4.0 / 0.68 ms and 2,315 / 322 page
-// faults -> 2.2 / 0.21 ms and 1,372 / 0 (jemalloc 1.6-1.7 / 0.43-0.5 ms, 812 / 1);
-// measured side by side in bench/RESULTS.md ("Planning latency"). The thread's rows are
-// burst_rows (front_classes.h); the cache asks them in malloc_miss and large_malloc.
 }  // namespace replayalloc::detail::backend::front

@@ -71,24 +71,4 @@ struct class_recency {
   void gave_back(unsigned k) noexcept { left_at[k] = asked; }
 };
 
-// Note [Runs for bursts] (front_classes.cc): whether a thread's miss of a run class of
-// 32 KiB and more takes jemalloc's own block or the class's runs. Plain data, one per
-// thread; asked only where the class needs new blocks (its list and the depot empty).
-inline constexpr std::size_t runs_asked_least = 32 * 1024;
-inline constexpr unsigned runs_after = 64;  // misses of one class in a row: a burst
-struct burst_rows {
-  bool runs_on[max_classes] = {};
-  unsigned row_class = 0;  // the class of the latest such miss, and its misses in a row
-  unsigned row = 0;
-  // A miss of class k: true while it goes to jemalloc's own malloc.
-  bool jemallocs(unsigned k) noexcept {
-    if (runs_on[k]) return false;
-    row = row_class == k ? row + 1 : 1;
-    row_class = k;
-    if (row < runs_after) return true;
-    runs_on[k] = true;
-    return false;
-  }
-};
-
 }  // namespace replayalloc::detail::backend::front

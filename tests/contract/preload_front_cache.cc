@@ -115,70 +115,6 @@ TEST(FrontCache, EveryRequestGetsABlockOfAtLeastItsSize) {
   for (void* h : held) std::free(h);
 }
 
-// Note [Runs for bursts]: 64 blocks of n bytes asked for in a row on the calling
-// thread, then freed, so that its class comes from runs from then on.
-void burst_of(std::size_t n) {
-  auto pass = detail::backend::g_pass_malloc.load();
-  auto release = detail::backend::g_plain_free.load();
-  std::vector<void*> held;
-  for (int i = 0; i < 64; ++i) held.push_back(pass(n));
-  for (void* p : held) release(p);
-}
-
-// Note [Runs for bursts]: on a fresh thread, a run class of 32 KiB and more asked for
-// among others (a stream whose sizes move: nothing in a row) is served by jemalloc's own
-// malloc, outside the cache's range, every block whole; 64 misses of one class in a row
-// (a burst) turn its runs on for the thread, and its blocks come from the range from
-// then on; a class below 32 KiB comes from the range from its first request.
-TEST(FrontCache, AClassOf32KiBAndMoreComesFromRunsOnlyAfterABurst) {
-  REQUIRE_FRONT_CACHE();
-  const detail::backend::front_cache_counts c = detail::backend::front_cache_stats();
-  auto in_range = [&](const void* p) { return reinterpret_cast<std::uintptr_t>(p) - c.base < c.span; };
-  auto pass = detail::backend::g_pass_malloc.load();
-  auto release = detail::backend::g_plain_free.load();
-  std::thread([&] {
-    release(pass(100));  // the thread's cache made first
-    void* small = pass(20000);
-    EXPECT_TRUE(in_range(small)) << "a class below 32 KiB outside the range";
-    release(small);
-    std::vector<std::pair<void*, std::uint32_t>> held;
-    for (std::uint32_t i = 0; i < 400; ++i) {  // 40,000 and 50,000 bytes in turn, all held
-      const std::size_t n = i % 2 == 0 ? 40000 : 50000;
-      void* p = pass(n);
-      ASSERT_NE(p, nullptr);
-      EXPECT_FALSE(in_range(p)) << "request " << i << " of " << n << " B came from runs without a burst";
-      fill(p, n, i);
-      held.emplace_back(p, i);
-    }
-    for (auto& [p, i] : held) {
-      EXPECT_TRUE(intact(p, i % 2 == 0 ? 40000 : 50000, i)) << "block " << i << " was overwritten";
-      release(p);
-    }
-    held.clear();
-    for (std::uint32_t i = 0; i < 100; ++i) {  // a burst of 40,000 bytes
-      void* p = pass(40000);
-      ASSERT_NE(p, nullptr);
-      if (i < 63) {
-        EXPECT_FALSE(in_range(p)) << "the burst's request " << i << " came from runs before 64 in a row";
-      } else {
-        EXPECT_TRUE(in_range(p)) << "the burst's request " << i << " did not come from runs";
-      }
-      fill(p, 40000, 1000 + i);
-      held.emplace_back(p, 1000 + i);
-    }
-    for (auto& [p, i] : held) {
-      EXPECT_TRUE(intact(p, 40000, i)) << "block " << i << " was overwritten";
-      release(p);
-    }
-    void* again = pass(40000);  // runs stay on: from the list the burst filled
-    EXPECT_TRUE(in_range(again));
-    release(again);
-    void* other = pass(50000);  // the other class is still jemalloc's
-    EXPECT_FALSE(in_range(other));
-    release(other);
-  }).join();
-}
-
 // Every block the cache hands out is of the request's own size class, as jemalloc sizes
 // it, and comes from the cache's range (Note [The front cache's arena]); a block of a
 // class it serves that jemalloc made elsewhere (mallocx here; a block from before the
@@ -188,9 +124,6 @@ TEST(FrontCache, HandsOutOnlyBlocksOfItsRangeAndOfTheRequestsClass) {
   REQUIRE_FRONT_CACHE();
   const detail::backend::front_cache_counts c = detail::backend::front_cache_stats();
   auto in_range = [&](const void* p) { return reinterpret_cast<std::uintptr_t>(p) - c.base < c.span; };
-  // Note [Runs for bursts]: the run classes of 32 KiB and more come from the cache once
-  // the thread has asked for them in a burst.
-  for (const std::size_t n : {std::size_t{65536}, std::size_t{65537}, std::size_t{100000}}) burst_of(n);
   std::vector<void*> outside;
   for (std::size_t size : {std::size_t{64}, std::size_t{1024}, std::size_t{4096}, std::size_t{8192}, std::size_t{20480}}) {
     for (int i = 0; i < 50; ++i) {
@@ -522,8 +455,7 @@ TEST(FrontCache, NeverHandsOutALiveBlock) {
 // successor through the depot; every block handed out is of the request's class.
 TEST(FrontCache, LargeBlocksAreReusedWithoutJemalloc) {
   REQUIRE_FRONT_CACHE();
-  // Classes above the runs' (Note [Runs for bursts] covers those up to 128 KiB).
-  const std::size_t sizes[] = {140000, 200000, 300000, 700000, 1u << 20, (2u << 20) - 4096};
+  const std::size_t sizes[] = {65537, 100000, 300000, 700000, 1u << 20, (2u << 20) - 4096};
   // The fallback's malloc and free, as a request passed through gets them (those through
   // malloc() are watched by auto mode, whose own tables come from jemalloc).
   auto pass = detail::backend::g_pass_malloc.load();
@@ -578,17 +510,17 @@ TEST(FrontCache, ALargeMissGivesLargerCachedBlocksBack) {
     release(big);  // cached: within the thread's share (at least 512 KiB)
     ASSERT_EQ(be::front_cache_stats().thread_large_bytes, nallocx(300000, 0));
     const std::uint64_t given = be::front_cache_stats().large_given_back;
-    void* small = pass(140000);  // no block of its class anywhere: a miss
+    void* small = pass(100000);  // no block of its class anywhere: a miss
     ASSERT_NE(small, nullptr);
-    EXPECT_EQ(block_size(small), nallocx(140000, 0));
+    EXPECT_EQ(block_size(small), nallocx(100000, 0));
     EXPECT_EQ(be::front_cache_stats().large_given_back, given + 1) << "the larger cached block was not given back";
     EXPECT_EQ(be::front_cache_stats().thread_large_bytes, 0u);
-    fill(small, 140000, 5);
+    fill(small, 100000, 5);
     release(small);  // cached in its turn
     void* other = pass(700000);  // a miss with only a smaller block cached: it stays
     EXPECT_EQ(be::front_cache_stats().large_given_back, given + 1);
-    EXPECT_EQ(be::front_cache_stats().thread_large_bytes, nallocx(140000, 0));
-    EXPECT_EQ(pass(140000), small) << "the smaller cached block was not kept";
+    EXPECT_EQ(be::front_cache_stats().thread_large_bytes, nallocx(100000, 0));
+    EXPECT_EQ(pass(100000), small) << "the smaller cached block was not kept";
     release(small);
     release(other);
   }).join();
@@ -770,6 +702,7 @@ TEST(FrontCache, LargeCallocsAreJemallocsOwnAndZero) {
     for (int i = 0; i < 8; ++i) {
       void* p = std::malloc(n);
       ASSERT_NE(p, nullptr);
+      EXPECT_TRUE(in_range(p)) << n << " B: a malloc outside the cache's range";
       std::memset(p, 0xee, n);
       dirty.push_back(p);
     }

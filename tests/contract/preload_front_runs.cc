@@ -8,7 +8,6 @@
 #include <malloc.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -192,12 +191,10 @@ TEST(FrontRuns, ABurstsEmptiedRunsServeTheNextBurstWithoutJemalloc) {
         fill(p, kSize, tag + static_cast<std::uint32_t>(i));
         got.push_back(p);
       }
-      // On the stack: the check's own array asks nothing of the allocator (a vector's
-      // growth to 32 KiB is jemalloc's, Note [Runs for bursts]).
-      std::array<std::uintptr_t, kCount> at{};
-      for (std::size_t i = 0; i < got.size(); ++i) at[i] = reinterpret_cast<std::uintptr_t>(got[i]);
-      std::sort(at.begin(), at.begin() + static_cast<std::ptrdiff_t>(got.size()));
-      for (std::size_t i = 1; i < got.size(); ++i) EXPECT_GE(at[i] - at[i - 1], kSize) << "two live blocks overlap";
+      std::vector<std::uintptr_t> at;
+      for (void* p : got) at.push_back(reinterpret_cast<std::uintptr_t>(p));
+      std::sort(at.begin(), at.end());
+      for (std::size_t i = 1; i < at.size(); ++i) EXPECT_GE(at[i] - at[i - 1], kSize) << "two live blocks overlap";
       for (std::size_t i = 0; i < got.size(); ++i) {
         EXPECT_TRUE(intact(got[i], kSize, tag + static_cast<std::uint32_t>(i))) << "block " << i << " was overwritten";
       }
