@@ -1,10 +1,11 @@
-// replayalloc/runtime/auto_iteration.h: where an iteration auto mode began ends, and
-// whether it repeated its period: decided apart from the watcher that applies it.
+// replayalloc/runtime/auto_iteration.h: where an iteration auto mode began ends:
+// decided apart from the watcher that applies it. Whether it repeated its period is the
+// key policy's reading of the replay (Note [One verdict for auto mode], auto_mode.cc).
 //
 // Layer: runtime. Pure functions of what the watcher (runtime/auto_mode.cc) knows when
 // a request of at least the minimum size arrives in an iteration it began: the period
 // found (runtime/auto_detect.h), the requests the iteration made (slow-path ones and
-// slab hand-outs) and, in replay, the cursor's position and the plan's slots. Tested
+// slab hand-outs) and, in replay, the cursor's position. Tested
 // without an engine (tests/unit/auto_detect_test.cc).
 #pragma once
 
@@ -26,7 +27,6 @@ struct auto_iteration {
   std::uint32_t at_quiet = 0;     // of them, in a row at the quiet count
   std::uint32_t cursor_next = 0;  // replay: the plan's next slot, and its slots
   std::uint32_t cursor_count = 0;
-  std::uint32_t planned_slots = 0;  // replay: slots with an offset in the slab (0: unknown)
 };
 
 // The least an iteration between quiet points makes (runtime/auto_detect.h).
@@ -45,18 +45,6 @@ inline bool auto_iteration_ends(const auto_iteration& it, std::uint64_t size) {
   if (it.anchor != 0) return (size == it.anchor && 2 * made >= period) || made >= 2 * period;
   if (it.replaying) return it.cursor_next >= it.cursor_count || made >= period;
   return it.count >= period;
-}
-
-// Whether an ended replayed iteration did not repeat its period: it handed out less
-// than (100 - deviation_percent)% of what it could (the period, or between quiet points
-// what it made; at most the plan's slots, since blocks that outlive the iteration have
-// none: they are the backend's).
-inline bool auto_iteration_poor(const auto_iteration& it, std::uint32_t deviation_percent) {
-  if (!it.replaying) return false;
-  const std::uint64_t made = std::uint64_t{it.handed} + it.count;
-  std::uint64_t expected = it.quiet ? made : it.period;
-  if (!it.quiet && it.planned_slots != 0) expected = std::min<std::uint64_t>(expected, it.planned_slots);
-  return std::uint64_t{it.handed} * 100 < expected * (100 - std::min<std::uint32_t>(deviation_percent, 100));
 }
 
 }  // namespace replayalloc::detail

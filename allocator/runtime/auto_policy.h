@@ -48,8 +48,9 @@ inline bool auto_period_begins(const auto_period& p, std::uint64_t size) {
   return p.count == p.next_boundary;
 }
 
-// After an iteration auto mode began ends: the poor ones in a row (one that repeated
-// its period resets them), and whether the period is rejected (watch again, never
+// After an iteration auto mode began ends: the poor ones in a row (`poor`: the replay
+// fell short of the period by the key policy's reading, Note [One verdict for auto
+// mode]; one that repeated its period resets them), and whether the period is rejected (watch again, never
 // picking it again) instead of beginning the next iteration: at once a period of
 // structure whose key failed once (`failed_shape`: taken where the program only looked
 // periodic) and a period whose key the key policy set aside (`set_aside`: Note [A

@@ -108,7 +108,7 @@ void engine::abandon_recording(domain_state& d, const char* what) {
   set_phase(d, phase::none);
   if (d.entry != nullptr) {
     std::lock_guard<std::mutex> lock(d.entry->mu);
-    d.entry->recording = false;
+    replayalloc::detail::abandon_recording(*d.entry);
   }
 }
 
@@ -206,7 +206,7 @@ void engine::begin_recording(domain_state& d, key_entry* e) {
     void* mem = backend::fallback_alloc(sizeof(trace_recorder), alignof(trace_recorder));
     if (mem == nullptr) {
       std::lock_guard<std::mutex> lock(e->mu);
-      e->recording = false;
+      replayalloc::detail::abandon_recording(*e);
       log_passed(d.log, "no memory for a recording");
       return;
     }
@@ -273,7 +273,9 @@ void engine::domain_end(domain_state& d) {
     log_recorded(d.log, d.recorder->size());
     end_record(d);
   }
+  d.fell_short = false;
   if (replayed) end_replay(d);
+  d.expected = 0;
   if (ended != 0) {
     say_iteration(d.log, d.entry != nullptr ? d.entry->key.c_str() : "?", d.regime, tls_state.thread_no, recorded,
                   replayed, ended);
@@ -386,12 +388,14 @@ void engine::end_replay(domain_state& d) {
   rs.first_size = d.first_size;
   rs.tail_from = tail_from;
   rs.period = period;
+  rs.expected = d.expected;
   replay_verdict verdict;
   deviation_streak streak{d.deviation_entry, d.deviating_in_a_row};
   {
     std::lock_guard<std::mutex> lock(e.mu);
     verdict = decide_after_replay(e, rs, policy_, &streak);
   }
+  d.fell_short = verdict.fell_short;
   d.deviation_entry = streak.entry;
   d.deviating_in_a_row = streak.in_a_row;
   // Note [Predicted plans]: planned like a recording's envelope (Note [Background

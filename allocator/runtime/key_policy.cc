@@ -333,6 +333,8 @@ void on_plan_done(key_policy_state& e, const envelope* env) {
 
 void on_plan_failed(key_policy_state& e) { e.failed = true; }
 
+void abandon_recording(key_policy_state& e) { e.recording = false; }
+
 bool streak_retires(deviation_streak& st, const key_policy_state* e, bool counted, bool from_file, const policy_settings& s) {
   if (st.entry != e) {
     st.entry = e;

@@ -118,6 +118,9 @@ struct replay_summary {
   // Note [Periodic iterations]: the plan's tail_from and period (0: no period).
   std::uint32_t tail_from = 0;
   std::uint32_t period = 0;
+  // What the iteration's client expected it to make (auto mode: its period, or between
+  // quiet points what it made; Note [One verdict for auto mode]); 0: not known.
+  std::uint64_t expected = 0;
 };
 
 // What a replay's figures say of it, before the key is asked: a pure function of the
@@ -126,6 +129,10 @@ struct replay_reading {
   bool overran = false;   // a periodic plan's request had more steps than the plan
   bool grew = false;      // a larger shape (two slots or more outgrown)
   bool deviated = false;  // more misses or missing slots than REPLAYALLOC_DEVIATION_PERCENT
+  // Fewer blocks handed out than (100 - REPLAYALLOC_DEVIATION_PERCENT)% of what it could:
+  // the plan's slots, or the fewer its client expected; never for a periodic plan's
+  // prefix, which its client did not bound (Note [One verdict for auto mode]).
+  bool fell_short = false;
 };
 replay_reading read_replay(const replay_summary& rs, const policy_settings& s);
 
@@ -133,6 +140,7 @@ replay_reading read_replay(const replay_summary& rs, const policy_settings& s);
 struct replay_verdict {
   bool grew = false;        // a larger shape (two slots or more outgrown)
   bool deviated = false;    // more misses or missing slots than REPLAYALLOC_DEVIATION_PERCENT
+  bool fell_short = false;  // replay_reading's: what auto mode counts (Note [One verdict for auto mode])
   bool explained = false;   // another regime's iteration, or one a plan on the way serves
   bool grow_wanted = false; // the plan grows: predicted now, or the next iteration records
   bool counted = false;     // counts towards retiring the plan
@@ -185,6 +193,11 @@ install_decision decide_install(key_policy_state& e, const plan_to_install& in);
 void on_plan_done(key_policy_state& e, const envelope* env);
 // Planning the key failed: its iterations pass through from now on. REQUIRES: the key's mutex held.
 void on_plan_failed(key_policy_state& e);
+// A recording begun by decide_begin that will not reach decide_after_recording (no
+// memory for it or for its plan; its thread is not in a fork's child): another thread's
+// next iteration may record the key. REQUIRES: the key's mutex held (in a fork's child,
+// held by the fork).
+void abandon_recording(key_policy_state& e);
 
 // A thread's deviating replays in a row, of one key (domain_state keeps it).
 struct deviation_streak {

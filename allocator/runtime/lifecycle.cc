@@ -85,7 +85,7 @@ void engine::postfork_child() {
   unlock_versions_after_fork();
   planner_.postfork_child();
   for (auto& [k, e] : keys_) {
-    e->recording = false;  // whoever was recording is not in the child
+    replayalloc::detail::abandon_recording(*e);  // whoever was recording is not in the child
     e->mu.unlock();
   }
   mu_.unlock();

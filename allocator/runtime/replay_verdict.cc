@@ -147,6 +147,11 @@ replay_reading read_replay(const replay_summary& rs, const policy_settings& s) {
   // whether the program's structure changed too.
   out.deviated = !out.grew && !out.overran && planned > 0 &&
                  (rs.misses * 100 > pct * asked || std::uint64_t{missing} * 100 > pct * planned);
+  // Note [One verdict for auto mode]: the slots half of the same reading, against the
+  // fewer of the plan's slots and what the client expected.
+  std::uint64_t could = periodic ? 0 : planned;
+  if (rs.expected != 0) could = planned == 0 ? rs.expected : std::min<std::uint64_t>(rs.expected, planned);
+  out.fell_short = std::uint64_t{rs.handed} * 100 < could * (100 - std::min<std::uint64_t>(pct, 100));
   return out;
 }
 
@@ -229,6 +234,7 @@ replay_verdict decide_after_replay(key_policy_state& e, const replay_summary& rs
   v.overran = read.overran;
   v.grew = read.grew;
   v.deviated = read.deviated;
+  v.fell_short = read.fell_short;
   // Note [Regimes]: an iteration that deviated, or whose requests outgrew their slots,
   // may have followed another structure. It followed another planned regime when that
   // one's slots up to the first request this plan could not serve are this plan's, and

@@ -50,6 +50,11 @@ struct domain_state {
   bool probation = false;  // the key was on probation at the begin (Note [Probation slabs])
   bool aside = false;  // the key was set aside at the begin: this iteration passes through (Note [Setting aside])
   std::uint64_t first_size = 0;      // its first request, when known at its beginning (auto mode)
+  // Note [One verdict for auto mode]: what the client expected the iteration to make,
+  // set before its end (auto mode; 0: not known), and whether a replay fell short of it
+  // by the key policy's reading, written at the end.
+  std::uint64_t expected = 0;
+  bool fell_short = false;
   trace_recorder* recorder = nullptr;
   std::uint64_t misses_at_begin = 0;
   const key_policy_state* deviation_entry = nullptr;  // the key deviating_in_a_row counts for

@@ -371,3 +371,64 @@ TEST(EntryAuto, APeriodWhoseKeyIsSetAsideIsGivenUpAndTheNextPeriodReplays) {
 }
 
 }  // namespace
+
+namespace {
+
+// Note [One verdict for auto mode]: the watcher counts a replayed iteration as poor by
+// the key policy's reading of it (domain_state::fell_short), told what the period
+// makes: a step that makes half its blocks fell short; one that makes every block of
+// the plan and a few more beside it did not (the key's reading says it deviated: its
+// misses are over REPLAYALLOC_DEVIATION_PERCENT of the slots), and neither did a step
+// like the recorded one.
+TEST(EntryAuto, AStepFellShortByTheKeyPolicysReadingNotByBlocksBesideThePlan) {
+  replayalloc::detail::auto_mode::forget_rests();
+  std::thread([] {
+    const auto* const& a = replayalloc::detail::tls_state.autod;
+    const auto& host = replayalloc::detail::tls_state.host;
+    std::uint64_t salt = 0;
+    // A step: the first `made` of the period's 16 blocks (the first, 7,000 bytes, its
+    // anchor) and `extra` blocks of sizes it never makes otherwise, each filled, then
+    // checked and freed in order.
+    std::vector<std::size_t> sizes(16);
+    sizes[0] = 7000;
+    for (std::size_t i = 1; i < sizes.size(); ++i) sizes[i] = 8192 * (i + 1);
+    // `ended_short`: whether the step before fell short, read once this step's anchor
+    // has ended it.
+    bool ended_short = false;
+    auto step = [&](std::size_t made, std::size_t extra) {
+      std::vector<std::pair<void*, std::size_t>> held;
+      for (std::size_t i = 0; i < made + extra; ++i) {
+        const std::size_t n = i < made ? sizes[i] : 3000 + 1000 * (i - made);
+        void* p = replayalloc_malloc(n);
+        ASSERT_NE(p, nullptr);
+        if (i == 0) ended_short = host.fell_short;
+        fill(p, n, salt + i);
+        held.emplace_back(p, n);
+      }
+      for (std::size_t i = 0; i < held.size(); ++i) {
+        ASSERT_TRUE(intact(held[i].first, held[i].second, salt + i)) << "block " << i << " overwritten";
+        replayalloc_free(held[i].first);
+      }
+      salt += held.size();
+    };
+    for (int rep = 0; rep < 200 && !(a != nullptr && a->in_iteration); ++rep) step(16, 0);
+    ASSERT_NE(a, nullptr);
+    ASSERT_TRUE(a->in_iteration) << "the period was not found";
+    for (int rep = 0; rep < 8; ++rep) step(16, 0);  // recorded, planned, replayed
+    auto replayed = [&](std::size_t made, std::size_t extra) {
+      const std::uint64_t hits = replayalloc::stats().slab_hits;
+      step(made, extra);
+      EXPECT_GE(replayalloc::stats().slab_hits - hits, made) << "the step was not replayed";
+      step(16, 0);  // its anchor ends the step
+      return ended_short;
+    };
+    EXPECT_FALSE(replayed(16, 0)) << "a step as recorded";
+    EXPECT_TRUE(replayed(8, 0)) << "half the period's blocks";
+    EXPECT_FALSE(replayed(16, 4)) << "every slot handed out, 4 blocks beside the plan";
+    EXPECT_FALSE(replayed(16, 0));
+    EXPECT_TRUE(a->in_iteration) << "the period was given up";
+    EXPECT_EQ(replayalloc::stats().set_asides, 0u);
+  }).join();
+}
+
+}  // namespace

@@ -35,7 +35,7 @@ FIELDS = {
         "probe_quiet_until", "probe_backoff", "evictions", "evictions_since", "regimes_kept_until", "automatic",
         "by_shape", "probe_from", "probe_found_other", "probe_found_new", "last_trace", "last_period", "last_trace_regime",
         "resume_at", "last_used",
-        "confirmed",
+        "confirmed", "recording",
     ],
     "replay_cursor": [
         "free_cur", "first_frees", "second_frees", "dead_prefix", "serving", "guarded", "published",

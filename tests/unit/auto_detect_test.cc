@@ -665,7 +665,8 @@ TEST(PeriodDetector, GenerationRequestsWhoseStepsHandTheirCachesOnHaveNoAnchored
   EXPECT_EQ(d.anchor(), 0u);
 }
 
-// runtime/auto_iteration.h: where an auto iteration ends, and whether it was poor.
+// runtime/auto_iteration.h: where an auto iteration ends (whether it was poor is the key
+// policy's reading: ReadReplay.AutoModeCountsAReplayThatFellShortOfTheFewerOfTheSlotsAndThePeriod).
 TEST(AutoIteration, ACountedIterationEndsAfterItsPeriodOrItsPlansSlots) {
   auto_iteration it;
   it.period = 35;
@@ -721,21 +722,6 @@ TEST(AutoIteration, AnIterationBetweenQuietPointsEndsAtTheQuietCount) {
   it.at_quiet = 0;
   it.count = 400;
   EXPECT_TRUE(auto_iteration_ends(it, 4096)) << "past 4 times the longest piece";
-}
-
-TEST(AutoIteration, AReplayIsPoorAgainstThePlansSlotsNotThePeriod) {
-  auto_iteration it;
-  it.period = 35;
-  it.replaying = true;
-  it.handed = 30;
-  it.count = 5;  // the blocks that outlive the step: the backend's, as planned
-  EXPECT_TRUE(auto_iteration_poor(it, 10)) << "30 of 35 without knowing the plan";
-  it.planned_slots = 30;
-  EXPECT_FALSE(auto_iteration_poor(it, 10));
-  it.handed = 26;
-  EXPECT_TRUE(auto_iteration_poor(it, 10));
-  it.replaying = false;
-  EXPECT_FALSE(auto_iteration_poor(it, 10)) << "a recording is never poor";
 }
 
 // runtime/auto_policy.h: the watcher's decisions, as the watcher (auto_mode.cc) takes them.

@@ -182,6 +182,20 @@ TEST_F(KeyPolicy, WhileOneThreadRecordsAnotherPassesThrough) {
   EXPECT_EQ(begin().what, begin_decision::record);
 }
 
+// A recording that will not end (no memory for it or for its plan, or its thread not
+// in a fork's child) is abandoned: the next thread to begin records the key, and the
+// abandoned one counts as no recording.
+TEST_F(KeyPolicy, AnAbandonedRecordingLetsTheNextBeginRecord) {
+  const begin_decision first = begin();
+  ASSERT_EQ(first.what, begin_decision::record);
+  ASSERT_EQ(begin().what, begin_decision::pass);
+  abandon_recording(e_);
+  const begin_decision next = begin();
+  EXPECT_EQ(next.what, begin_decision::record);
+  EXPECT_EQ(record(recording(4096), next).to_plan, nullptr) << "the first recording: the abandoned one was none";
+  EXPECT_NE(record(recording(4096), begin()).to_plan, nullptr) << "the second plans";
+}
+
 // Without slabs (the range could not be reserved) a planned key passes through.
 TEST_F(KeyPolicy, APlannedKeyWithoutSlabsPassesThrough) {
   record(recording(4096), begin());
@@ -529,6 +543,72 @@ TEST(ReadReplay, APeriodicPlanOverrunPastItsTailIsALongerRequestAndAShortOneIsAP
   // A shorter request: 12 slots reached, none missing, 1 miss in 13 asked.
   EXPECT_FALSE(read_replay(periodic_replay(12, 1, 5), s).deviated) << "the slots not reached are not missing";
   EXPECT_TRUE(read_replay(periodic_replay(12, 2, 5), s).deviated) << "2 misses in 14 asked";
+}
+
+// Note [One verdict for auto mode]: the slots half of the reading, which auto mode
+// counts, against the fewer of the plan's slots and what the period made.
+TEST(ReadReplay, AutoModeCountsAReplayThatFellShortOfTheFewerOfTheSlotsAndThePeriod) {
+  const policy_settings s;
+  replay_summary rs;
+  rs.planned = 30;   // a decode step of 35 allocations, 5 of them outliving it: no slot
+  rs.expected = 35;
+  rs.handed = 30;
+  rs.misses = 5;     // the host language's objects beside the step
+  replay_reading r = read_replay(rs, s);
+  EXPECT_FALSE(r.fell_short) << "every slot handed out: the blocks without one are not a shortfall";
+  EXPECT_TRUE(r.deviated) << "5 misses in 30 slots: the key's half, which auto mode does not count";
+  rs.misses = 0;
+  rs.handed = 27;
+  EXPECT_FALSE(read_replay(rs, s).fell_short) << "27 of 30: at the percent";
+  rs.handed = 26;
+  EXPECT_TRUE(read_replay(rs, s).fell_short);
+  // A period shorter than the plan (a plan of a longer recording): against the period.
+  rs.expected = 20;
+  rs.handed = 18;
+  EXPECT_FALSE(read_replay(rs, s).fell_short);
+  rs.handed = 17;
+  EXPECT_TRUE(read_replay(rs, s).fell_short);
+  // Between quiet points the period is what the piece made, blocks without a slot
+  // included: against the plan's slots, the fewer.
+  rs.expected = 180;
+  rs.planned = 92;
+  rs.handed = 91;
+  rs.misses = 2;
+  EXPECT_FALSE(read_replay(rs, s).fell_short);
+  // Without a client's count, the plan's slots: the same test as the key's missing slots.
+  rs.expected = 0;
+  rs.planned = 100;
+  rs.misses = 0;
+  rs.handed = 89;
+  r = read_replay(rs, s);
+  EXPECT_TRUE(r.fell_short);
+  EXPECT_TRUE(r.deviated);
+  rs.handed = 90;
+  EXPECT_FALSE(read_replay(rs, s).fell_short);
+  // A larger shape is not a deviation, but a replay that handed out a third of its slots
+  // still fell short.
+  rs.expected = 30;
+  rs.planned = 30;
+  rs.handed = 10;
+  rs.misses = 24;
+  rs.grown = 2;
+  r = read_replay(rs, s);
+  EXPECT_TRUE(r.grew);
+  EXPECT_FALSE(r.deviated);
+  EXPECT_TRUE(r.fell_short);
+  // A plan with no slot in the slab falls short of a period it hands nothing of.
+  replay_summary none;
+  none.expected = 35;
+  EXPECT_TRUE(read_replay(none, s).fell_short);
+  EXPECT_FALSE(read_replay(replay_summary{}, s).fell_short) << "nothing expected, nothing planned";
+  // A periodic plan's prefix is not short unless its client bounded it.
+  replay_summary prefix = periodic_replay(12, 1, 5);
+  EXPECT_FALSE(read_replay(prefix, s).fell_short);
+  prefix.expected = 20;
+  EXPECT_TRUE(read_replay(prefix, s).fell_short) << "12 of a 20-allocation period";
+  policy_settings loose;
+  loose.deviation_percent = 60;
+  EXPECT_FALSE(read_replay(prefix, loose).fell_short) << "12 of 20 under a 60% setting";
 }
 
 // Note [Regimes]: a plan installs only over the version it was made to replace; one made
