@@ -386,12 +386,13 @@ TEST(EntryAuto, AStepFellShortByTheKeyPolicysReadingNotByBlocksBesideThePlan) {
     const auto* const& a = replayalloc::detail::tls_state.autod;
     const auto& host = replayalloc::detail::tls_state.host;
     std::uint64_t salt = 0;
-    // A step: the first `made` of the period's 16 blocks (the first, 7,000 bytes, its
-    // anchor) and `extra` blocks of sizes it never makes otherwise, each filled, then
-    // checked and freed in order.
+    // A step: the first `made` of the period's 16 blocks (the first, 6,000 bytes, its
+    // anchor; sizes no other test of this process makes, so the key is this test's own)
+    // and `extra` blocks of sizes it never makes otherwise, each filled, then checked
+    // and freed in order.
     std::vector<std::size_t> sizes(16);
-    sizes[0] = 7000;
-    for (std::size_t i = 1; i < sizes.size(); ++i) sizes[i] = 8192 * (i + 1);
+    sizes[0] = 6000;
+    for (std::size_t i = 1; i < sizes.size(); ++i) sizes[i] = 8192 * (i + 1) + 256;
     // `ended_short`: whether the step before fell short, read once this step's anchor
     // has ended it.
     bool ended_short = false;
@@ -411,6 +412,7 @@ TEST(EntryAuto, AStepFellShortByTheKeyPolicysReadingNotByBlocksBesideThePlan) {
       }
       salt += held.size();
     };
+    const std::uint64_t set_asides = replayalloc::stats().set_asides;
     for (int rep = 0; rep < 200 && !(a != nullptr && a->in_iteration); ++rep) step(16, 0);
     ASSERT_NE(a, nullptr);
     ASSERT_TRUE(a->in_iteration) << "the period was not found";
@@ -427,7 +429,7 @@ TEST(EntryAuto, AStepFellShortByTheKeyPolicysReadingNotByBlocksBesideThePlan) {
     EXPECT_FALSE(replayed(16, 4)) << "every slot handed out, 4 blocks beside the plan";
     EXPECT_FALSE(replayed(16, 0));
     EXPECT_TRUE(a->in_iteration) << "the period was given up";
-    EXPECT_EQ(replayalloc::stats().set_asides, 0u);
+    EXPECT_EQ(replayalloc::stats().set_asides, set_asides);
   }).join();
 }
 
