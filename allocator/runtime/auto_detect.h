@@ -89,13 +89,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "backend/backend.h"
 #include "runtime/auto_iteration.h"
+#include "runtime/auto_policy.h"
 #include "support/live_filter.h"
 
 namespace replayalloc::detail {
-
-// Note [A dormant watcher]: backend frees in a row, with no watched allocation among
-// them, after which the watcher stops seeing frees until its next watched allocation.
-inline constexpr std::uint32_t dormant_after = 16384;
 
 // The least a period must allocate to be taken for an iteration (see detect()).
 inline constexpr std::uint64_t min_period_bytes = std::uint64_t{256} << 10;

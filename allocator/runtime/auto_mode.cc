@@ -186,9 +186,7 @@ void begin_iterations(thread_state& t, auto_state& a, std::size_t size, engine& 
   eng.begin(t, a.key, size);  // finds or makes the key's entry
   if (t.entry != nullptr) {
     std::lock_guard<std::mutex> lock(t.entry->mu);
-    t.entry->automatic = true;
-    t.entry->at_quiet = a.det.quiet();
-    t.entry->by_shape = a.det.by_shape();
+    on_auto_period(*t.entry, a.det.quiet(), a.det.by_shape());
   }
   a.in_iteration = true;
   a.count = 1;
@@ -426,8 +424,9 @@ void track(thread_state& t, const void* p, std::size_t size) {
 
 void on_free(thread_state& t, const void* p) {
   // Note [A dormant watcher]: the plain-free gate's filter sent this free here.
+  // (The threshold first: what counts piece ends is read only past it.)
   if (t.autod != nullptr && t.autod->unwatched_frees >= dormant_after &&
-      !(t.autod->in_iteration && t.autod->det.quiet())) [[unlikely]] {
+      auto_goes_dormant(t.autod->unwatched_frees, t.autod->in_iteration && t.autod->det.quiet())) [[unlikely]] {
     go_dormant(t);
   }
   if (!tracking(t)) return;

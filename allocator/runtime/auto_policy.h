@@ -2,8 +2,8 @@
 // from the watcher that applies them.
 //
 // Layer: runtime. Pure functions of the counters the watcher (runtime/auto_mode.cc)
-// keeps and the period detector (runtime/auto_detect.h) reports: whether a new thread
-// begins resting, whether a period found begins iterations at this request, what an
+// keeps and the period detector (runtime/auto_detect.h) reports: whether the watcher goes
+// dormant, whether a new thread begins resting, whether a period found begins iterations at this request, what an
 // ended iteration's verdict leads to, and whether a watch that found no period rests.
 // Where an iteration ends and whether it repeated its period are
 // runtime/auto_iteration.h's. Tested without an engine (tests/unit/auto_detect_test.cc).
@@ -13,6 +13,16 @@
 #include <cstdint>
 
 namespace replayalloc::detail {
+
+// Note [A dormant watcher] (auto_mode.cc): backend frees in a row, with no watched
+// allocation among them, after which the watcher stops seeing frees until its next
+// watched allocation; never while it counts where pieces between quiet points end (Note
+// [Iterations between quiet points]), which needs every free. Asked by the inline free
+// (runtime/shortcuts.h) and by the slow path's.
+inline constexpr std::uint32_t dormant_after = 16384;
+inline bool auto_goes_dormant(std::uint32_t unwatched_frees, bool counting_ends) {
+  return unwatched_frees >= dormant_after && !counting_ends;
+}
 
 // Note [A process whose threads show no period] (auto_mode.cc): from two rests without
 // a period in the process on, a new thread's watcher begins resting, as long as the

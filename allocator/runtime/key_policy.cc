@@ -335,6 +335,12 @@ void on_plan_failed(key_policy_state& e) { e.failed = true; }
 
 void abandon_recording(key_policy_state& e) { e.recording = false; }
 
+void on_auto_period(key_policy_state& e, bool at_quiet, bool by_shape) {
+  e.automatic = true;
+  e.at_quiet = at_quiet;
+  e.by_shape = by_shape;
+}
+
 bool streak_retires(deviation_streak& st, const key_policy_state* e, bool counted, bool from_file, const policy_settings& s) {
   if (st.entry != e) {
     st.entry = e;

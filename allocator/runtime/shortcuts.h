@@ -180,7 +180,7 @@ inline bool free_backend_filtered(thread_state& t, void* p) {
     if ((!a.in_iteration || counting_ends) && a.filter.maybe_live(p)) return false;
     // Note [A dormant watcher] (auto_mode.cc): the slow path's free makes it dormant
     // (no call here: it would cost every inline free a stack frame).
-    if (++a.unwatched_frees >= dormant_after && !counting_ends) [[unlikely]] return false;
+    if (auto_goes_dormant(++a.unwatched_frees, counting_ends)) [[unlikely]] return false;
   }
   // The gate is past gate_unready: the backend has a plain free.
   backend::g_plain_free.load(std::memory_order_relaxed)(p);

@@ -725,6 +725,13 @@ TEST(AutoIteration, AnIterationBetweenQuietPointsEndsAtTheQuietCount) {
 }
 
 // runtime/auto_policy.h: the watcher's decisions, as the watcher (auto_mode.cc) takes them.
+TEST(AutoPolicy, AWatcherGoesDormantAfterUnwatchedFreesUnlessItCountsWherePiecesEnd) {
+  EXPECT_FALSE(auto_goes_dormant(dormant_after - 1, false));
+  EXPECT_TRUE(auto_goes_dormant(dormant_after, false));
+  EXPECT_FALSE(auto_goes_dormant(dormant_after, true)) << "between quiet points every free counts";
+  EXPECT_TRUE(auto_goes_dormant(dormant_after + 1000, false));
+}
+
 TEST(AutoPolicy, ANewThreadBeginsRestingOnlyAfterTwoRestsWithoutAPeriod) {
   EXPECT_FALSE(auto_start_of_thread(0).rest);
   EXPECT_FALSE(auto_start_of_thread(1).rest) << "one thread's rest says nothing of the process";

@@ -196,6 +196,19 @@ TEST_F(KeyPolicy, AnAbandonedRecordingLetsTheNextBeginRecord) {
   EXPECT_NE(record(recording(4096), begin()).to_plan, nullptr) << "the second plans";
 }
 
+// A key auto mode names has shown its period three times already (Note [Auto mode]):
+// its first recording is planned; a marked key waits for REPLAYALLOC_RECORD_ITERATIONS.
+TEST_F(KeyPolicy, AKeyAutoModeFoundIsPlannedAfterItsFirstRecording) {
+  ASSERT_GT(s_.record_iterations, 1u);
+  EXPECT_EQ(record(recording(4096), begin()).to_plan, nullptr) << "a marked key's first recording";
+  key_policy_state automatic;
+  on_auto_period(automatic, false, false);
+  const begin_decision b = decide_begin(automatic, 0, true, s_);
+  ASSERT_EQ(b.what, begin_decision::record);
+  const recording_intent in{b.regime, b.probing, b.growing, b.sizing, {b.marked[0], b.marked[1]}};
+  EXPECT_NE(decide_after_recording(automatic, recording(4096), in, s_, n_).to_plan, nullptr);
+}
+
 // Without slabs (the range could not be reserved) a planned key passes through.
 TEST_F(KeyPolicy, APlannedKeyWithoutSlabsPassesThrough) {
   record(recording(4096), begin());
@@ -448,8 +461,7 @@ TEST_F(KeyPolicy, APeriodicPlanScalesToASomewhatLargerRequestAndRecordsAMuchLarg
 // when a request outgrows its slot by at most max_scaled_growth, as a periodic key's
 // varied slots are; a larger jump is recorded instead.
 TEST_F(KeyPolicy, AByShapeKeyWhoseRecordingsShowNoVariationScalesEveryCapacity) {
-  e_.by_shape = true;
-  record(recording(64 << 10), begin());
+  on_auto_period(e_, false, true);  // its first recording planned (Note [Auto mode])
   install(record(recording(64 << 10), begin()));
   auto outgrown = [&](std::uint64_t size) {
     replay_summary rs = summary(begin(), 1, 3, 3, 2);
