@@ -153,6 +153,18 @@ machine_meta() {
   echo "compiler=$("$(cache_value "$1" CMAKE_CXX_COMPILER)" --version | head -n1)"
 }
 
+# blas_name: libtorch's BLAS, whichever Debian's alternatives point libblas.so.3 at.
+blas_name() {
+  local blas
+  blas=$(readlink -f "/usr/lib/$(uname -m)-linux-gnu/libblas.so.3" 2> /dev/null || true)
+  case $blas in
+    *openblas-pthread*) echo "OpenBLAS $(dpkg-query -W -f='${Version}' libopenblas0-pthread 2> /dev/null), 1 thread" ;;
+    *openblas*) echo "OpenBLAS, 1 thread" ;;
+    */blas/*) echo "reference BLAS (Debian's generic libblas3)" ;;
+    *) echo "BLAS ${blas:-unknown}" ;;
+  esac
+}
+
 # median: the median of the numbers on standard input, one per line.
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
@@ -174,6 +186,7 @@ run_e2e_section() {
     echo "e2e_cmd=$cmd, i.e. bench/e2e/run_e2e.py --rounds $rounds --cells $cells"
     echo "e2e_title=$title"
     echo "torch_version=$("$py" -c 'import torch; print(torch.__version__)')"
+    echo "blas=$(blas_name)"
   } >> "$tmp/meta"
   (cd "$root" && "$py" bench/e2e/run_e2e.py --build "$build" --out "$tmp/runs.jsonl" --rounds "$rounds" --cells "$cells") || status=$?
   echo "load_after=$(load_average)" >> "$tmp/meta"

@@ -44,15 +44,7 @@ e2e_args=(--build "$(rel "$build")" --out "$(rel "$build")/e2e-runs.jsonl")
 {
   machine_meta "$build"
   echo "torch_version=$(dpkg-query -W -f='${Version}' libtorch1.13 2> /dev/null || echo 1.13)"
-  # libtorch's BLAS: whichever Debian's alternatives point libblas.so.3 at
-  blas=$(readlink -f "/usr/lib/$(uname -m)-linux-gnu/libblas.so.3" 2> /dev/null || true)
-  case $blas in
-    *openblas-pthread*) blas="OpenBLAS $(dpkg-query -W -f='${Version}' libopenblas0-pthread 2> /dev/null), 1 thread" ;;
-    *openblas*) blas="OpenBLAS, 1 thread" ;;
-    */blas/*) blas="reference BLAS (Debian's generic libblas3)" ;;
-    *) blas="BLAS ${blas:-unknown}" ;;
-  esac
-  echo "blas=$blas"
+  echo "blas=$(blas_name)"
   echo "e2e_cmd=$([[ $quick == 1 ]] && echo "QUICK=1 ")bench/run_all.sh, i.e. bench/e2e/run_e2e.py ${e2e_args[*]}"
 } > "$meta"
 status=0
