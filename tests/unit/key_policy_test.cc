@@ -561,58 +561,44 @@ TEST(ReadReplay, APeriodicPlanOverrunPastItsTailIsALongerRequestAndAShortOneIsAP
 // counts, against the fewer of the plan's slots and what the period made.
 TEST(ReadReplay, AutoModeCountsAReplayThatFellShortOfTheFewerOfTheSlotsAndThePeriod) {
   const policy_settings s;
-  replay_summary rs;
-  rs.planned = 30;   // a decode step of 35 allocations, 5 of them outliving it: no slot
-  rs.expected = 35;
-  rs.handed = 30;
-  rs.misses = 5;     // the host language's objects beside the step
-  replay_reading r = read_replay(rs, s);
+  // A replay of a plan of `planned` slots whose client expected `expected` allocations.
+  const auto read = [&s](std::uint64_t expected, std::uint32_t planned, std::uint32_t handed, std::uint64_t misses = 0,
+                         std::uint32_t grown = 0) {
+    replay_summary rs;
+    rs.expected = expected;
+    rs.planned = planned;
+    rs.handed = handed;
+    rs.misses = misses;
+    rs.grown = grown;
+    return read_replay(rs, s);
+  };
+  // A decode step of 35 allocations, 5 of them outliving it (no slot), and 5 of the
+  // host language's objects beside it.
+  replay_reading r = read(35, 30, 30, 5);
   EXPECT_FALSE(r.fell_short) << "every slot handed out: the blocks without one are not a shortfall";
   EXPECT_TRUE(r.deviated) << "5 misses in 30 slots: the key's half, which auto mode does not count";
-  rs.misses = 0;
-  rs.handed = 27;
-  EXPECT_FALSE(read_replay(rs, s).fell_short) << "27 of 30: at the percent";
-  rs.handed = 26;
-  EXPECT_TRUE(read_replay(rs, s).fell_short);
+  EXPECT_FALSE(read(35, 30, 27).fell_short) << "27 of 30: at the percent";
+  EXPECT_TRUE(read(35, 30, 26).fell_short);
   // A period shorter than the plan (a plan of a longer recording): against the period.
-  rs.expected = 20;
-  rs.handed = 18;
-  EXPECT_FALSE(read_replay(rs, s).fell_short);
-  rs.handed = 17;
-  EXPECT_TRUE(read_replay(rs, s).fell_short);
+  EXPECT_FALSE(read(20, 30, 18).fell_short);
+  EXPECT_TRUE(read(20, 30, 17).fell_short);
   // Between quiet points the period is what the piece made, blocks without a slot
   // included: against the plan's slots, the fewer.
-  rs.expected = 180;
-  rs.planned = 92;
-  rs.handed = 91;
-  rs.misses = 2;
-  EXPECT_FALSE(read_replay(rs, s).fell_short);
+  EXPECT_FALSE(read(180, 92, 91, 2).fell_short);
   // Without a client's count, the plan's slots: the same test as the key's missing slots.
-  rs.expected = 0;
-  rs.planned = 100;
-  rs.misses = 0;
-  rs.handed = 89;
-  r = read_replay(rs, s);
+  r = read(0, 100, 89);
   EXPECT_TRUE(r.fell_short);
   EXPECT_TRUE(r.deviated);
-  rs.handed = 90;
-  EXPECT_FALSE(read_replay(rs, s).fell_short);
+  EXPECT_FALSE(read(0, 100, 90).fell_short);
   // A larger shape is not a deviation, but a replay that handed out a third of its slots
   // still fell short.
-  rs.expected = 30;
-  rs.planned = 30;
-  rs.handed = 10;
-  rs.misses = 24;
-  rs.grown = 2;
-  r = read_replay(rs, s);
+  r = read(30, 30, 10, 24, 2);
   EXPECT_TRUE(r.grew);
   EXPECT_FALSE(r.deviated);
   EXPECT_TRUE(r.fell_short);
   // A plan with no slot in the slab falls short of a period it hands nothing of.
-  replay_summary none;
-  none.expected = 35;
-  EXPECT_TRUE(read_replay(none, s).fell_short);
-  EXPECT_FALSE(read_replay(replay_summary{}, s).fell_short) << "nothing expected, nothing planned";
+  EXPECT_TRUE(read(35, 0, 0).fell_short);
+  EXPECT_FALSE(read(0, 0, 0).fell_short) << "nothing expected, nothing planned";
   // A periodic plan's prefix is not short unless its client bounded it.
   replay_summary prefix = periodic_replay(12, 1, 5);
   EXPECT_FALSE(read_replay(prefix, s).fell_short);
