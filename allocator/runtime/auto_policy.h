@@ -2,9 +2,10 @@
 // from the watcher that applies them.
 //
 // Layer: runtime. Pure functions of the counters the watcher (runtime/auto_mode.cc)
-// keeps and the period detector (runtime/auto_detect.h) reports: whether the watcher goes
-// dormant, whether a new thread begins resting, whether a period found begins iterations at this request, what an
-// ended iteration's verdict leads to, and whether a watch that found no period rests.
+// keeps and the period detector (runtime/auto_detect.h) reports: whether the watcher
+// goes dormant, whether a new thread begins resting, whether a period found begins
+// iterations at this request, what an ended iteration's verdict leads to, and whether a
+// watch that found no period rests.
 // Where an iteration ends and whether it repeated its period are
 // runtime/auto_iteration.h's. Tested without an engine (tests/unit/auto_detect_test.cc).
 #pragma once
@@ -60,8 +61,9 @@ inline bool auto_period_begins(const auto_period& p, std::uint64_t size) {
 
 // After an iteration auto mode began ends: the poor ones in a row (`poor`: the replay
 // fell short of the period by the key policy's reading, Note [One verdict for auto
-// mode]; one that repeated its period resets them), and whether the period is rejected (watch again, never
-// picking it again) instead of beginning the next iteration: at once a period of
+// mode]; one that repeated its period resets them), and whether the period is
+// rejected (watch again, never picking it again) instead of beginning the next
+// iteration: at once a period of
 // structure whose key failed once (`failed_shape`: taken where the program only looked
 // periodic) and a period whose key the key policy set aside (`set_aside`: Note [A
 // period whose key is set aside], auto_mode.cc), any other after 2 x
