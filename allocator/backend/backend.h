@@ -55,8 +55,9 @@ std::size_t front_range_wanted() noexcept;
 void zero_reused_by_memset() noexcept;
 
 // The largest block the backend keeps in a thread's cache for the next request of its
-// size, as its settings say (jemalloc: arenas.tcache_max, 128 KiB under the library's
-// own settings, a user's MALLOC_CONF followed; glibc: its mmap threshold's default,
+// size, as its settings say (jemalloc: the larger of arenas.tcache_max, 32 KiB unless a
+// user's MALLOC_CONF says otherwise, and what the front cache keeps, 128 KiB while it is
+// on: front_thread_kept_max(), front_cache.h; glibc: its mmap threshold's default,
 // 128 KiB, below which a block freed is the next one of its size, from the heap).
 // Auto mode's rule for blocks that never overlap asks it (Note [Blocks that never
 // overlap], runtime/auto_mode.cc).

@@ -68,6 +68,12 @@ bool front_run_block(const void* p, std::size_t* usable) noexcept;
 // outside the range, or while the cache is off.
 void front_resizing(const void* p) noexcept;
 
+// The largest class of which every thread with a cache keeps four blocks for its next
+// requests (its least share of the large classes' budget over four: 128 KiB; Note
+// [Large blocks in the front cache]); 0 while the cache is off. thread_cache_max()
+// (backend.h) is at least this.
+std::size_t front_thread_kept_max() noexcept;
+
 // This thread's lists and the shared depot given back to the underlying free (before a
 // purge: Note [Purging what a slab replaces]). Nothing when the cache is off.
 void front_cache_release() noexcept;

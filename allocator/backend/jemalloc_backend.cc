@@ -84,7 +84,7 @@
 // default table (the same functions at another address): one per automatic arena, made
 // by the first thread of that arena that callocs a large block, so threads keep apart
 // as jemalloc keeps them; without the thread cache (MALLOCX_TCACHE_NONE: a block served
-// there is zeroed there). Large blocks up to the thread cache's largest (128 KiB: Note
+// there is zeroed there). Large blocks up to the thread cache's largest (32 KiB: Note
 // [The fallback's thread cache]) go back to the freeing thread's cache, where such an
 // arena would never find them: they are jemalloc's malloc and a memset (Node.js's
 // 32,000-byte logits buffers were still 8-16 faults per token when left to jemalloc's
@@ -111,25 +111,21 @@ void replayalloc_je_free(void* p) noexcept;
 
 // Note [The fallback's thread cache]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// jemalloc 5.3's thread cache holds blocks up to opt.tcache_max, 32 KiB by default;
-// every larger block is taken from and given back to its arena: the extent's split and
-// coalescing, the radix tree's updates and the arena's lock, ~2,000-5,000 instructions
-// per malloc+free pair where a cache hit costs ~100. The fallback caches blocks up to
-// 128 KiB per thread instead (tcache_max:131072), a size chosen by measurement
-// (bench/RESULTS.md, "The fallback's thread cache"): the threaded stress programs'
-// larson and rptest (16 B-64 KiB, callgrind, the preload library) 433 M -> 341 M and
-// 396 M -> 284 M instructions; TorchScript ResNet-50 and a BERT-like encoder at 8 and
-// 16 threads keep the peak RSS of 32 KiB within the runs' noise. Larger caches pay
-// more where blocks do not recur on the thread that freed them: at 1 MiB a stream of
-// 4 KiB-1 MiB blocks that never repeats took half the instructions (never_repeats
-// 3000: 626 M -> 310 M), but ResNet-50 at 16 threads peaked ~1.5x higher (each thread
-// keeps up to 20 blocks of every class; jemalloc's cache has no byte budget, as
-// tcmalloc's has), and 256 KiB +4-7% on ResNet-50. Both copies of jemalloc get it:
-// the preload library's malloc_conf below, the C API library's private copy its
-// prefixed replayalloc_je_malloc_conf (which nothing outside the library sees).
-// MALLOC_CONF (read after them) overrides it (MALLOC_CONF=tcache_max:32768 is
-// jemalloc's default). tcache_max is jemalloc 5.3's option name; before 5.3 it would
-// be an error, so older versions keep their default.
+// jemalloc 5.3's thread cache holds blocks up to opt.tcache_max, 32 KiB by default, and
+// the library keeps that default. It had raised it to 128 KiB (larson and rptest 433 M
+// -> 341 M and 396 M -> 284 M instructions; 1 MiB: ResNet-50 at 16 threads peaked ~1.5x
+// higher, the cache having no budget of bytes) before the front cache (Note [The
+// fallback's front cache]) kept the fallback's blocks of 16 B-2 MiB itself; those
+// programs now take the same instructions and RSS with either (RESULTS "Threaded
+// stress"). What still reached jemalloc's cache from 32 to 128 KiB was large callocs
+// (Note [Zeroing by memset]) and the engine's own buffers, and up to 20 freed blocks of
+// each class waited there for a request of their class: ONNX Runtime's loop under
+// Node.js callocs its output copies a row longer each step, and took fresh pages for
+// each new class (one session: peak RSS 205-224 -> 172-182 MiB, 6.0-6.9 -> 5.1-5.6
+// faults a token; two: 257-274 -> 215-227 MiB, 5.7-7.4 -> 3.4-3.5; the models at 1-16
+// threads within their spread; RESULTS "ONNX Runtime"). So callocs above 32 KiB are the
+// arenas' of Note [Zeroing by memset], freed back to them. thread_cache_max() counts
+// the front cache too (auto mode's rule). MALLOC_CONF=tcache_max:131072 restores 128 KiB.
 #define REPLAYALLOC_JE_AT_LEAST(major, minor) \
   (JEMALLOC_VERSION_MAJOR > (major) || (JEMALLOC_VERSION_MAJOR == (major) && JEMALLOC_VERSION_MINOR >= (minor)))
 //
@@ -164,10 +160,10 @@ void replayalloc_je_free(void* p) noexcept;
 // 46 MiB). The fallback allows 2^16 (lg_extent_max_active_fit:16): 0.70 us and 48 MiB
 // there; ResNet-50 at 8 and 16 threads 678 -> 290 and 534 -> 243 faults per inference,
 // peak RSS 433 -> 419 and 526 -> 515 MiB (bench/RESULTS.md, "The fallback's dirty
-// extents"). Both copies of jemalloc get it, as they get the thread cache's size.
+// extents"). Both copies of jemalloc get it (the private one from jemalloc 5.3 on).
 #define REPLAYALLOC_JE_FIT "lg_extent_max_active_fit:16"
 #if REPLAYALLOC_JE_AT_LEAST(5, 3)
-#define REPLAYALLOC_JE_SHARED_CONF "tcache_max:131072," REPLAYALLOC_JE_FIT
+#define REPLAYALLOC_JE_SHARED_CONF REPLAYALLOC_JE_FIT
 #define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0,percpu_arena:percpu," REPLAYALLOC_JE_SHARED_CONF
 #else
 #define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0,percpu_arena:percpu," REPLAYALLOC_JE_FIT
@@ -449,8 +445,9 @@ void purge(unsigned arena) noexcept {
 }  // namespace
 
 std::size_t thread_cache_max() noexcept {
-  std::size_t max = 0;
-  return read_ctl("arenas.tcache_max", &max) ? max : 0;
+  std::size_t max = 0;  // Note [The fallback's thread cache]: the front cache's too
+  const std::size_t front = front_thread_kept_max();
+  return read_ctl("arenas.tcache_max", &max) && max > front ? max : front;
 }
 
 void release_free_memory(std::size_t slab_bytes) noexcept {

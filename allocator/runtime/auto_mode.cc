@@ -302,16 +302,17 @@ void watch(thread_state& t, std::size_t size) {
 // A watch whose first recur_sample (2,048) allocations were each freed before the next
 // (those still live at the sample's end, a start-up's buffers, left out:
 // period_detector::sample_alone), none larger than the fallback's thread cache keeps
-// (backend::thread_cache_max(): 128 KiB under the library's settings), rests
-// after those 2,048, for one history, as a stream of rare sizes does: a plan of them
-// could only put every block at offset 0, which the fallback's thread cache already
-// does for such blocks, at ~100 instructions a pair, and an iteration's begin and end
-// would cost more than that. A stream of 4 KiB malloc/free pairs, one size recurring,
-// was watched for four histories (65,536 allocations, ~1,000 instructions each) before
-// its first rest: 673.8 instructions per pair over 256,000 pairs, now 215.3
-// (jemalloc's 111.0; bench/micro/preload_callgrind.cc 4096 unmarked, RESULTS "Small
-// path"). Where this is wrong: a program whose iteration begins with 2,048 blocks made
-// one at a time and only then holds several is watched again only after each rest.
+// (backend::thread_cache_max(): 128 KiB under the library's settings, what its front
+// cache keeps), rests after those 2,048, for one history, as a stream of rare sizes
+// does: a plan of them could only put every block at offset 0, which the fallback's
+// thread cache already does for such blocks, at ~100 instructions a pair, and an
+// iteration's begin and end would cost more than that. A stream of 4 KiB malloc/free
+// pairs, one size recurring, was watched for four histories (65,536 allocations, ~1,000
+// instructions each) before its first rest: 673.8 instructions per pair over 256,000
+// pairs, now 215.3 (jemalloc's 111.0; bench/micro/preload_callgrind.cc 4096 unmarked,
+// RESULTS "Small path"). Where this is wrong: a program whose iteration begins with
+// 2,048 blocks made one at a time and only then holds several is watched again only
+// after each rest.
 // Blocks all still live at the sample's end overlap, whatever comes after: at least half
 // of the sample must have been freed (a burst's first 2,048 were said to be alone).
 //

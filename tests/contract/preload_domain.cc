@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "backend/front_cache.h"
 #include "backend/slab_range.h"
 #include "contract/replay_contract.h"
 #include "replayalloc/replayalloc.h"
@@ -260,28 +261,75 @@ T arena_stat(unsigned arena, const char* field) {
 std::uint64_t arena_large_mallocs(unsigned arena) { return arena_stat<std::uint64_t>(arena, "large.nmalloc"); }
 std::size_t arena_dirty_pages(unsigned arena) { return arena_stat<std::size_t>(arena, "pdirty"); }
 
-// Note [The fallback's thread cache] (backend/jemalloc_backend.cc): a large block the
-// fallback serves again and again on one thread (here 96 KiB, 3 times jemalloc's own
-// thread-cache limit) comes from the thread's cache after the first time, not from its
-// arena; with jemalloc's default every one of them is an arena allocation.
-TEST(PreloadFallback, ServesRecurringLargeBlocksFromTheThreadCache) {
+// Note [The fallback's thread cache] (backend/jemalloc_backend.cc): jemalloc's own thread
+// cache keeps its default, 32 KiB, and a large block the fallback serves again and again
+// on one thread (here 96 KiB, 3 times that) comes from the front cache's lists after the
+// first time, neither from the thread's arena nor from the front cache's (without the
+// front cache, every one of them would be an arena allocation). Auto mode's rule for
+// blocks that never overlap still sees 128 KiB kept per thread.
+TEST(PreloadFallback, ServesRecurringLargeBlocksWithoutAnArena) {
   if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
-  EXPECT_EQ(size_setting("arenas.tcache_max"), std::size_t{128} << 10)
-      << "jemalloc did not read the preload library's malloc_conf";
+  const char* off = std::getenv("REPLAYALLOC_FRONT_CACHE");
+  if (off != nullptr && std::strcmp(off, "0") == 0) GTEST_SKIP() << "REPLAYALLOC_FRONT_CACHE=0";
+  const char* check = std::getenv("REPLAYALLOC_CHECK");
+  if (check != nullptr && std::strcmp(check, "0") != 0) GTEST_SKIP() << "check mode has no front cache";
+  EXPECT_EQ(size_setting("arenas.tcache_max"), std::size_t{32} << 10) << "jemalloc's thread cache is not at its default";
+  EXPECT_EQ(detail::backend::thread_cache_max(), std::size_t{128} << 10)
+      << "auto mode's rule does not see what the front cache keeps";
   unsigned arena = 0;
   std::size_t len = sizeof arena;
   ASSERT_EQ(mallctl("thread.arena", &arena, &len, nullptr, 0), 0);
+  void* first = detail::backend::fallback_alloc(16, 16);  // opens the thread's front cache
+  ASSERT_NE(first, nullptr);
+  unsigned front = 0;
+  unsigned sharing = 0;
+  ASSERT_TRUE(detail::backend::front_cache_arena(&front, &sharing)) << "the front cache is off";
   constexpr std::size_t kSize = std::size_t{96} << 10;
   constexpr int kPairs = 1000;
-  const std::uint64_t before = arena_large_mallocs(arena);
+  const std::uint64_t before = arena_large_mallocs(arena) + arena_large_mallocs(front);
   for (int i = 0; i < kPairs; ++i) {
     auto* p = static_cast<unsigned char*>(detail::backend::fallback_alloc(kSize, 16));
     ASSERT_NE(p, nullptr);
     p[0] = p[kSize - 1] = static_cast<unsigned char>(i);  // a block the program uses
     detail::backend::fallback_free(p);
   }
-  EXPECT_LE(arena_large_mallocs(arena) - before, 2u)
-      << "the fallback's recurring 96 KiB blocks were taken from the arena each time";
+  EXPECT_LE(arena_large_mallocs(arena) + arena_large_mallocs(front) - before, 2u)
+      << "the fallback's recurring 96 KiB blocks were taken from an arena each time";
+  detail::backend::fallback_free(first);
+}
+
+// Note [The fallback's thread cache] and Note [Zeroing by memset]: the pages of large
+// blocks a thread calloc'd and freed serve its next callocs of another class, zeroed
+// (ONNX Runtime's outputs copied by Node.js into calloc'd buffers a row longer each
+// step). With jemalloc's thread cache at 128 KiB the freed blocks waited in the cache's
+// bin of their class and the next class faulted fresh pages in (208 of 192 here).
+TEST(PreloadFallback, LargeCallocsOfAnotherClassReuseTheFreedPages) {
+  if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
+  constexpr int kBlocks = 16;
+  constexpr std::size_t kFirst = std::size_t{64} << 10;
+  constexpr std::size_t kNext = std::size_t{48} << 10;
+  void* first[kBlocks];
+  for (void*& p : first) {
+    p = detail::backend::fallback_calloc(kFirst);
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 1, kFirst);  // the program's data
+  }
+  for (void* p : first) detail::backend::fallback_free(p);
+  void* next[kBlocks] = {};
+  int not_zero = 0;
+  const long before = minor_faults();
+  for (void*& q : next) {
+    auto* p = static_cast<unsigned char*>(detail::backend::fallback_calloc(kNext));
+    ASSERT_NE(p, nullptr);
+    for (std::size_t k = 0; k < kNext; k += 256) not_zero += p[k] != 0 ? 1 : 0;
+    not_zero += p[kNext - 1] != 0 ? 1 : 0;
+    std::memset(p, 2, kNext);
+    q = p;
+  }
+  const long faults = minor_faults() - before;
+  for (void* p : next) detail::backend::fallback_free(p);
+  EXPECT_EQ(not_zero, 0) << "a calloc'd block held the freed blocks' bytes";
+  EXPECT_LT(faults, kBlocks) << "the 48 KiB callocs faulted " << faults << " pages in where 1 MiB of freed pages waited";
 }
 
 // Note [The fallback's arenas per CPU] (backend/jemalloc_backend.cc): a thread's
