@@ -116,16 +116,17 @@ void replayalloc_je_free(void* p) noexcept;
 // -> 341 M and 396 M -> 284 M instructions; 1 MiB: ResNet-50 at 16 threads peaked ~1.5x
 // higher, the cache having no budget of bytes) before the front cache (Note [The
 // fallback's front cache]) kept the fallback's blocks of 16 B-2 MiB itself; those
-// programs now take the same instructions and RSS with either (RESULTS "Threaded
-// stress"). What still reached jemalloc's cache from 32 to 128 KiB was large callocs
-// (Note [Zeroing by memset]) and the engine's own buffers, and up to 20 freed blocks of
-// each class waited there for a request of their class: ONNX Runtime's loop under
-// Node.js callocs its output copies a row longer each step, and took fresh pages for
-// each new class (one session: peak RSS 205-224 -> 172-182 MiB, 6.0-6.9 -> 5.1-5.6
-// faults a token; two: 257-274 -> 215-227 MiB, 5.7-7.4 -> 3.4-3.5; the models at 1-16
-// threads within their spread; RESULTS "ONNX Runtime"). So callocs above 32 KiB are the
-// arenas' of Note [Zeroing by memset], freed back to them. thread_cache_max() counts
-// the front cache too (auto mode's rule). MALLOC_CONF=tcache_max:131072 restores 128 KiB.
+// programs now take the same instructions and RSS with either (RESULTS, the notes after
+// "Generation in a second framework"). What still reached jemalloc's cache from 32 to
+// 128 KiB was large callocs (Note [Zeroing by memset]) and the engine's own buffers,
+// and up to 20 freed blocks of each class waited there for a request of their class:
+// ONNX Runtime's loop under Node.js callocs its output copies a row longer each step,
+// and took fresh pages for each new class (one session: peak RSS 205-224 -> 172-182
+// MiB, 6.0-6.9 -> 5.1-5.6 faults a token; two: 257-274 -> 215-227 MiB, 5.7-7.4 ->
+// 3.4-3.5; the models at 1-16 threads within their spread; the same notes). So callocs
+// above 32 KiB are the arenas' of Note [Zeroing by memset], freed back to them.
+// thread_cache_max() counts the front cache too (auto mode's rule).
+// MALLOC_CONF=tcache_max:131072 restores 128 KiB.
 #define REPLAYALLOC_JE_AT_LEAST(major, minor) \
   (JEMALLOC_VERSION_MAJOR > (major) || (JEMALLOC_VERSION_MAJOR == (major) && JEMALLOC_VERSION_MINOR >= (minor)))
 //
