@@ -20,7 +20,7 @@
 // and decommits with its own default hooks, which work on any address, and decays the
 // arena's dirty pages as any other's. The arenas have no thread bound to them, so no thread's
 // exit purges them (jemalloc purges an arena its last thread leaves: Note [The fallback's
-// arenas per CPU]), and blocks go to and come from it without any thread cache
+// shared arena]), and blocks go to and come from it without any thread cache
 // (MALLOCX_TCACHE_NONE): the front cache is that cache. Where the range or the arena
 // cannot be made the front cache stays off, saying so at REPLAYALLOC_VERBOSE=2.
 #include <sys/mman.h>

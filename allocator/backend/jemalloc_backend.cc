@@ -130,23 +130,25 @@ void replayalloc_je_free(void* p) noexcept;
 #define REPLAYALLOC_JE_AT_LEAST(major, minor) \
   (JEMALLOC_VERSION_MAJOR > (major) || (JEMALLOC_VERSION_MAJOR == (major) && JEMALLOC_VERSION_MINOR >= (minor)))
 //
-// Note [The fallback's arenas per CPU]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// jemalloc gives each of the first 4 x ncpus threads an arena of its own and purges
-// every dirty page of an arena when the last thread bound to it exits or moves away
-// (tcache_destroy, arena_migrate; decay settings do not stop it: strace -k shows the
-// MADV_DONTNEED from the thread's cleanup). A service whose threads come and go (a
-// pool that grows and shrinks, larson) faults its predecessors' pages back in, and at
-// 8-16 threads each arena keeps its own free pages for one thread. The LD_PRELOAD
-// library's jemalloc therefore uses an arena per CPU (`percpu_arena:percpu`): a thread
-// allocates from the arena of the CPU it runs on, so an exiting thread leaves its pages
-// to the threads still running there, and threads on different CPUs still never share
-// an arena's locks. Measured side by side on 2 cores (bench/RESULTS.md, "The fallback's
-// thread cache", note "Arenas per CPU"): larson 2.13 -> 0.88 s of CPU (8.5x -> 3.5x
-// mimalloc's), rptest, producer/consumer and small rings unchanged; peak RSS at 8 and
-// 16 threads on ResNet-50 1.15x -> 1.07x and 1.37x -> 1.18x the leanest
-// general-purpose allocator's, the BERT-like encoder at 16 1.05x -> 1.03x; one thread
-// within the runs' spread. `MALLOC_CONF=percpu_arena:disabled` restores an arena per thread.
+// Note [The fallback's shared arena]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// jemalloc gives each of the first 4 x ncpus threads an arena and purges an arena when
+// its last thread exits (tcache_destroy; decay settings do not stop it): threads that
+// come and go (larson) faulted their predecessors' pages back in, and each arena kept
+// its free pages for its own threads. An arena per CPU (`percpu_arena:percpu`) took
+// larson from 2.13 to 0.88 s of CPU; the LD_PRELOAD library's jemalloc now has one
+// automatic arena for all threads (`narenas:1`): the main thread stays bound to it, so
+// no exit purges it, and one thread's free pages serve every other. Little reaches its
+// shared locks: the front cache (Note [The fallback's front cache]) serves 16 B-2 MiB
+// from lists and arenas of its own, the thread cache small callocs; what is left is
+// blocks above 2 MiB, large callocs (Note [Zeroing by memset]) and reallocs. On 2
+// cores (RESULTS, notes after "Generation in a second framework"): peak RSS of ResNet-50
+// at 8 and 16 threads 393 and 473 MiB against 426 and 508 with an arena per CPU
+// (tcmalloc, the leanest, 399 and 483), the BERT-like encoder 357 and 386 against 363
+// and 394 (tcmalloc 353, 383), CPU within the spread; threaded stress and contention
+// (64 KiB-16 MiB blocks, 8 and 32 threads) as fast. Not measured: many cores, whose
+// threads would share the arena's lock for large blocks (as tcmalloc's page heap's).
+// `MALLOC_CONF=percpu_arena:percpu` restores an arena per CPU.
 //
 // Note [The fallback's dirty extents]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -165,9 +167,9 @@ void replayalloc_je_free(void* p) noexcept;
 #define REPLAYALLOC_JE_FIT "lg_extent_max_active_fit:16"
 #if REPLAYALLOC_JE_AT_LEAST(5, 3)
 #define REPLAYALLOC_JE_SHARED_CONF REPLAYALLOC_JE_FIT
-#define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0,percpu_arena:percpu," REPLAYALLOC_JE_SHARED_CONF
+#define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0,narenas:1," REPLAYALLOC_JE_SHARED_CONF
 #else
-#define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0,percpu_arena:percpu," REPLAYALLOC_JE_FIT
+#define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0,narenas:1," REPLAYALLOC_JE_FIT
 #endif
 #if defined(REPLAYALLOC_PRELOAD_DEFAULTS) && REPLAYALLOC_JE_AT_LEAST(5, 2)
 extern "C" {
@@ -418,8 +420,8 @@ std::size_t fallback_resident_bytes() noexcept { return fresh_stat("stats.reside
 //    recorded: what it recorded is most of what is free);
 //  - else this thread's arena, when its dirty pages are at most three times the slab
 //    for each thread using that arena: each thread of a multi-threaded service has an
-//    arena of its own (or shares one with a few, where threads outnumber jemalloc's
-//    four arenas per CPU), and the pages there are what those threads' iterations
+//    arena under jemalloc's defaults (the LD_PRELOAD library's: one for all, Note [The
+//    fallback's shared arena]), and the pages there are what its threads' iterations
 //    used (ResNet-50, 4 threads: 21-25 MiB dirty in each inference thread's arena,
 //    against an 11 MiB slab and 75-94 MiB in all arenas together; MobileNetV3:
 //    10-11 MiB against 7 MiB and 41 MiB); and by the same rule the arena of the

@@ -141,34 +141,37 @@ std::size_t size_setting(const char* name) {
   return value;
 }
 
-// Runs f on a new thread bound to `cpu`: jemalloc gives a new thread the arena of the
-// CPU it runs on (Note [The fallback's arenas per CPU]), and keeps a running thread on
-// its arena while no other thread used that arena since.
+// Runs f on a new thread (every thread's fallback arena is the same one: Note [The
+// fallback's shared arena]).
+template <typename F>
+void on_new_thread(F f) {
+  std::thread t([&] { f(); });
+  t.join();
+}
+
+// Runs f on a new thread bound to `cpu` (the front cache's arena is its CPU's: Note
+// [The front cache's arena]).
 template <typename F>
 void on_cpu(int cpu, F f) {
-  std::thread t([&] {
+  on_new_thread([&] {
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(cpu, &one);
     ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
     f();
   });
-  t.join();
 }
 
 // Note [The fallback's huge blocks] (backend/jemalloc_backend.cc): in the preload
 // library, a block of 8 MiB or more that goes back to the fallback keeps its pages for
 // the next one (jemalloc's own default purges them at the free, and every page faults
 // in again), unless MALLOC_CONF says otherwise. In jemalloc's arena 0, which the
-// option alone does not reach: the arena of CPU 0 (Note [The fallback's arenas per
-// CPU]), so the test runs on CPU 0.
+// option alone does not reach, and which every thread's blocks come from (Note [The
+// fallback's shared arena]).
 TEST(PreloadFallback, KeepsTheFreedPagesOfHugeBlocks) {
   if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
   EXPECT_EQ(size_setting("opt.oversize_threshold"), 0u) << "jemalloc did not read the preload library's malloc_conf";
-  cpu_set_t all;
-  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
-  if (!CPU_ISSET(0, &all)) GTEST_SKIP() << "CPU 0 is not ours to run on";
-  on_cpu(0, [&] {
+  on_new_thread([&] {
     unsigned arena = 1;
     std::size_t len = sizeof arena;
     ASSERT_EQ(mallctl("thread.arena", &arena, &len, nullptr, 0), 0);
@@ -209,8 +212,8 @@ TEST(PreloadFallback, ABurstOfLargeBlocksFreedTogetherReusesTheirPages) {
   int cpu = 0;
   while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &all)) ++cpu;
   ASSERT_LT(cpu, CPU_SETSIZE);
-  // One CPU, so that both bursts come from its arena (Note [The fallback's arenas per
-  // CPU]); blocks above the thread cache's largest (128 KiB), so that they go to it.
+  // One CPU, so that both bursts come from the same arenas (the front cache's is its
+  // CPU's; Note [The fallback's shared arena]).
   on_cpu(cpu, [&] {
     // The arena's decay held while the test runs: what is tested is reuse, and a loaded
     // machine may keep the thread off its CPU between the bursts long enough for jemalloc
@@ -332,59 +335,80 @@ TEST(PreloadFallback, LargeCallocsOfAnotherClassReuseTheFreedPages) {
   EXPECT_LT(faults, kBlocks) << "the 48 KiB callocs faulted " << faults << " pages in where 1 MiB of freed pages waited";
 }
 
-// Note [The fallback's arenas per CPU] (backend/jemalloc_backend.cc): a thread's
-// fallback blocks come from the arena of its CPU, and a thread that exits leaves that
-// arena's free pages to the threads still running there, where jemalloc's default (an
-// arena per thread) purges them all at its exit, and its successor faults them back in.
-TEST(PreloadFallback, AThreadThatExitsLeavesItsPagesToItsCPUsOtherThreads) {
+// Note [The fallback's shared arena] (backend/jemalloc_backend.cc): every thread's
+// fallback blocks come from one arena, so a thread that exits leaves that arena's free
+// pages to the threads still running, where jemalloc's default (an arena per thread)
+// purges them all at its exit, and its successor faults them back in; and a large block
+// one thread freed serves another thread's next one.
+TEST(PreloadFallback, AThreadThatExitsLeavesItsPagesToTheOtherThreads) {
   if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
   (void)replayalloc::stats();
-  const char* mode = nullptr;
-  std::size_t len = sizeof mode;
-  ASSERT_EQ(mallctl("opt.percpu_arena", &mode, &len, nullptr, 0), 0);
-  ASSERT_NE(mode, nullptr);
-  EXPECT_STREQ(mode, "percpu") << "jemalloc did not read the preload library's malloc_conf";
+  unsigned narenas = 0;
+  std::size_t l = sizeof narenas;
+  ASSERT_EQ(mallctl("opt.narenas", &narenas, &l, nullptr, 0), 0);
+  EXPECT_EQ(narenas, 1u) << "jemalloc did not read the preload library's malloc_conf";
+  unsigned mine = UINT32_MAX;
+  l = sizeof mine;
+  ASSERT_EQ(mallctl("thread.arena", &mine, &l, nullptr, 0), 0);
+  // The arena's dirty pages of earlier tests purged first, and its decay held while the
+  // test runs: what is tested is which pages the exit leaves, and a loaded machine may
+  // keep a thread off its CPU long enough for jemalloc's own decay (10 s) to purge them.
+  const std::string purge = "arena." + std::to_string(mine) + ".purge";
+  ASSERT_EQ(mallctl(purge.c_str(), nullptr, nullptr, nullptr, 0), 0);
+  const std::string decay = "arena." + std::to_string(mine) + ".dirty_decay_ms";
+  ssize_t was = 0;
+  ssize_t never = -1;
+  l = sizeof was;
+  ASSERT_EQ(mallctl(decay.c_str(), &was, &l, &never, sizeof never), 0);
+  // A worker on one CPU uses and frees 12 MiB of 3 MiB blocks (above the front cache's
+  // classes: Note [Large blocks in the front cache]; dirty pages of the arena) and
+  // exits; then a thread on another CPU, where there is one, allocates the same.
   cpu_set_t all;
   ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
-  int cpu = 0;
-  while (!CPU_ISSET(cpu, &all)) ++cpu;
-  // A thread on that CPU, and a worker beside it on the same CPU that uses and frees
-  // 12 MiB of 3 MiB blocks (above the thread cache and the front cache's classes: Note
-  // [Large blocks in the front cache]; dirty pages of the arena) and exits.
-  on_cpu(cpu, [&] {
-    void* big = detail::backend::fallback_alloc(std::size_t{1} << 20, 16);
-    ASSERT_NE(big, nullptr);
-    unsigned mine = 0;
-    std::size_t l = sizeof mine;
-    ASSERT_EQ(mallctl("thread.arena", &mine, &l, nullptr, 0), 0);
-    EXPECT_EQ(mine, static_cast<unsigned>(cpu)) << "a thread's arena is not its CPU's";
-    // The arena's dirty pages of earlier tests (KeepsTheFreedPagesOfHugeBlocks leaves
-    // 32 MiB in arena 0) purged first: jemalloc's time-based decay, which any exit runs on
-    // arena 0, would otherwise purge them at the worker's exit, the worker's own freed
-    // pages with them where their extents were merged (1 run in 30 beside two busy loops).
-    const std::string purge = "arena." + std::to_string(mine) + ".purge";
-    ASSERT_EQ(mallctl(purge.c_str(), nullptr, nullptr, nullptr, 0), 0);
-    unsigned theirs = UINT32_MAX;
-    std::size_t dirty_at_exit = 0;
-    on_cpu(cpu, [&] {
-      void* blocks[4];
-      for (void*& b : blocks) {
-        b = detail::backend::fallback_alloc(std::size_t{3} << 20, 16);
-        ASSERT_NE(b, nullptr);
-        std::memset(b, 1, std::size_t{3} << 20);
-      }
-      for (void* b : blocks) detail::backend::fallback_free(b);
-      std::size_t n = sizeof theirs;
-      ASSERT_EQ(mallctl("thread.arena", &theirs, &n, nullptr, 0), 0);
-      dirty_at_exit = arena_dirty_pages(theirs);
-    });
-    EXPECT_EQ(theirs, mine) << "two threads on one CPU used different arenas";
-    ASSERT_GE(dirty_at_exit, std::size_t{512}) << "the worker's freed blocks were not dirty pages of its arena";
-    // The arena still has a thread: the worker's exit purged nothing.
-    EXPECT_GE(arena_dirty_pages(theirs), dirty_at_exit / 2)
-        << "the worker's exit purged the arena a running thread still uses";
-    detail::backend::fallback_free(big);
+  int first = -1;
+  int last = -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &all)) continue;
+    if (first < 0) first = c;
+    last = c;
+  }
+  ASSERT_GE(first, 0);
+  constexpr std::size_t kBlock = std::size_t{3} << 20;
+  unsigned theirs = UINT32_MAX;
+  std::size_t dirty_at_exit = 0;
+  on_cpu(last, [&] {
+    void* blocks[4];
+    for (void*& b : blocks) {
+      b = detail::backend::fallback_alloc(kBlock, 16);
+      ASSERT_NE(b, nullptr);
+      std::memset(b, 1, kBlock);
+    }
+    for (void* b : blocks) detail::backend::fallback_free(b);
+    std::size_t n = sizeof theirs;
+    ASSERT_EQ(mallctl("thread.arena", &theirs, &n, nullptr, 0), 0);
+    dirty_at_exit = arena_dirty_pages(theirs);
   });
+  EXPECT_EQ(theirs, mine) << "two threads used different arenas";
+  ASSERT_GE(dirty_at_exit, std::size_t{512}) << "the worker's freed blocks were not dirty pages of its arena";
+  // The arena still has a thread: the worker's exit purged nothing.
+  EXPECT_GE(arena_dirty_pages(theirs), dirty_at_exit / 2) << "the worker's exit purged the arena a running thread still uses";
+  // The next thread's 3 MiB blocks are the worker's pages (jemalloc takes one of the four
+  // from fresh pages all the same: ~770 faults; with an arena per CPU, all 3,072).
+  long faults = 0;
+  on_cpu(first, [&] {
+    const long before = minor_faults();
+    void* again[4];
+    for (void*& b : again) {
+      b = detail::backend::fallback_alloc(kBlock, 16);
+      ASSERT_NE(b, nullptr);
+      std::memset(b, 2, kBlock);
+    }
+    faults = minor_faults() - before;
+    for (void* b : again) detail::backend::fallback_free(b);
+  });
+  EXPECT_EQ(mallctl(decay.c_str(), nullptr, nullptr, &was, sizeof was), 0);
+  EXPECT_LT(faults, 1536) << "the worker's freed pages did not serve the next thread (" << faults
+                          << " faults for 3,072 pages)";
 }
 
 }  // namespace
