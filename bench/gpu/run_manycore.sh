@@ -13,7 +13,11 @@
 #      and p99 against T per allocator (bench/gpu/plot_manycore.py, when matplotlib is
 #      there) to $OUT.
 # Environment: MODELS (default "lstm resnet50"), THREADS (default "1 2 4 8 16"), ROUNDS
-# (default 2), WARMUP (default 8), ITERS (timed inferences per thread, default 12).
+# (default 2), WARMUP (default 8), ITERS (timed inferences per thread, default 12),
+# EXTRA_CONF (run_e2e.py's --extra-conf NAME=CONF, e.g. "replay-auto-percpu=percpu_arena:percpu":
+# auto mode with its fallback's jemalloc arena per CPU instead of one shared arena, Note
+# [The fallback's shared arena]; in manycore.jsonl, not in the section's table; adds a
+# sixth of the time).
 # The defaults take about 8 minutes on 16 cores; run mobilenet_v3_large and bert_b1 in
 # a second call. Copy $OUT/manycore.md into bench/RESULTS.md and the PNG into bench/.
 set -uo pipefail
@@ -64,7 +68,8 @@ done
 } > "$OUT/manycore_meta.txt"
 status=0
 "$PY" bench/e2e/run_e2e.py --build "$mc" --out "$OUT/manycore.jsonl" --rounds "$ROUNDS" --libdir .gpu/lib \
-  --allocators glibc,jemalloc,tcmalloc,mimalloc,replay-auto,replay-explicit --cells "$cells" || status=$?
+  --allocators glibc,jemalloc,tcmalloc,mimalloc,replay-auto,replay-explicit --cells "$cells" \
+  ${EXTRA_CONF:+--extra-conf "$EXTRA_CONF"} || status=$?
 echo "load_after=$(load_average)" >> "$OUT/manycore_meta.txt"
 cp bench/RESULTS.md "$OUT/RESULTS.manycore.md"
 "$PY" bench/update_results.py e2e "$OUT/RESULTS.manycore.md" --meta "$OUT/manycore_meta.txt" \
