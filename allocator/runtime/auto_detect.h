@@ -112,10 +112,10 @@ inline constexpr std::size_t max_quiet_cuts = quiet_window / min_quiet_piece + 2
 // sizes seen before in it, in a table of recur_bits bits (one per hash of a size).
 inline constexpr std::uint32_t recur_sample = 2048;
 inline constexpr std::uint32_t recur_bits = 32768;
-// Note [Blocks that never overlap]: the largest block the fallback keeps in its
-// thread cache or front cache under the library's settings (Note [The fallback's
-// thread cache], backend/jemalloc_backend.cc); a detector's default, auto mode gives it what the
-// backend says (backend::thread_cache_max()).
+// Note [Blocks that never overlap]: the largest block the fallback keeps in its thread
+// cache or front cache under the library's settings (Note [The fallback's thread
+// cache], backend/jemalloc_backend.cc); a detector's default, auto mode gives it what
+// the backend says (backend::thread_cache_max()).
 inline constexpr std::uint64_t thread_cached_max = std::uint64_t{128} << 10;
 
 class period_detector {
