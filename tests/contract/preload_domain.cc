@@ -16,6 +16,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "backend/backend.h"
 #include "backend/front_cache.h"
@@ -149,6 +150,20 @@ void on_new_thread(F f) {
   t.join();
 }
 
+// The first and the last CPU this process may run on (-1, -1: none readable).
+std::pair<int, int> allowed_cpus() {
+  cpu_set_t all;
+  if (sched_getaffinity(0, sizeof all, &all) != 0) return {-1, -1};
+  int first = -1;
+  int last = -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &all)) continue;
+    if (first < 0) first = c;
+    last = c;
+  }
+  return {first, last};
+}
+
 // Runs f on a new thread bound to `cpu` (the front cache's arena is its CPU's: Note
 // [The front cache's arena]).
 template <typename F>
@@ -207,11 +222,8 @@ TEST(PreloadFallback, ABurstOfLargeBlocksFreedTogetherReusesTheirPages) {
   if (check != nullptr && std::strcmp(check, "0") != 0) GTEST_SKIP() << "check mode shadows every block itself";
   EXPECT_EQ(size_setting("opt.lg_extent_max_active_fit"), 16u)
       << "jemalloc did not read the preload library's malloc_conf";
-  cpu_set_t all;
-  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
-  int cpu = 0;
-  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &all)) ++cpu;
-  ASSERT_LT(cpu, CPU_SETSIZE);
+  const int cpu = allowed_cpus().first;
+  ASSERT_GE(cpu, 0);
   // One CPU, so that both bursts come from the same arenas (the front cache's is its
   // CPU's; Note [The fallback's shared arena]).
   on_cpu(cpu, [&] {
@@ -363,15 +375,7 @@ TEST(PreloadFallback, AThreadThatExitsLeavesItsPagesToTheOtherThreads) {
   // A worker on one CPU uses and frees 12 MiB of 3 MiB blocks (above the front cache's
   // classes: Note [Large blocks in the front cache]; dirty pages of the arena) and
   // exits; then a thread on another CPU, where there is one, allocates the same.
-  cpu_set_t all;
-  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
-  int first = -1;
-  int last = -1;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (!CPU_ISSET(c, &all)) continue;
-    if (first < 0) first = c;
-    last = c;
-  }
+  const auto [first, last] = allowed_cpus();
   ASSERT_GE(first, 0);
   constexpr std::size_t kBlock = std::size_t{3} << 20;
   unsigned theirs = UINT32_MAX;
