@@ -306,14 +306,14 @@ bool period_detector::detect_shape() {
   // Note [Requests of repeated steps]: the requests this step makes; or, while the
   // watch is younger than a history, none yet when fewer than 4 of them are in it or
   // the step's sizes grow. Steps that grow where no quiet point shows a request (a
-  // host language holds the caches: Note [Anchored iterations]) are taken after a
-  // quarter of a history.
+  // host language holds the caches: Note [Anchored iterations]) are taken after
+  // history / anchored_wait.
   const requests_seen seen = detect_requests(p);
   if (seen == requests_seen::found) return true;
   const std::uint64_t watched = count_ - watched_from_;
   if (seen == requests_seen::too_few && watched < history_) return false;
   if (grows(p, n) && watched < history_ &&
-      (seen != requests_seen::none || watched < history_ / 4 || !steps_stand_alone(p, n))) {
+      (seen != requests_seen::none || watched < history_ / anchored_wait || !steps_stand_alone(p, n))) {
     return false;
   }
   found_at(p, n, true);

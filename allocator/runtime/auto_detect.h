@@ -75,10 +75,14 @@
 // into calloc'd JavaScript buffers the collector frees hundreds of allocations later,
 // on another thread, so no quiet point shows a request, and the step, not the request,
 // is the iteration (its sizes grow token by token: Note [Growth headroom], scaled at
-// once as periodic plans are, key_policy.cc). Such steps are taken after a quarter of a
-// history, not a whole one, when at most a third of their blocks outlive them; the
-// steps of a Python loop hand their caches on (11 of 18 outlive a step) and wait for
-// their requests (Note [Requests of repeated steps]).
+// once as periodic plans are, key_policy.cc). Such steps are taken after an eighth of a
+// history (anchored_wait), not a whole one, when at most a third of their blocks
+// outlive them; the steps of a Python loop hand their caches on (11 of 18 outlive a
+// step) and wait for their requests (Note [Requests of repeated steps]). A quarter
+// waited two requests more under Node.js, whose start-up and session make ~1,400 of
+// the watched allocations: 6,642 of 106,000 passed through, 5,047 with an eighth
+// (bench/onnx, 20 + 60 requests). A piece between anchors that is not a step (the
+// prefill) is split: Note [Long pieces between anchors] (auto_mode.cc).
 #pragma once
 
 #include <bitset>
@@ -102,6 +106,9 @@ inline constexpr std::uint64_t min_period_bytes = std::uint64_t{256} << 10;
 inline constexpr std::uint8_t max_life = 64;
 inline constexpr std::uint64_t shape_every = 512;
 inline constexpr std::size_t shape_periods = 8;  // periods alike before one of structure is taken
+// Note [Anchored iterations]: steps that stand alone are taken after history /
+// anchored_wait watched allocations.
+inline constexpr std::uint64_t anchored_wait = 8;
 // See Note [Iterations between quiet points].
 inline constexpr std::size_t quiet_window = 4096;
 // min_quiet_piece: runtime/auto_iteration.h.
@@ -272,6 +279,11 @@ struct auto_state {
   // began, and the slow-path allocations it saw (slab slots the cursor counts).
   bool in_iteration = false;
   std::uint32_t count = 0;
+  // Note [Long pieces between anchors] (auto_mode.cc): the open iteration is a long
+  // piece's rest, of the key `long_key`; the step's iteration asked whether it is one.
+  bool in_long = false;
+  bool long_checked = false;
+  char long_key[56] = "";
   // Note [A dormant watcher] (auto_mode.cc): backend frees the gate sent to the watcher
   // since its last watched allocation.
   std::uint32_t unwatched_frees = 0;

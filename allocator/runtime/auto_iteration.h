@@ -27,6 +27,10 @@ struct auto_iteration {
   std::uint32_t at_quiet = 0;     // of them, in a row at the quiet count
   std::uint32_t cursor_next = 0;  // replay: the plan's next slot, and its slots
   std::uint32_t cursor_count = 0;
+  // Note [Long pieces between anchors] (auto_mode.cc): the open iteration is a long
+  // piece's rest, and whether the step's iteration already asked whether it is one.
+  bool long_piece = false;
+  bool long_checked = false;
 };
 
 // The least an iteration between quiet points makes (runtime/auto_detect.h).
@@ -45,6 +49,27 @@ inline bool auto_iteration_ends(const auto_iteration& it, std::uint64_t size) {
   if (it.anchor != 0) return (size == it.anchor && 2 * made >= period) || made >= 2 * period;
   if (it.replaying) return it.cursor_next >= it.cursor_count || made >= period;
   return it.count >= period;
+}
+
+// Note [Long pieces between anchors] (auto_mode.cc): what the watcher does before a
+// request of `size` bytes in an anchored iteration: nothing, end it and begin the
+// next step (auto_iteration_ends), or end it and begin the long piece's rest.
+enum class auto_cut : std::uint8_t { none, next, long_piece };
+// A long piece's rest ends at the anchor, or past this many periods (the anchor lost).
+inline constexpr std::uint32_t max_long_periods = 8;
+inline auto_cut auto_iteration_cut(const auto_iteration& it, std::uint64_t size) {
+  const std::uint64_t made = std::uint64_t{it.handed} + it.count;
+  const std::uint64_t period = it.period;
+  if (it.anchor != 0 && it.long_piece) {
+    return size == it.anchor || made >= max_long_periods * period ? auto_cut::next : auto_cut::none;
+  }
+  // A replayed step whose first period of requests missed the slab at least half the
+  // time is a piece of another structure: its rest is the long piece's.
+  if (it.anchor != 0 && it.replaying && !it.long_checked && made >= period && size != it.anchor &&
+      2 * std::uint64_t{it.count} >= period) {
+    return auto_cut::long_piece;
+  }
+  return auto_iteration_ends(it, size) ? auto_cut::next : auto_cut::none;
 }
 
 }  // namespace replayalloc::detail

@@ -105,6 +105,41 @@ auto_period period_of(const auto_state& a) {
 
 namespace {
 
+// Note [Long pieces between anchors]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Anchored iterations (Note [Anchored iterations]) are a loop's steps, each begun at
+// the anchor's request. A piece between two anchors that is no step replayed the
+// step's plan for its first requests and missed the rest: ONNX Runtime's prefill under
+// Node.js, the step's run over the whole prompt, whose activations (a row of the
+// prompt each, below the minimum at one token) make ~120 watched requests against a
+// step's 35. Four in five of them went to the fallback, ~7% of the loop's allocations.
+// So a replayed step that missed the slab on at least half of its first period of
+// requests (it asks at the first slow-path request past them, once) ends there, and the
+// rest of the piece, to the next anchor, is an iteration of a key of its own (the
+// step's, "/long" added): recorded, planned and replayed like any, its structures (one
+// per range of prompt lengths: kernels that allocate more past some lengths) regimes
+// picked by their first request, which a prefill's rest makes at the same position
+// (Note [Regimes by first size]). The step cut there is the key policy's replay like
+// any (it deviated) and the watcher's poor iteration; the long piece's replay is the
+// key policy's only, the period being the step's. The rest ends at the next anchor, or
+// after max_long_periods periods (the anchor lost). Measured (bench/onnx, 20 + 60
+// requests, side by side): 74.6-75.7% of the allocations of at least 4 KiB from a slab
+// at one session, 79.9-80.0% with long pieces; 77.5% and 81.9% at two.
+// tests/preload/host_held_generation.cc models it (fallbacks 7,574 -> 2,221). Where it
+// is wrong: a step that outgrew its slots (a longer sequence) and made other requests
+// before the anchor hands them to the long piece as a structure that does not repeat:
+// recorded once, never planned.
+
+// The next iteration of `key`, beginning with a request of `size` bytes.
+void begin_step(thread_state& t, auto_state& a, std::size_t size, engine& eng, const char* key) {
+  eng.begin(t, key, size);
+  a.in_iteration = true;
+  a.count = 1;
+  a.at_quiet = 0;
+  a.at_quiet_handed = 0;
+  a.long_checked = false;
+}
+
 // An allocation inside an iteration auto mode began: the iteration ends before it
 // (runtime/auto_iteration.h), and the next begins with it unless the period is
 // rejected (runtime/auto_policy.h).
@@ -123,39 +158,59 @@ void step_iteration(thread_state& t, auto_state& a, std::size_t size, engine& en
   it.at_quiet = a.at_quiet;
   it.cursor_next = replaying ? cursor_next(d.cursor) : 0;
   it.cursor_count = d.cursor.count;
-  if (auto_iteration_ends(it, size)) {
-    // A period of structure (Note [Periods whose sizes change]) whose key failed once
-    // (a plan retired, a recording of another structure) was taken where the program
-    // only looked periodic: it is given up at once, not after many poor iterations.
-    const bool failed_shape = a.det.by_shape() && it.anchor == 0 && t.host.probation;
-    const bool set_aside = t.host.aside;  // Note [A period whose key is set aside]
-    // Whether it repeated the period is the key policy's reading of the replay (Note
-    // [One verdict for auto mode]), against what the period made.
-    t.host.expected = it.quiet ? std::uint64_t{it.handed} + it.count : it.period;
-    eng.end(t);
-    const bool poor = t.host.fell_short;
-    a.in_iteration = false;
-    const auto_verdict v =
-        auto_after_iteration(poor, failed_shape, set_aside, a.deviated_in_a_row, opts.replan_after);
-    a.deviated_in_a_row = v.deviated_in_a_row;
-    if (v.reject) {
-      // The period is gone (a new shape, a new phase of the program), or was a
-      // repeated part of a longer one: watch again, never picking it again.
-      REPLAYALLOC_LOG(info, "auto: '%s' keeps deviating (%s); watching the thread's allocations again", a.key,
-                      failed_shape ? "its plans failed"
-                      : set_aside  ? "its key is set aside"
-                                   : "poor iterations in a row");
-      a.det.reject_current();
-      a.watch_start = a.det.count();
-      return;
-    }
-    eng.begin(t, a.key, size);
-    a.in_iteration = true;
-    a.count = 0;
-    a.at_quiet = 0;
-    a.at_quiet_handed = 0;
+  it.long_piece = a.in_long;
+  it.long_checked = a.long_checked;
+  const auto_cut cut = auto_iteration_cut(it, size);
+  if (cut == auto_cut::none) {
+    if (it.anchor != 0 && std::uint64_t{it.handed} + it.count >= it.period) a.long_checked = true;
+    ++a.count;
+    return;
   }
-  ++a.count;
+  if (a.in_long) {
+    // Note [Long pieces between anchors]: the rest of a long piece is its key's; the
+    // key policy reads its replay, the watcher does not (the period is the step's).
+    t.host.expected = std::uint64_t{it.handed} + it.count;
+    eng.end(t);
+    a.in_long = false;
+    begin_step(t, a, size, eng, a.key);
+    return;
+  }
+  // A period of structure (Note [Periods whose sizes change]) whose key failed once
+  // (a plan retired, a recording of another structure) was taken where the program
+  // only looked periodic: it is given up at once, not after many poor iterations.
+  const bool failed_shape = a.det.by_shape() && it.anchor == 0 && t.host.probation;
+  const bool set_aside = t.host.aside;  // Note [A period whose key is set aside]
+  // Whether it repeated the period is the key policy's reading of the replay (Note
+  // [One verdict for auto mode]), against what the period made.
+  t.host.expected = it.quiet ? std::uint64_t{it.handed} + it.count : it.period;
+  eng.end(t);
+  const bool poor = t.host.fell_short;
+  a.in_iteration = false;
+  const auto_verdict v =
+      auto_after_iteration(poor, failed_shape, set_aside, a.deviated_in_a_row, opts.replan_after);
+  a.deviated_in_a_row = v.deviated_in_a_row;
+  if (v.reject) {
+    // The period is gone (a new shape, a new phase of the program), or was a
+    // repeated part of a longer one: watch again, never picking it again.
+    REPLAYALLOC_LOG(info, "auto: '%s' keeps deviating (%s); watching the thread's allocations again", a.key,
+                    failed_shape ? "its plans failed"
+                    : set_aside  ? "its key is set aside"
+                                 : "poor iterations in a row");
+    a.det.reject_current();
+    a.watch_start = a.det.count();
+    return;
+  }
+  if (cut == auto_cut::long_piece) {
+    if (a.long_key[0] == '\0') std::snprintf(a.long_key, sizeof a.long_key, "%s/long", a.key);
+    begin_step(t, a, size, eng, a.long_key);
+    a.in_long = true;
+    if (t.entry != nullptr) {
+      std::lock_guard<std::mutex> lock(t.entry->mu);
+      on_auto_period(*t.entry, true, a.det.by_shape());
+    }
+    return;
+  }
+  begin_step(t, a, size, eng, a.key);
 }
 
 // A found period begins its iterations at this allocation: the key named, the first
@@ -183,6 +238,8 @@ void begin_iterations(thread_state& t, auto_state& a, std::size_t size, engine& 
     REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations%s; iterations of '%s' begin%s",
                     t.thread_no, a.det.period(), a.det.by_shape() ? " (in structure; sizes vary)" : "", a.key, at);
   }
+  a.long_key[0] = '\0';  // Note [Long pieces between anchors]: named from a.key when needed
+  a.in_long = false;
   eng.begin(t, a.key, size);  // finds or makes the key's entry
   if (t.entry != nullptr) {
     std::lock_guard<std::mutex> lock(t.entry->mu);
@@ -360,6 +417,7 @@ void out_of_memory(thread_state& t) noexcept {
   if (a == nullptr) return;
   if (a->in_iteration) {  // a rest never ends an iteration: end it now
     a->in_iteration = false;
+    a->in_long = false;
     try {
       engine::get().end(t);
     } catch (const std::bad_alloc&) {
@@ -479,6 +537,7 @@ void after_alloc(thread_state& t, const void* p, std::size_t size, bool slab) no
 void step_aside(thread_state& t) {
   if (owns_iteration(t)) {
     t.autod->in_iteration = false;
+    t.autod->in_long = false;
     engine::get().end(t);
   }
   t.marks_own = true;
@@ -488,7 +547,10 @@ void step_aside(thread_state& t) {
 bool owns_iteration(const thread_state& t) { return t.autod != nullptr && t.autod->in_iteration; }
 
 void forget_iteration(thread_state& t) {
-  if (t.autod != nullptr) t.autod->in_iteration = false;
+  if (t.autod != nullptr) {
+    t.autod->in_iteration = false;
+    t.autod->in_long = false;
+  }
 }
 
 void on_thread_exit(thread_state& t) {

@@ -199,8 +199,10 @@ void on_plan_failed(key_policy_state& e);
 // held by the fork).
 void abandon_recording(key_policy_state& e);
 // Auto mode found a period whose iterations are this key's (Note [Auto mode]): between
-// quiet points (`at_quiet`), or one of structure whose sizes vary (`by_shape`: Note
-// [Anchored iterations]), which the decisions read. REQUIRES: the key's mutex held.
+// quiet points or a long piece's rests (`at_quiet`: each begins at a fixed request of
+// its piece, Note [Regimes by first size]), or one of structure whose sizes vary
+// (`by_shape`: Note [Anchored iterations]), which the decisions read. REQUIRES: the
+// key's mutex held.
 void on_auto_period(key_policy_state& e, bool at_quiet, bool by_shape);
 
 // A thread's deviating replays in a row, of one key (domain_state keeps it).

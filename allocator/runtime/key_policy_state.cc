@@ -58,11 +58,13 @@ int key_policy_state::predict_regime() const {
 // records about R log2 L times before every first size is known. A recording that
 // finds no regime to join (a structure past max_regimes) backs off like a probe. With
 // one regime and one first size (fixed shapes) nothing changes. All this holds for
-// iterations that begin at quiet points (Note [Iterations between quiet points]),
-// where the first allocation is a request's; iterations cut by a count of allocations
-// may begin a few allocations off it, so there the first size only chooses among two
-// or more regimes (the one whose least first size is the largest at or below it) and
-// is never unknown.
+// iterations that begin at quiet points (Note [Iterations between quiet points]), where
+// the first allocation is a request's, and for the rests of long pieces (Note [Long
+// pieces between anchors], auto_mode.cc), which begin a period of requests into their
+// piece (key_policy_state::at_quiet says either); iterations cut by a count of
+// allocations may begin a few allocations off it, so there the first size only chooses
+// among two or more regimes (the one whose least first size is the largest at or below
+// it) and is never unknown.
 bool regime::first_slot_fits(std::uint64_t size) const {
   if (version == nullptr || version->plan.slots.empty()) return false;
   const slot& s = version->plan.slots.front();

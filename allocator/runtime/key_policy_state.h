@@ -116,6 +116,7 @@ struct key_policy_state {
   bool failed = false;              // planning failed: pass through from now on
   bool automatic = false;           // auto mode's key: its period was already seen thrice
   bool at_quiet = false;            // auto mode's key whose iterations begin at quiet points
+                                    // or at long pieces' rests (first sizes pick regimes)
   bool by_shape = false;            // auto mode's key whose period is one of structure (sizes vary)
   std::uint32_t recordings = 0;     // since the key's last plan, of any structure
   int probe_from = -1;              // the regime whose replay deviated

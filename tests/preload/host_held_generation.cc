@@ -7,11 +7,14 @@
 //    runtime's own bookkeeping: the step's anchor);
 //  * the past cache split per layer, keys and values per layer (sizes grow with the
 //    sequence by 1 KiB a token), three 4 KiB scratch blocks per layer, and in the
-//    prefill attention scores that grow with the square of the prompt;
+//    prefill 14 activations per layer of 1 or 3 KiB a prompt token (below 4 KiB at
+//    one token: a step never makes them watched) and attention scores that grow with
+//    the square of the prompt;
 //  * the outputs (logits and each layer's present cache), copied into calloc'd
 //    buffers handed to the host and then freed; the host's garbage collector frees
 //    the copies on another thread, in batches, at times of its own.
-// So the steps' sizes grow token by token, the prefill has another structure, and
+// So the steps' sizes grow token by token, the prefill has another structure (about
+// three times a step's requests: Note [Long pieces between anchors]), and
 // the blocks held longest die on another thread. Every block is filled with a pattern
 // and checked before its free. Prints "corruptions N", the share of allocations of at
 // least 4 KiB served from a slab over the second half of the requests, and
@@ -119,6 +122,10 @@ void step(collector& host, std::size_t past, std::size_t q, unsigned char tag, b
   for (int l = 0; l < layers; ++l) {
     block k = make(len * token, tag + 2), v = make(len * token, tag + 3);
     for (int s = 0; s < 3; ++s) drop(make(4096 * q, tag + 4));
+    // Activations a row of the prompt each: below the minimum in a step (one token),
+    // so only the prefill shows them, as ONNX Runtime's does (~3x a step's requests).
+    for (int a = 0; a < 2; ++a) drop(make(3 * token * q, tag + 8));
+    for (int a = 0; a < 12; ++a) drop(make(token * q, tag + 9));
     if (q * len >= 256) drop(make(16 * q * len, tag + 5));  // scores: the prefill's
     present.push_back(make(2 * len * token, tag + 6));
     drop(k);

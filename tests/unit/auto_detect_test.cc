@@ -590,7 +590,7 @@ TEST(PeriodDetector, FindsGenerationRequestsMadeOfDecodeSteps) {
 // copied into buffers a collector frees in batches, much later, so no quiet point
 // shows where a request begins, and the live bytes climb between collections. The step
 // is the iteration, begun at the one request of a size that recurs once a step (the
-// runtime's 7,008-byte block), found after a quarter of a history, not a whole one:
+// runtime's 7,008-byte block), found after an eighth of a history, not a whole one:
 // a third of its blocks at most outlive it.
 struct host_held_model : encoder_stream {
   std::vector<std::size_t> held;
@@ -643,7 +643,7 @@ TEST(PeriodDetector, AnchorsDecodeStepsWhoseCachesTheHostHolds) {
   EXPECT_FALSE(d.quiet());
   EXPECT_EQ(d.period(), 35u);  // one decode step
   EXPECT_EQ(d.anchor(), 7008u);
-  EXPECT_LT(d.count(), 16384u / 4 + 1024) << "a quarter of a history, and the search's stride";
+  EXPECT_LT(d.count(), 16384u / anchored_wait + 1024) << "an eighth of a history, and the search's stride";
 }
 
 TEST(PeriodDetector, NoAnchorWhereTheBoundarysSizeRecursWithinThePeriod) {
@@ -705,6 +705,55 @@ TEST(AutoIteration, AnAnchoredIterationEndsAtItsAnchorNotAtItsCount) {
   it.cursor_next = it.cursor_count = 30;
   EXPECT_FALSE(auto_iteration_ends(it, 4096));
   EXPECT_TRUE(auto_iteration_ends(it, 7008));
+}
+
+// Note [Long pieces between anchors] (auto_mode.cc).
+TEST(AutoIteration, AReplayedStepThatMissedHalfItsPeriodHandsItsRestToTheLongPiece) {
+  auto_iteration it;
+  it.period = 35;
+  it.anchor = 7008;
+  it.replaying = true;
+  it.handed = 13;
+  it.count = 22;  // a prefill on the step's plan: 22 of its first 35 requests missed
+  EXPECT_EQ(auto_iteration_cut(it, 23552), auto_cut::long_piece);
+  EXPECT_EQ(auto_iteration_cut(it, 7008), auto_cut::next) << "at the anchor the step ends as any";
+  it.count = 17;  // fewer than half missed: the step goes on to its anchor (a step and some extras)
+  EXPECT_EQ(auto_iteration_cut(it, 23552), auto_cut::none);
+  it.count = 22;
+  it.handed = 12;  // not a period of requests yet
+  EXPECT_EQ(auto_iteration_cut(it, 23552), auto_cut::none);
+  it.handed = 13;
+  it.long_checked = true;  // asked once, at the first request past the period
+  EXPECT_EQ(auto_iteration_cut(it, 23552), auto_cut::none);
+  it.long_checked = false;
+  it.replaying = false;  // a recording (or a step passed through) is never cut
+  it.handed = 0;
+  it.count = 35;
+  EXPECT_EQ(auto_iteration_cut(it, 23552), auto_cut::none);
+  it.anchor = 0;  // nor an iteration counted from a boundary
+  it.replaying = true;
+  it.handed = 13;
+  it.count = 22;
+  it.cursor_count = 40;
+  EXPECT_EQ(auto_iteration_cut(it, 23552), auto_cut::next);
+}
+
+TEST(AutoIteration, ALongPieceEndsAtTheAnchorOnly) {
+  auto_iteration it;
+  it.period = 35;
+  it.anchor = 7008;
+  it.long_piece = true;
+  it.replaying = true;
+  it.handed = 1;
+  EXPECT_EQ(auto_iteration_cut(it, 7008), auto_cut::next);
+  it.handed = 80;
+  it.count = 10;
+  it.cursor_next = it.cursor_count = 80;
+  EXPECT_EQ(auto_iteration_cut(it, 4096), auto_cut::none) << "its plan walked, it still runs to the anchor";
+  it.count = max_long_periods * 35 - 80 - 1;
+  EXPECT_EQ(auto_iteration_cut(it, 4096), auto_cut::none);
+  ++it.count;
+  EXPECT_EQ(auto_iteration_cut(it, 4096), auto_cut::next) << "the anchor lost";
 }
 
 TEST(AutoIteration, AnIterationBetweenQuietPointsEndsAtTheQuietCount) {
