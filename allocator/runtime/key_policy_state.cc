@@ -49,7 +49,13 @@ int key_policy_state::predict_regime() const {
 //  * above every range, the regime with the largest one, when its plan's first slot
 //    fits `size` (a scaling slot's growth headroom); else the size is unknown;
 //  * below every range, the regime with the least one, when its first slot fits;
-//  * between two ranges: unknown.
+//  * between two ranges: unknown;
+//  * above or below, unknown as far out as a first size whose replay of that regime
+//    was not clean (`refused_above`, `refused_below`): a slot that fits is no sign of
+//    the structure. ONNX Runtime's prefill under Node.js (Note [Long pieces between
+//    anchors], auto_mode.cc) has no watched attention scores below 16 tokens: those
+//    prompts replayed the regime of 16..31, 45 of their ~75 requests missing, every
+//    time, and the structure of their own was never recorded.
 // An unknown size records (key_policy.cc, decide_begin) rather than replay a plan of
 // another structure or one it outgrows: the recording joins the regime of its
 // structure, whose range then holds the size, and grows its envelope when larger
@@ -98,8 +104,10 @@ key_policy_state::first_size_pick key_policy_state::regime_for_first_size(std::u
     return {predicted_holds ? predicted : holds, false};
   }
   if (top < 0) return {};
-  if (size > regimes[top].first_hi) return {top, !regimes[top].first_slot_fits(size)};
-  if (size < regimes[bottom].first_lo) return {bottom, !regimes[bottom].first_slot_fits(size)};
+  const regime& t = regimes[top];
+  const regime& b = regimes[bottom];
+  if (size > t.first_hi) return {top, !t.first_slot_fits(size) || (t.refused_above != 0 && size >= t.refused_above)};
+  if (size < b.first_lo) return {bottom, !b.first_slot_fits(size) || size <= b.refused_below};
   // Between two ranges: the regime below, recorded.
   int below = -1;
   for (int r = 0; r < max_regimes; ++r) {

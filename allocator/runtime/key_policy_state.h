@@ -88,12 +88,25 @@ struct regime {
   // known): a key's structures often split its shapes into ranges (Note [Regimes]).
   std::uint64_t first_lo = 0;
   std::uint64_t first_hi = 0;
+  // The first sizes below and above the range whose replay of this regime was not
+  // clean (0: none): as far out as those, an iteration records instead.
+  std::uint64_t refused_below = 0;
+  std::uint64_t refused_above = 0;
   // Whether its plan's first slot serves a first request of `size` bytes.
   bool first_slot_fits(std::uint64_t size) const;
   void saw_first(std::uint64_t size) {
     if (size == 0) return;
     first_lo = first_lo == 0 ? size : std::min(first_lo, size);
     first_hi = std::max(first_hi, size);
+    if (refused_below >= first_lo) refused_below = 0;  // the range took it in
+    if (refused_above != 0 && refused_above <= first_hi) refused_above = 0;
+  }
+  // An iteration whose first request was `size` bytes replayed this regime and was not
+  // clean (Note [Regimes by first size]).
+  void refuse_first(std::uint64_t size) {
+    if (size == 0 || first_lo == 0) return;
+    if (size < first_lo) refused_below = std::max(refused_below, size);
+    if (size > first_hi) refused_above = refused_above == 0 ? size : std::min(refused_above, size);
   }
 };
 

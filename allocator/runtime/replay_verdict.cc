@@ -247,6 +247,7 @@ replay_verdict decide_after_replay(key_policy_state& e, const replay_summary& rs
   if (e.regimes[r].version == rs.version) {  // `rs.version` is installed, so alive: its plan may be read
     regime& g = e.regimes[r];
     if (read.grew) ++g.grown_in_a_row;
+    if (other_structure) g.refuse_first(rs.first_size);  // Note [Regimes by first size]
     if (read.overran) {
       extend_overrun(e, r, rs, s, v);
     } else if (!other_structure) {

@@ -216,6 +216,46 @@ TEST(Regimes, FirstSizesPickTheirRangesRegimeAndRecordOutsideEveryRange) {
   add(3, 30 << 10, 40 << 10);  // overlapping ranges: the one whose least first size is largest, or the prediction
   EXPECT_EQ(pick(35 << 10).regime, 3);
   EXPECT_EQ(pick(35 << 10, 0).regime, 0);
+}
+
+// Note [Regimes by first size]: outside every range a first slot that fits replays the
+// nearest regime until such a replay is not clean; from then on, as far out as that size,
+// the iteration records (the structure of its own is recorded and takes the size in).
+TEST(Regimes, AFirstSizeWhoseReplayOfTheNearestRegimeWasNotCleanRecords) {
+  using replayalloc::detail::key_entry;
+  key_entry e;
+  e.at_quiet = true;
+  for (int r = 0; r < 2; ++r) {
+    e.regimes[r].env = std::make_shared<replayalloc::envelope>();
+    e.regimes[r].version = new replayalloc::detail::plan_version();
+    replayalloc::detail::slot s;
+    s.size = 1 << 20;
+    s.least = 1;  // a slot that scales: any smaller first request fits it
+    e.regimes[r].version->plan.slots.push_back(s);
+  }
+  e.regimes[0].saw_first(16 << 10);
+  e.regimes[0].saw_first(31 << 10);
+  e.regimes[1].saw_first(32 << 10);
+  e.regimes[1].saw_first(64 << 10);
+  const auto pick = [&](std::uint64_t size) { return e.regime_for_first_size(size, -1); };
+  EXPECT_EQ(pick(12 << 10).regime, 0);
+  EXPECT_FALSE(pick(12 << 10).unknown) << "below every range, the bottom regime's first slot fits";
+  EXPECT_FALSE(pick(80 << 10).unknown) << "above every range, the top regime's first slot fits";
+  e.regimes[0].refuse_first(12 << 10);  // its replay at 12 KiB deviated
+  EXPECT_TRUE(pick(12 << 10).unknown);
+  EXPECT_TRUE(pick(8 << 10).unknown) << "farther out too";
+  EXPECT_FALSE(pick(14 << 10).unknown) << "nearer the range: still the bottom regime";
+  e.regimes[1].refuse_first(80 << 10);
+  EXPECT_TRUE(pick(80 << 10).unknown);
+  EXPECT_TRUE(pick(100 << 10).unknown);
+  EXPECT_FALSE(pick(70 << 10).unknown);
+  e.regimes[0].refuse_first(20 << 10);  // inside its range: a deviation, not a range's edge
+  EXPECT_EQ(e.regimes[0].refused_below, std::uint64_t{12} << 10);
+  e.regimes[0].saw_first(10 << 10);  // a recording at 10 KiB joined regime 0 after all
+  EXPECT_EQ(e.regimes[0].refused_below, 0u);
+  EXPECT_FALSE(pick(12 << 10).unknown);
+  EXPECT_EQ(pick(12 << 10).regime, 0);
+  for (int r = 0; r < 2; ++r) delete e.regimes[r].version;
 
   // Iterations cut by a count of allocations: never unknown, and one regime decides nothing.
   key_entry counted;
