@@ -27,8 +27,10 @@ struct auto_iteration {
   std::uint32_t at_quiet = 0;     // of them, in a row at the quiet count
   std::uint32_t cursor_next = 0;  // replay: the plan's next slot, and its slots
   std::uint32_t cursor_count = 0;
-  // Note [Long pieces between anchors] (auto_mode.cc): the open iteration is a long
-  // piece's rest, and whether the step's iteration already asked whether it is one.
+  // Note [Long pieces between anchors] (auto_mode.cc): replay: the iteration's misses
+  // so far; the open iteration is a long piece's rest, and whether the step's iteration
+  // already asked whether it is one.
+  std::uint32_t misses = 0;
   bool long_piece = false;
   bool long_checked = false;
 };
@@ -63,10 +65,10 @@ inline auto_cut auto_iteration_cut(const auto_iteration& it, std::uint64_t size)
   if (it.anchor != 0 && it.long_piece) {
     return size == it.anchor || made >= max_long_periods * period ? auto_cut::next : auto_cut::none;
   }
-  // A replayed step whose first period of requests missed the slab at least half the
-  // time is a piece of another structure: its rest is the long piece's.
+  // A replayed step whose first period of requests missed the slab at least an eighth
+  // of the time is a piece of another structure: its rest is the long piece's.
   if (it.anchor != 0 && it.replaying && !it.long_checked && made >= period && size != it.anchor &&
-      2 * std::uint64_t{it.count} >= period) {
+      8 * std::uint64_t{it.misses} >= period) {
     return auto_cut::long_piece;
   }
   return auto_iteration_ends(it, size) ? auto_cut::next : auto_cut::none;

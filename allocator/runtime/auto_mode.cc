@@ -8,6 +8,7 @@
 #include <new>
 
 #include "backend/backend.h"
+#include "replay/cursor_ops.h"
 #include "replay/fast_path.h"
 #include "runtime/auto_detect.h"
 #include "runtime/auto_policy.h"
@@ -108,27 +109,30 @@ namespace {
 // Note [Long pieces between anchors]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Anchored iterations (Note [Anchored iterations]) are a loop's steps, each begun at
-// the anchor's request. A piece between two anchors that is no step replayed the
-// step's plan for its first requests and missed the rest: ONNX Runtime's prefill under
-// Node.js, the step's run over the whole prompt, whose activations (a row of the
-// prompt each, below the minimum at one token) make ~120 watched requests against a
-// step's 35. Four in five of them went to the fallback, ~7% of the loop's allocations.
-// So a replayed step that missed the slab on at least half of its first period of
-// requests (it asks at the first slow-path request past them, once) ends there, and the
-// rest of the piece, to the next anchor, is an iteration of a key of its own (the
-// step's, "/long" added): recorded, planned and replayed like any, its structures (one
-// per range of prompt lengths: kernels that allocate more past some lengths) regimes
-// picked by their first request, which a prefill's rest makes at the same position
-// (Note [Regimes by first size]). The step cut there is the key policy's replay like
-// any (it deviated) and the watcher's poor iteration; the long piece's replay is the
-// key policy's only, the period being the step's. The rest ends at the next anchor, or
-// after max_long_periods periods (the anchor lost). Measured (bench/onnx, 20 + 60
-// requests, side by side): 74.6-75.7% of the allocations of at least 4 KiB from a slab
-// at one session, 79.9-80.0% with long pieces; 77.5% and 81.9% at two.
-// tests/preload/host_held_generation.cc models it (fallbacks 7,574 -> 2,221). Where it
-// is wrong: a step that outgrew its slots (a longer sequence) and made other requests
-// before the anchor hands them to the long piece as a structure that does not repeat:
-// recorded once, never planned.
+// the anchor's request. A piece between two anchors that is no step replayed the step's
+// plan for its first requests and missed the rest: ONNX Runtime's prefill under
+// Node.js, the step's run over the whole prompt, whose activations (a row of the prompt
+// each, below the minimum at one token) make ~120 watched requests against a step's 35.
+// Four in five of them went to the fallback, ~7% of the loop's allocations. So a
+// replayed step that missed the slab on an eighth of its first period of requests (a
+// step misses none; it asks at the first slow-path request past them, once) ends there,
+// and the rest of the piece, to the next anchor, is an iteration of a key of its own
+// (the step's, "/long" added): recorded, planned and replayed like any, its structures
+// (one per range of prompt lengths: kernels that allocate more past some lengths)
+// regimes picked by their first request, which a prefill's rest makes at the same
+// position (Note [Regimes by first size]). The step cut there is the key policy's
+// replay like any (it deviated) and the watcher's poor iteration; the long piece's
+// replay is the key policy's only, the period being the step's. The rest ends at the
+// next anchor, or after max_long_periods periods (the anchor lost). Measured
+// (bench/onnx, 20 + 60 requests, side by side): 74.6-75.7% of the allocations of at
+// least 4 KiB from a slab at one session, 79.9-80.0% with long pieces; 77.5% and 81.9%
+// at two. Asked as half of them missing (f8d8734), a prefill whose first period the
+// step's plan, grown larger, served more than half of stayed on the step: at two
+// sessions one run in three to five fell to 78.7-79.7% (its steps' replays 9,611 misses
+// against 3,380). tests/preload/host_held_generation.cc models it (fallbacks 7,574 ->
+// 2,218). Where it is wrong: a step that outgrew its slots (a longer sequence) and made
+// other requests before the anchor hands them to the long piece as a structure that
+// does not repeat: recorded once, never planned.
 
 // The next iteration of `key`, beginning with a request of `size` bytes.
 void begin_step(thread_state& t, auto_state& a, std::size_t size, engine& eng, const char* key) {
@@ -158,6 +162,7 @@ void step_iteration(thread_state& t, auto_state& a, std::size_t size, engine& en
   it.at_quiet = a.at_quiet;
   it.cursor_next = replaying ? cursor_next(d.cursor) : 0;
   it.cursor_count = d.cursor.count;
+  it.misses = replaying ? static_cast<std::uint32_t>(cursor_misses(d.cursor) - d.misses_at_begin) : 0;
   it.long_piece = a.in_long;
   it.long_checked = a.long_checked;
   const auto_cut cut = auto_iteration_cut(it, size);

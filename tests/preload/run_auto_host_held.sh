@@ -10,7 +10,7 @@
 # boundaries drifted off the steps at the first prefill, and it was given up), from a
 # bounded number of plans and recordings. The prefill, three times a step's requests,
 # is served past the step's plan by the long piece's key (Note [Long pieces between
-# anchors], runtime/auto_mode.cc): 2,221 fallbacks in all; 7,574 (78.3%, 6,207 of
+# anchors], runtime/auto_mode.cc): 2,218 fallbacks in all; 7,574 (78.3%, 6,207 of
 # them past the step's plan, and 106 slab blocks freed by the collector) before.
 # Usage: run_auto_host_held.sh PRELOAD_LIBRARY HOST_HELD_GENERATION
 set -uo pipefail

@@ -708,21 +708,22 @@ TEST(AutoIteration, AnAnchoredIterationEndsAtItsAnchorNotAtItsCount) {
 }
 
 // Note [Long pieces between anchors] (auto_mode.cc).
-TEST(AutoIteration, AReplayedStepThatMissedHalfItsPeriodHandsItsRestToTheLongPiece) {
+TEST(AutoIteration, AReplayedStepThatMissedAnEighthOfItsPeriodHandsItsRestToTheLongPiece) {
   auto_iteration it;
   it.period = 35;
   it.anchor = 7008;
   it.replaying = true;
-  it.handed = 13;
-  it.count = 22;  // a prefill on the step's plan: 22 of its first 35 requests missed
+  it.handed = 22;
+  it.count = 13;
+  it.misses = 5;  // a prefill on the step's plan: 5 of its first 35 requests missed (or more)
   EXPECT_EQ(auto_iteration_cut(it, 23552), auto_cut::long_piece);
   EXPECT_EQ(auto_iteration_cut(it, 7008), auto_cut::next) << "at the anchor the step ends as any";
-  it.count = 17;  // fewer than half missed: the step goes on to its anchor (a step and some extras)
+  it.misses = 4;  // fewer: a step and some requests of the host's after it (the count says nothing)
   EXPECT_EQ(auto_iteration_cut(it, 23552), auto_cut::none);
-  it.count = 22;
-  it.handed = 12;  // not a period of requests yet
+  it.misses = 5;
+  it.handed = 21;  // not a period of requests yet
   EXPECT_EQ(auto_iteration_cut(it, 23552), auto_cut::none);
-  it.handed = 13;
+  it.handed = 22;
   it.long_checked = true;  // asked once, at the first request past the period
   EXPECT_EQ(auto_iteration_cut(it, 23552), auto_cut::none);
   it.long_checked = false;
@@ -732,8 +733,8 @@ TEST(AutoIteration, AReplayedStepThatMissedHalfItsPeriodHandsItsRestToTheLongPie
   EXPECT_EQ(auto_iteration_cut(it, 23552), auto_cut::none);
   it.anchor = 0;  // nor an iteration counted from a boundary
   it.replaying = true;
-  it.handed = 13;
-  it.count = 22;
+  it.handed = 22;
+  it.count = 13;
   it.cursor_count = 40;
   EXPECT_EQ(auto_iteration_cut(it, 23552), auto_cut::next);
 }
