@@ -82,7 +82,7 @@
 // waited two requests more under Node.js, whose start-up and session make ~1,400 of
 // the watched allocations: 6,642 of 106,000 passed through, 5,047 with an eighth
 // (bench/onnx, 20 + 60 requests). A piece between anchors that is not a step (the
-// prefill) is split: Note [Long pieces between anchors] (auto_mode.cc).
+// prefill) is split: Note [Long pieces between anchors] (auto_iteration.h).
 #pragma once
 
 #include <bitset>
@@ -109,6 +109,9 @@ inline constexpr std::size_t shape_periods = 8;  // periods alike before one of 
 // Note [Anchored iterations]: steps that stand alone are taken after history /
 // anchored_wait watched allocations.
 inline constexpr std::uint64_t anchored_wait = 8;
+// Note [A period of sizes that stops at once] (auto_policy.h).
+inline constexpr std::size_t period_size_bits = 1024;
+inline constexpr std::uint32_t sizes_checked_iterations = 2;
 // See Note [Iterations between quiet points].
 inline constexpr std::size_t quiet_window = 4096;
 // min_quiet_piece: runtime/auto_iteration.h.
@@ -154,6 +157,9 @@ class period_detector {
   // starts: a boundary at or after count().
   std::uint64_t next_boundary() const;
   std::uint64_t count() const { return count_; }
+  // The size observed `back` allocations before the newest (0: the newest); pre: back
+  // below the history's length (at least period() once found).
+  std::uint64_t size_back(std::size_t back) const { return sizes_[sizes_.size() - 1 - back]; }
   // A stable name for the period's sequence of sizes.
   std::uint64_t signature() const { return signature_; }
   // Note [Anchored iterations]: the size of the allocation that begins each iteration
@@ -279,11 +285,18 @@ struct auto_state {
   // began, and the slow-path allocations it saw (slab slots the cursor counts).
   bool in_iteration = false;
   std::uint32_t count = 0;
-  // Note [Long pieces between anchors] (auto_mode.cc): the open iteration is a long
+  // Note [Long pieces between anchors] (auto_iteration.h): the open iteration is a long
   // piece's rest, of the key `long_key`; the step's iteration asked whether it is one.
   bool in_long = false;
   bool long_checked = false;
   char long_key[56] = "";
+  // Note [A period of sizes that stops at once] (auto_policy.h): the period's sizes (one
+  // bit per hash), the iterations still to check, and the current one's requests seen
+  // and those of a size in the period.
+  std::bitset<period_size_bits> period_sizes;
+  std::uint32_t sizes_checks_left = 0;
+  std::uint32_t sizes_seen = 0;
+  std::uint32_t sizes_member = 0;
   // Note [A dormant watcher] (auto_mode.cc): backend frees the gate sent to the watcher
   // since its last watched allocation.
   std::uint32_t unwatched_frees = 0;

@@ -27,7 +27,7 @@ struct auto_iteration {
   std::uint32_t at_quiet = 0;     // of them, in a row at the quiet count
   std::uint32_t cursor_next = 0;  // replay: the plan's next slot, and its slots
   std::uint32_t cursor_count = 0;
-  // Note [Long pieces between anchors] (auto_mode.cc): replay: the iteration's misses
+  // Note [Long pieces between anchors] (auto_iteration.h): replay: the iteration's misses
   // so far; the open iteration is a long piece's rest, and whether the step's iteration
   // already asked whether it is one.
   std::uint32_t misses = 0;
@@ -53,9 +53,37 @@ inline bool auto_iteration_ends(const auto_iteration& it, std::uint64_t size) {
   return it.count >= period;
 }
 
-// Note [Long pieces between anchors] (auto_mode.cc): what the watcher does before a
-// request of `size` bytes in an anchored iteration: nothing, end it and begin the
-// next step (auto_iteration_ends), or end it and begin the long piece's rest.
+// Note [Long pieces between anchors]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Anchored iterations (Note [Anchored iterations]) are a loop's steps, each begun at
+// the anchor's request. A piece between two anchors that is no step replayed the step's
+// plan for its first requests and missed the rest: ONNX Runtime's prefill under
+// Node.js, the step's run over the whole prompt, whose activations (a row of the prompt
+// each, below the minimum at one token) make ~120 watched requests against a step's 35.
+// Four in five of them went to the fallback, ~7% of the loop's allocations. So a
+// replayed step that missed the slab on an eighth of its first period of requests (a
+// step misses none; it asks at the first slow-path request past them, once) ends there,
+// and the rest of the piece, to the next anchor, is an iteration of a key of its own
+// (the step's, "/long" added): recorded, planned and replayed like any, its structures
+// (one per range of prompt lengths: kernels that allocate more past some lengths)
+// regimes picked by their first request, which a prefill's rest makes at the same
+// position (Note [Regimes by first size]). The step cut there is the key policy's
+// replay like any (it deviated) and the watcher's poor iteration; the long piece's
+// replay is the key policy's only, the period being the step's. The rest ends at the
+// next anchor, or after max_long_periods periods (the anchor lost). Measured
+// (bench/onnx, 20 + 60 requests, side by side): 74.6-75.7% of the allocations of at
+// least 4 KiB from a slab at one session, 79.9-80.0% with long pieces; 77.5% and 81.9%
+// at two. Asked as half of them missing (f8d8734), a prefill whose first period the
+// step's plan, grown larger, served more than half of stayed on the step: at two
+// sessions one run in three to five fell to 78.7-79.7% (its steps' replays 9,611 misses
+// against 3,380). tests/preload/host_held_generation.cc models it (fallbacks 7,826 ->
+// 2,184). Where it is wrong: a step that outgrew its slots (a longer sequence) and made
+// other requests before the anchor hands them to the long piece as a structure that
+// does not repeat: recorded once, never planned.
+
+// What the watcher does before a request of `size` bytes in an anchored iteration:
+// nothing, end it and begin the next step (auto_iteration_ends), or end it and begin
+// the long piece's rest.
 enum class auto_cut : std::uint8_t { none, next, long_piece };
 // A long piece's rest ends at the anchor, or past this many periods (the anchor lost).
 inline constexpr std::uint32_t max_long_periods = 8;

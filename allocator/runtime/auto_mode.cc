@@ -106,33 +106,10 @@ auto_period period_of(const auto_state& a) {
 
 namespace {
 
-// Note [Long pieces between anchors]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Anchored iterations (Note [Anchored iterations]) are a loop's steps, each begun at
-// the anchor's request. A piece between two anchors that is no step replayed the step's
-// plan for its first requests and missed the rest: ONNX Runtime's prefill under
-// Node.js, the step's run over the whole prompt, whose activations (a row of the prompt
-// each, below the minimum at one token) make ~120 watched requests against a step's 35.
-// Four in five of them went to the fallback, ~7% of the loop's allocations. So a
-// replayed step that missed the slab on an eighth of its first period of requests (a
-// step misses none; it asks at the first slow-path request past them, once) ends there,
-// and the rest of the piece, to the next anchor, is an iteration of a key of its own
-// (the step's, "/long" added): recorded, planned and replayed like any, its structures
-// (one per range of prompt lengths: kernels that allocate more past some lengths)
-// regimes picked by their first request, which a prefill's rest makes at the same
-// position (Note [Regimes by first size]). The step cut there is the key policy's
-// replay like any (it deviated) and the watcher's poor iteration; the long piece's
-// replay is the key policy's only, the period being the step's. The rest ends at the
-// next anchor, or after max_long_periods periods (the anchor lost). Measured
-// (bench/onnx, 20 + 60 requests, side by side): 74.6-75.7% of the allocations of at
-// least 4 KiB from a slab at one session, 79.9-80.0% with long pieces; 77.5% and 81.9%
-// at two. Asked as half of them missing (f8d8734), a prefill whose first period the
-// step's plan, grown larger, served more than half of stayed on the step: at two
-// sessions one run in three to five fell to 78.7-79.7% (its steps' replays 9,611 misses
-// against 3,380). tests/preload/host_held_generation.cc models it (fallbacks 7,574 ->
-// 2,218). Where it is wrong: a step that outgrew its slots (a longer sequence) and made
-// other requests before the anchor hands them to the long piece as a structure that
-// does not repeat: recorded once, never planned.
+// Whether a request's size is one the period has (or shares its bit with one).
+bool period_has(const auto_state& a, std::uint64_t size) {
+  return a.period_sizes.test(absl::Hash<std::uint64_t>{}(size) % period_size_bits);
+}
 
 // The next iteration of `key`, beginning with a request of `size` bytes.
 void begin_step(thread_state& t, auto_state& a, std::size_t size, engine& eng, const char* key) {
@@ -142,6 +119,8 @@ void begin_step(thread_state& t, auto_state& a, std::size_t size, engine& eng, c
   a.at_quiet = 0;
   a.at_quiet_handed = 0;
   a.long_checked = false;
+  a.sizes_seen = 1;
+  a.sizes_member = period_has(a, size) ? 1 : 0;
 }
 
 // An allocation inside an iteration auto mode began: the iteration ends before it
@@ -169,6 +148,10 @@ void step_iteration(thread_state& t, auto_state& a, std::size_t size, engine& en
   if (cut == auto_cut::none) {
     if (it.anchor != 0 && std::uint64_t{it.handed} + it.count >= it.period) a.long_checked = true;
     ++a.count;
+    if (a.sizes_checks_left > 0 && !a.in_long) {  // Note [A period of sizes that stops at once]
+      ++a.sizes_seen;
+      a.sizes_member += period_has(a, size) ? 1 : 0;
+    }
     return;
   }
   if (a.in_long) {
@@ -194,13 +177,17 @@ void step_iteration(thread_state& t, auto_state& a, std::size_t size, engine& en
   const auto_verdict v =
       auto_after_iteration(poor, failed_shape, set_aside, a.deviated_in_a_row, opts.replan_after);
   a.deviated_in_a_row = v.deviated_in_a_row;
-  if (v.reject) {
+  // Note [A period of sizes that stops at once].
+  const bool stopped = a.sizes_checks_left > 0 && auto_sizes_stopped(a.sizes_seen, a.sizes_member, it.period);
+  if (a.sizes_checks_left > 0) --a.sizes_checks_left;
+  if (v.reject || stopped) {
     // The period is gone (a new shape, a new phase of the program), or was a
     // repeated part of a longer one: watch again, never picking it again.
     REPLAYALLOC_LOG(info, "auto: '%s' keeps deviating (%s); watching the thread's allocations again", a.key,
                     failed_shape ? "its plans failed"
                     : set_aside  ? "its key is set aside"
-                                 : "poor iterations in a row");
+                    : v.reject   ? "poor iterations in a row"
+                                 : "its sizes stopped repeating at once");
     a.det.reject_current();
     a.watch_start = a.det.count();
     return;
@@ -245,6 +232,18 @@ void begin_iterations(thread_state& t, auto_state& a, std::size_t size, engine& 
   }
   a.long_key[0] = '\0';  // Note [Long pieces between anchors]: named from a.key when needed
   a.in_long = false;
+  // Note [A period of sizes that stops at once]: the period's sizes, the newest period
+  // of the history (any rotation of it has them all).
+  a.period_sizes.reset();
+  a.sizes_checks_left = 0;
+  if (!a.det.quiet() && !a.det.by_shape()) {
+    for (std::uint32_t k = 0; k < a.det.period(); ++k) {
+      a.period_sizes.set(absl::Hash<std::uint64_t>{}(a.det.size_back(k)) % period_size_bits);
+    }
+    a.sizes_checks_left = sizes_checked_iterations;
+  }
+  a.sizes_seen = 1;
+  a.sizes_member = period_has(a, size) ? 1 : 0;
   eng.begin(t, a.key, size);  // finds or makes the key's entry
   if (t.entry != nullptr) {
     std::lock_guard<std::mutex> lock(t.entry->mu);

@@ -53,7 +53,7 @@ int key_policy_state::predict_regime() const {
 //  * above or below, unknown as far out as a first size whose replay of that regime
 //    was not clean (`refused_above`, `refused_below`): a slot that fits is no sign of
 //    the structure. ONNX Runtime's prefill under Node.js (Note [Long pieces between
-//    anchors], auto_mode.cc) has no watched attention scores below 16 tokens: those
+//    anchors], auto_iteration.h) has no watched attention scores below 16 tokens: those
 //    prompts replayed the regime of 16..31, 45 of their ~75 requests missing, every
 //    time, and the structure of their own was never recorded.
 // An unknown size records (key_policy.cc, decide_begin) rather than replay a plan of
@@ -66,8 +66,8 @@ int key_policy_state::predict_regime() const {
 // one regime and one first size (fixed shapes) nothing changes. All this holds for
 // iterations that begin at quiet points (Note [Iterations between quiet points]), where
 // the first allocation is a request's, and for the rests of long pieces (Note [Long
-// pieces between anchors], auto_mode.cc), which begin a period of requests into their
-// piece (key_policy_state::at_quiet says either); iterations cut by a count of
+// pieces between anchors], auto_iteration.h), which begin a period of requests into
+// their piece (key_policy_state::at_quiet says either); iterations cut by a count of
 // allocations may begin a few allocations off it, so there the first size only chooses
 // among two or more regimes (the one whose least first size is the largest at or below
 // it) and is never unknown.

@@ -7,9 +7,10 @@
 //    runtime's own bookkeeping: the step's anchor);
 //  * the past cache split per layer, keys and values per layer (sizes grow with the
 //    sequence by 1 KiB a token), three 4 KiB scratch blocks per layer, and in the
-//    prefill 14 activations per layer of 1 or 3 KiB a prompt token (below 4 KiB at
+//    prefill 16 activations per layer of 1 or 3 KiB a prompt token (below 4 KiB at
 //    one token: a step never makes them watched) and attention scores that grow with
-//    the square of the prompt;
+//    the square of the prompt (its four layers alike: a period of sizes inside one
+//    request, as ONNX Runtime's are);
 //  * the outputs (logits and each layer's present cache), copied into calloc'd
 //    buffers handed to the host and then freed; the host's garbage collector frees
 //    the copies on another thread, in batches, at times of its own.
@@ -125,7 +126,7 @@ void step(collector& host, std::size_t past, std::size_t q, unsigned char tag, b
     // Activations a row of the prompt each: below the minimum in a step (one token),
     // so only the prefill shows them, as ONNX Runtime's does (~3x a step's requests).
     for (int a = 0; a < 2; ++a) drop(make(3 * token * q, tag + 8));
-    for (int a = 0; a < 12; ++a) drop(make(token * q, tag + 9));
+    for (int a = 0; a < 14; ++a) drop(make(token * q, tag + 9));
     if (q * len >= 256) drop(make(16 * q * len, tag + 5));  // scores: the prefill's
     present.push_back(make(2 * len * token, tag + 6));
     drop(k);

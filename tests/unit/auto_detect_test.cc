@@ -707,7 +707,7 @@ TEST(AutoIteration, AnAnchoredIterationEndsAtItsAnchorNotAtItsCount) {
   EXPECT_TRUE(auto_iteration_ends(it, 7008));
 }
 
-// Note [Long pieces between anchors] (auto_mode.cc).
+// Note [Long pieces between anchors] (auto_iteration.h).
 TEST(AutoIteration, AReplayedStepThatMissedAnEighthOfItsPeriodHandsItsRestToTheLongPiece) {
   auto_iteration it;
   it.period = 35;
@@ -835,6 +835,15 @@ TEST(AutoPolicy, PoorIterationsInARowRejectThePeriodAndAGoodOneForgivesThem) {
   EXPECT_EQ(v.deviated_in_a_row, 0u);
   EXPECT_TRUE(auto_after_iteration(true, false, false, 1, 0).reject) << "REPLAYALLOC_REPLAN_AFTER=0 counts as 1";
   EXPECT_FALSE(auto_after_iteration(true, false, false, 0, 0).reject);
+}
+
+// Note [A period of sizes that stops at once] (auto_policy.h).
+TEST(AutoPolicy, APeriodOfSizesStopsWhenMostOfAnIterationsRequestsHaveOtherSizes) {
+  EXPECT_TRUE(auto_sizes_stopped(28, 3, 28)) << "a recording of decode steps after a prefill's layers";
+  EXPECT_FALSE(auto_sizes_stopped(28, 28, 28)) << "a recording that repeats the period";
+  EXPECT_FALSE(auto_sizes_stopped(28, 14, 28)) << "half of them: the program may have shifted by one";
+  EXPECT_TRUE(auto_sizes_stopped(14, 6, 28)) << "a replay that missed half a period, mostly other sizes";
+  EXPECT_FALSE(auto_sizes_stopped(13, 0, 28)) << "a replay that missed less: the slab served the rest";
 }
 
 TEST(AutoPolicy, AWatchWithoutAPeriodRestsEarlyOnRareSizesLoneBlocksOrOneCachedSizeElseAfterItsBudget) {
