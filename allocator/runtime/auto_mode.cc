@@ -242,18 +242,12 @@ void begin_iterations(thread_state& t, auto_state& a, std::size_t size, engine& 
     }
     a.sizes_checks_left = sizes_checked_iterations;
   }
-  a.sizes_seen = 1;
-  a.sizes_member = period_has(a, size) ? 1 : 0;
-  eng.begin(t, a.key, size);  // finds or makes the key's entry
+  begin_step(t, a, size, eng, a.key);  // finds or makes the key's entry
   if (t.entry != nullptr) {
     std::lock_guard<std::mutex> lock(t.entry->mu);
     on_auto_period(*t.entry, a.det.quiet(), a.det.by_shape());
   }
-  a.in_iteration = true;
-  a.count = 1;
   a.rests = 0;
-  a.at_quiet = 0;
-  a.at_quiet_handed = 0;
 }
 
 // Note [Auto mode rests]
