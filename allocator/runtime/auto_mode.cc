@@ -106,10 +106,10 @@ auto_period period_of(const auto_state& a) {
 
 namespace {
 
-// Whether a request's size is one the period has (or shares its bit with one).
-bool period_has(const auto_state& a, std::uint64_t size) {
-  return a.period_sizes.test(absl::Hash<std::uint64_t>{}(size) % period_size_bits);
-}
+// Note [A period of sizes that stops at once]: a size's bit in auto_state::period_sizes,
+// and whether a request's size is one the period has (or shares its bit with one).
+std::size_t period_bit(std::uint64_t size) { return absl::Hash<std::uint64_t>{}(size) % period_size_bits; }
+bool period_has(const auto_state& a, std::uint64_t size) { return a.period_sizes.test(period_bit(size)); }
 
 // The next iteration of `key`, beginning with a request of `size` bytes.
 void begin_step(thread_state& t, auto_state& a, std::size_t size, engine& eng, const char* key) {
@@ -119,8 +119,8 @@ void begin_step(thread_state& t, auto_state& a, std::size_t size, engine& eng, c
   a.at_quiet = 0;
   a.at_quiet_handed = 0;
   a.long_checked = false;
-  a.sizes_seen = 1;
-  a.sizes_member = period_has(a, size) ? 1 : 0;
+  a.sizes_seen = 1;  // Note [A period of sizes that stops at once]: read while checks are left
+  a.sizes_member = a.sizes_checks_left > 0 && period_has(a, size) ? 1 : 0;
 }
 
 // An allocation inside an iteration auto mode began: the iteration ends before it
@@ -238,7 +238,7 @@ void begin_iterations(thread_state& t, auto_state& a, std::size_t size, engine& 
   a.sizes_checks_left = 0;
   if (!a.det.quiet() && !a.det.by_shape()) {
     for (std::uint32_t k = 0; k < a.det.period(); ++k) {
-      a.period_sizes.set(absl::Hash<std::uint64_t>{}(a.det.size_back(k)) % period_size_bits);
+      a.period_sizes.set(period_bit(a.det.size_back(k)));
     }
     a.sizes_checks_left = sizes_checked_iterations;
   }
