@@ -12,9 +12,10 @@
 // arena's pages, which its successor faults back in (larson: 3.5x the best, 33,000
 // faults). tcmalloc and mimalloc move such blocks between threads in lists. So the
 // fallback keeps a cache of its own in front of jemalloc for the blocks of 4 KiB to
-// 64 KiB (jemalloc's size classes there; what the pages and faults are made of), and
+// 32 KiB (jemalloc's size classes there; what the pages and faults are made of), and
 // for the smaller ones (Note [Small blocks in the front cache]) and the larger ones up
-// to 2 MiB (Note [Large blocks in the front cache], bounded by bytes) too:
+// to 2 MiB (Note [Large blocks in the front cache], bounded by bytes; up to 64 KiB
+// before, when the classes of 40-64 KiB were kept as these are) too:
 //  * a list of free blocks per class and thread, linked through the blocks' first
 //    word; malloc pops, free pushes. The blocks come from an arena of the cache's own
 //    whose memory is one reserved range (Note [The front cache's arena]), so a free
@@ -37,7 +38,7 @@
 // 1-4 MiB (512 KiB a thread with a cache) for the classes of 4 KiB and up, 256 KiB for
 // those below (1 MiB in all released a list in four at 8 threads on 2 cores, each of
 // whose blocks the arena then made again: RESULTS "Small blocks in the front cache"),
-// 8 MiB for those above 64 KiB;
+// 8 MiB for those above 32 KiB;
 // what does not fit goes back to the arena, whose dirty pages decay as jemalloc's others
 // do. Before a slab is made (Note [Purging what a slab replaces]) the thread's lists and
 // the depot go back to the arena, so that its purge finds their pages. Fork: the depot's locks are held across fork() (engine::prefork).
@@ -65,11 +66,15 @@ using namespace front;
 namespace {
 
 constexpr unsigned map_shift = page_map_shift;  // one byte of the page map per 4 KiB of the range
-// Note [Large blocks in the front cache]: the bytes of the classes above 64 KiB that
+// Note [Large blocks in the front cache]: the bytes of the classes above 32 KiB that
 // the threads' lists keep, shared among the threads with a cache open (each at least
 // thread_large_least); the depot's are front_depot.cc's.
 constexpr std::size_t threads_large_budget = 16384 * 1024;
 constexpr std::size_t thread_large_least = 512 * 1024;
+// Blocks of those classes moved at once between a thread and the runs or the depot (a
+// burst's), and their most bytes.
+constexpr unsigned large_batch = 16;
+constexpr std::size_t large_batch_bytes = 1024 * 1024;
 std::size_t thread_large_budget() noexcept {
   const std::size_t open = g_open_caches.load(std::memory_order_relaxed);
   const std::size_t b = threads_large_budget / (open == 0 ? 1 : open);
@@ -79,11 +84,15 @@ std::size_t thread_large_budget() noexcept {
 struct thread_cache {
   free_list lists[max_classes];
   unsigned slot;  // the arena its blocks come from (Note [The front cache's arena])
-  std::size_t large_bytes;  // on its lists of the classes above 64 KiB
+  std::size_t large_bytes;  // on its lists of the classes above 32 KiB
   class_recency recency;    // of those classes (Note [Classes a stream has left])
   // Note [Runs for medium blocks]: a class whose list missed into the runs since it last
   // overflowed (a burst): its next miss fills the whole list.
   bool burst[max_classes];
+  // Note [Large blocks in the front cache]: the thread's frees of the classes above 64
+  // KiB, and their count + 1 at each such class's last miss into its runs.
+  std::uint32_t large_frees;
+  std::uint32_t large_missed_at[max_classes];
 };
 
 // Every thread starts with (and an exited one returns to) this cache, whose lists are
@@ -100,7 +109,7 @@ constinit thread_local std::uint8_t t_state REPLAYALLOC_TLS_IE = cache_none;
 std::size_t g_largest = 0;  // the largest size class served by the lists' fast paths
 std::size_t g_large_largest = 0;  // the largest served (Note [Large blocks in the front cache])
 unsigned g_first_large = max_classes;  // the first class above front_limit
-std::uint8_t g_large_class_of[(large_limit >> large_shift) + 1];  // size / 16 KiB -> class
+std::uint8_t g_large_class_of[(large_limit >> large_shift) + 1];  // size / 8 KiB -> class
 // The class of a size above g_largest, up to g_large_largest.
 [[gnu::always_inline]] inline unsigned large_class(std::size_t size) noexcept {
   return g_large_class_of[(size + (std::size_t{1} << large_shift) - 1) >> large_shift];
@@ -193,7 +202,9 @@ void close_thread(void* arg) noexcept {
   for (unsigned k = 0; k < max_classes; ++k) {
     c->lists[k] = free_list{nullptr, 0, g_list_max[k]};
     c->burst[k] = false;
+    c->large_missed_at[k] = 0;
   }
+  c->large_frees = 0;
   c->slot = g_next_slot.fetch_add(1, std::memory_order_relaxed) % g_slots;
   c->large_bytes = 0;
   c->recency = class_recency{};
@@ -296,16 +307,28 @@ void close_thread(void* arg) noexcept {
   if (k >= g_first_large) {
     // Note [Large blocks in the front cache]: the thread keeps what its budget allows,
     // the depot what its own does, the arena the rest.
+    ++t_cache->large_frees;
     const std::size_t bytes = g_class_size[k];
+    *static_cast<void**>(p) = mine.head;
     if (t_cache->large_bytes + bytes <= thread_large_budget()) {
       t_cache->large_bytes += bytes;
-      *static_cast<void**>(p) = mine.head;
       mine.head = p;
       ++mine.count;
       return;
     }
-    *static_cast<void**>(p) = nullptr;
-    return put(k, p, 1);
+    // Past it: up to large_batch - 1 blocks of the class's list go with it, at most 1 MiB
+    // in all, as one list (a burst's frees take one lock a batch, not one a block).
+    std::uint32_t n = 1;
+    void* last = p;
+    while (n < large_batch && mine.head != nullptr && std::size_t{n + 1} * bytes <= large_batch_bytes) {
+      last = mine.head;
+      mine.head = *static_cast<void**>(last);
+      --mine.count;
+      ++n;
+    }
+    *static_cast<void**>(last) = nullptr;
+    t_cache->large_bytes -= std::size_t{n - 1} * bytes;
+    return put(k, p, n);
   }
   if (mine.count == mine.max) {
     put(k, mine.head, mine.count);
@@ -318,44 +341,6 @@ void close_thread(void* arg) noexcept {
   ++mine.count;
 }
 
-// Note [Large blocks in the front cache]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Above 64 KiB jemalloc's interface was the fallback's floor: a large block is an
-// extent of its own, and each malloc and free of one splits or coalesces extents,
-// writes jemalloc's radix tree at both ends and takes the arena's lock (~2,000
-// instructions a pair, ~4,400 with the stream's page writes between: a stream of
-// 4 KiB-1 MiB blocks that never repeats ran at 2.2x mimalloc's time, RESULTS "Large
-// blocks in the front cache"). jemalloc's thread cache can keep them (tcache_max) but
-// holds up to 20 blocks of every class in every thread, with no budget of bytes (peak
-// RSS 1.2-1.6x the leanest at 8-16 threads: Note [The fallback's thread cache]). So
-// the front cache keeps the blocks of jemalloc's classes above 64 KiB up to 2 MiB (20
-// classes, four per doubling) itself, counted in bytes:
-//  * a thread keeps, on its lists of those classes, at most its share of 16 MiB (the
-//    threads with a cache open sharing it, at least 512 KiB each); a block freed past
-//    that goes to the depot as a list of one, whose budget for these classes is 8 MiB,
-//    and past that back to the arena. So the cache never holds more than 24 MiB of
-//    them however many threads there are: at 16 threads, 512 KiB-1 MiB each;
-//  * a request takes a block of exactly its class: the thread's list, then the depot
-//    (a list, which an exited thread's may be), then the arena (so every block the
-//    cache holds is of its class, as below 64 KiB);
-//  * a request the cache cannot serve first gives the thread's cached blocks of larger
-//    classes back to the arena, as many bytes as it asks for where there are, so that
-//    the arena serves it from their pages: the classes the cache holds follow the
-//    requests, and its blocks do not sit beside fresh pages made for other classes
-//    (never_repeats: peak RSS 50.6 -> 47.3 MiB, as fast; giving back the smaller
-//    classes' too took it to 36.5 MiB but doubled its time), and before them its
-//    blocks of the classes it has left (Note [Classes a stream has left]);
-//  * their lists' max is 0, so their frees always take free_slow, which keeps the
-//    thread's count of bytes, and their requests are past the lists' fast path (above
-//    g_largest); a few instructions against jemalloc's thousands.
-// Each block is its own extent, page-aligned, so the page map's byte of its first page
-// is its class (Note [The front cache's page map]); jemalloc's realloc shrinks or grows
-// such a block in place, which front_resizing answers as for any class of 4 KiB and up.
-// What the budgets trade: a stream of random sizes (4 KiB-1 MiB) reuses a cached block
-// of its class only as often as the bytes kept allow (never_repeats at 16+8 MiB: ~1.1x
-// mimalloc; at 8+8, 1.3x; at 32 MiB, ~1.0x with peak RSS 1.5x mimalloc's), and blocks
-// cached are held beside jemalloc's own dirty pages until reused. Measured side by side
-// in bench/RESULTS.md ("Large blocks in the front cache").
 // Note [Large blocks in the front cache]: before the arena makes a block of class k, the
 // thread's lists of the classes it has left go back to it (Note [Classes a stream has
 // left], front_classes.cc), and its cached blocks of larger classes, `bytes` of them or
@@ -386,6 +371,30 @@ void give_back_larger(unsigned k, std::size_t bytes) noexcept {
   }
 }
 
+// Note [Large blocks in the front cache]: a run class's second miss with no free of a
+// large block between (a burst) takes up to large_batch blocks from its runs at once, as
+// many as the thread's budget has room for, the others onto its list. (Sizes that grow, a
+// K/V cache a row longer a step, free the class before at each request: one block each,
+// so that no block of a class the stream is leaving waits on a list.)
+void* large_run_miss(unsigned k, std::size_t size) noexcept {
+  if (t_state != cache_open) return run_miss(k, size);
+  thread_cache* c = t_cache;
+  const std::size_t bytes = g_class_size[k];
+  unsigned want = 1;
+  if (c->large_missed_at[k] == c->large_frees + 1) {
+    const std::size_t budget = thread_large_budget();
+    const std::size_t room = budget > c->large_bytes ? (budget - c->large_bytes) / bytes : 0;
+    want += static_cast<unsigned>(room < large_batch - 1 ? room : large_batch - 1);
+  }
+  c->large_missed_at[k] = c->large_frees + 1;
+  free_list& mine = c->lists[k];
+  const std::uint32_t had = mine.count;
+  void* p = run_take(k, c->slot, &mine, want, 1);
+  if (p == nullptr) return g_malloc(size);  // no run: jemalloc's own block, outside the range
+  c->large_bytes += std::size_t{mine.count - had} * bytes;
+  return p;
+}
+
 [[gnu::noinline]] void* large_malloc(std::size_t size) noexcept {
   if (size > g_large_largest) return g_malloc(size);
   const unsigned k = large_class(size);
@@ -410,7 +419,7 @@ void give_back_larger(unsigned k, std::size_t bytes) noexcept {
     }
   }
   if (t_state == cache_open && t_cache->large_bytes != 0) give_back_larger(k, bytes);
-  if (run_class(k)) return run_miss(k, size);
+  if (run_class(k)) return large_run_miss(k, size);
   return arena_block(k, size);
 }
 

@@ -86,6 +86,9 @@ struct run_header {
   std::uint32_t prev;
   std::uint8_t slot;
   std::uint8_t klass;     // the class whose page map bytes it has (Note [Empty runs kept])
+  // Bytes from its start that a carved block's link has written since the arena made it
+  // (the blocks that begin below are not fresh: run_take's `fresh`).
+  std::uint32_t touched;
 };
 
 struct alignas(64) run_pool {
@@ -167,7 +170,7 @@ void unlink_partial(run_pool& pool, std::uint32_t i) noexcept {
 }
 
 // Blocks of the pool's runs into out (at most want), under its lock.
-unsigned pop_blocks(run_pool& pool, unsigned k, void** out, unsigned want) noexcept {
+unsigned pop_blocks(run_pool& pool, unsigned k, void** out, unsigned want, unsigned fresh) noexcept {
   unsigned got = 0;
   if (const std::uint32_t e = pool.empty.load(std::memory_order_relaxed); pool.partial == 0 && e != 0) {
     link_partial(pool, e - 1);
@@ -188,11 +191,22 @@ unsigned pop_blocks(run_pool& pool, unsigned k, void** out, unsigned want) noexc
     }
     std::uint32_t n = blocks - r.carved;
     if (n > want - got) n = want - got;
+    // Of those, the ones beginning past what was ever written: `fresh` at most.
+    const std::uint32_t written = static_cast<std::uint32_t>((r.touched + size - 1) / size);
+    const std::uint32_t old = written > r.carved ? written - r.carved : 0;
+    if (n > old && n - old > fresh) n = old + fresh;  // (fresh may be ~0u: no limit)
+    fresh -= n > old ? n - old : 0;
     std::uintptr_t next = start_at(i) + std::uintptr_t{r.carved} * size;
     for (std::uint32_t j = 0; j < n; ++j, next += size) out[got++] = reinterpret_cast<void*>(next);
     r.carved += n;
     r.out += n;
-    if (r.out == blocks) unlink_partial(pool, i);  // full: found again at a free
+    const std::uintptr_t end = std::uintptr_t{r.carved} * size;
+    if (end > r.touched) r.touched = static_cast<std::uint32_t>(end);
+    if (r.out == blocks) {
+      unlink_partial(pool, i);  // full: found again at a free
+    } else if (got < want) {
+      break;  // its fresh blocks spent, the run not full
+    }
   }
   return got;
 }
@@ -237,8 +251,10 @@ bool make_run(run_pool& pool, unsigned k, unsigned slot) noexcept {
   std::uintptr_t start = unstash(slot, bytes);
   if (start == 0) start = take_empty_run(k, slot);
   unsigned marked = 0;  // the class whose page map bytes the run has (0: none)
+  std::uint32_t touched = 0;
   if (start != 0) {
     marked = g_table[index_of(start)].klass;
+    touched = g_table[index_of(start)].touched;
   } else {
     // Note [Empty runs kept]: the runs the arena's other stashes keep go back to it
     // first, for it to make this run of their pages.
@@ -256,7 +272,7 @@ bool make_run(run_pool& pool, unsigned k, unsigned slot) noexcept {
     g_bytes.fetch_add(bytes, std::memory_order_relaxed);
   }
   const std::uint32_t i = index_of(start);
-  g_table[i] = run_header{nullptr, 0, 0, 0, 0, static_cast<std::uint8_t>(slot), static_cast<std::uint8_t>(k)};
+  g_table[i] = run_header{nullptr, 0, 0, 0, 0, static_cast<std::uint8_t>(slot), static_cast<std::uint8_t>(k), touched};
   if (marked != k) {
     if (marked != 0) mark(start, marked, 0);
     mark(start, k, static_cast<std::uint8_t>(k));
@@ -308,16 +324,16 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
 
 bool run_class(unsigned k) noexcept { return g_size[k] != 0; }
 
-void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want) noexcept {
+void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want, unsigned fresh) noexcept {
   void* out[most_taken];
   if (want > most_taken) want = most_taken;
   run_pool& pool = g_pools[slot][k];
   spin_lock(pool.locked);
-  unsigned got = pop_blocks(pool, k, out, want);
+  unsigned got = pop_blocks(pool, k, out, want, fresh);
   spin_unlock(pool.locked);
   if (got == 0) {
     if (!make_run(pool, k, slot)) return nullptr;
-    got = pop_blocks(pool, k, out, want);
+    got = pop_blocks(pool, k, out, want, fresh);
     spin_unlock(pool.locked);
   }
   for (unsigned i = 1; i < got; ++i) {

@@ -35,8 +35,10 @@ bool run_class(unsigned k) noexcept;
 // A block of run class k from the runs of the arena `slot`, and up to want - 1 more
 // (at most 64 in all) onto *list, linked through their first words (list may be null
 // where want is 1); null when no run could be made (the caller serves the request
-// elsewhere).
-void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want) noexcept;
+// elsewhere). Of them, at most `fresh` (at least 1) begin where nothing of the run was
+// written since the arena made it: the link writes a block's first page, which a list
+// that is not all used would fault in for nothing.
+void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want, unsigned fresh = ~0u) noexcept;
 
 // A block of the cache back to where it came from, by its page's byte (every block the
 // cache holds has it): its run, or the arena through `release`.

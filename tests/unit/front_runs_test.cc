@@ -309,3 +309,81 @@ TEST(FrontRuns, EmptiedRunsServeTheNextBurstAndThoseIdleForASecondGoBack) {
 }
 
 }  // namespace
+
+// run_take's `fresh` (Note [Large blocks in the front cache]): a batch carves at most that
+// many blocks where nothing of the run was written since the arena made it (their links
+// would fault in pages no request may use), and any number where blocks were carved
+// before, in this run's earlier life or another class's; without it (~0u), every block
+// asked for, whatever was written, and never none.
+TEST(FrontRuns, ABatchCarvesAtMostItsFreshBlocksWhereNothingWasWritten) {
+  void* area = ::mmap(nullptr, kArea, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(area, MAP_FAILED);
+  const std::uintptr_t base = (reinterpret_cast<std::uintptr_t>(area) + 0xffff) & ~std::uintptr_t{0xffff};
+  const std::size_t span = kArea / 2;
+  g_next = base;
+  g_end = base + span;
+  g_made.clear();
+  g_given.clear();
+  g_ms = 0;
+  std::vector<std::atomic<std::uint8_t>> page_map(span >> front::page_map_shift);
+  std::uint32_t class_size[front::max_classes] = {};
+  class_size[1] = 40960;  // runs of 1 MiB, 25 blocks
+  class_size[2] = 49152;  // runs of 1 MiB, 21 blocks
+  class_size[3] = 8192;   // runs of 128 KiB, 16 blocks
+  ASSERT_TRUE(front::configure_runs(class_size, base, span, page_map.data(), &run_memory, &run_release, &clock_ms));
+  // Takes up to `want` blocks of class k, `fresh` of them new at most; returns them all.
+  const auto take = [&](unsigned k, unsigned want, unsigned fresh) {
+    std::vector<void*> out;
+    front::free_list more{nullptr, 0, 0};
+    void* p = front::run_take(k, 0, &more, want, fresh);
+    if (p == nullptr) return out;
+    out.push_back(p);
+    for (void* q = more.head; q != nullptr; q = *static_cast<void**>(q)) out.push_back(q);
+    return out;
+  };
+  std::vector<void*> blocks = take(1, 16, 1);
+  EXPECT_EQ(blocks.size(), 1u) << "a new run's batch carved blocks nothing had written";
+  ASSERT_EQ(g_made.size(), 1u);
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<void*> more = take(1, 16, 2);
+    EXPECT_EQ(more.size(), 2u);
+    blocks.insert(blocks.end(), more.begin(), more.end());
+  }
+  ASSERT_EQ(blocks.size(), 9u);
+  for (void* p : blocks) front::run_give(p, 1);  // the run empty: kept by its pool, carved again
+  // Its first nine blocks were written: a batch of 16 gets those and one fresh.
+  blocks = take(1, 16, 1);
+  EXPECT_EQ(blocks.size(), 10u);
+  EXPECT_EQ(g_made.size(), 1u);
+  for (void* p : blocks) front::run_give(p, 1);
+  // Another class of the same run size takes the empty run, and what class 1 wrote of it
+  // (10 blocks of 40 KiB: 400 KiB) counts for it: 9 blocks of 48 KiB begin there.
+  blocks = take(2, 16, 1);
+  EXPECT_EQ(g_made.size(), 1u) << "the empty run of class 1 was not taken";
+  EXPECT_EQ(blocks.size(), 10u);
+  for (void* p : blocks) front::run_give(p, 2);
+  // No limit (the lists' fills): every block asked for, whether written or not (a limit
+  // that wrapped around would have given none here, where part of the run was written).
+  blocks = take(2, 16, ~0u);
+  EXPECT_EQ(blocks.size(), 16u);
+  const std::vector<void*> rest = take(2, 16, ~0u);
+  EXPECT_EQ(rest.size(), 5u) << "the run's other blocks, to its end (21 a run)";
+  for (void* p : blocks) front::run_give(p, 2);
+  for (void* p : rest) front::run_give(p, 2);
+  // Blocks in a run never overlap however they were carved: 25 of class 1, batches of 7.
+  std::vector<std::uintptr_t> all;
+  std::vector<void*> held;
+  while (held.size() < 25) {
+    const std::vector<void*> more = take(1, 7, 1);
+    ASSERT_FALSE(more.empty());
+    for (void* p : more) {
+      held.push_back(p);
+      all.push_back(reinterpret_cast<std::uintptr_t>(p));
+    }
+  }
+  std::sort(all.begin(), all.end());
+  for (std::size_t i = 1; i < all.size(); ++i) ASSERT_GE(all[i] - all[i - 1], class_size[1]) << "blocks overlap";
+  for (void* p : held) front::run_give(p, 1);
+  front::release_empty_runs();
+  ::munmap(area, kArea);
+}
