@@ -12,10 +12,9 @@
 // arena's pages, which its successor faults back in (larson: 3.5x the best, 33,000
 // faults). tcmalloc and mimalloc move such blocks between threads in lists. So the
 // fallback keeps a cache of its own in front of jemalloc for the blocks of 4 KiB to
-// 32 KiB (jemalloc's size classes there; what the pages and faults are made of), and
+// 64 KiB (jemalloc's size classes there; what the pages and faults are made of), and
 // for the smaller ones (Note [Small blocks in the front cache]) and the larger ones up
-// to 2 MiB (Note [Large blocks in the front cache], bounded by bytes; up to 64 KiB
-// before, when the classes of 40-64 KiB were kept as these are) too:
+// to 2 MiB (Note [Large blocks in the front cache], bounded by bytes) too:
 //  * a list of free blocks per class and thread, linked through the blocks' first
 //    word; malloc pops, free pushes. The blocks come from an arena of the cache's own
 //    whose memory is one reserved range (Note [The front cache's arena]), so a free
@@ -38,7 +37,7 @@
 // 1-4 MiB (512 KiB a thread with a cache) for the classes of 4 KiB and up, 256 KiB for
 // those below (1 MiB in all released a list in four at 8 threads on 2 cores, each of
 // whose blocks the arena then made again: RESULTS "Small blocks in the front cache"),
-// 8 MiB for those above 32 KiB;
+// 8 MiB for those above 64 KiB;
 // what does not fit goes back to the arena, whose dirty pages decay as jemalloc's others
 // do. Before a slab is made (Note [Purging what a slab replaces]) the thread's lists and
 // the depot go back to the arena, so that its purge finds their pages. Fork: the depot's locks are held across fork() (engine::prefork).
@@ -66,7 +65,7 @@ using namespace front;
 namespace {
 
 constexpr unsigned map_shift = page_map_shift;  // one byte of the page map per 4 KiB of the range
-// Note [Large blocks in the front cache]: the bytes of the classes above 32 KiB that
+// Note [Large blocks in the front cache]: the bytes of the classes above 64 KiB that
 // the threads' lists keep, shared among the threads with a cache open (each at least
 // thread_large_least); the depot's are front_depot.cc's.
 constexpr std::size_t threads_large_budget = 16384 * 1024;
@@ -84,7 +83,7 @@ std::size_t thread_large_budget() noexcept {
 struct thread_cache {
   free_list lists[max_classes];
   unsigned slot;  // the arena its blocks come from (Note [The front cache's arena])
-  std::size_t large_bytes;  // on its lists of the classes above 32 KiB
+  std::size_t large_bytes;  // on its lists of the classes above 64 KiB
   class_recency recency;    // of those classes (Note [Classes a stream has left])
   // Note [Runs for medium blocks]: a class whose list missed into the runs since it last
   // overflowed (a burst): its next miss fills the whole list.

@@ -99,11 +99,11 @@ struct front_cache_counts {
   std::size_t largest = 0;         // the largest request served (0: off)
   std::uintptr_t base = 0;         // the range its blocks come from
   std::size_t span = 0;
-  // Held in the depot: the classes below 4 KiB, up to 32 KiB, and above (Note [Large
+  // Held in the depot: the classes below 4 KiB, up to 64 KiB, and above (Note [Large
   // blocks in the front cache]).
   std::size_t depot_bytes[3] = {};
   std::size_t depot_budget[3] = {};  // their budgets (lists beyond go back to the arena)
-  std::size_t thread_large_budget = 0;  // a thread's lists' bytes of the classes above 32 KiB
+  std::size_t thread_large_budget = 0;  // a thread's lists' bytes of the classes above 64 KiB
   std::size_t thread_large_bytes = 0;   // the calling thread's, now
   std::uint64_t large_given_back = 0;   // blocks of larger classes given back at a miss
   // Note [Runs for medium blocks]: runs made, given back to the arena, and their bytes now

@@ -16,8 +16,7 @@ namespace replayalloc::detail::backend::front {
 // holds up to 20 blocks of every class in every thread, with no budget of bytes (peak
 // RSS 1.2-1.6x the leanest at 8-16 threads: Note [The fallback's thread cache]). So
 // the front cache keeps the blocks of jemalloc's classes above 64 KiB up to 2 MiB (20
-// classes, four per doubling) itself, counted in bytes, and those of 40-64 KiB too (below:
-// sizes that grow);
+// classes, four per doubling) itself, counted in bytes:
 //  * a thread keeps, on its lists of those classes, at most its share of 16 MiB (the
 //    threads with a cache open sharing it, at least 512 KiB each); a block freed past
 //    that goes to the depot as a list of one, whose budget for these classes is 8 MiB,
@@ -25,7 +24,7 @@ namespace replayalloc::detail::backend::front {
 //    them however many threads there are: at 16 threads, 512 KiB-1 MiB each;
 //  * a request takes a block of exactly its class: the thread's list, then the depot
 //    (a list, which an exited thread's may be), then the arena (so every block the
-//    cache holds is of its class, as below 32 KiB);
+//    cache holds is of its class, as below 64 KiB);
 //  * a request the cache cannot serve first gives the thread's cached blocks of larger
 //    classes back to the arena, as many bytes as it asks for where there are, so that
 //    the arena serves it from their pages: the classes the cache holds follow the
@@ -36,20 +35,19 @@ namespace replayalloc::detail::backend::front {
 //  * their lists' max is 0, so their frees always take free_slow, which keeps the
 //    thread's count of bytes, and their requests are past the lists' fast path (above
 //    g_largest); a few instructions against jemalloc's thousands.
-// The classes of 40-64 KiB are kept so too (front_limit 32 KiB; jemalloc's thread cache
-// stops at 32 KiB as well): kept in lists of four blocks each, a K/V cache a row longer a
-// step left 24 blocks of each class it grew through in the lists and the depot, and the
-// next class's runs were made of fresh pages (bench/micro/planning_latency 10000 1,
-// nothing recorded: 2,315 page faults against jemalloc's 812). Counted in bytes, the
-// classes the stream has left go back to their runs at its next miss, and the next class
-// takes the runs (1,487 faults; tests/contract FrontCache.CachesThatGrowReuseThePagesOf-
-// TheClassesTheyLeft). Their frees and requests take the slow paths, so that a burst of
-// them (many allocated, then all freed) moves them in batches: a run class's second miss
-// with no large free between takes up to 16 blocks (large_run_miss in front_cache.cc; only blocks whose
-// first page was written before, run_take's `fresh`, past the first), and a free past the
-// thread's budget sends up to 16 of its list, 1 MiB at most, to the depot as one list
-// (callgrind, bench/micro/bursts 2000 SIZE 10: 40,000 B 12.48 M instructions before, 12.48 M;
-// 65,536 B 12.74 M, 12.92 M; 100,000 B 19.81 M, 14.18 M; mimalloc 10.58 M, 12.67 M, 19.25 M).
+// A burst of them (many allocated, then all freed: a batch's buffers) moves in batches:
+// a run class's second miss with no large free between takes up to 16 blocks from its
+// runs (large_run_miss in front_cache.cc; past the first, only blocks whose first page
+// was written before, run_take's `fresh`: a list's links would fault in pages no request
+// may use), and a free past the thread's budget sends up to 16 of its list, 1 MiB at
+// most, to the depot as one list (callgrind, bench/micro/bursts 2000 100000 10: 19.81 M
+// -> 14.74 M instructions, mimalloc 19.25 M; blocks of 40,000 and 65,536 B, kept in
+// lists, as before). Keeping the classes of 40-64 KiB so too (front_limit 32 KiB) was
+// tried and not kept: a K/V cache a row longer a step gave the classes it left back to
+// their runs (planning_latency 10000 1, nothing recorded: 2,315 -> 1,487 page faults in
+// the first iteration), but a stream that never repeats took 21-23% more instructions
+// (never_repeats 2000: 124.4 M -> 150.5 M), and the threaded stress programs' peak RSS
+// grew 13-25% (RESULTS "Planning latency").
 // Each block is its own extent, page-aligned, so the page map's byte of its first page
 // is its class (Note [The front cache's page map]); jemalloc's realloc shrinks or grows
 // such a block in place, which front_resizing answers as for any class of 4 KiB and up.
@@ -60,7 +58,7 @@ namespace replayalloc::detail::backend::front {
 // in bench/RESULTS.md ("Large blocks in the front cache").
 namespace {
 
-// Note [Large blocks in the front cache]: jemalloc's classes above 32 KiB up to 2 MiB,
+// Note [Large blocks in the front cache]: jemalloc's classes above 64 KiB up to 2 MiB,
 // numbered from n + 1 into class_size (their lists' max 0: their frees take the slow
 // path, which keeps count of bytes) and class_of (size / 8 KiB -> class); none where
 // the classes are not multiples of 8 KiB there. Returns the largest request they serve
@@ -85,7 +83,7 @@ std::size_t number_large_classes(std::size_t (*size_class)(std::size_t) noexcept
 }  // namespace
 
 bool number_classes(std::size_t (*size_class)(std::size_t) noexcept, front_classes* out) noexcept {
-  // jemalloc's from 16 B to 32 KiB, numbered from 1; class 0 for the requests of every
+  // jemalloc's from 16 B to 64 KiB, numbered from 1; class 0 for the requests of every
   // other class.
   unsigned n = 0;  // the last class numbered
   for (std::size_t i = 0; i <= front_limit / 16; ++i) {
@@ -113,7 +111,7 @@ bool number_classes(std::size_t (*size_class)(std::size_t) noexcept, front_class
 
 // Note [Classes a stream has left]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A thread's lists keep the blocks of every class above 32 KiB that it freed, up to its
+// A thread's lists keep the blocks of every class above 64 KiB that it freed, up to its
 // budget (Note [Large blocks in the front cache]), for its next request of the class.
 // Where the sizes grow (a K/V cache a token longer every step, concatenated into a new
 // block), the stream moves to the next class every few steps and never asks the last

@@ -11,15 +11,15 @@
 
 namespace replayalloc::detail::backend::front {
 
-inline constexpr std::size_t front_limit = 32 * 1024;
+inline constexpr std::size_t front_limit = 64 * 1024;
 inline constexpr std::size_t front_least = 16;
 // Classes below it are filled list_max / 2 blocks at once (Note [Small blocks in the
 // front cache]); those at or above it one block at a time.
 inline constexpr std::size_t fill_below = 4096;
 // Note [Large blocks in the front cache]: the classes above front_limit, up to
-// large_limit, are multiples of 8 KiB (jemalloc's: four per doubling).
+// large_limit, are multiples of 16 KiB (jemalloc's: four per doubling).
 inline constexpr std::size_t large_limit = 2048 * 1024;
-inline constexpr unsigned large_shift = 13;
+inline constexpr unsigned large_shift = 14;
 inline constexpr std::size_t list_bytes = 64 * 1024;
 // A small class's list: 16 KiB of blocks (Note [Small blocks in the front cache]).
 inline constexpr std::size_t small_list_bytes = 16 * 1024;
@@ -32,17 +32,17 @@ struct front_classes {
   std::size_t largest = 0;             // the largest class up to front_limit
   std::size_t large_largest = 0;       // the largest request served at all
   std::uint8_t class_of[front_limit / 16 + 1] = {};                // (size + 15) / 16 -> class
-  std::uint8_t large_class_of[(large_limit >> large_shift) + 1] = {};  // size / 8 KiB -> class
+  std::uint8_t large_class_of[(large_limit >> large_shift) + 1] = {};  // size / 16 KiB -> class
   std::uint32_t class_size[max_classes] = {};
   std::uint32_t list_max_of[max_classes] = {};  // 0 for the classes counted in bytes
 };
 
-// jemalloc's classes (size_class: a request's class) from 16 B to 32 KiB, then those
+// jemalloc's classes (size_class: a request's class) from 16 B to 64 KiB, then those
 // above up to 2 MiB, into *out; false when none, or more than max_classes.
 bool number_classes(std::size_t (*size_class)(std::size_t) noexcept, front_classes* out) noexcept;
 
 // Note [Classes a stream has left] (front_classes.cc): which of a thread's classes above
-// 32 KiB its requests have moved away from. Counted in the thread's requests of those
+// 64 KiB its requests have moved away from. Counted in the thread's requests of those
 // classes (every one of them takes the cache's slow path); plain data, one per thread.
 inline constexpr std::uint32_t left_after = 16;    // requests of other classes
 inline constexpr std::uint8_t patience_most = 3;   // left after 16 << 3 at most

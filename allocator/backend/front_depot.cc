@@ -21,7 +21,7 @@ constexpr std::size_t depot_budget_least = 1024 * 1024;
 constexpr std::size_t depot_budget_most = 4096 * 1024;
 constexpr std::size_t depot_budget_per_thread = 512 * 1024;
 constexpr std::size_t small_depot_budget = 256 * 1024;
-// Note [Large blocks in the front cache]: the depot's bytes of the classes above 32 KiB.
+// Note [Large blocks in the front cache]: the depot's bytes of the classes above 64 KiB.
 constexpr std::size_t large_depot_budget = 8192 * 1024;
 
 std::uint32_t g_class_size[max_classes];
@@ -40,7 +40,7 @@ struct alignas(64) depot {
 };
 depot g_depot[max_classes];
 
-// The depot's bytes of the classes below 4 KiB, up to 32 KiB, and above.
+// The depot's bytes of the classes below 4 KiB, up to 64 KiB, and above.
 std::atomic<std::size_t> g_depot_bytes[parts] = {};
 unsigned part_of(unsigned k) noexcept { return g_part[k]; }
 std::size_t budget_of_part(unsigned part) noexcept {

@@ -13,7 +13,7 @@
 
 namespace replayalloc::detail::backend::front {
 
-// Size classes the front cache serves, 1..n (0: none), below 4 KiB, up to 32 KiB and
+// Size classes the front cache serves, 1..n (0: none), below 4 KiB, up to 64 KiB and
 // above (Note [Large blocks in the front cache]).
 inline constexpr unsigned max_classes = 72;
 

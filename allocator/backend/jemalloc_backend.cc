@@ -508,14 +508,14 @@ void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
 // pages (bench/micro/planning_latency 10000: the second iteration, the second recording,
 // 652 page faults where the same iteration passed through with nothing recorded took
 // 322, and jemalloc alone 1). The engine's buffers of 64 KiB and more (engine_own_least)
-// now come from jemalloc's own malloc, outside the front cache's range, whose frees send
-// them back to jemalloc (Note [The front cache's arena]): the second recorded iteration
-// 652 -> 395 faults, ~1.8 -> ~1.1 ms (jemalloc's 0.43). Since the classes of 40-64 KiB
-// are kept in bytes, their runs passed on as a growing cache moves (Note [Large blocks
-// in the front cache]), from 32 KiB: a recording's array of 57-64 KiB, live all through
-// the second recording, held a run of the program's 64 KiB class, which made one of
-// fresh pages (that iteration 592 faults, 393 before the change, 352 with this). Smaller,
-// zeroed and over-aligned requests stay with the front cache. RESULTS "Planning latency".
+// now come from jemalloc's own malloc, outside the front cache's range, whose frees
+// already send them back to jemalloc (Note [The front cache's arena]): the program's
+// classes keep their blocks, and the engine's buffers reuse each other's pages from one
+// recording to the next. The second recorded iteration there 652 -> 395 faults and
+// ~1.8 -> ~1.1 ms (jemalloc's 0.43), the first 2,590 -> 2,760 faults (its buffers'
+// pages now its own). Smaller requests stay with the fallback (the front cache), and
+// so do zeroed and over-aligned ones. Measured side by side in bench/RESULTS.md
+// ("Planning latency").
 void* engine_alloc(std::size_t size, std::size_t align) noexcept {
   if (size >= engine_own_least && align <= malloc_align) {
     if (inject_failure()) [[unlikely]] return nullptr;

@@ -580,43 +580,6 @@ TEST(FrontCache, AClassTheStreamHasLeftGoesBackAtAMiss) {
   }).join();
 }
 
-// Note [Classes a stream has left], for the classes of 40-64 KiB (counted in bytes since
-// front_limit became 32 KiB): K/V caches a row longer each step (a new block, the old one
-// freed), 24 of them, through the classes 40, 48, 56 and 64 KiB. The blocks of each class
-// the stream has left go back to their runs, whose pages the next class's blocks take: the
-// runs made for them all hold about two classes' caches, not four (planning_latency 10000,
-// nothing recorded: 2,315 -> 1,487 page faults in the first iteration).
-TEST(FrontCache, CachesThatGrowReuseThePagesOfTheClassesTheyLeft) {
-  REQUIRE_FRONT_CACHE();
-  namespace be = detail::backend;
-  auto pass = be::g_pass_malloc.load();
-  auto release = be::g_plain_free.load();
-  constexpr int kCaches = 24;
-  std::size_t runs = 0;
-  std::thread([&] {
-    release(pass(100));  // the thread's cache made first
-    const std::uint64_t made = be::front_cache_stats().runs_made;
-    std::vector<void*> cache(kCaches, nullptr);
-    for (std::size_t rows = 33; rows <= 64; ++rows) {
-      for (void*& c : cache) {
-        void* grown = pass(rows * 1024);
-        ASSERT_NE(grown, nullptr);
-        fill(grown, 64, static_cast<std::uint32_t>(rows));
-        if (c != nullptr) {
-          EXPECT_TRUE(intact(c, 64, static_cast<std::uint32_t>(rows - 1))) << "a cache's block was overwritten";
-          release(c);
-        }
-        c = grown;
-      }
-    }
-    for (void* c : cache) release(c);
-    runs = be::front_cache_stats().runs_made - made;
-  }).join();
-  // 24 blocks of 40 KiB fill a run of 1 MiB, of 48-64 KiB two: the classes' own runs, as
-  // the lists of up to 64 KiB kept them, were 6 (one empty run taken by another class).
-  EXPECT_LE(runs, 4u) << "the classes left kept their runs from the next class";
-}
-
 // Note [Classes a stream has left]: a class the thread never asked for itself (blocks
 // another thread made, freed here) is never left: however many other large requests the
 // thread makes and misses, those blocks stay on its list, for the depot and the thread
@@ -666,11 +629,7 @@ TEST(FrontCache, TheEnginesLargeBuffersComeFromOutsideIt) {
     void* small = be::engine_alloc(1000, 16);
     EXPECT_TRUE(inside(small)) << "the engine's small request left the front cache";
     void* big = be::engine_alloc(be::engine_own_least, 16);
-    EXPECT_FALSE(inside(big)) << "the engine's buffer of engine_own_least bytes came from the front cache";
-    // 48 KiB: a class kept in bytes, whose runs a growing cache's classes pass on.
-    void* mid = be::engine_alloc(48 * 1024, 16);
-    EXPECT_FALSE(inside(mid)) << "the engine's 48 KiB buffer came from the front cache";
-    be::fallback_free(mid);
+    EXPECT_FALSE(inside(big)) << "the engine's 64 KiB buffer came from the front cache";
     fill(big, be::engine_own_least, 9);
     be::internal_allocator<std::uint64_t> alloc;
     std::uint64_t* table = alloc.allocate(40000);  // 320,000 bytes
@@ -727,6 +686,45 @@ TEST(FrontCache, LargeBlocksAreKeptWithinTheirBudgets) {
   }).join();
   be::front_cache_release();
   EXPECT_EQ(be::front_cache_stats().depot_bytes[2], 0u) << "the depot's count of its large bytes drifted";
+}
+
+// Note [Large blocks in the front cache]: a burst of blocks of a run class (100,000 B: 9 a
+// run of 1 MiB) moves in batches, from the runs at its misses and to the depot past the
+// thread's budget. Every block live at once is distinct, keeps what was written into it
+// whole, and the thread's and the depot's bytes stay within their budgets, round after
+// round (the second and third take blocks from runs already written, in batches).
+TEST(FrontCache, ABurstOfLargeBlocksMovesInBatchesAndNeverSharesABlock) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  constexpr std::size_t kSize = 100000;
+  constexpr int kBlocks = 240;  // 24 MB: past the thread's budget and the depot's
+  std::thread([&] {
+    release(pass(100));  // the thread's cache made first
+    for (int round = 0; round < 3; ++round) {
+      std::vector<void*> live;
+      for (int i = 0; i < kBlocks; ++i) {
+        void* p = pass(kSize);
+        ASSERT_NE(p, nullptr);
+        EXPECT_EQ(block_size(p), nallocx(kSize, 0));
+        fill(p, kSize, static_cast<std::uint32_t>(round * kBlocks + i));
+        live.push_back(p);
+        const be::front_cache_counts c = be::front_cache_stats();
+        ASSERT_LE(c.thread_large_bytes, c.thread_large_budget + nallocx(kSize, 0)) << "a batch past the budget";
+      }
+      const absl::flat_hash_set<void*> distinct(live.begin(), live.end());
+      ASSERT_EQ(distinct.size(), live.size()) << "a block handed out twice in round " << round;
+      for (int i = 0; i < kBlocks; ++i) {
+        ASSERT_TRUE(intact(live[i], kSize, static_cast<std::uint32_t>(round * kBlocks + i)))
+            << "block " << i << " of round " << round << " overwritten";
+      }
+      for (void* p : live) release(p);
+      const be::front_cache_counts c = be::front_cache_stats();
+      EXPECT_LE(c.thread_large_bytes, c.thread_large_budget);
+      EXPECT_LE(c.depot_bytes[2], c.depot_budget[2]);
+    }
+  }).join();
 }
 
 // Note [Zeroing by memset] (backend/jemalloc_backend.cc): no calloc is the front cache's.
