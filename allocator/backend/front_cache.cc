@@ -108,7 +108,7 @@ constinit thread_local std::uint8_t t_state REPLAYALLOC_TLS_IE = cache_none;
 std::size_t g_largest = 0;  // the largest size class served by the lists' fast paths
 std::size_t g_large_largest = 0;  // the largest served (Note [Large blocks in the front cache])
 unsigned g_first_large = max_classes;  // the first class above front_limit
-std::uint8_t g_large_class_of[(large_limit >> large_shift) + 1];  // size / 8 KiB -> class
+std::uint8_t g_large_class_of[(large_limit >> large_shift) + 1];  // size / 16 KiB -> class
 // The class of a size above g_largest, up to g_large_largest.
 [[gnu::always_inline]] inline unsigned large_class(std::size_t size) noexcept {
   return g_large_class_of[(size + (std::size_t{1} << large_shift) - 1) >> large_shift];

@@ -19,9 +19,10 @@ namespace replayalloc::detail::backend::front {
 // classes, four per doubling) itself, counted in bytes:
 //  * a thread keeps, on its lists of those classes, at most its share of 16 MiB (the
 //    threads with a cache open sharing it, at least 512 KiB each); a block freed past
-//    that goes to the depot as a list of one, whose budget for these classes is 8 MiB,
-//    and past that back to the arena. So the cache never holds more than 24 MiB of
-//    them however many threads there are: at 16 threads, 512 KiB-1 MiB each;
+//    that goes to the depot with up to 15 of its class's list (1 MiB at most) as one
+//    list, whose budget for these classes is 8 MiB, and past that back to the arena. So
+//    the cache never holds more than 24 MiB of them however many threads there are: at
+//    16 threads, 512 KiB-1 MiB each;
 //  * a request takes a block of exactly its class: the thread's list, then the depot
 //    (a list, which an exited thread's may be), then the arena (so every block the
 //    cache holds is of its class, as below 64 KiB);
@@ -60,8 +61,8 @@ namespace {
 
 // Note [Large blocks in the front cache]: jemalloc's classes above 64 KiB up to 2 MiB,
 // numbered from n + 1 into class_size (their lists' max 0: their frees take the slow
-// path, which keeps count of bytes) and class_of (size / 8 KiB -> class); none where
-// the classes are not multiples of 8 KiB there. Returns the largest request they serve
+// path, which keeps count of bytes) and class_of (size / 16 KiB -> class); none where
+// the classes are not multiples of 16 KiB there. Returns the largest request they serve
 // (`largest`, that of the classes below, when none).
 std::size_t number_large_classes(std::size_t (*size_class)(std::size_t) noexcept, unsigned n, std::size_t largest,
                                  std::uint32_t* class_size, std::uint32_t* list_max_of, std::uint8_t* class_of) noexcept {
