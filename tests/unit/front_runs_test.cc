@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 #include "backend/front_runs.h"
@@ -36,6 +37,36 @@ void* run_memory(std::size_t bytes, unsigned) noexcept {
 void run_release(void* p) noexcept { g_given.push_back(reinterpret_cast<std::uintptr_t>(p)); }
 std::uint64_t g_ms = 0;  // the test's clock (Note [Empty runs kept])
 std::uint64_t clock_ms() noexcept { return g_ms; }
+
+// A fresh area whose range starts at a 64 KiB boundary, half of it the runs' range,
+// with the test's bump pointer, records and clock reset (area null where it cannot be
+// mapped), and the runs configured over it for classes 1, 2, ... of the sizes given.
+struct test_range {
+  void* area = nullptr;
+  std::uintptr_t base = 0;
+  std::size_t span = kArea / 2;
+  std::vector<std::atomic<std::uint8_t>> page_map;
+  std::uint32_t class_size[front::max_classes] = {};
+};
+test_range fresh_range(std::initializer_list<std::uint32_t> sizes) {
+  test_range r;
+  r.area = ::mmap(nullptr, kArea, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r.area == MAP_FAILED) return test_range{};
+  r.base = (reinterpret_cast<std::uintptr_t>(r.area) + 0xffff) & ~std::uintptr_t{0xffff};
+  g_next = r.base;
+  g_end = r.base + r.span;
+  g_made.clear();
+  g_given.clear();
+  g_ms = 0;
+  r.page_map = std::vector<std::atomic<std::uint8_t>>(r.span >> front::page_map_shift);
+  unsigned k = 1;
+  for (std::uint32_t size : sizes) r.class_size[k++] = size;
+  if (!front::configure_runs(r.class_size, r.base, r.span, r.page_map.data(), &run_memory, &run_release, &clock_ms)) {
+    ::munmap(r.area, kArea);
+    return test_range{};
+  }
+  return r;
+}
 
 TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
   void* area = ::mmap(nullptr, kArea, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -198,21 +229,13 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
 // another size has the arena's stashed runs given back first, and release_stashed_runs
 // (before a block above the runs' classes) and release_empty_runs give back every one.
 TEST(FrontRuns, EmptiedRunsServeTheNextBurstAndThoseIdleForASecondGoBack) {
-  void* area = ::mmap(nullptr, kArea, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  ASSERT_NE(area, MAP_FAILED);
-  const std::uintptr_t base = (reinterpret_cast<std::uintptr_t>(area) + 0xffff) & ~std::uintptr_t{0xffff};
-  const std::size_t span = kArea / 2;
-  g_next = base;
-  g_end = base + span;
-  g_made.clear();
-  g_given.clear();
-  g_ms = 0;
-  std::vector<std::atomic<std::uint8_t>> page_map(span >> front::page_map_shift);
-  std::uint32_t class_size[front::max_classes] = {};
-  class_size[1] = 2048;  // runs of 64 KiB, 32 blocks
-  class_size[2] = 5120;  // runs of 128 KiB, 25 blocks
-  class_size[3] = 1024;  // runs of 64 KiB, 64 blocks
-  ASSERT_TRUE(front::configure_runs(class_size, base, span, page_map.data(), &run_memory, &run_release, &clock_ms));
+  // Runs of 64 KiB (32 blocks), 128 KiB (25) and 64 KiB (64).
+  test_range range = fresh_range({2048, 5120, 1024});
+  ASSERT_NE(range.area, nullptr);
+  void* area = range.area;
+  const std::uintptr_t base = range.base;
+  const auto& page_map = range.page_map;
+  const auto& class_size = range.class_size;
   const auto counts = [] {
     replayalloc::detail::backend::front_cache_counts c;
     front::run_counts(&c);
@@ -316,21 +339,11 @@ TEST(FrontRuns, EmptiedRunsServeTheNextBurstAndThoseIdleForASecondGoBack) {
 // before, in this run's earlier life or another class's; without it (~0u), every block
 // asked for, whatever was written, and never none.
 TEST(FrontRuns, ABatchCarvesAtMostItsFreshBlocksWhereNothingWasWritten) {
-  void* area = ::mmap(nullptr, kArea, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  ASSERT_NE(area, MAP_FAILED);
-  const std::uintptr_t base = (reinterpret_cast<std::uintptr_t>(area) + 0xffff) & ~std::uintptr_t{0xffff};
-  const std::size_t span = kArea / 2;
-  g_next = base;
-  g_end = base + span;
-  g_made.clear();
-  g_given.clear();
-  g_ms = 0;
-  std::vector<std::atomic<std::uint8_t>> page_map(span >> front::page_map_shift);
-  std::uint32_t class_size[front::max_classes] = {};
-  class_size[1] = 40960;  // runs of 1 MiB, 25 blocks
-  class_size[2] = 49152;  // runs of 1 MiB, 21 blocks
-  class_size[3] = 8192;   // runs of 128 KiB, 16 blocks
-  ASSERT_TRUE(front::configure_runs(class_size, base, span, page_map.data(), &run_memory, &run_release, &clock_ms));
+  // Runs of 1 MiB (25 blocks), 1 MiB (21) and 128 KiB (16).
+  test_range range = fresh_range({40960, 49152, 8192});
+  ASSERT_NE(range.area, nullptr);
+  void* area = range.area;
+  const auto& class_size = range.class_size;
   // Takes up to `want` blocks of class k, `fresh` of them new at most; returns them all.
   const auto take = [&](unsigned k, unsigned want, unsigned fresh) {
     std::vector<void*> out;
