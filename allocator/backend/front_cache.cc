@@ -71,7 +71,7 @@ constexpr unsigned map_shift = page_map_shift;  // one byte of the page map per 
 constexpr std::size_t threads_large_budget = 16384 * 1024;
 constexpr std::size_t thread_large_least = 512 * 1024;
 // Blocks of those classes moved at once between a thread and the runs or the depot (a
-// burst's), and their most bytes.
+// burst's), and the most bytes of a list a free sends to the depot.
 constexpr unsigned large_batch = 16;
 constexpr std::size_t large_batch_bytes = 1024 * 1024;
 std::size_t thread_large_budget() noexcept {

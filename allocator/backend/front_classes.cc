@@ -40,8 +40,8 @@ namespace replayalloc::detail::backend::front {
 // a run class's second miss with no large free between takes up to 16 blocks from its
 // runs (large_run_miss in front_cache.cc; past the first, only blocks whose first page
 // was written before, run_take's `fresh`: a list's links would fault in pages no request
-// may use), and a free past the thread's budget sends up to 16 of its list, 1 MiB at
-// most, to the depot as one list (callgrind, bench/micro/bursts 2000 100000 10: 19.81 M
+// may use), and a free past the thread's budget sends its block and up to 15 of its
+// list, 1 MiB at most, to the depot as one list (callgrind, bench/micro/bursts 2000 100000 10: 19.81 M
 // -> 14.74 M instructions, mimalloc 19.25 M; blocks of 40,000 and 65,536 B, kept in
 // lists, as before). Keeping the classes of 40-64 KiB so too (front_limit 32 KiB) was
 // tried and not kept: a K/V cache a row longer a step gave the classes it left back to
