@@ -92,6 +92,7 @@ struct thread_cache {
   // KiB, and their count + 1 at each such class's last miss into its runs.
   std::uint32_t large_frees;
   std::uint32_t large_missed_at[max_classes];
+  std::uint8_t large_streak[max_classes];  // such misses in a row (a burst's batches double)
 };
 
 // Every thread starts with (and an exited one returns to) this cache, whose lists are
@@ -202,6 +203,7 @@ void close_thread(void* arg) noexcept {
     c->lists[k] = free_list{nullptr, 0, g_list_max[k]};
     c->burst[k] = false;
     c->large_missed_at[k] = 0;
+    c->large_streak[k] = 0;
   }
   c->large_frees = 0;
   c->slot = g_next_slot.fetch_add(1, std::memory_order_relaxed) % g_slots;
@@ -371,8 +373,11 @@ void give_back_larger(unsigned k, std::size_t bytes) noexcept {
 }
 
 // Note [Large blocks in the front cache]: a run class's second miss with no free of a
-// large block between (a burst) takes up to large_batch blocks from its runs at once, as
-// many as the thread's budget has room for, the others onto its list. (Sizes that grow, a
+// large block between (a burst) takes 2 blocks from its runs at once, the next such miss
+// in a row 4, then 8, then up to large_batch, as many as the thread's budget has room
+// for, the others onto its list (taken whole at once, a request's few blocks of a class
+// in a stream that never repeats kept 16 each: never_repeats 10000 peak RSS 54.1 -> 58.3
+// MiB). (Sizes that grow, a
 // K/V cache a row longer a step, free the class before at each request: one block each,
 // so that no block of a class the stream is leaving waits on a list.)
 void* large_run_miss(unsigned k, std::size_t size) noexcept {
@@ -380,10 +385,15 @@ void* large_run_miss(unsigned k, std::size_t size) noexcept {
   thread_cache* c = t_cache;
   const std::size_t bytes = g_class_size[k];
   unsigned want = 1;
+  std::uint8_t& streak = c->large_streak[k];
   if (c->large_missed_at[k] == c->large_frees + 1) {
+    if ((1u << streak) < large_batch) ++streak;
     const std::size_t budget = thread_large_budget();
     const std::size_t room = budget > c->large_bytes ? (budget - c->large_bytes) / bytes : 0;
-    want += static_cast<unsigned>(room < large_batch - 1 ? room : large_batch - 1);
+    const unsigned most = (1u << streak) - 1;
+    want += static_cast<unsigned>(room < most ? room : most);
+  } else {
+    streak = 0;
   }
   c->large_missed_at[k] = c->large_frees + 1;
   free_list& mine = c->lists[k];

@@ -37,8 +37,8 @@ namespace replayalloc::detail::backend::front {
 //    thread's count of bytes, and their requests are past the lists' fast path (above
 //    g_largest); a few instructions against jemalloc's thousands.
 // A burst of them (many allocated, then all freed: a batch's buffers) moves in batches:
-// a run class's second miss with no large free between takes up to 16 blocks from its
-// runs (large_run_miss in front_cache.cc; past the first, only blocks whose first page
+// a run class's second miss with no large free between takes 2 blocks from its runs,
+// the next such in a row 4, 8, then up to 16 (large_run_miss in front_cache.cc; past the first, only blocks whose first page
 // was written before, run_take's `fresh`: a list's links would fault in pages no request
 // may use), and a free past the thread's budget sends its block and up to 15 of its
 // list, 1 MiB at most, to the depot as one list (callgrind, bench/micro/bursts 2000 100000 10: 19.81 M
