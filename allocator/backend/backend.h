@@ -122,7 +122,7 @@ std::size_t fallback_resident_bytes() noexcept;
 // from inside the engine): the fallback's, but a request of engine_own_least bytes or
 // more comes from jemalloc's own malloc, outside the front cache (Note [The engine's
 // large buffers], jemalloc_backend.cc). Null on failure (errno untouched).
-inline constexpr std::size_t engine_own_least = 64 * 1024;
+inline constexpr std::size_t engine_own_least = 32 * 1024;
 void* engine_alloc(std::size_t size, std::size_t align) noexcept;
 
 // A standard allocator over the fallback, for the engine's own containers

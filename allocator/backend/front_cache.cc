@@ -37,10 +37,10 @@
 // 1-4 MiB (512 KiB a thread with a cache) for the classes of 4 KiB and up, 256 KiB for
 // those below (1 MiB in all released a list in four at 8 threads on 2 cores, each of
 // whose blocks the arena then made again: RESULTS "Small blocks in the front cache"),
-// 8 MiB for those above 64 KiB;
-// what does not fit goes back to the arena, whose dirty pages decay as jemalloc's others
-// do. Before a slab is made (Note [Purging what a slab replaces]) the thread's lists and
-// the depot go back to the arena, so that its purge finds their pages. Fork: the depot's locks are held across fork() (engine::prefork).
+// 8 MiB for those above 64 KiB; what does not fit goes back to the arena, whose dirty
+// pages decay as jemalloc's others do. Before a slab is made (Note [Purging what a slab
+// replaces]) the thread's lists and the depot go back to the arena, so that its purge
+// finds their pages. Fork: the depot's locks are held across fork() (engine::prefork).
 // Requests passed through (Note [Pass-through]) and the engine's own and missed ones
 // (fallback_alloc) come here, and so does the inline path below the minimum (through
 // g_plain_malloc). REPLAYALLOC_FRONT_CACHE=0 leaves the fallback to jemalloc alone.
@@ -65,13 +65,12 @@ using namespace front;
 namespace {
 
 constexpr unsigned map_shift = page_map_shift;  // one byte of the page map per 4 KiB of the range
-// Note [Large blocks in the front cache]: the bytes of the classes above 64 KiB that
-// the threads' lists keep, shared among the threads with a cache open (each at least
-// thread_large_least); the depot's are front_depot.cc's.
+// Note [Large blocks in the front cache]: the bytes of the classes above 64 KiB the
+// threads' lists keep, shared by those with a cache open (each at least the least).
 constexpr std::size_t threads_large_budget = 16384 * 1024;
 constexpr std::size_t thread_large_least = 512 * 1024;
-// Blocks of those classes moved at once between a thread and the runs or the depot (a
-// burst's), and the most bytes of a list a free sends to the depot.
+// Blocks of those classes moved at once (a burst's), and the most bytes of a list a
+// free sends to the depot.
 constexpr unsigned large_batch = 16;
 constexpr std::size_t large_batch_bytes = 1024 * 1024;
 std::size_t thread_large_budget() noexcept {
@@ -188,8 +187,7 @@ void close_thread(void* arg) noexcept {
   g_free(c);
 }
 
-// The thread's own cache, made at its first miss; false when it cannot have one (made
-// while it was being made, exited, or no memory).
+// The thread's cache, made at its first miss; false where it cannot (being made, exited, no memory).
 [[gnu::noinline]] bool open_cache() noexcept {
   if (t_state != cache_none) return t_state == cache_open;
   t_state = cache_making;  // pthread_setspecific may allocate: those requests pass
@@ -215,27 +213,8 @@ void close_thread(void* arg) noexcept {
   return true;
 }
 
-// Note [Small blocks in the front cache]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Below 4 KiB jemalloc's thread cache was the fallback's floor: its malloc and free are
-// ~77 instructions a pair where tcmalloc's and mimalloc's are ~40-50, and threads that
-// hand small blocks to each other (larson, producer/consumer) flush them block by block
-// to their arena under its lock. So the front cache serves every class from 16 B to
-// 64 KiB, the small ones as the others: the thread's list, the depot, then its arena.
-// The inline malloc below the minimum tail-calls front_malloc, and the free of such a
-// block is inside the gate's range (Note [The gate's range]), so it costs the free no
-// test more than jemalloc's blocks did. A small class's list is filled half at once, from
-// the runs of the thread's arena (Note [Runs for medium blocks]; where runs cannot be
-// made, a block of the arena each: mallocx fills the bin's slabs with free regions
-// first, where jemalloc's experimental.batch_alloc took fresh slabs and raised
-// ResNet-50's peak RSS at 8 threads by 16 MiB). A small class's list holds 16 KiB of blocks (at
-// least 4, at most 64), not 64 KiB: a short-lived thread (larson) fills a list of each
-// class it touches, and what it held at its exit went back to its runs (the arena's
-// slabs before) as dirty pages. Requests of under 16 bytes get 16 (glibc's alignment).
-// A small class's blocks share pages, all of one class (a run's), so the page
-// map's byte is theirs; a block jemalloc's realloc moves out of the cache's range is
-// jemalloc's. REPLAYALLOC_FRONT_CACHE=0 leaves small requests to jemalloc's malloc, as
-// before. Measured side by side in bench/RESULTS.md ("Small blocks in the front cache").
+// Note [Small blocks in the front cache] (front_classes.cc): a small class's list is
+// filled half at once, from its arena's runs (a block of the arena each without them).
 [[gnu::noinline]] void* fill(unsigned k, std::size_t size) noexcept {
   void* first = g_block(g_class_size[k], t_cache->slot);
   if (first == nullptr) return g_malloc(size);  // the range spent
@@ -372,14 +351,39 @@ void give_back_larger(unsigned k, std::size_t bytes) noexcept {
   }
 }
 
-// Note [Large blocks in the front cache]: a run class's second miss with no free of a
-// large block between (a burst) takes 2 blocks from its runs at once, the next such miss
-// in a row 4, then 8, then up to large_batch, as many as the thread's budget has room
-// for, the others onto its list (taken whole at once, a request's few blocks of a class
-// in a stream that never repeats kept 16 each: never_repeats 10000 peak RSS 54.1 -> 58.3
-// MiB). (Sizes that grow, a
-// K/V cache a row longer a step, free the class before at each request: one block each,
-// so that no block of a class the stream is leaving waits on a list.)
+// Note [Idle blocks before a new run] (front_runs.cc): class k's blocks on the thread's
+// list and in the depot back to their runs where they are all of a run's out of it (a
+// large class's only where the thread has left it: Note [Classes a stream has left]).
+void idle_to_runs(unsigned k) noexcept {
+  const bool large = k >= g_first_large;
+  if (large && (t_state != cache_open || !t_cache->recency.left(k))) return;
+  free_list none{nullptr, 0, 0}, &mine = t_state == cache_open ? t_cache->lists[k] : none;
+  void* heads[65] = {mine.head};
+  std::uint32_t counts[65];
+  unsigned n = 1;
+  for (free_list l; n < 65 && (l = take(k)).head != nullptr; ++n) {
+    heads[n] = l.head;
+    counts[n] = l.count;
+  }
+  if (!empties_a_run(k, heads, n)) {
+    for (unsigned i = 1; i < n; ++i) put(k, heads[i], counts[i]);
+    return;
+  }
+  for (unsigned i = 1; i < n; ++i) give_back_list(heads[i]);
+  if (mine.head == nullptr) return;
+  if (large) {
+    t_cache->large_bytes -= std::size_t{mine.count} * g_class_size[k];
+    t_cache->recency.gave_back(k);
+  }
+  give_back_list(mine.head);
+  mine.head = nullptr;
+  mine.count = 0;
+}
+
+// Note [Large blocks in the front cache]: a run class's second miss with no large free
+// between (a burst) takes 2 blocks, the next in a row 4, 8, then up to large_batch, within
+// the thread's budget (at once, 16 each: never_repeats 10000 peak RSS 54.1 -> 58.3 MiB).
+// Sizes that grow free the class before at each request: one block each.
 void* large_run_miss(unsigned k, std::size_t size) noexcept {
   if (t_state != cache_open) return run_miss(k, size);
   thread_cache* c = t_cache;
@@ -451,9 +455,8 @@ bool enable_front_cache(const front_backend& b) noexcept {
     return false;
   }
   g_page_class = static_cast<std::atomic<std::uint8_t>*>(map);
-  // Note [Runs for medium blocks] (no run class where its table cannot be reserved;
-  // give_back serves either way).
-  configure_runs(cls.class_size, b.base, b.span, g_page_class, b.run, b.release, &coarse_clock_ms);
+  // Note [Runs for medium blocks] (none without a table; give_back serves either way).
+  configure_runs(cls.class_size, b.base, b.span, g_page_class, b.run, b.release, &coarse_clock_ms, &idle_to_runs);
   for (unsigned k = 0; k < max_classes; ++k) {
     const std::uint32_t c = cls.class_size[k];
     g_class_size[k] = c;
@@ -538,7 +541,6 @@ void front_resizing(const void* p) noexcept {
   const unsigned k = b.load(std::memory_order_relaxed);
   if (g_class_size[k] >= fill_below && !run_class(k)) b.store(0, std::memory_order_relaxed);
 }
-
 
 void front_cache_release() noexcept {
   if (!g_enabled) return;

@@ -1,9 +1,32 @@
 // The front cache's size classes (Note [The fallback's front cache], front_cache.cc):
-// jemalloc's, numbered once as the cache is enabled; which of them are kept in bytes
-// (Note [Large blocks in the front cache]); and which of them a thread's stream has left.
+// jemalloc's, numbered once as the cache is enabled; how the small ones are kept (Note
+// [Small blocks in the front cache]) and which are kept in bytes (Note [Large blocks in
+// the front cache]); and which of them a thread's stream has left.
 #include "backend/front_classes.h"
 
 namespace replayalloc::detail::backend::front {
+
+// Note [Small blocks in the front cache]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Below 4 KiB jemalloc's thread cache was the fallback's floor: its malloc and free are
+// ~77 instructions a pair where tcmalloc's and mimalloc's are ~40-50, and threads that
+// hand small blocks to each other (larson, producer/consumer) flush them block by block
+// to their arena under its lock. So the front cache serves every class from 16 B to
+// 64 KiB, the small ones as the others: the thread's list, the depot, then its arena.
+// The inline malloc below the minimum tail-calls front_malloc, and the free of such a
+// block is inside the gate's range (Note [The gate's range]), so it costs the free no
+// test more than jemalloc's blocks did. A small class's list is filled half at once, from
+// the runs of the thread's arena (Note [Runs for medium blocks]; where runs cannot be
+// made, a block of the arena each: mallocx fills the bin's slabs with free regions
+// first, where jemalloc's experimental.batch_alloc took fresh slabs and raised
+// ResNet-50's peak RSS at 8 threads by 16 MiB). A small class's list holds 16 KiB of blocks (at
+// least 4, at most 64), not 64 KiB: a short-lived thread (larson) fills a list of each
+// class it touches, and what it held at its exit went back to its runs (the arena's
+// slabs before) as dirty pages. Requests of under 16 bytes get 16 (glibc's alignment).
+// A small class's blocks share pages, all of one class (a run's), so the page
+// map's byte is theirs; a block jemalloc's realloc moves out of the cache's range is
+// jemalloc's. REPLAYALLOC_FRONT_CACHE=0 leaves small requests to jemalloc's malloc, as
+// before. Measured side by side in bench/RESULTS.md ("Small blocks in the front cache").
 
 // Note [Large blocks in the front cache]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -18,16 +18,20 @@ namespace replayalloc::detail::backend::front {
 // A run's memory from the cache's arena `slot`, `bytes` long and aligned to `bytes`;
 // null when it cannot be had.
 using run_memory_fn = void* (*)(std::size_t bytes, unsigned slot) noexcept;
+// Note [Idle blocks before a new run] (front_runs.cc): class k's blocks that wait on the
+// calling thread's list and in the depot, given back to their runs.
+using run_idle_fn = void (*)(unsigned k) noexcept;
 
 // Once, as the cache is enabled (after its page map is made): the classes served from
 // runs are those of class_size in [run_least, run_most]; runs come from `memory` and go
 // back through `release`, as every other block give_back is handed; the range is
 // base..base+span and page_class its page map; `now` times the empty runs kept (null:
-// none kept but each pool's one). False (nothing served from runs) when memory is null
-// or the run table cannot be reserved.
+// none kept but each pool's one); `idle` gives a class's waiting blocks back before a
+// run of 1 MiB is made of fresh memory (null: never). False (nothing served from runs)
+// when memory is null or the run table cannot be reserved.
 bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::size_t span,
                     std::atomic<std::uint8_t>* page_class, run_memory_fn memory, front_free_fn release,
-                    run_clock_fn now) noexcept;
+                    run_clock_fn now, run_idle_fn idle = nullptr) noexcept;
 
 // Whether class k's blocks come from runs (false for 0 and before configure_runs).
 bool run_class(unsigned k) noexcept;
@@ -52,6 +56,10 @@ void run_give(void* p, unsigned k) noexcept;
 // Every block of a list (linked through their first words) back as give_back does, a
 // run pool's lock held across blocks of the same pool.
 void give_back_list(void* head) noexcept;
+
+// Whether the blocks of class k on the lists heads[0..n) (linked through their first
+// words) are every block out of one of their runs (Note [Idle blocks before a new run]).
+bool empties_a_run(unsigned k, void* const* heads, unsigned n) noexcept;
 
 // The runs kept empty, by the pools and the stashes, given back to the arena
 // (front_cache_release, before a purge).

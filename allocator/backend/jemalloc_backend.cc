@@ -507,15 +507,15 @@ void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
 // prefill had just freed, and the program's next iteration missed it and faulted fresh
 // pages (bench/micro/planning_latency 10000: the second iteration, the second recording,
 // 652 page faults where the same iteration passed through with nothing recorded took
-// 322, and jemalloc alone 1). The engine's buffers of 64 KiB and more (engine_own_least)
-// now come from jemalloc's own malloc, outside the front cache's range, whose frees
+// 322, and jemalloc alone 1). The engine's buffers of 32 KiB and more (engine_own_least;
+// 64 KiB until Note [Idle blocks before a new run], after which a recording's arrays of
+// 40-64 KiB held the runs the program's growing caches emptied: 351 -> 713 faults there)
+// come from jemalloc's own malloc, outside the front cache's range, whose frees
 // already send them back to jemalloc (Note [The front cache's arena]): the program's
 // classes keep their blocks, and the engine's buffers reuse each other's pages from one
-// recording to the next. The second recorded iteration there 652 -> 395 faults and
-// ~1.8 -> ~1.1 ms (jemalloc's 0.43), the first 2,590 -> 2,760 faults (its buffers'
-// pages now its own). Smaller requests stay with the fallback (the front cache), and
-// so do zeroed and over-aligned ones. Measured side by side in bench/RESULTS.md
-// ("Planning latency").
+// recording to the next. The second recorded iteration there 652 -> 395 faults, ~1.8 ->
+// ~1.1 ms (jemalloc's 0.43); the first 2,590 -> 2,760. Smaller requests, zeroed and
+// over-aligned ones stay with the front cache. Measured in RESULTS ("Planning latency").
 void* engine_alloc(std::size_t size, std::size_t align) noexcept {
   if (size >= engine_own_least && align <= malloc_align) {
     if (inject_failure()) [[unlikely]] return nullptr;

@@ -384,5 +384,51 @@ TEST(FrontRuns, RunBlocksAreNeverJemallocs) {
   }).join();
 }
 
+// Note [Idle blocks before a new run]: 24 caches a row of 1 KiB longer each step, from 33
+// to 64 rows (jemalloc's classes of 40, 48, 56 and 64 KiB, runs of 1 MiB: 25, 21, 18 and
+// 16 blocks), as a decoder's K/V caches grow: each class's blocks, once the caches have
+// left it, wait on the thread's list and in the depot, and go back to their runs before
+// a later class's run is made of fresh memory, which then takes the run they left
+// empty. Every cache keeps its bytes, and no two live caches overlap.
+TEST(FrontRuns, CachesThatGrowTakeTheRunsOfTheClassesTheyLeft) {
+  REQUIRE_RUNS();
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  std::thread([&] {
+    release(pass(100));  // the thread's cache made first
+    constexpr std::size_t kCaches = 24;
+    std::vector<void*> caches(kCaches, nullptr);
+    std::vector<std::uintptr_t> at;
+    at.reserve(kCaches);  // no run of a small class made below
+    const be::front_cache_counts before = be::front_cache_stats();
+    for (std::size_t rows = 33; rows <= 64; ++rows) {
+      for (std::size_t c = 0; c < kCaches; ++c) {
+        const auto tag = static_cast<std::uint32_t>(rows * 100 + c);
+        void* grown = pass(rows * 1024);
+        ASSERT_NE(grown, nullptr);
+        fill(grown, rows * 1024, tag);
+        if (caches[c] != nullptr) {
+          EXPECT_TRUE(intact(caches[c], (rows - 1) * 1024, tag - 100)) << "cache " << c << " at " << rows << " rows";
+          release(caches[c]);
+        }
+        caches[c] = grown;
+      }
+      at.clear();
+      for (void* p : caches) at.push_back(reinterpret_cast<std::uintptr_t>(p));
+      std::sort(at.begin(), at.end());
+      for (std::size_t i = 1; i < at.size(); ++i) ASSERT_GE(at[i] - at[i - 1], rows * 1024) << "two caches overlap";
+    }
+    const be::front_cache_counts after = be::front_cache_stats();
+    // One run of 40 KiB, two of 48 KiB (the first class's blocks still out as the second
+    // fills its first run), none of 56 and 64 KiB (those of 40 and 48 KiB, emptied): 3;
+    // 5 where only a full depot's lists went back to their runs (the 48 KiB ones here).
+    EXPECT_LE(after.runs_made - before.runs_made, 3u) << "runs made of fresh memory where a left class's were idle";
+    for (std::size_t c = 0; c < kCaches; ++c) {
+      EXPECT_TRUE(intact(caches[c], 64 * 1024, static_cast<std::uint32_t>(6400 + c)));
+      release(caches[c]);
+    }
+  }).join();
+}
+
 }  // namespace
 }  // namespace replayalloc::contract

@@ -48,7 +48,7 @@ struct test_range {
   std::vector<std::atomic<std::uint8_t>> page_map;
   std::uint32_t class_size[front::max_classes] = {};
 };
-test_range fresh_range(std::initializer_list<std::uint32_t> sizes) {
+test_range fresh_range(std::initializer_list<std::uint32_t> sizes, front::run_idle_fn idle = nullptr) {
   test_range r;
   r.area = ::mmap(nullptr, kArea, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (r.area == MAP_FAILED) return test_range{};
@@ -61,7 +61,7 @@ test_range fresh_range(std::initializer_list<std::uint32_t> sizes) {
   r.page_map = std::vector<std::atomic<std::uint8_t>>(r.span >> front::page_map_shift);
   unsigned k = 1;
   for (std::uint32_t size : sizes) r.class_size[k++] = size;
-  if (!front::configure_runs(r.class_size, r.base, r.span, r.page_map.data(), &run_memory, &run_release, &clock_ms)) {
+  if (!front::configure_runs(r.class_size, r.base, r.span, r.page_map.data(), &run_memory, &run_release, &clock_ms, idle)) {
     ::munmap(r.area, kArea);
     return test_range{};
   }
@@ -399,4 +399,112 @@ TEST(FrontRuns, ABatchCarvesAtMostItsFreshBlocksWhereNothingWasWritten) {
   for (void* p : held) front::run_give(p, 1);
   front::release_empty_runs();
   ::munmap(area, kArea);
+}
+
+namespace {
+
+// The blocks the test keeps "waiting" per class (a thread's list and the depot's, in the
+// cache), linked through their first words, and the classes `idle` was asked for.
+void* g_waiting[front::max_classes];
+std::vector<unsigned> g_idled;
+void idle(unsigned k) noexcept {
+  g_idled.push_back(k);
+  front::give_back_list(g_waiting[k]);
+  g_waiting[k] = nullptr;
+}
+void wait(void* p, unsigned k) {
+  *static_cast<void**>(p) = g_waiting[k];
+  g_waiting[k] = p;
+}
+
+}  // namespace
+
+// Note [Idle blocks before a new run]: before a run of 1 MiB is made of fresh memory,
+// the blocks of the other classes of its size that wait on lists go back to their runs,
+// and a run they leave empty serves the new class; a run they do not leave empty keeps
+// them for its own class's next requests; the smaller runs never ask.
+TEST(FrontRuns, BlocksWaitingOnListsGoBackBeforeARunIsMadeOfFreshMemory) {
+  // Runs of 1 MiB: 25 blocks of 40 KiB, 21 of 48 KiB; of 128 KiB: 16 of 8 KiB, 21 of 6 KiB.
+  test_range range = fresh_range({40960, 49152, 8192, 6144}, &idle);
+  ASSERT_NE(range.area, nullptr);
+  std::fill(std::begin(g_waiting), std::end(g_waiting), nullptr);
+  g_idled.clear();
+  const auto take = [](unsigned k, std::size_t n) {
+    std::vector<void*> out;
+    for (std::size_t i = 0; i < n; ++i) {
+      void* p = front::run_take(k, 0, nullptr, 1);
+      if (p == nullptr) break;
+      out.push_back(p);
+    }
+    return out;
+  };
+  const auto run_of = [](void* p) { return reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{(1 << 20) - 1}; };
+  // 24 caches of 40 KiB, then each a row longer: 48 KiB taken, the 40 KiB block freed to
+  // a list. The first 21 fill a new run (the 40 KiB blocks still out of theirs).
+  const std::vector<void*> forty = take(1, 24);
+  ASSERT_EQ(forty.size(), 24u);
+  ASSERT_EQ(g_made.size(), 1u);
+  EXPECT_EQ(g_idled, std::vector<unsigned>{2}) << "a run of 1 MiB made without asking the other class of its size";
+  g_idled.clear();
+  // empties_a_run: the lists hold every block out of the run, in two lists, or one fewer
+  // (then one block, of another run, does not make it so).
+  for (std::size_t i = 0; i < 24; ++i) *static_cast<void**>(forty[i]) = i % 12 == 11 ? nullptr : forty[i + 1];
+  void* both[] = {forty[0], forty[12]};
+  EXPECT_TRUE(front::empties_a_run(1, both, 2));
+  EXPECT_FALSE(front::empties_a_run(1, both, 1));
+  EXPECT_FALSE(front::empties_a_run(2, both, 2)) << "blocks of another class counted";
+  void* rest[] = {forty[1], forty[12]};
+  EXPECT_FALSE(front::empties_a_run(1, rest, 2));
+  std::vector<void*> grown;
+  for (std::size_t i = 0; i < 24; ++i) {
+    const std::vector<void*> p = take(2, 1);
+    ASSERT_EQ(p.size(), 1u);
+    grown.push_back(p[0]);
+    wait(forty[i], 1);
+    if (i == 20) {  // one run made, at the first (nothing waited then)
+      EXPECT_EQ(g_idled, std::vector<unsigned>{1});
+      ASSERT_EQ(g_made.size(), 2u);
+      g_idled.clear();
+    }
+  }
+  // The 22nd block of 48 KiB needed a run: the 21 blocks of 40 KiB waiting then went
+  // back to their run, which three still out of it kept (so a run was made), and those
+  // three, freed to the list after, wait there still.
+  EXPECT_EQ(g_idled, std::vector<unsigned>{1});
+  EXPECT_EQ(g_made.size(), 3u) << "a run was reused whose blocks were still out of it";
+  // Its 21 blocks given back serve the class's next requests without a run made.
+  const std::vector<void*> again = take(1, 21);
+  EXPECT_EQ(g_made.size(), 3u) << "the blocks given back did not serve their class";
+  for (void* p : again) EXPECT_EQ(run_of(p), run_of(forty[0]));
+  for (void* p : again) wait(p, 1);
+  // The next step (56 KiB: class 2 again here): every block of 40 KiB waits, their run
+  // goes empty and serves class 2's new blocks, of no fresh memory.
+  g_idled.clear();
+  const std::vector<void*> more = take(2, 21 - 3);  // the second run of class 2 full
+  EXPECT_EQ(g_made.size(), 3u);
+  const std::vector<void*> last = take(2, 1);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(g_idled, std::vector<unsigned>{1});
+  EXPECT_EQ(g_made.size(), 3u) << "a run was made of fresh memory where one waited empty on lists";
+  EXPECT_EQ(run_of(last[0]), run_of(forty[0])) << "the new class's block is not in the emptied run";
+  // The smaller runs never ask: 16 blocks of 8 KiB wait on a list, and 6 KiB's run is
+  // made of fresh memory.
+  g_idled.clear();
+  const std::vector<void*> eight = take(3, 16);
+  for (void* p : eight) wait(p, 3);
+  const std::vector<void*> six = take(4, 1);
+  ASSERT_EQ(six.size(), 1u);
+  EXPECT_EQ(g_idled, std::vector<unsigned>{});
+  EXPECT_EQ(g_made.size(), 5u);
+  // Everything back: every run made goes back once, whole.
+  for (unsigned k = 1; k < 5; ++k) idle(k);
+  for (void* p : grown) front::run_give(p, 2);
+  for (void* p : more) front::run_give(p, 2);
+  front::run_give(last[0], 2);
+  front::run_give(six[0], 4);
+  front::release_empty_runs();
+  std::sort(g_made.begin(), g_made.end());
+  std::sort(g_given.begin(), g_given.end());
+  EXPECT_EQ(g_given, g_made);
+  ::munmap(range.area, kArea);
 }
