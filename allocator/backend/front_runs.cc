@@ -257,13 +257,16 @@ void stash_run(std::uint32_t i, unsigned k) noexcept {
 // 10000 1, nothing recorded: 2,315 page faults against jemalloc's 812). So before a run
 // of 1 MiB is made of the arena's memory (none stashed, no empty run of its size kept),
 // each other class of its size whose blocks waiting on the calling thread's list and in
-// the depot are every block out of one of their runs (empties_a_run: a walk of at most
-// 65 lists) has them go back to their runs (`idle`, front_cache.cc), and a run they
-// leave empty is taken instead. Only such runs: giving back every waiting block of
-// those classes emptied runs that a stream which never repeats then gave back to the
-// arena and made again (never_repeats 2000: +4.5% instructions). The cost is bounded by
-// the runs made, each of which faults in up to 256 pages. The smaller runs (64-512 KiB,
-// 16 blocks and more) never ask: the small classes' runs are made often as a program
+// the depot are every block out of one of their runs, a run at least half written
+// (empties_a_run: a walk of at most 65 lists), has them go back to their runs (`idle`,
+// front_cache.cc; a large class only where the thread has left it, Note [Classes a
+// stream has left]), and a run they leave empty is taken instead. Only such runs: a
+// stream that never repeats (never_repeats 2000) took 4.5% more instructions where every
+// waiting block went back (the runs emptied were stashed, given back to the arena and
+// made again), and 2.4% more peak RSS where runs of a block or two were taken (their
+// pages few, the run's class then making another). The cost is bounded by the runs
+// made, each of which faults in up to 256 pages. The smaller runs (64-512 KiB, 16
+// blocks and more) never ask: the small classes' runs are made often as a program
 // grows, and a list of theirs never holds a run's blocks. Measured side by side in
 // bench/RESULTS.md ("Planning latency").
 std::uintptr_t reuse_idle_run(unsigned k, unsigned slot, std::size_t bytes) noexcept {
@@ -510,11 +513,12 @@ bool empties_a_run(unsigned k, void* const* heads, unsigned n) noexcept {
       ++waiting[e];
     }
   }
-  // A run's slot is fixed while a block is out of it (these are).
+  // A run's slot is fixed while a block is out of it (these are). A run of a few blocks
+  // written is not worth taking from its class.
   for (unsigned e = 0; e < runs; ++e) {
     run_pool& pool = g_pools[g_table[run[e]].slot][k];
     spin_lock(pool.locked);
-    const bool all = g_table[run[e]].out == waiting[e];
+    const bool all = g_table[run[e]].out == waiting[e] && g_table[run[e]].touched >= g_run_bytes[k] / 2;
     spin_unlock(pool.locked);
     if (all) return true;
   }

@@ -496,6 +496,13 @@ TEST(FrontRuns, BlocksWaitingOnListsGoBackBeforeARunIsMadeOfFreshMemory) {
   ASSERT_EQ(six.size(), 1u);
   EXPECT_EQ(g_idled, std::vector<unsigned>{});
   EXPECT_EQ(g_made.size(), 5u);
+  // A run all of whose blocks out wait counts where it is at least half written: the 16
+  // blocks of 8 KiB, not the one block of 6 KiB (its run's pages are not worth taking).
+  void* waiting_eight[] = {g_waiting[3]};
+  EXPECT_TRUE(front::empties_a_run(3, waiting_eight, 1));
+  *static_cast<void**>(six[0]) = nullptr;
+  void* waiting_six[] = {six[0]};
+  EXPECT_FALSE(front::empties_a_run(4, waiting_six, 1)) << "a run of one block written, taken from its class";
   // Everything back: every run made goes back once, whole.
   for (unsigned k = 1; k < 5; ++k) idle(k);
   for (void* p : grown) front::run_give(p, 2);
