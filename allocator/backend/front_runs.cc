@@ -257,7 +257,7 @@ void stash_run(std::uint32_t i, unsigned k) noexcept {
 // 10000 1, nothing recorded: 2,315 page faults against jemalloc's 812). So before a run
 // of 1 MiB is made of the arena's memory (none stashed, no empty run of its size kept),
 // each other class of its size whose blocks waiting on the calling thread's list and in
-// the depot are every block out of one of their runs, a run at least half written
+// the depot are every block out of one of their runs, a run at least a quarter written
 // (empties_a_run: a walk of at most 65 lists), has them go back to their runs (`idle`,
 // front_cache.cc; a large class only where the thread has left it, Note [Classes a
 // stream has left]), and a run they leave empty is taken instead. Only such runs: a
@@ -518,7 +518,7 @@ bool empties_a_run(unsigned k, void* const* heads, unsigned n) noexcept {
   for (unsigned e = 0; e < runs; ++e) {
     run_pool& pool = g_pools[g_table[run[e]].slot][k];
     spin_lock(pool.locked);
-    const bool all = g_table[run[e]].out == waiting[e] && g_table[run[e]].touched >= g_run_bytes[k] / 2;
+    const bool all = g_table[run[e]].out == waiting[e] && g_table[run[e]].touched >= g_run_bytes[k] / 4;
     spin_unlock(pool.locked);
     if (all) return true;
   }

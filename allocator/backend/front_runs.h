@@ -58,7 +58,7 @@ void run_give(void* p, unsigned k) noexcept;
 void give_back_list(void* head) noexcept;
 
 // Whether the blocks of class k on the lists heads[0..n) (linked through their first
-// words) are every block out of one of their runs, one at least half written since the
+// words) are every block out of one of their runs, one at least a quarter written since the
 // arena made it (Note [Idle blocks before a new run]).
 bool empties_a_run(unsigned k, void* const* heads, unsigned n) noexcept;
 

@@ -496,7 +496,7 @@ TEST(FrontRuns, BlocksWaitingOnListsGoBackBeforeARunIsMadeOfFreshMemory) {
   ASSERT_EQ(six.size(), 1u);
   EXPECT_EQ(g_idled, std::vector<unsigned>{});
   EXPECT_EQ(g_made.size(), 5u);
-  // A run all of whose blocks out wait counts where it is at least half written: the 16
+  // A run all of whose blocks out wait counts where it is at least a quarter written: the 16
   // blocks of 8 KiB, not the one block of 6 KiB (its run's pages are not worth taking).
   void* waiting_eight[] = {g_waiting[3]};
   EXPECT_TRUE(front::empties_a_run(3, waiting_eight, 1));
