@@ -361,12 +361,12 @@ void idle_to_runs(unsigned k) noexcept {
   void* heads[65] = {mine.head};
   std::uint32_t counts[65];
   unsigned n = 1;
-  for (free_list l; n < 65 && (l = take(k)).head != nullptr; ++n) {
+  for (free_list l; n < 65 && (l = take(k, false)).head != nullptr; ++n) {
     heads[n] = l.head;
     counts[n] = l.count;
   }
   if (!empties_a_run(k, heads, n)) {
-    for (unsigned i = 1; i < n; ++i) put(k, heads[i], counts[i]);
+    for (unsigned i = 1; i < n; ++i) put(k, heads[i], counts[i], false);
     return;
   }
   for (unsigned i = 1; i < n; ++i) give_back_list(heads[i]);

@@ -69,7 +69,7 @@ void spin_lock(std::atomic<bool>& locked) noexcept {
 void free_all(void* head) noexcept { g_release_list(head); }
 
 // A whole list to the depot of class k (or to the underlying free when it is full).
-void put(unsigned k, void* head, std::uint32_t count) noexcept {
+void put(unsigned k, void* head, std::uint32_t count, bool counted) noexcept {
   depot& d = g_depot[k];
   const std::size_t bytes = std::size_t{count} * g_class_size[k];
   bool kept = false;
@@ -98,7 +98,7 @@ void put(unsigned k, void* head, std::uint32_t count) noexcept {
     if (!kept) used.fetch_sub(bytes, std::memory_order_relaxed);
   }
   if (kept) {
-    g_puts.fetch_add(1, std::memory_order_relaxed);
+    if (counted) g_puts.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   g_frees.fetch_add(1, std::memory_order_relaxed);
@@ -106,7 +106,7 @@ void put(unsigned k, void* head, std::uint32_t count) noexcept {
 }
 
 // A whole list of class k from the depot; {nullptr, 0} when it has none.
-free_list take(unsigned k) noexcept {
+free_list take(unsigned k, bool counted) noexcept {
   depot& d = g_depot[k];
   // A peek without the lock: a list put meanwhile is found next time.
   if (d.n.load(std::memory_order_relaxed) == 0) return free_list{nullptr, 0, 0};
@@ -118,7 +118,7 @@ free_list take(unsigned k) noexcept {
     depot_bytes(k).fetch_sub(std::size_t{l.count} * g_class_size[k], std::memory_order_relaxed);
   }
   unlock(d);
-  if (l.head != nullptr) g_takes.fetch_add(1, std::memory_order_relaxed);
+  if (l.head != nullptr && counted) g_takes.fetch_add(1, std::memory_order_relaxed);
   return l;
 }
 

@@ -45,10 +45,11 @@ void thread_opened() noexcept;
 void thread_closed() noexcept;
 
 // A whole list to the depot of class k, or to the arena when the class's budget or
-// stack is full.
-void put(unsigned k, void* head, std::uint32_t count) noexcept;
+// stack is full. `counted` false: a list taken with take(k, false) and put back, which
+// the statistics (depot_puts, depot_takes) never saw move.
+void put(unsigned k, void* head, std::uint32_t count, bool counted = true) noexcept;
 // A whole list of class k from the depot; {nullptr, 0, 0} when it has none.
-free_list take(unsigned k) noexcept;
+free_list take(unsigned k, bool counted = true) noexcept;
 // Every block of a list back to the arena.
 void free_all(void* head) noexcept;
 // Every list of the depot back to the arena (front_cache_release).
