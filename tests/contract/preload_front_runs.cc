@@ -431,5 +431,68 @@ TEST(FrontRuns, CachesThatGrowTakeTheRunsOfTheClassesTheyLeft) {
   }).join();
 }
 
+// Note [Idle blocks before a new run] across threads: four threads grow caches through
+// the classes of 40-128 KiB at once, each freeing half of what it outgrows and handing
+// the other half to its neighbour to free (so the depot holds every thread's lists, and
+// the runs a thread's idle blocks empty hold blocks another thread frees). Whatever goes
+// back to a run while another thread's idle walk or miss runs, no live block is handed
+// out again: every cache keeps its bytes.
+TEST(FrontRuns, CachesGrownByFourThreadsAtOnceNeverShareALiveBlock) {
+  REQUIRE_RUNS();
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  constexpr unsigned kThreads = 4;
+  constexpr std::size_t kCaches = 12;
+  std::mutex handed_lock[kThreads];
+  std::vector<void*> handed[kThreads];  // blocks thread t frees for its neighbour
+  std::atomic<unsigned> bad{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      release(pass(100));
+      for (int round = 0; round < 3; ++round) {
+        std::vector<void*> caches(kCaches, nullptr);
+        for (std::size_t rows = 33; rows <= 128; rows += 3) {
+          for (std::size_t c = 0; c < kCaches; ++c) {
+            const auto tag = static_cast<std::uint32_t>(t * 100000 + rows * 100 + c);
+            void* grown = pass(rows * 1024);
+            if (grown == nullptr) {
+              ++bad;
+              continue;
+            }
+            fill(grown, rows * 1024, tag);
+            if (void* old = caches[c]; old != nullptr) {
+              if (!intact(old, (rows - 3) * 1024, tag - 300)) ++bad;
+              if (c % 2 == 0) {
+                release(old);
+              } else {
+                std::lock_guard<std::mutex> g(handed_lock[(t + 1) % kThreads]);
+                handed[(t + 1) % kThreads].push_back(old);
+              }
+            }
+            caches[c] = grown;
+          }
+          std::vector<void*> mine;
+          {
+            std::lock_guard<std::mutex> g(handed_lock[t]);
+            mine.swap(handed[t]);
+          }
+          for (void* p : mine) release(p);
+        }
+        for (std::size_t c = 0; c < kCaches; ++c) {
+          if (caches[c] == nullptr) continue;
+          if (!intact(caches[c], 126 * 1024, static_cast<std::uint32_t>(t * 100000 + 12600 + c))) ++bad;
+          release(caches[c]);
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (auto& h : handed) {
+    for (void* p : h) release(p);
+  }
+  EXPECT_EQ(bad.load(), 0u) << "a cache lost its bytes (a live block handed out twice) or a request failed";
+}
+
 }  // namespace
 }  // namespace replayalloc::contract
