@@ -27,10 +27,14 @@
 // timed phase (every thread's warm-up done), and at the end "e2e_driver: timed_ms"
 // with every timed inference's latency, so that what the allocator logged in the timed
 // phase (REPLAYALLOC_VERBOSE=3, Note [The iteration log]) can be told from the warm-up's
-// (bench/e2e/tail_events.py).
+// (bench/e2e/tail_events.py); then "e2e_driver: timed_cpu_ms" and "timed_faults", the
+// first thread's CPU time, minor page faults and slab hits for each of its timed
+// inferences.
 // --callgrind-timed: under `valgrind --tool=callgrind --instr-atstart=no`, instruments
 // the timed phase only (CALLGRIND_START/STOP_INSTRUMENTATION; nothing natively), so that
-// the run's counts are its timed inferences' (bench/run_alloc_instructions.sh).
+// the run's counts are its timed inferences' (bench/run_alloc_instructions.sh); with
+// --mark-timed too, a profile is dumped after each of the first thread's inferences
+// (bench/run_first_replay.sh).
 //
 // What is measured: the threads start their W warm-up inferences together, wait at a
 // barrier, then run their N timed inferences together. Throughput = T*N / the wall
@@ -56,9 +60,11 @@
 #include <valgrind/callgrind.h>  // no-ops unless run under callgrind
 #define E2E_CALLGRIND_START() CALLGRIND_START_INSTRUMENTATION
 #define E2E_CALLGRIND_STOP() CALLGRIND_STOP_INSTRUMENTATION
+#define E2E_CALLGRIND_DUMP() CALLGRIND_DUMP_STATS
 #else
 #define E2E_CALLGRIND_START() ((void)0)
 #define E2E_CALLGRIND_STOP() ((void)0)
+#define E2E_CALLGRIND_DUMP() ((void)0)
 #endif
 
 #include <torch/script.h>
@@ -93,6 +99,17 @@ double thread_cpu_ms() {
 }
 // Thread 0's first timed inferences' CPU time (first_cpu_ms in the JSON line).
 std::vector<double> g_first_cpu_ms;
+// The calling thread's minor page faults so far (--mark-timed's timed_faults).
+long thread_minor_faults() {
+  rusage r{};
+  getrusage(RUSAGE_THREAD, &r);
+  return r.ru_minflt;
+}
+// --mark-timed: thread 0's CPU ms and minor faults for each timed inference (printed
+// on stderr as timed_cpu_ms and timed_faults, beside timed_ms): what one inference
+// costs, the first replayed one against the next (bench/run_first_replay.sh).
+std::vector<double> g_timed_cpu_ms;
+std::vector<long> g_timed_faults;
 using begin_fn = int (*)(const char*);
 using end_fn = int (*)();
 
@@ -250,6 +267,21 @@ const char* message(const std::exception& e) {
 
 // The plan key: "e2e/<model file name>", shared by every thread of the cell.
 std::string cell_key(const options& o) { return "e2e/" + o.model.substr(o.model.find_last_of('/') + 1); }
+
+// replayalloc's slab hits so far, read from its statistics into a buffer of its own (no
+// allocation between inferences, which auto mode would see); -1 without replayalloc.
+long slab_hits_now(stats_fn stats) {
+  static char buf[1 << 16];
+  if (stats == nullptr) return -1;
+  const std::size_t len = stats(buf, sizeof buf - 1);
+  if (len == 0 || len >= sizeof buf - 1) return -1;
+  buf[len] = '\0';
+  const char* at = std::strstr(buf, "\"slab_hits\":");
+  return at == nullptr ? -1 : std::strtol(at + 12, nullptr, 10);
+}
+// --mark-timed: the slab hits of each of thread 0's timed inferences (timed_slab_hits):
+// which inference replayed first.
+std::vector<long> g_timed_slab_hits;
 
 // replayalloc's statistics as JSON, or "null" when this process runs without it.
 std::string stats_json(stats_fn stats) {
@@ -568,10 +600,22 @@ int main(int argc, char** argv) {
       for (int i = 0; i < o.iterations; ++i) {
         int which = -1;
         const auto t0 = clock_type::now();
-        const double c0 = t == 0 && i < 5 ? thread_cpu_ms() : 0;
+        const bool per = t == 0 && (i < 5 || o.mark_timed);
+        const double c0 = per ? thread_cpu_ms() : 0;
+        const long f0 = per ? thread_minor_faults() : 0;
+        const long h0 = t == 0 && o.mark_timed ? slab_hits_now(stats) : 0;
         torch::Tensor y = run(o.warmup + i, &which);
         mine.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
-        if (t == 0 && i < 5) g_first_cpu_ms.push_back(thread_cpu_ms() - c0);
+        if (per) {
+          const double c = thread_cpu_ms() - c0;
+          if (i < 5) g_first_cpu_ms.push_back(c);
+          if (o.mark_timed) {
+            g_timed_cpu_ms.push_back(c);
+            g_timed_faults.push_back(thread_minor_faults() - f0);
+            g_timed_slab_hits.push_back(h0 < 0 ? -1 : slab_hits_now(stats) - h0);
+            if (o.callgrind_timed) E2E_CALLGRIND_DUMP();  // one profile per inference
+          }
+        }
         check(chk, y, which);
       }
     } catch (const std::exception& e) {
@@ -590,6 +634,12 @@ int main(int argc, char** argv) {
   if (o.mark_timed) {
     std::fprintf(stderr, "e2e_driver: timed_ms");
     for (double v : all) std::fprintf(stderr, " %.3f", v);
+    std::fprintf(stderr, "\ne2e_driver: timed_cpu_ms");
+    for (double v : g_timed_cpu_ms) std::fprintf(stderr, " %.3f", v);
+    std::fprintf(stderr, "\ne2e_driver: timed_faults");
+    for (long v : g_timed_faults) std::fprintf(stderr, " %ld", v);
+    std::fprintf(stderr, "\ne2e_driver: timed_slab_hits");
+    for (long v : g_timed_slab_hits) std::fprintf(stderr, " %ld", v);
     std::fprintf(stderr, "\n");
   }
   return print_line(o, key, all, phase, chk, stats_json(stats), "");
