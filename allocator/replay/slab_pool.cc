@@ -78,6 +78,7 @@ class host_slab_source final : public slab_source {
   void set_owner(void* p, std::size_t bytes, slab* owner) override {
     backend::set_chunk_owner(p, bytes, owner);
   }
+  bool makes_ahead() const override { return prefault_ && purge_; }
 
  private:
   bool prefault_;
@@ -158,6 +159,22 @@ bool plan_version::claim(std::uint32_t max_slabs, slab_claim* c, const char** wh
   }
   ++slabs_;  // reserve the place; made by finish(), outside the lock
   c->s = nullptr;
+  return true;
+}
+
+bool plan_version::claim_first(slab_claim* c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (retired_ || slabs_ != 0) return false;
+  ++slabs_;  // as claim(): the place of a new slab, made by stock()
+  c->s = nullptr;
+  return true;
+}
+
+bool plan_version::stock(slab_claim c) {
+  const char* why = "";
+  slab* s = finish(c, nullptr, &why);
+  if (s == nullptr) return false;
+  release(s);  // into the pool, or unmapped if the version was retired meanwhile
   return true;
 }
 

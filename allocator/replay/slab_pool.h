@@ -102,6 +102,9 @@ class slab_source {
   virtual void on_acquire(slab* s, void* context) {}
   // The slab drained and goes back to the pool (or is about to be destroyed).
   virtual void on_release(slab* s) {}
+  // Whether a plan's first slab is made with the plan (Note [The first slab with the
+  // plan], runtime/plans.cc): host slabs that pre-fault.
+  virtual bool makes_ahead() const { return false; }
 };
 
 // Host slabs in the reserved range; `prefault` touches their pages when made.
@@ -155,6 +158,13 @@ struct plan_version {
   // read "not reached" again). Null with *why set when memory ran out; the claim is
   // then dropped (the version deleted if it was retired meanwhile and this was its last).
   slab* finish(slab_claim c, void* context, const char** why);
+  // Note [The first slab with the plan] (runtime/plans.cc): the claim of the version's
+  // first slab, only while it has none (made or claimed) and is not retired; under the
+  // key's mutex, as claim(). stock() then makes that slab (no lock held) and puts it in
+  // the pool for the next iteration to take; false when memory ran out (the claim is
+  // dropped, and that iteration makes its slab as before).
+  bool claim_first(slab_claim* c);
+  bool stock(slab_claim c);
 
   // Returns a drained slab (refs reached zero).
   void release(slab* s);

@@ -180,8 +180,9 @@ class engine {
   // Returns the version installed when a search might find a smaller slab (made by
   // `best`, above its lower bound; Note [Improved plans]), else 0; `slab` its slab.
   // `probation`: the job's (Note [Probation slabs]): one greedy ordering, no search.
+  // `ahead`: install_plan's.
   std::uint64_t make_plan(key_entry& e, const envelope& env, std::uint64_t replace_id, bool probation,
-                          std::uint64_t* slab);
+                          std::uint64_t* slab, bool ahead);
   // Note [Improved plans]: searches job.env for a slab smaller than job.slab_bytes and
   // swaps it in for version job.replace_id. On the planner thread.
   void improve_plan(const plan_job& job);
@@ -202,10 +203,12 @@ class engine {
   // `improved`: the plan replaces version replace_id as a smaller plan of the same
   // envelope (Note [Improved plans]), not a grown one. `installed`: set to the new
   // version's id when it became the regime's plan. `probation`: the plan's job's (Note
-  // [Probation slabs]: its host slabs neither pre-fault nor purge).
+  // [Probation slabs]: its host slabs neither pre-fault nor purge). `ahead`: the
+  // version's first slab is made now, on this thread (Note [The first slab with the
+  // plan]).
   bool install_plan(key_entry& e, const trace& tr, placement p, bool from_file, std::uint64_t replace_id,
                     const std::vector<std::uint64_t>* least, bool improved, bool probation,
-                    std::uint64_t* installed);
+                    std::uint64_t* installed, bool ahead);
   // lifecycle.cc
   void start_lifecycle();
   // plan_store.cc

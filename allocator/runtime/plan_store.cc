@@ -138,7 +138,7 @@ bool engine::load_plan_file(key_entry& e, const std::string& path) {
   }
   // A key is loaded when it is made: it has not failed (not on probation).
   if (!install_plan(e, f->tr, std::move(f->p), true, 0, f->least.empty() ? nullptr : &f->least, false, false,
-                    nullptr)) {
+                    nullptr, false)) {
     return false;
   }
   plans_loaded_.fetch_add(1, std::memory_order_relaxed);

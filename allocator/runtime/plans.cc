@@ -65,7 +65,9 @@ void engine::run_plan_job(const plan_job& job) {
   }
   std::uint64_t improvable = 0, slab = 0;
   try {
-    improvable = self.make_plan(e, *job.env, job.replace_id, job.probation, &slab);
+    // Note [The first slab with the plan]: only where the plan is made on the thread
+    // that ended the recording.
+    improvable = self.make_plan(e, *job.env, job.replace_id, job.probation, &slab, !background);
     if (job.predicted) self.plans_predicted_.fetch_add(1, std::memory_order_relaxed);
   } catch (const std::bad_alloc&) {
     // No memory to plan: the regime records again when its plan is wanted next.
@@ -143,7 +145,7 @@ void engine::retire_dropped(key_entry& e, plan_version* v, bool from_file, const
 }
 
 std::uint64_t engine::make_plan(key_entry& e, const envelope& env, std::uint64_t replace_id, bool probation,
-                                std::uint64_t* slab) {
+                                std::uint64_t* slab, bool ahead) {
   const trace& tr = env.tr;
   const std::vector<std::uint64_t> least = least_served(env);
   planner_options po;
@@ -162,7 +164,7 @@ std::uint64_t engine::make_plan(key_entry& e, const envelope& env, std::uint64_t
   const bool improvable = !probation && p->slab_bytes > p->lower_bound_bytes;
   if (slab != nullptr) *slab = p->slab_bytes;
   std::uint64_t installed = 0;
-  if (!install_plan(e, tr, *std::move(p), false, replace_id, &least, false, probation, &installed)) {
+  if (!install_plan(e, tr, *std::move(p), false, replace_id, &least, false, probation, &installed, ahead)) {
     std::lock_guard<std::mutex> lock(e.mu);
     on_plan_failed(e);
     return 0;
@@ -192,7 +194,7 @@ void engine::improve_plan(const plan_job& job) {
   std::uint64_t installed = 0;
   save_plan(e, tr, r->plan, least);
   // Only a plan made off probation is improved (make_plan): so is its improvement.
-  install_plan(e, tr, std::move(r->plan), false, job.replace_id, &least, true, false, &installed);
+  install_plan(e, tr, std::move(r->plan), false, job.replace_id, &least, true, false, &installed, false);
   if (installed == 0) return;  // the version to improve is gone: dropped
   plans_improved_.fetch_add(1, std::memory_order_relaxed);
   REPLAYALLOC_LOG(info, "'%s': the search found a smaller plan: slab %llu -> %llu bytes (%s)", e.key.c_str(),
@@ -220,9 +222,67 @@ absl::Status adjust_plan(key_entry& e, const trace& tr, placement& p, const plan
 
 }  // namespace
 
+namespace {
+
+// Note [The first slab with the plan]: makes the claimed slab, and says so.
+void stock_first_slab(const std::string& key, plan_version* v, plan_version::slab_claim c) {
+  const std::uint64_t bytes = v->plan.slab_bytes, t0 = now_ns();
+  if (v->stock(c)) {  // `v` may be gone from here: read nothing of it
+    REPLAYALLOC_LOG(info, "'%s': its first slab (%.2f MiB) made with the plan in %.3f ms", key.c_str(),
+                    static_cast<double>(bytes) / (1 << 20), static_cast<double>(now_ns() - t0) / 1e6);
+  } else {
+    REPLAYALLOC_LOG(info, "'%s': no memory for its first slab now; the first iteration to replay makes it",
+                    key.c_str());
+  }
+}
+
+}  // namespace
+
+// Note [The first slab with the plan]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A plan's first slab was made by the first iteration to replay it: the backend's
+// purge, the mapping and the pages faulted in (REPLAYALLOC_PREFAULT), 7.6 ms for a
+// TorchScript ResNet-50's 10.6 MiB slab, on the request that iteration served. Its
+// first replayed inference cost 15 ms more CPU than the next (198.6 against 183.7 ms),
+// though callgrind counted the same user-space instructions in both (1,067.5 M against
+// 1,066.8 M): the slab was all of the difference. Where the plan is made on the thread
+// that ended the recording (Note [Plans that arrive in time]; all plans with
+// REPLAYALLOC_BACKGROUND_PLANNING=0), that thread now makes the version's first slab
+// too, at the recording's end, and puts it in the pool: the next iteration takes it as
+// an idle slab, and the first replayed iteration costs what the next ones do. The
+// recording's end pays instead (issue 45: a recording may cost up to 3x the iteration
+// it records; the first replay no more than the next). The slab is claimed in the same
+// hold of the key's mutex that published the version (claim_first), so no iteration
+// claimed one before it; one that begins while it is being made makes its own, as two
+// iterations at once need two slabs. It is made after a grown plan's predecessor is
+// retired, so that their idle slabs are never mapped together. Not on the planner
+// thread: its plans arrive while iterations pass through to the backend, and a slab
+// made then would be resident beside their blocks, where the first iteration to replay
+// purges the backend's free pages before its slab is mapped (host_slab_source::map).
+// Not for probation slabs (neither purged for nor pre-faulted) nor device slabs (made
+// on the iteration's stream), nor for a plan loaded from a file (made where its key is
+// first used, which replays at once) or an improved one (on the planner thread).
+
+// Note [Probation slabs]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A key whose plans failed before (set aside, given up, a plan made only because its
+// recordings never agreed) has not shown that it repeats. Its next plan's host slabs
+// are not pre-faulted and do not purge the backend first: if the plan fails again
+// (the likely case for a stream that never repeats) it cost only the pages its
+// iterations touched, not a whole slab of faults and the backend's pages faulted back
+// in; if it holds, its first replayed iteration faults in the pages it uses, once. A
+// key that replays clears its failures, and its later plans pre-fault as usual
+// (REPLAYALLOC_PREFAULT). Such a key is also planned with one greedy ordering instead
+// of `best` (make_plan, below), and its recordings take no call-stack tags
+// (record_alloc): on a stream that never repeats these two were most of what
+// replayalloc cost over jemalloc (callgrind of bench/micro/never_repeats.cc, 1,000
+// requests: 40M instructions in 3 plans and 21M unwinding stacks, against jemalloc's
+// 204M for the whole run). A plan that holds is re-planned with `best` when it next
+// grows or records again.
+
 bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_file, std::uint64_t replace_id,
                           const std::vector<std::uint64_t>* least, bool improved, bool probation,
-                          std::uint64_t* installed) {
+                          std::uint64_t* installed, bool ahead) {
   planner_options po;
   po.slot_align = opts_.slot_align;
   std::vector<bool> managed;
@@ -235,23 +295,7 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
     return false;
   }
   auto* v = new (mem) plan_version;
-  // Note [Probation slabs]
-  // ~~~~~~~~~~~~~~~~~~~~~~
-  // A key whose plans failed before (set aside, given up, a plan made only because its
-  // recordings never agreed) has not shown that it repeats. Its next plan's host slabs
-  // are not pre-faulted and do not purge the backend first: if the plan fails again
-  // (the likely case for a stream that never repeats) it cost only the pages its
-  // iterations touched, not a whole slab of faults and the backend's pages faulted back
-  // in; if it holds, its first replayed iteration faults in the pages it uses, once. A
-  // key that replays clears its failures, and its later plans pre-fault as usual
-  // (REPLAYALLOC_PREFAULT). Such a key is also planned with one greedy ordering instead
-  // of `best` (make_plan, below), and its recordings take no call-stack tags
-  // (record_alloc): on a stream that never repeats these two were most of what
-  // replayalloc cost over jemalloc (callgrind of bench/micro/never_repeats.cc, 1,000
-  // requests: 40M instructions in 3 plans and 21M unwinding stacks, against jemalloc's
-  // 204M for the whole run). A plan that holds is re-planned with `best` when it next
-  // grows or records again.
-  v->source = probation && e.kind == domain_kind::host ? &host_probation_slabs() : e.source;
+  v->source = probation && e.kind == domain_kind::host ? &host_probation_slabs() : e.source;  // Note [Probation slabs]
   v->plan = compile_plan(tr, p, po, managed.empty() ? nullptr : &managed, least, opts_.min_size);
   v->key = e.key;
   v->from_file = from_file;
@@ -277,9 +321,13 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
   in.period = &per;
   in.least = least;
   install_decision d;
+  plan_version::slab_claim first;
+  bool stock = false;
   {
     std::lock_guard<std::mutex> lock(e.mu);
     d = decide_install(e, in);
+    // Note [The first slab with the plan]: claimed where the version was published.
+    stock = d.installed && ahead && v->source->makes_ahead() && v->claim_first(&first);
   }
   if (!d.installed) {
     v->retire();
@@ -296,6 +344,8 @@ bool engine::install_plan(key_entry& e, const trace& tr, placement p, bool from_
     REPLAYALLOC_LOG(info, "'%s': plan grown to the envelope of its shapes", e.key.c_str());
     old->retire();
   }
+  // After the old version's idle slabs went back: the two are never mapped at once.
+  if (stock) stock_first_slab(e.key, v, first);
   return true;
 }
 

@@ -61,9 +61,9 @@ TEST(LibcBackend, AHostSlabGivesBackTheFreePagesGlibcHolds) {
     for (void* p : live) replayalloc_free(p);
   };
   iteration();  // recorded
-  iteration();  // recorded again: planned at its end
+  iteration();  // recorded again: planned at its end, its 256 KiB slab made with the plan
   const std::uint64_t hits = replayalloc::stats().slab_hits;
-  iteration();  // replayed: its 256 KiB slab made at its begin
+  iteration();  // replayed
   ASSERT_EQ(replayalloc::stats().slab_hits, hits + 4) << "the third iteration was not replayed";
   EXPECT_LT(resident_pages(lo, hi), kept / 8)
       << "glibc's free pages stayed resident beside the slab (" << kept << " pages before)";

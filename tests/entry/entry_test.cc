@@ -458,10 +458,10 @@ TEST(Entry, RecordedPagesAreReturnedWhenTheSlabIsMade) {
   const replayalloc::detail::backend::front_cache_counts held = replayalloc::detail::backend::front_cache_stats();
   const std::uint64_t dirty_recorded = jemalloc_dirty_bytes() + held.depot_bytes[2] + held.thread_large_bytes;
   ASSERT_GE(dirty_recorded, std::uint64_t{32} << 20) << "jemalloc did not keep the recording's pages";
-  iteration();  // recorded again: planned at its end
+  iteration();  // recorded again: planned at its end, its slab made with the plan
   ASSERT_EQ(replayalloc::stats().plans, plans + 1);
   const std::uint64_t hits = replayalloc::stats().slab_hits;
-  iteration();  // replayed: its slab made at its begin
+  iteration();  // replayed
   ASSERT_EQ(replayalloc::stats().slab_hits, hits + kBlocks);
   EXPECT_LT(jemalloc_dirty_bytes(), std::uint64_t{4} << 20) << "the recordings' pages were kept";
 }
@@ -476,10 +476,10 @@ TEST(Entry, ASmallSlabLeavesTheProgramsOtherFreePagesAlone) {
   const std::uint64_t dirty_before = jemalloc_dirty_bytes();
   const std::uint64_t plans = replayalloc::stats().plans;
   iteration();  // recorded
-  iteration();  // recorded again: planned at its end
+  iteration();  // recorded again: planned at its end, its 256 KiB slab made with the plan
   ASSERT_EQ(replayalloc::stats().plans, plans + 1);
   const std::uint64_t hits = replayalloc::stats().slab_hits;
-  iteration();  // replayed: its 256 KiB slab made at its begin
+  iteration();  // replayed
   ASSERT_EQ(replayalloc::stats().slab_hits, hits + 4);
   // A purge leaves under 4 MiB (the test above); decay alone keeps most of them.
   EXPECT_GE(jemalloc_dirty_bytes(), dirty_before / 2)
@@ -511,10 +511,12 @@ TEST(Entry, ASlabReturnsItsOwnThreadsPagesAndLeavesOtherThreadsAlone) {
     // Blocks of 3 MiB, above the front cache's classes: from the thread's arena.
     auto iteration = [] { blocks_iteration("entry/own-arena", 8, 3 * kMiB); };  // 24 MiB live at the peak
     iteration();  // recorded
-    iteration();  // recorded again: planned at its end
     recorded_dirty = jemalloc_dirty_bytes(arena);
+    // Recorded again: planned at its end, and its 24 MiB slab made with the plan (Note
+    // [The first slab with the plan]), after a purge.
+    iteration();
     const std::uint64_t before = replayalloc::stats().slab_hits;
-    iteration();  // replayed: its 24 MiB slab made at its begin
+    iteration();  // replayed
     hits = replayalloc::stats().slab_hits - before;
     replayed_dirty = jemalloc_dirty_bytes(arena);
   });
@@ -549,15 +551,15 @@ TEST(Entry, ASlabReturnsItsThreadsFrontCachePagesAndLeavesOtherThreadsAlone) {
   std::thread worker([&] {
     auto iteration = [] { blocks_iteration("entry/front-arena", 24, kMiB); };  // 24 MiB live at the peak
     iteration();  // recorded
-    iteration();  // recorded again: planned at its end
     unsigned front = 0, sharing = 0;
     ASSERT_TRUE(be::front_cache_arena(&front, &sharing)) << "the thread has no front cache";
     ASSERT_NE(front, main_arena);
     const decay_kept_while_in_scope no_decay_here(front);
     const be::front_cache_counts held = be::front_cache_stats();
     recorded = jemalloc_dirty_bytes(front) + held.depot_bytes[2] + held.thread_large_bytes;
+    iteration();  // recorded again: planned at its end, its 24 MiB slab made with the plan
     const std::uint64_t before = replayalloc::stats().slab_hits;
-    iteration();  // replayed: its 24 MiB slab made at its begin
+    iteration();  // replayed
     hits = replayalloc::stats().slab_hits - before;
     replayed = jemalloc_dirty_bytes(front) + be::front_cache_stats().thread_large_bytes;
   });
@@ -590,10 +592,10 @@ TEST(Entry, ASlabPurgesAnArenaItsThreadSharesByTheThreadsUsingIt) {
     ASSERT_EQ(mallctl("thread.arena", nullptr, nullptr, &arena, sizeof arena), 0);
     auto iteration = [] { blocks_iteration("entry/shared-arena", 10, kMiB); };  // 10 MiB live at the peak
     iteration();
-    iteration();
     before = jemalloc_dirty_bytes(arena);  // the other's pages (jemalloc keeps ~40 MiB): above 3 x 10
+    iteration();  // planned at its end, its 10 MiB slab made with the plan
     const std::uint64_t h = replayalloc::stats().slab_hits;
-    iteration();  // replayed: its 10 MiB slab made at its begin
+    iteration();  // replayed
     hits = replayalloc::stats().slab_hits - h;
     after = jemalloc_dirty_bytes(arena);
   });

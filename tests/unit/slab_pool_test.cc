@@ -138,6 +138,76 @@ TEST(SlabPool, ARetiredVersionRefusesClaimsAndTheSlabLimitHolds) {
   EXPECT_EQ(plan_versions_alive(), before);
 }
 
+// Note [The first slab with the plan] (runtime/plans.cc): the version's first slab,
+// made where the plan was, waits in the pool for the first iteration, which takes it
+// instead of making one; claim_first claims only a version with no slab at all.
+TEST(SlabPool, AFirstSlabMadeWithThePlanIsTheOneTheFirstIterationTakes) {
+  counting_source src;
+  const std::size_t before = plan_versions_alive();
+  plan_version* v = make_version(src);
+  plan_version::slab_claim c;
+  ASSERT_TRUE(v->claim_first(&c));
+  plan_version::slab_claim again;
+  EXPECT_FALSE(v->claim_first(&again)) << "a second first slab";
+  ASSERT_TRUE(v->stock(c));
+  EXPECT_EQ(src.mapped, 1);
+  EXPECT_EQ(v->slab_count(), 1u);
+  EXPECT_FALSE(v->claim_first(&again)) << "the version has its slab";
+  slab* s = take(v);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(src.mapped, 1) << "the first iteration made a slab though one waited in the pool";
+  std::memset(s->base, 0xab, 4096);
+  slab* t = take(v);  // a second iteration at once gets a slab of its own
+  ASSERT_NE(t, nullptr);
+  EXPECT_NE(t->base, s->base);
+  EXPECT_EQ(src.mapped, 2);
+  v->release(s);
+  v->release(t);
+  v->retire();
+  EXPECT_EQ(src.unmapped, 2);
+  EXPECT_EQ(plan_versions_alive(), before);
+}
+
+// The version retired between the claim and the slab (another thread's iteration
+// deviated): the slab goes at once, and so does the version; without memory, the claim
+// is dropped and the first iteration makes the slab as before.
+TEST(SlabPool, AFirstSlabOfARetiredVersionOrWithoutMemoryLeavesNothingBehind) {
+  counting_source src;
+  const std::size_t before = plan_versions_alive();
+  plan_version* v = make_version(src);
+  plan_version::slab_claim c;
+  ASSERT_TRUE(v->claim_first(&c));
+  v->retire();
+  EXPECT_TRUE(v->stock(c));
+  EXPECT_EQ(src.mapped, 1);
+  EXPECT_EQ(src.unmapped, 1);
+  EXPECT_EQ(plan_versions_alive(), before) << "the first slab kept a retired version alive";
+
+  plan_version* w = make_version(src);
+  ASSERT_TRUE(w->claim_first(&c));
+  src.fail = true;
+  EXPECT_FALSE(w->stock(c));
+  EXPECT_EQ(w->slab_count(), 0u);
+  src.fail = false;
+  slab* s = take(w);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(src.mapped, 2);
+  w->release(s);
+  w->retire();
+  EXPECT_EQ(plan_versions_alive(), before);
+  // A retired version (kept alive by an iteration's claim) gets no first slab.
+  plan_version* x = make_version(src);
+  plan_version::slab_claim held;
+  const char* why = "";
+  ASSERT_TRUE(x->claim(4, &held, &why));
+  x->retire();
+  EXPECT_FALSE(x->claim_first(&c));
+  slab* last = x->finish(held, nullptr, &why);
+  ASSERT_NE(last, nullptr);
+  x->release(last);
+  EXPECT_EQ(plan_versions_alive(), before);
+}
+
 // A slot smaller than the minimum size (a plan made under a lower REPLAYALLOC_MIN_SIZE,
 // loaded under a higher one) has its least raised above its size: the hit must serve
 // it nothing, whatever the size asked (its size range would otherwise wrap around and
