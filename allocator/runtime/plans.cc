@@ -242,10 +242,11 @@ void stock_first_slab(const std::string& key, plan_version* v, plan_version::sla
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A plan's first slab was made by the first iteration to replay it: the backend's
 // purge, the mapping and the pages faulted in (REPLAYALLOC_PREFAULT), 7.6 ms for a
-// TorchScript ResNet-50's 10.6 MiB slab, on the request that iteration served. Its
-// first replayed inference cost 15 ms more CPU than the next (198.6 against 183.7 ms),
-// though callgrind counted the same user-space instructions in both (1,067.5 M against
-// 1,066.8 M): the slab was all of the difference. Where the plan is made on the thread
+// TorchScript ResNet-50's 10.6 MiB slab, on the request that iteration served (in one
+// run its first replayed inference took 198.6 ms of CPU, the next 183.7), though
+// callgrind counted the same user-space instructions in both (1,067.5 M against
+// 1,066.8 M): the slab was all of the difference (bench/RESULTS.md, "The first replayed
+// inference": 2,749 page faults in it before, 7 after). Where the plan is made on the thread
 // that ended the recording (Note [Plans that arrive in time]; all plans with
 // REPLAYALLOC_BACKGROUND_PLANNING=0), that thread now makes the version's first slab
 // too, at the recording's end, and puts it in the pool: the next iteration takes it as
