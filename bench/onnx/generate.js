@@ -9,7 +9,10 @@
 // The sessions run at once (ONNX Runtime's run() is asynchronous).
 //
 // Usage: node generate.js MODEL.onnx [--sessions T] [--warmup N] [--requests N]
-//        [--arena on|off] [--layers 4] [--heads 4] [--hidden 256]
+//        [--arena on|off] [--layers 4] [--heads 4] [--hidden 256] [--callgrind]
+// --callgrind: under `valgrind --tool=callgrind --instr-atstart=no`, instruments the timed
+// requests only (callgrind_control turns instrumentation on when every session is warm
+// and off when the last timed request ends), as e2e_driver's --callgrind-timed does.
 // Prints one JSON line: tokens/s over the timed requests of all sessions, the p50/p99
 // of the time per token, the tokens' checksum (identical under every allocator), page
 // faults and system CPU time per token, peak RSS.
@@ -25,6 +28,20 @@ const sessions = +arg('sessions', 1), warmup = +arg('warmup', 20), requests = +a
 const arena = arg('arena', 'off') === 'on';
 const layers = +arg('layers', 4), heads = +arg('heads', 4), hidden = +arg('hidden', 256);
 const headDim = hidden / heads;
+const callgrind = process.argv.includes('--callgrind');
+
+// callgrind_control's request is taken only while the program runs (not while it waits
+// in a system call): the main thread spins until the request has been answered.
+function instrument(on) {
+  if (!callgrind) return;
+  const fs = require('fs'), os = require('os'), path = require('path');
+  const flag = path.join(os.tmpdir(), `generate-${process.pid}-${on ? 'on' : 'off'}`);
+  fs.rmSync(flag, {force: true});
+  require('child_process').spawn('sh', ['-c', `callgrind_control -i ${on ? 'on' : 'off'} ${process.pid} && touch ${flag}`],
+                                 {stdio: 'ignore', detached: true}).unref();
+  while (!fs.existsSync(flag)) for (let i = 0; i < 1e4; i++);
+  fs.rmSync(flag, {force: true});
+}
 
 // A small deterministic generator (mulberry32), so that every allocator runs the same requests.
 function rng(seed) {
@@ -84,6 +101,7 @@ let waiting = 0, release, started;
 const allWarm = new Promise((r) => { release = r; });
 function barrier() {
   if (++waiting === sessions) {
+    instrument(true);
     started = {t: process.hrtime.bigint(), usage: process.resourceUsage()};
     release();
   }
@@ -94,6 +112,7 @@ function barrier() {
   const timings = [];
   const results = await Promise.all(Array.from({length: sessions}, (_, i) => worker(i, timings)));
   const seconds = Number(process.hrtime.bigint() - started.t) / 1e9;
+  instrument(false);
   const usage = process.resourceUsage();
   const tokens = results.reduce((s, r) => s + r.tokens, 0);
   timings.sort((a, b) => a - b);
