@@ -113,7 +113,8 @@ print("- **In the allocator**: the self instructions of the allocator's objects 
       "libreplayalloc_preload.so and the libjemalloc.so.2 it falls back on). **Native**: every object but Node.js's and "
       "the JIT's code (ONNX Runtime, libc's memcpy and memset, libstdc++, the allocator), per token: what an allocator "
       "changes of the program's own work. ÷ fewest: over the fewest of the general-purpose allocators (for one of "
-      "them, of the others).")
+      "them, of the others). User space only: a calloc served from fresh pages costs no memset here, their zeroing "
+      "being the kernel's (page faults, the timed section's faults and system CPU columns).")
 print()
 print("| arena | allocator | tokens | in the allocator per token | ÷ fewest | native per token | ÷ fewest | from slab |")
 print("|---|---|---:|---:|---:|---:|---:|---:|")
