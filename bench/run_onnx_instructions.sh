@@ -76,9 +76,12 @@ print(json.dumps(rec))
 PY
 }
 running=0
-# shellcheck disable=SC2086
-[ -z "${FROM_RUNS:-}" ] || { all=(); cat $FROM_RUNS > "$tmp/runs.jsonl"; }
-[ -z "${FROM_RUNS:-}" ] || cells=$(python3 -c 'import json, sys; print(" ".join(sorted({json.loads(l)["arena"] for l in open(sys.argv[1])})))' "$tmp/runs.jsonl")
+if [ -n "${FROM_RUNS:-}" ]; then  # no runs: the section from the kept ones, their cells
+  all=()
+  # shellcheck disable=SC2086
+  cat $FROM_RUNS > "$tmp/runs.jsonl"
+  cells=$(python3 -c 'import json, sys; print(" ".join(sorted({json.loads(l)["arena"] for l in open(sys.argv[1])})))' "$tmp/runs.jsonl")
+fi
 for arena in $cells; do
   for a in "${all[@]}"; do
     one "$arena" "$a" >> "$tmp/runs.jsonl" &
