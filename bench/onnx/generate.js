@@ -31,16 +31,22 @@ const headDim = hidden / heads;
 const callgrind = process.argv.includes('--callgrind');
 
 // callgrind_control's request is taken only while the program runs (not while it waits
-// in a system call): the main thread spins until the request has been answered.
+// in a system call): the main thread spins until callgrind_control has answered, which
+// the flag file says (not under callgrind: an error, not a silent count of nothing).
 function instrument(on) {
   if (!callgrind) return;
   const fs = require('fs'), os = require('os'), path = require('path');
   const flag = path.join(os.tmpdir(), `generate-${process.pid}-${on ? 'on' : 'off'}`);
   fs.rmSync(flag, {force: true});
-  require('child_process').spawn('sh', ['-c', `callgrind_control -i ${on ? 'on' : 'off'} ${process.pid} && touch ${flag}`],
+  // callgrind_control exits 0 even where it finds no such process: its "Error:" says so.
+  require('child_process').spawn('sh', ['-c', `if callgrind_control -i ${on ? 'on' : 'off'} ${process.pid} 2>&1 | ` +
+                                 `grep -q '^Error'; then s=1; else s=0; fi; echo $s > ${flag}.tmp && mv ${flag}.tmp ${flag}`],
                                  {stdio: 'ignore', detached: true}).unref();
   while (!fs.existsSync(flag)) for (let i = 0; i < 1e4; i++);
+  const status = fs.readFileSync(flag, 'utf8').trim();
   fs.rmSync(flag, {force: true});
+  if (status !== '0') throw new Error(`--callgrind: callgrind_control -i ${on ? 'on' : 'off'} found no callgrind run ` +
+                                      `of this process (${process.pid}): not under valgrind --tool=callgrind?`);
 }
 
 // A small deterministic generator (mulberry32), so that every allocator runs the same requests.
