@@ -108,6 +108,10 @@ void fallback_free(void* p) noexcept;
 void fallback_free_sized(void* p, std::size_t size, std::size_t align) noexcept;
 void* fallback_realloc(void* p, std::size_t size) noexcept;
 std::size_t fallback_usable_size(const void* p) noexcept;
+// Whether p is a block the fallback knows, without asking jemalloc, to be smaller than
+// `bytes` (a block of the front cache's runs: Note [Small blocks the filters let
+// through], runtime/host_slow_path.cc); false where it does not know.
+bool fallback_block_below(const void* p, std::size_t bytes) noexcept;
 // Bytes the fallback allocator has handed out and not had back, process-wide as it
 // counts them (jemalloc: stats.allocated after an epoch; the C library: mallinfo2's
 // in-use bytes); 0 when it cannot say. Slow: for statistics only.

@@ -65,6 +65,7 @@
 #include <bit>
 #include <iterator>
 
+#include "backend/backend.h"
 #include "backend/front_stash.h"
 
 namespace replayalloc::detail::backend::front {
@@ -569,6 +570,12 @@ bool front_run_block(const void* p, std::size_t* usable) noexcept {
   if (!run_class(k)) return false;
   *usable = g_size[k];
   return true;
+}
+
+// backend.h's, for the jemalloc backend: the cache's runs are the blocks it knows.
+bool fallback_block_below(const void* p, std::size_t bytes) noexcept {
+  std::size_t usable = 0;
+  return front_run_block(p, &usable) && usable < bytes;
 }
 
 }  // namespace replayalloc::detail::backend

@@ -74,6 +74,8 @@ void* fallback_realloc(void* p, std::size_t size) noexcept {
   return std::realloc(p, size == 0 ? 1 : size);
 }
 
+bool fallback_block_below(const void*, std::size_t) noexcept { return false; }  // glibc's: not known
+
 std::size_t fallback_usable_size(const void* p) noexcept {
   return ::malloc_usable_size(const_cast<void*>(p));
 }

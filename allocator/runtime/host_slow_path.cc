@@ -199,8 +199,27 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
   return p;
 }
 
+// Note [Small blocks the filters let through]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The recording's and the watcher's filters (Note [Live filters]) answer "maybe" more
+// often as their tables fill: each block in them marks one bucket in 8,192. Under
+// Node.js, ONNX Runtime's outputs are copied into calloc'd buffers the collector frees
+// on another thread, which the watcher never sees, so its table only grows (5,889
+// blocks after 9,000 watched allocations, its arena on), and 26.6% of the thread's
+// small frees came here for nothing (25,413 in 102 tokens, 384 of them of watched
+// blocks), each to a hash lookup. A block of the front cache's runs of a class below the
+// minimum (t.host.cursor.bypass_below; backend::fallback_block_below asks the cache's
+// page map) is in neither table, all of whose blocks are at least that: it goes to the
+// backend's free at once, unless it is the free that makes the watcher dormant (Note [A
+// dormant watcher], auto_mode.cc). Not in the inline free: a call there gives every
+// free a stack frame (+6 instructions a pair on every path, the replayed one's too).
 void engine::free_backend(thread_state& t, void* p) {
   if (!t.registered) [[unlikely]] register_thread(t);
+  if (backend::fallback_block_below(p, t.host.cursor.bypass_below) &&
+      (t.autod == nullptr || t.autod->unwatched_frees < dormant_after)) {
+    backend::fallback_free(p);
+    return;
+  }
   if (t.host.ph == phase::record && !in_engine()) record_free(t.host, p);
   // A thread that marks its own iterations keeps no watched blocks (track() is off
   // there); its watcher hears of a free only to go dormant (Note [A dormant watcher]).

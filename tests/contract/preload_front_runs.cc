@@ -384,6 +384,44 @@ TEST(FrontRuns, RunBlocksAreNeverJemallocs) {
   }).join();
 }
 
+// Note [Small blocks the filters let through] (runtime/host_slow_path.cc): a free a
+// recording's or a watcher's filter let through skips their tables only where the
+// fallback knows the block to be smaller than the minimum (4 KiB here): a run's block
+// of a smaller class. Never a block of the minimum or more, of a run or of jemalloc's
+// (which the tables may hold: a miss there would leave a freed block in them), nor
+// memory that is no block of the cache's.
+TEST(FrontRuns, OnlyARunsBlockBelowTheMinimumIsKnownToBeBelowIt) {
+  REQUIRE_RUNS();
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  constexpr std::size_t minimum = 4096;
+  std::thread([&] {
+    void* small = pass(64);
+    void* below = pass(3000);
+    void* at = pass(minimum);
+    void* medium = pass(9000);
+    void* large = pass(300000);  // a large class: an extent of jemalloc's in the range
+    ASSERT_TRUE(small != nullptr && below != nullptr && at != nullptr && medium != nullptr && large != nullptr);
+    std::size_t usable = 0;
+    ASSERT_TRUE(be::front_run_block(small, &usable) && be::front_run_block(below, &usable));
+    EXPECT_TRUE(be::fallback_block_below(small, minimum));
+    EXPECT_TRUE(be::fallback_block_below(below, minimum));
+    EXPECT_FALSE(be::fallback_block_below(at, minimum)) << "a block of the minimum taken for one below it";
+    EXPECT_FALSE(be::fallback_block_below(medium, minimum)) << "a run's block of 9,000 bytes taken for one below 4 KiB";
+    EXPECT_TRUE(be::fallback_block_below(medium, 1 << 20));
+    EXPECT_FALSE(be::fallback_block_below(large, minimum)) << "jemalloc's block taken for one below the minimum";
+    EXPECT_FALSE(be::fallback_block_below(large, std::size_t{1} << 30)) << "jemalloc's block is not known to the cache";
+    int on_stack = 0;
+    EXPECT_FALSE(be::fallback_block_below(&on_stack, minimum));
+    // A block of the minimum's class or more shrunk in place by jemalloc's realloc is
+    // jemalloc's, whatever its size now (Note [The front cache's page map]).
+    void* shrunk = be::fallback_realloc(large, 2000);
+    ASSERT_NE(shrunk, nullptr);
+    if (!be::front_run_block(shrunk, &usable)) EXPECT_FALSE(be::fallback_block_below(shrunk, minimum));
+    for (void* p : {small, below, at, medium, shrunk}) release(p);
+  }).join();
+}
+
 // Note [Idle blocks before a new run]: 24 caches a row of 1 KiB longer each step, from 33
 // to 64 rows (jemalloc's classes of 40, 48, 56 and 64 KiB, runs of 1 MiB: 25, 21, 18 and
 // 16 blocks), as a decoder's K/V caches grow: each class's blocks, once the caches have
