@@ -126,6 +126,41 @@ TEST(PreloadSizedDelete, SmallBlocksBesideARecordingAndItsReplay) {
 }
 
 
+// Sized deletes on a thread auto mode watches, outside any iteration: a small block of
+// the front cache's goes to its class's list (the next request of that size gets it
+// back), and a block of 9,000 bytes given a wrong, small size (undefined in the
+// program) still goes to its own class's list, by the cache's page map, not to the one
+// the size names: entry_free_sized sends both from the front cache's part of the gate's
+// range, whatever the thread's gate.
+TEST(PreloadSizedDelete, SmallSizesOnAWatchedThreadGoToTheBlocksOwnLists) {
+  if (detail::backend::g_gate_range.front == 0) GTEST_SKIP() << "the front cache is off";
+  std::thread([] {
+    void* watched = std::malloc(64 * 1024);  // at the minimum or more: the thread is watched
+    ASSERT_NE(watched, nullptr);
+    std::memset(watched, 1, 64 * 1024);
+    for (std::size_t n : {16, 100, 1000, 4000}) {
+      auto* p = static_cast<unsigned char*>(::operator new(n));
+      std::memset(p, 0x5a, n);
+      ::operator delete(p, n);
+      void* q = ::operator new(n);
+      EXPECT_EQ(q, p) << n << " B: the block did not go back to its list";
+      ::operator delete(q, n);
+    }
+    void* medium = ::operator new(9000);
+    std::memset(medium, 0x33, 9000);
+    void* small = ::operator new(64);
+    ::operator delete(medium, 64);  // the wrong size
+    void* again = ::operator new(9000);
+    EXPECT_EQ(again, medium) << "a 9,000-byte block freed with a size of 64 left its class";
+    void* other = ::operator new(64);
+    EXPECT_NE(other, medium) << "a 9,000-byte block handed out for 64 bytes";
+    ::operator delete(other, 64);
+    ::operator delete(again, 9000);
+    ::operator delete(small, 64);
+    std::free(watched);
+  }).join();
+}
+
 long minor_faults() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
