@@ -198,6 +198,11 @@ std::size_t period_detector::best_period(std::size_t n, Value value, std::size_t
     ++candidates;
     const std::size_t p = n - 1 - q;
     if (p < 2 || rejected(p)) continue;
+    // A candidate whose run cannot reach one period is neither taken nor due (both ask a
+    // run of at least p, below): one comparison, at that period's far end, before its
+    // divisors (ONNX Runtime's loop under Node.js: most candidates, ~1,000 instructions a
+    // watched allocation in their divisors).
+    if (2 * p > n || value(n - p) != value(n - 2 * p)) continue;
     // A multiple first: its test reads at most the last 2p values (once per search for
     // small divisors), the run below up to the whole history; in a stream of one size
     // every candidate is a multiple of 1, and measuring each one's run first, and each
