@@ -147,6 +147,9 @@ measure() {  # NAME
     watched_below_min_64)  # Note [A dormant watcher]: 1,000 iterations, most of them after it went dormant
       run_case "$1" "$library" "$program" 64 $pairs 1000 malloc unmarked
       [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
+    watched_below_min_new_64)  # a watched thread's small sized deletes (entry_free_sized)
+      run_case "$1" "$library" "$program" 64 $pairs $iterations new unmarked
+      [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
     watched_one_size_4096)
       run_case "$1" "$library" "$program" 4096 $pairs $iterations malloc unmarked ;;
     passed_4096 | passed_262144)  # auto mode off: every pair passed through (Note [Passes granted ahead])
