@@ -201,7 +201,8 @@ constexpr bool is_current_value(std::size_t offset) {
          offset == offsetof(Stats, regimes) || offset == offsetof(Stats, keys) ||
          offset == offsetof(Stats, plan_wait_us_max) || offset == offsetof(Stats, resident_bytes) ||
          offset == offsetof(Stats, resident_bytes_peak) || offset == offsetof(Stats, slab_resident_bytes) ||
-         offset == offsetof(Stats, backend_resident_bytes);
+         offset == offsetof(Stats, backend_resident_bytes) || offset == offsetof(Stats, front_depot_bytes) ||
+         offset == offsetof(Stats, front_run_bytes) || offset == offsetof(Stats, front_stashed_bytes);
 }
 }  // namespace
 
@@ -378,6 +379,9 @@ Stats engine::stats(const domain_kind* only) {
   s.front_lists_taken = front.depot_takes;
   s.front_lists_released = front.depot_frees;
   s.front_threads_closed = front.threads_closed;
+  s.front_depot_bytes = front.depot_bytes[0] + front.depot_bytes[1] + front.depot_bytes[2];
+  s.front_run_bytes = front.run_bytes;
+  s.front_stashed_bytes = front.stashed_bytes;
   apply_stats_reset(s, only == nullptr ? -1 : static_cast<int>(*only));
   return s;
 }

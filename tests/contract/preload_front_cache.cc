@@ -337,6 +337,33 @@ TEST(FrontCache, TheDepotKeepsNoMoreThanItsBudget) {
   EXPECT_EQ(be::front_cache_stats().depot_bytes[0], 0u) << "the depot's count of its bytes drifted";
 }
 
+// The statistics say what the cache holds (Note [Resident memory by owner]): an exiting
+// thread's full list of 1 KiB blocks in the depot, their run, and nothing in the depot
+// once it is released; current values, which a reset of the statistics leaves.
+TEST(FrontCache, TheStatisticsSayWhatItHolds) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  constexpr std::size_t kSize = 1000;  // jemalloc's class of 1 KiB: lists of 16 blocks
+  be::front_cache_release();
+  ASSERT_EQ(replayalloc::stats().front_depot_bytes, 0u);
+  std::thread exiting([] {
+    std::vector<void*> mine;
+    for (int b = 0; b < 16; ++b) mine.push_back(std::malloc(kSize));
+    for (void* p : mine) std::free(p);
+  });
+  exiting.join();
+  replayalloc::reset_stats();
+  const Stats held = replayalloc::stats();
+  const be::front_cache_counts inside = be::front_cache_stats();
+  EXPECT_GE(held.front_depot_bytes, std::uint64_t{16} << 10) << "the exiting thread's list is not counted";
+  EXPECT_EQ(held.front_depot_bytes, inside.depot_bytes[0] + inside.depot_bytes[1] + inside.depot_bytes[2]);
+  EXPECT_GE(held.front_run_bytes, std::uint64_t{64} << 10) << "the blocks' run is not counted";
+  EXPECT_EQ(held.front_run_bytes, inside.run_bytes);
+  EXPECT_LE(held.front_stashed_bytes, held.front_run_bytes);
+  be::front_cache_release();
+  EXPECT_EQ(replayalloc::stats().front_depot_bytes, 0u) << "the released depot is still counted";
+}
+
 // larson: a thread that exits leaves its free blocks to the next thread: through malloc
 // and free (the engine's fallback), and through the plain malloc and free a request
 // passed through gets (Note [Pass-through]).

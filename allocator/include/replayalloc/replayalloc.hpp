@@ -106,6 +106,10 @@ struct Stats {
   std::uint64_t front_lists_taken = 0;     ///< lists a thread took from the depot (its own empty)
   std::uint64_t front_lists_released = 0;  ///< lists given back to jemalloc (the depot full, 1 MiB)
   std::uint64_t front_threads_closed = 0;  ///< exited threads whose lists went to the depot
+  // What it holds now, in bytes (current values, not reset).
+  std::uint64_t front_depot_bytes = 0;    ///< free blocks in the depot's lists
+  std::uint64_t front_run_bytes = 0;      ///< runs of medium blocks (Note [Runs for medium blocks]), kept empty ones included
+  std::uint64_t front_stashed_bytes = 0;  ///< of those, empty runs kept in stashes (Note [Empty runs kept])
 };
 
 Stats stats();
