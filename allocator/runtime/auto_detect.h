@@ -226,7 +226,8 @@ class period_detector {
   bool by_shape_ = false;
   bool sizes_recur_ = false;
   std::size_t same_run_ = 0;  // the newest sizes_ that are all one size
-  std::bitset<recur_bits> seen_;  // sizes of the first recur_sample, hashed
+  std::bitset<recur_bits> seen_;  // sizes observed since the last reset, hashed
+  bool newest_seen_ = false;      // the newest's bit was set before it (Note [A size never seen before])
   std::uint32_t sampled_ = 0;
   std::uint32_t recurred_ = 0;
   bool blocks_alone_ = false;
