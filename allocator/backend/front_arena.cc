@@ -18,16 +18,19 @@
 // asked its size. jemalloc retains what it gets
 // (its dalloc hook declines, so the addresses stay the arena's, reused by it), purges
 // and decommits with its own default hooks, which work on any address, and decays the
-// arena's dirty pages as any other's. The arenas have no thread bound to them, so no thread's
+// arena's dirty pages as any other's, over a second, decayed by the depot's sweeps (Note
+// [Idle lists given back]). The arenas have no thread bound to them, so no thread's
 // exit purges them (jemalloc purges an arena its last thread leaves: Note [The fallback's
 // shared arena]), and blocks go to and come from it without any thread cache
 // (MALLOCX_TCACHE_NONE): the front cache is that cache. Where the range or the arena
 // cannot be made the front cache stays off, saying so at REPLAYALLOC_VERBOSE=2.
 #include <sys/mman.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 
 #include "backend/backend.h"
 #include "backend/front_cache.h"
@@ -44,11 +47,15 @@ constexpr std::size_t range_bytes = front_range_bytes;
 // spin ~8% of the samples of producer/consumer at 8 threads); each thread's cache
 // takes its blocks from one of them (front_cache.cc).
 constexpr unsigned max_arenas = front_max_arenas;
+// Note [Idle lists given back]: the arenas' dirty pages are purged over a second (10 s,
+// jemalloc's default, for the others), decayed by the depot's sweeps.
+constexpr ssize_t decay_ms = 1000;
 
 std::uintptr_t g_base = 0;
 std::atomic<std::uintptr_t> g_next{0};
 unsigned g_arenas = 0;
 int g_flags[max_arenas] = {};  // MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE
+char g_decay_name[max_arenas][32] = {};  // "arena.<i>.decay"
 extent_hooks_t g_hooks{};
 
 // Address space for jemalloc, from the range, in order; null when the range is spent
@@ -82,6 +89,11 @@ void* run(std::size_t bytes, unsigned slot) noexcept { return mallocx(bytes, g_f
 void release(void* p) noexcept { dallocx(p, MALLOCX_TCACHE_NONE); }
 std::size_t size_class_of(std::size_t n) noexcept { return nallocx(n, 0); }
 std::size_t usable(const void* p) noexcept { return sallocx(const_cast<void*>(p), 0); }
+// Note [Idle lists given back]: the arenas' dirty pages decayed now, as jemalloc's own
+// ticks would have had them (their time 1 s).
+void decay() noexcept {
+  for (unsigned i = 0; i < g_arenas; ++i) mallctl(g_decay_name[i], nullptr, nullptr, nullptr, 0);
+}
 
 }  // namespace
 
@@ -116,6 +128,11 @@ bool make_front_arena(front_backend* b) noexcept {
     len = sizeof arena;
     if (mallctl("arenas.create", &arena, &len, &hooks, sizeof hooks) != 0 || arena == 0) break;
     b->arenas[g_arenas] = arena;
+    char name[48];
+    std::snprintf(name, sizeof name, "arena.%u.dirty_decay_ms", arena);
+    ssize_t ms = decay_ms;
+    mallctl(name, nullptr, nullptr, &ms, sizeof ms);
+    std::snprintf(g_decay_name[g_arenas], sizeof g_decay_name[0], "arena.%u.decay", arena);
     g_flags[g_arenas++] = MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
   }
   if (g_arenas == 0) {
@@ -131,6 +148,7 @@ bool make_front_arena(front_backend* b) noexcept {
   b->release = &release;
   b->size_class = &size_class_of;
   b->usable = &usable;
+  b->decay = &decay;
   return true;
 }
 

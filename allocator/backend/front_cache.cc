@@ -58,6 +58,7 @@
 #include "backend/front_classes.h"
 #include "backend/front_depot.h"
 #include "backend/front_runs.h"
+#include "backend/front_thread.h"
 #include "support/config.h"
 
 namespace replayalloc::detail::backend {
@@ -78,21 +79,6 @@ std::size_t thread_large_budget() noexcept {
   const std::size_t b = threads_large_budget / (open == 0 ? 1 : open);
   return b < thread_large_least ? thread_large_least : b;
 }
-
-struct thread_cache {
-  free_list lists[max_classes];
-  unsigned slot;  // the arena its blocks come from (Note [The front cache's arena])
-  std::size_t large_bytes;  // on its lists of the classes above 64 KiB
-  class_recency recency;    // of those classes (Note [Classes a stream has left])
-  // Note [Runs for medium blocks]: a class whose list missed into the runs since it last
-  // overflowed (a burst): its next miss fills the whole list.
-  bool burst[max_classes];
-  // Note [Large blocks in the front cache]: the thread's frees of the classes above 64
-  // KiB, and their count + 1 at each such class's last miss into its runs.
-  std::uint32_t large_frees;
-  std::uint32_t large_missed_at[max_classes];
-  std::uint8_t large_streak[max_classes];  // such misses in a row (a burst's batches double)
-};
 
 // Every thread starts with (and an exited one returns to) this cache, whose lists are
 // empty and full at once (max 0): both fast paths miss into the slow ones, which make
@@ -203,6 +189,8 @@ void close_thread(void* arg) noexcept {
     c->large_missed_at[k] = 0;
     c->large_streak[k] = 0;
   }
+  c->swept = g_sweeps.load(std::memory_order_relaxed);
+  c->asked_at_sweep = 0;
   c->large_frees = 0;
   c->slot = g_next_slot.fetch_add(1, std::memory_order_relaxed) % g_slots;
   c->large_bytes = 0;
@@ -211,6 +199,11 @@ void close_thread(void* arg) noexcept {
   t_state = cache_open;
   thread_opened();
   return true;
+}
+
+// Note [Idle lists given back] (front_idle.cc): the thread's idle lists, once a sweep.
+inline void sweep_if_due() noexcept {
+  if (t_state == cache_open && t_cache->swept != g_sweeps.load(std::memory_order_relaxed)) sweep_thread(*t_cache);
 }
 
 // Note [Small blocks in the front cache] (front_classes.cc): a small class's list is
@@ -250,6 +243,7 @@ void close_thread(void* arg) noexcept {
 
 [[gnu::noinline]] void* malloc_miss(unsigned k, std::size_t size) noexcept {
   if (k == 0) return g_malloc(size);
+  sweep_if_due();
   if (t_state == cache_open || open_cache()) {
     free_list l = take(k);
     if (l.head != nullptr) {
@@ -263,6 +257,17 @@ void close_thread(void* arg) noexcept {
   if (run_class(k)) return run_miss(k, size);
   if (g_fill[k] > 1 && t_state == cache_open) return fill(k, size);
   return arena_block(k, size);
+}
+
+// The thread's full list of class k to the depot (Note [Idle lists given back]: its
+// idle lists first, once a sweep).
+[[gnu::noinline]] void hand_on(unsigned k) noexcept {
+  sweep_if_due();
+  free_list& mine = t_cache->lists[k];
+  put(k, mine.head, mine.count);
+  mine.head = nullptr;
+  mine.count = 0;
+  t_cache->burst[k] = false;
 }
 
 // A free in the range that the list cannot take: its class unknown (0; asked of
@@ -310,45 +315,10 @@ void close_thread(void* arg) noexcept {
     t_cache->large_bytes -= std::size_t{n - 1} * bytes;
     return put(k, p, n);
   }
-  if (mine.count == mine.max) {
-    put(k, mine.head, mine.count);
-    mine.head = nullptr;
-    mine.count = 0;
-    t_cache->burst[k] = false;
-  }
+  if (mine.count == mine.max) hand_on(k);
   *static_cast<void**>(p) = mine.head;
   mine.head = p;
   ++mine.count;
-}
-
-// Note [Large blocks in the front cache]: before the arena makes a block of class k, the
-// thread's lists of the classes it has left go back to it (Note [Classes a stream has
-// left], front_classes.cc), and its cached blocks of larger classes, `bytes` of them or
-// more where it has them, so that it can serve k from their pages instead of new ones.
-std::atomic<std::uint64_t> g_large_given_back{0};
-void give_back_block(thread_cache* c, unsigned j) noexcept {
-  free_list& l = c->lists[j];
-  void* p = l.head;
-  l.head = *static_cast<void**>(p);
-  --l.count;
-  c->large_bytes -= g_class_size[j];
-  g_large_given_back.fetch_add(1, std::memory_order_relaxed);
-  give_back(p);
-}
-void give_back_larger(unsigned k, std::size_t bytes) noexcept {
-  thread_cache* c = t_cache;
-  for (unsigned j = g_first_large; j < max_classes && g_class_size[j] != 0; ++j) {
-    if (j == k || c->lists[j].head == nullptr || !c->recency.left(j)) continue;
-    while (c->lists[j].head != nullptr) give_back_block(c, j);
-    c->recency.gave_back(j);
-  }
-  std::size_t given = 0;
-  for (unsigned j = k + 1; j < max_classes && g_class_size[j] != 0 && given < bytes; ++j) {
-    while (c->lists[j].head != nullptr && given < bytes) {
-      give_back_block(c, j);
-      given += g_class_size[j];
-    }
-  }
 }
 
 // Note [Idle blocks before a new run] (front_runs.cc): class k's blocks on the thread's
@@ -423,6 +393,7 @@ void* large_run_miss(unsigned k, std::size_t size) noexcept {
       return p;
     }
     c->recency.missed(k);
+    sweep_if_due();
     const free_list l = take(k);
     if (void* p = l.head) {
       mine.head = *static_cast<void**>(p);
@@ -431,7 +402,7 @@ void* large_run_miss(unsigned k, std::size_t size) noexcept {
       return p;
     }
   }
-  if (t_state == cache_open && t_cache->large_bytes != 0) give_back_larger(k, bytes);
+  if (t_state == cache_open && t_cache->large_bytes != 0) give_back_larger(*t_cache, k, bytes);
   if (run_class(k)) return large_run_miss(k, size);
   return arena_block(k, size);
 }
@@ -471,7 +442,8 @@ bool enable_front_cache(const front_backend& b) noexcept {
   for (unsigned k = 0; k < max_classes; ++k) {
     part[k] = k >= first_large ? part_large : cls.class_size[k] < fill_below ? part_small : part_medium;
   }
-  configure_depot(cls.class_size, part, &give_back_list);
+  configure_depot(cls.class_size, part, &give_back_list, &coarse_clock_ms, b.decay);  // Note [Idle lists given back]
+  configure_idle(cls.class_size, first_large);
   g_large_largest = cls.large_largest;
   g_malloc = b.malloc;
   g_free = b.free;
@@ -592,7 +564,7 @@ front_cache_counts front_cache_stats() noexcept {
   c.span = g_span;
   c.thread_large_budget = g_enabled ? thread_large_budget() : 0;
   c.thread_large_bytes = g_enabled && t_state == cache_open ? t_cache->large_bytes : 0;
-  c.large_given_back = g_large_given_back.load(std::memory_order_relaxed);
+  idle_counts(&c);
   run_counts(&c);
   return c;
 }

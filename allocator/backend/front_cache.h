@@ -38,6 +38,7 @@ struct front_backend {
   unsigned arenas[front_max_arenas] = {};  // the jemalloc arena of each slot
   std::size_t (*size_class)(std::size_t) noexcept = nullptr;  // the class of a request
   std::size_t (*usable)(const void*) noexcept = nullptr;      // the class of a block
+  void (*decay)() noexcept = nullptr;  // the arenas' dirty pages decayed now (Note [Idle lists given back])
 };
 
 // The address space the arena's blocks come from (Note [The front cache's arena]):
@@ -95,6 +96,8 @@ struct front_cache_counts {
   std::uint64_t depot_puts = 0;    // lists a thread handed to the depot (full, or exiting)
   std::uint64_t depot_takes = 0;   // lists a thread took from it (its own empty)
   std::uint64_t depot_frees = 0;   // lists given back to the underlying free (depot full)
+  std::uint64_t depot_idle = 0;    // lists given back after a second in it (Note [Idle lists given back])
+  std::uint64_t thread_lists_idle = 0;  // threads' lists of classes they left a second (the same Note)
   std::uint64_t threads_closed = 0;  // threads whose lists were handed on at their exit
   std::size_t largest = 0;         // the largest request served (0: off)
   std::uintptr_t base = 0;         // the range its blocks come from

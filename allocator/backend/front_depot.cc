@@ -1,6 +1,8 @@
 // The front cache's depot (Note [The fallback's front cache], front_cache.cc): per size
 // class a stack of whole lists of free blocks under a spin lock, which a thread's full
-// list goes to and an empty one takes from, bounded in bytes.
+// list goes to and an empty one takes from, bounded in bytes, and swept of the lists no
+// thread took for a second
+// (Note [Idle lists given back], front_idle.cc).
 #include "backend/front_depot.h"
 
 #include <sched.h>
@@ -27,6 +29,10 @@ constexpr std::size_t large_depot_budget = 8192 * 1024;
 std::uint32_t g_class_size[max_classes];
 std::uint8_t g_part[max_classes];
 list_free_fn g_release_list = nullptr;
+sweep_clock_fn g_now = nullptr;
+swept_fn g_swept = nullptr;
+constexpr std::uint64_t sweep_ms = 1000;
+std::atomic<std::uint64_t> g_next_sweep{0};  // ms: no sweep before
 
 std::size_t depot_budget() noexcept {
   const std::size_t b = depot_budget_per_thread * g_open_caches.load(std::memory_order_relaxed);
@@ -36,6 +42,7 @@ std::size_t depot_budget() noexcept {
 struct alignas(64) depot {
   std::atomic<bool> locked{false};
   std::atomic<unsigned> n{0};  // written under the lock, peeked without it
+  unsigned low = 0;  // the fewest lists held since the last sweep (Note [Idle lists given back])
   free_list lists[depot_lists];
 };
 depot g_depot[max_classes];
@@ -52,6 +59,7 @@ std::atomic<std::uint64_t> g_puts{0};
 std::atomic<std::uint64_t> g_takes{0};
 std::atomic<std::uint64_t> g_frees{0};
 std::atomic<std::uint64_t> g_closed_threads{0};
+std::atomic<std::uint64_t> g_idle{0};
 
 void lock(depot& d) noexcept { spin_lock(d.locked); }
 void unlock(depot& d) noexcept { spin_unlock(d.locked); }
@@ -70,6 +78,7 @@ void free_all(void* head) noexcept { g_release_list(head); }
 
 // A whole list to the depot of class k (or to the underlying free when it is full).
 void put(unsigned k, void* head, std::uint32_t count, bool counted) noexcept {
+  if (g_now != nullptr) sweep_depot(g_now());
   depot& d = g_depot[k];
   const std::size_t bytes = std::size_t{count} * g_class_size[k];
   bool kept = false;
@@ -107,6 +116,7 @@ void put(unsigned k, void* head, std::uint32_t count, bool counted) noexcept {
 
 // A whole list of class k from the depot; {nullptr, 0} when it has none.
 free_list take(unsigned k, bool counted) noexcept {
+  if (g_now != nullptr) sweep_depot(g_now());
   depot& d = g_depot[k];
   // A peek without the lock: a list put meanwhile is found next time.
   if (d.n.load(std::memory_order_relaxed) == 0) return free_list{nullptr, 0, 0};
@@ -115,6 +125,7 @@ free_list take(unsigned k, bool counted) noexcept {
   if (const unsigned n = d.n.load(std::memory_order_relaxed); n != 0) {
     l = d.lists[n - 1];
     d.n.store(n - 1, std::memory_order_relaxed);
+    if (n - 1 < d.low) d.low = n - 1;
     depot_bytes(k).fetch_sub(std::size_t{l.count} * g_class_size[k], std::memory_order_relaxed);
   }
   unlock(d);
@@ -124,12 +135,46 @@ free_list take(unsigned k, bool counted) noexcept {
 
 std::atomic<std::size_t> g_open_caches{0};
 
-void configure_depot(const std::uint32_t* class_size, const std::uint8_t* part, list_free_fn release) noexcept {
+void configure_depot(const std::uint32_t* class_size, const std::uint8_t* part, list_free_fn release,
+                     sweep_clock_fn now, swept_fn swept) noexcept {
   for (unsigned k = 0; k < max_classes; ++k) {
     g_class_size[k] = class_size[k];
     g_part[k] = part[k];
   }
   g_release_list = release;
+  g_swept = swept;
+  g_next_sweep.store(now != nullptr ? now() + sweep_ms : 0, std::memory_order_relaxed);
+  g_now = now;
+}
+
+std::atomic<std::uint32_t> g_sweeps{0};
+
+bool sweep_depot(std::uint64_t now) noexcept {
+  std::uint64_t next = g_next_sweep.load(std::memory_order_relaxed);
+  if (now < next || !g_next_sweep.compare_exchange_strong(next, now + sweep_ms, std::memory_order_relaxed)) {
+    return false;
+  }
+  for (unsigned k = 0; k < max_classes; ++k) {
+    depot& d = g_depot[k];
+    if (d.n.load(std::memory_order_relaxed) == 0) continue;  // a peek: nothing held (low <= n)
+    free_list idle[depot_lists];
+    lock(d);
+    const unsigned n = d.n.load(std::memory_order_relaxed);
+    const unsigned m = d.low < n ? d.low : n;
+    for (unsigned i = 0; i < m; ++i) idle[i] = d.lists[i];
+    for (unsigned i = m; i < n; ++i) d.lists[i - m] = d.lists[i];
+    d.n.store(n - m, std::memory_order_relaxed);
+    d.low = n - m;
+    unlock(d);
+    for (unsigned i = 0; i < m; ++i) {
+      depot_bytes(k).fetch_sub(std::size_t{idle[i].count} * g_class_size[k], std::memory_order_relaxed);
+      free_all(idle[i].head);
+    }
+    g_idle.fetch_add(m, std::memory_order_relaxed);
+  }
+  g_sweeps.fetch_add(1, std::memory_order_relaxed);
+  if (g_swept != nullptr) g_swept();
+  return true;
 }
 
 void thread_opened() noexcept { g_open_caches.fetch_add(1, std::memory_order_relaxed); }
@@ -150,6 +195,7 @@ void release_depot() noexcept {
           .fetch_sub(std::size_t{lists[i].count} * g_class_size[&d - g_depot], std::memory_order_relaxed);
     }
     d.n.store(0, std::memory_order_relaxed);
+    d.low = 0;
     unlock(d);
     for (unsigned i = 0; i < n; ++i) free_all(lists[i].head);
   }
@@ -167,6 +213,7 @@ void depot_counts(front_cache_counts* c, bool enabled) noexcept {
   c->depot_puts = g_puts.load(std::memory_order_relaxed);
   c->depot_takes = g_takes.load(std::memory_order_relaxed);
   c->depot_frees = g_frees.load(std::memory_order_relaxed);
+  c->depot_idle = g_idle.load(std::memory_order_relaxed);
   c->threads_closed = g_closed_threads.load(std::memory_order_relaxed);
   for (unsigned part = 0; part < parts; ++part) {
     c->depot_bytes[part] = g_depot_bytes[part].load(std::memory_order_relaxed);

@@ -34,10 +34,15 @@ struct free_list {
 // Which of the depot's budgets a class's bytes count against.
 enum depot_part : std::uint8_t { part_small, part_medium, part_large, parts };
 
-// Once, as the cache is enabled: each class's size and part, and the free of a list of
-// blocks (linked through their first words) given back to their runs or the arena.
+// Once, as the cache is enabled: each class's size and part, the free of a list of
+// blocks (linked through their first words) given back to their runs or the arena, and
+// for the depot's sweep (Note [Idle lists given back], front_idle.cc) a clock in ms and
+// what follows each sweep (the arenas' decay; null: nothing). A null clock: no sweep.
 using list_free_fn = void (*)(void* head) noexcept;
-void configure_depot(const std::uint32_t* class_size, const std::uint8_t* part, list_free_fn release) noexcept;
+using sweep_clock_fn = std::uint64_t (*)() noexcept;
+using swept_fn = void (*)() noexcept;
+void configure_depot(const std::uint32_t* class_size, const std::uint8_t* part, list_free_fn release,
+                     sweep_clock_fn now = nullptr, swept_fn swept = nullptr) noexcept;
 
 // Threads with a cache open: the budgets that grow or are shared with them read it.
 extern std::atomic<std::size_t> g_open_caches;
@@ -45,13 +50,21 @@ void thread_opened() noexcept;
 void thread_closed() noexcept;
 
 // A whole list to the depot of class k, or to the arena when the class's budget or
-// stack is full. `counted` false: a list taken with take(k, false) and put back, which
+// stack is full. Either of put and take first sweeps the depot where a second has passed
+// since its last sweep (Note [Idle lists given back]): no caller holds a lock of the
+// cache's. `counted` false: a list taken with take(k, false) and put back, which
 // the statistics (depot_puts, depot_takes) never saw move.
 void put(unsigned k, void* head, std::uint32_t count, bool counted = true) noexcept;
 // A whole list of class k from the depot; {nullptr, 0, 0} when it has none.
 free_list take(unsigned k, bool counted = true) noexcept;
 // Every block of a list back to the arena.
 void free_all(void* head) noexcept;
+// The lists every class held all through the last second (its stack's bottom ones) given
+// back as free_all does, then `swept` called; nothing (false) where `now` is less than a
+// second after the last sweep, or another thread sweeps. put and take call it.
+bool sweep_depot(std::uint64_t now) noexcept;
+// The depot's sweeps so far (a thread's lists are swept once per sweep of the depot).
+extern std::atomic<std::uint32_t> g_sweeps;
 // Every list of the depot back to the arena (front_cache_release).
 void release_depot() noexcept;
 // Fork: every class's lock held (front_cache_prefork / postfork).

@@ -378,6 +378,7 @@ Stats engine::stats(const domain_kind* only) {
   s.front_lists_handed = front.depot_puts;
   s.front_lists_taken = front.depot_takes;
   s.front_lists_released = front.depot_frees;
+  s.front_lists_idle = front.depot_idle + front.thread_lists_idle;
   s.front_threads_closed = front.threads_closed;
   s.front_depot_bytes = front.depot_bytes[0] + front.depot_bytes[1] + front.depot_bytes[2];
   s.front_run_bytes = front.run_bytes;

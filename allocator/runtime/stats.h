@@ -74,6 +74,7 @@
   X(front_lists_handed, engine, "front_lists_handed", 0)            \
   X(front_lists_taken, engine, "front_lists_taken", 0)              \
   X(front_lists_released, engine, "front_lists_released", 0)        \
+  X(front_lists_idle, engine, "front_lists_idle", 0)                \
   X(front_threads_closed, engine, "front_threads_closed", 0)        \
   X(front_depot_bytes, engine, "front_depot_bytes", 0)              \
   X(front_run_bytes, engine, "front_run_bytes", 0)                  \

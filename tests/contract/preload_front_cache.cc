@@ -9,11 +9,14 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
+#include <chrono>
 #include <latch>
 #include <cstdint>
 #include <cstdlib>
@@ -963,6 +966,110 @@ TEST(FrontCache, AForkedChildAllocatesWhileThreadsUsedTheDepot) {
   b.join();
   EXPECT_EQ(failed, 0) << "forked children that did not exit cleanly";
 }
+
+// Note [Idle lists given back]: the calling thread's requests of 1 KiB blocks, enough
+// to miss and overflow its list (a take and a put of the depot: where a sweep comes).
+void churn_small(detail::backend::front_malloc_fn pass, detail::backend::front_free_fn release) {
+  void* got[64];
+  for (void*& p : got) p = pass(1000);
+  for (void* p : got) release(p);
+}
+
+// The whole pages of blocks [blocks[i], blocks[i] + bytes) resident now (mincore), and
+// how many there are.
+std::size_t resident_pages(const std::vector<void*>& blocks, std::size_t bytes, std::size_t* pages = nullptr) {
+  const std::uintptr_t page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in(bytes / page + 1);
+  std::size_t n = 0, all = 0;
+  for (void* p : blocks) {
+    const std::uintptr_t start = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
+    const std::size_t whole = (reinterpret_cast<std::uintptr_t>(p) + bytes - start) / page;
+    all += whole;
+    EXPECT_EQ(::mincore(reinterpret_cast<void*>(start), whole * page, in.data()), 0) << std::strerror(errno);
+    for (std::size_t i = 0; i < whole; ++i) n += in[i] & 1;
+  }
+  if (pages != nullptr) *pages = all;
+  return n;
+}
+
+// Lists that an exited thread left in the depot and that no thread takes go back after a
+// second, not before, and their pages leave the process over the next one (the front
+// arenas' decay), while the program goes on asking for other blocks.
+TEST(FrontCache, ListsNoThreadTakesGoBackAfterASecondAndTheirPagesAreFreed) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  constexpr std::size_t kSize = 256 << 10;
+  constexpr int kBlocks = 24;  // 6 MiB: within the depot's 8 MiB for these classes
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  const std::uint64_t idle_before = replayalloc::stats().front_lists_idle;
+  std::vector<void*> freed;
+  std::thread([&] {
+    release(pass(100));
+    for (int i = 0; i < kBlocks; ++i) {
+      void* p = pass(kSize);
+      ASSERT_NE(p, nullptr);
+      std::memset(p, 0x5a, kSize);  // every page resident
+      freed.push_back(p);
+    }
+    for (void* p : freed) release(p);
+  }).join();  // its lists to the depot at its exit
+  const auto put_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(freed.size(), std::size_t{kBlocks});
+  std::size_t pages = 0;
+  ASSERT_GE(be::front_cache_stats().depot_bytes[2], std::size_t{4} << 20) << "the exited thread's lists are not in the depot";
+  ASSERT_GE(resident_pages(freed, kSize, &pages), pages * 9 / 10);
+  std::size_t held = 0, resident = pages;
+  auto swept_at = put_at;
+  const auto deadline = put_at + std::chrono::seconds(15);
+  while (std::chrono::steady_clock::now() < deadline) {
+    churn_small(pass, release);
+    held = be::front_cache_stats().depot_bytes[2];
+    if (held != 0) swept_at = std::chrono::steady_clock::now();
+    resident = resident_pages(freed, kSize);
+    if (held == 0 && resident <= pages / 4) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(held, 0u) << "lists no thread took for 15 s are still in the depot";
+  EXPECT_GE(swept_at - put_at, std::chrono::milliseconds(900)) << "lists went back before a second had passed";
+  EXPECT_LE(resident, pages / 4) << "of " << pages << " pages of the lists given back, " << resident << " still resident";
+  EXPECT_GE(replayalloc::stats().front_lists_idle - idle_before, 1u);
+}
+
+// A thread's cached blocks of a class above 64 KiB that it stopped asking for go back
+// once a sweep passes; those of the class it goes on asking for stay, and serve it.
+TEST(FrontCache, AThreadsBlocksOfAClassItLeftGoBackAndThoseItAsksForStay) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  constexpr std::size_t kAsked = 512 << 10, kLeft = 768 << 10;
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  std::thread([&] {
+    release(pass(100));
+    void* asked = pass(kAsked);
+    void* left = pass(kLeft);
+    ASSERT_NE(asked, nullptr);
+    ASSERT_NE(left, nullptr);
+    release(asked);
+    release(left);
+    ASSERT_EQ(be::front_cache_stats().thread_large_bytes, nallocx(kAsked, 0) + nallocx(kLeft, 0))
+        << "the thread's lists did not keep both blocks (its budget: "
+        << be::front_cache_stats().thread_large_budget << ")";
+    std::size_t kept = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    while (std::chrono::steady_clock::now() < deadline) {
+      void* again = pass(kAsked);
+      EXPECT_EQ(again, asked) << "the block of the class the thread asks for did not serve it";
+      release(again);
+      churn_small(pass, release);
+      kept = be::front_cache_stats().thread_large_bytes;
+      if (kept == nallocx(kAsked, 0)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(kept, nallocx(kAsked, 0)) << "the block of the class the thread left is still on its list after 15 s";
+  }).join();
+}
+
 
 // Before a slab is made the fallback's free memory is purged (Note [Purging what a slab
 // replaces]); the thread's lists and the depot go back to jemalloc first, so a thread

@@ -105,6 +105,7 @@ struct Stats {
   std::uint64_t front_lists_handed = 0;    ///< lists a thread handed to the depot (its list full, or the thread exiting)
   std::uint64_t front_lists_taken = 0;     ///< lists a thread took from the depot (its own empty)
   std::uint64_t front_lists_released = 0;  ///< lists given back to jemalloc (the depot full, 1 MiB)
+  std::uint64_t front_lists_idle = 0;      ///< lists given back unused for a second (Note [Idle lists given back])
   std::uint64_t front_threads_closed = 0;  ///< exited threads whose lists went to the depot
   // What it holds now, in bytes (current values, not reset).
   std::uint64_t front_depot_bytes = 0;    ///< free blocks in the depot's lists

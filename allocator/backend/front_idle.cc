@@ -1,0 +1,111 @@
+// The front cache's idle blocks: lists that no thread used for a second given back to
+// their runs or the arena, and the arenas' dirty pages decayed after them; and a
+// thread's blocks of larger classes given back at a miss.
+//
+// Note [Idle lists given back]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The depot is where threads hand lists to each other, and a thread's lists of the
+// classes above 64 KiB keep its blocks for its next requests of those classes. A list
+// that no thread took for a whole second is not being handed, and blocks of a class a
+// thread did not ask for in a second are not being reused: their pages are
+// the program's for nothing. ONNX Runtime's session start-up (arena on, one session)
+// left 7.7 MiB of lists of blocks above 64 KiB and 2.3 MiB of 4-64 KiB ones in the
+// depot and 4 MiB of blocks above 64 KiB on the main thread's lists, none of them used
+// again to the end of the run; and giving such blocks back to the arena alone does not
+// free their pages: the front arenas' dirty pages decay only as jemalloc ticks, at the
+// arenas' own allocations, which the cache makes rarely (14 MiB of dirty pages and not
+// one decay sweep over that run). So, as tcmalloc scavenges its thread caches and the
+// stashes of empty runs decay (Note [Empty runs kept]):
+//  * each class's depot stack keeps its low mark, the fewest lists it held since the
+//    last sweep; threads take from the top, so the bottom `low` lists were held all
+//    through (front_depot.cc);
+//  * at most once a second, the first put or take after the second (the vDSO's coarse
+//    clock, read once per list moved, never per block) sweeps every class: the lists
+//    held all through go back to their runs or the arena (give_back_list), each class's
+//    lock held only to cut them off its stack;
+//  * then the front arenas decay (`arena.<i>.decay`; their dirty_decay_ms 1 s, Note
+//    [The front cache's arena]), whatever ticks jemalloc counted: the pages of the
+//    lists given back, of runs the stashes let go and of blocks the depot could not
+//    keep are purged over the next second, as jemalloc's background threads would do
+//    (not used: a program that calls setuid aborts under them, bench/RESULTS.md
+//    "The fallback's thread cache");
+//  * each thread, at its next list miss, full list or miss of a class above 64 KiB
+//    after a sweep of the depot (one load and one compare there), gives back its lists of the classes above 64 KiB it did not ask for
+//    since its own last sweep (sweep_thread: a consumer's blocks, freed but never asked
+//    for, included; its next frees keep others). The smaller classes' lists
+//    (at most 64 KiB a class) are not swept: their blocks go back to runs whose other
+//    blocks are mostly out, which frees no page.
+// A program that hands lists all the time keeps them (its low marks stay 0), and a
+// list put back within the second is never swept. A program that stops asking the
+// fallback altogether keeps what it holds until it asks again (no thread of the
+// library's own), and a thread that never takes a slow path again keeps its lists.
+// Measured side by side in bench/RESULTS.md ("Idle lists given back").
+#include "backend/front_thread.h"
+
+#include <atomic>
+
+#include "backend/front_runs.h"
+
+namespace replayalloc::detail::backend::front {
+namespace {
+
+std::uint32_t g_class_size[max_classes];
+unsigned g_first_large = max_classes;
+std::atomic<std::uint64_t> g_large_given_back{0};
+std::atomic<std::uint64_t> g_thread_idle{0};
+
+void give_back_block(thread_cache& c, unsigned j) noexcept {
+  free_list& l = c.lists[j];
+  void* p = l.head;
+  l.head = *static_cast<void**>(p);
+  --l.count;
+  c.large_bytes -= g_class_size[j];
+  g_large_given_back.fetch_add(1, std::memory_order_relaxed);
+  give_back(p);
+}
+
+}  // namespace
+
+void configure_idle(const std::uint32_t* class_size, unsigned first_large) noexcept {
+  for (unsigned k = 0; k < max_classes; ++k) g_class_size[k] = class_size[k];
+  g_first_large = first_large;
+}
+
+void give_back_larger(thread_cache& c, unsigned k, std::size_t bytes) noexcept {
+  for (unsigned j = g_first_large; j < max_classes && g_class_size[j] != 0; ++j) {
+    if (j == k || c.lists[j].head == nullptr || !c.recency.left(j)) continue;
+    while (c.lists[j].head != nullptr) give_back_block(c, j);
+    c.recency.gave_back(j);
+  }
+  std::size_t given = 0;
+  for (unsigned j = k + 1; j < max_classes && g_class_size[j] != 0 && given < bytes; ++j) {
+    while (c.lists[j].head != nullptr && given < bytes) {
+      give_back_block(c, j);
+      given += g_class_size[j];
+    }
+  }
+}
+
+void sweep_thread(thread_cache& c) noexcept {
+  c.swept = g_sweeps.load(std::memory_order_relaxed);
+  for (unsigned k = g_first_large; k < max_classes && g_class_size[k] != 0; ++k) {
+    free_list& l = c.lists[k];
+    // Asked since: its last request counted after the sweep's (`asked` wraps after
+    // 2^32 requests: a class then looks idle once, and only goes back to its runs).
+    if (l.head != nullptr && c.recency.asked_at[k] <= c.asked_at_sweep) {
+      c.large_bytes -= std::size_t{l.count} * g_class_size[k];
+      g_thread_idle.fetch_add(1, std::memory_order_relaxed);
+      give_back_list(l.head);
+      l.head = nullptr;
+      l.count = 0;
+    }
+  }
+  c.asked_at_sweep = c.recency.asked;
+}
+
+void idle_counts(front_cache_counts* c) noexcept {
+  c->large_given_back = g_large_given_back.load(std::memory_order_relaxed);
+  c->thread_lists_idle = g_thread_idle.load(std::memory_order_relaxed);
+}
+
+}  // namespace replayalloc::detail::backend::front

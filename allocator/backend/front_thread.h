@@ -1,0 +1,55 @@
+// replayalloc/backend/front_thread.h: a thread's lists in the front cache (Note [The
+// fallback's front cache], front_cache.cc), and what gives their idle blocks back
+// (front_idle.cc).
+//
+// Layer: backend, private to the front cache (front_cache.cc and front_idle.cc). Only
+// the thread that owns a cache reads or writes it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/front_cache.h"
+#include "backend/front_classes.h"
+#include "backend/front_depot.h"
+
+namespace replayalloc::detail::backend::front {
+
+struct thread_cache {
+  free_list lists[max_classes];
+  unsigned slot;  // the arena its blocks come from (Note [The front cache's arena])
+  std::size_t large_bytes;  // on its lists of the classes above 64 KiB
+  class_recency recency;    // of those classes (Note [Classes a stream has left])
+  // Note [Runs for medium blocks]: a class whose list missed into the runs since it last
+  // overflowed (a burst): its next miss fills the whole list.
+  bool burst[max_classes];
+  // Note [Large blocks in the front cache]: the thread's frees of the classes above 64
+  // KiB, and their count + 1 at each such class's last miss into its runs.
+  std::uint32_t large_frees;
+  std::uint32_t large_missed_at[max_classes];
+  std::uint8_t large_streak[max_classes];  // such misses in a row (a burst's batches double)
+  // Note [Idle lists given back] (front_idle.cc): the depot's sweeps (g_sweeps) and
+  // recency.asked at the cache's last sweep.
+  std::uint32_t swept;
+  std::uint32_t asked_at_sweep;
+};
+
+// Once, as the cache is enabled: the classes' sizes and the first above 64 KiB.
+void configure_idle(const std::uint32_t* class_size, unsigned first_large) noexcept;
+
+// Note [Large blocks in the front cache]: before the arena makes a block of class k, c's
+// lists of the classes it has left go back to it (Note [Classes a stream has left],
+// front_classes.cc), and its cached blocks of larger classes, `bytes` of them or more
+// where it has them, so that it can serve k from their pages instead of new ones.
+void give_back_larger(thread_cache& c, unsigned k, std::size_t bytes) noexcept;
+
+// Note [Idle lists given back]: c's lists of the classes above 64 KiB that it did not ask
+// for since its last sweep given back to their runs or the arena. The owner calls it at
+// a slow path once the depot was swept since (c.swept != g_sweeps).
+void sweep_thread(thread_cache& c) noexcept;
+
+// Blocks of larger classes given back at a miss, and lists given back by sweep_thread,
+// into c (front_cache_stats).
+void idle_counts(front_cache_counts* c) noexcept;
+
+}  // namespace replayalloc::detail::backend::front

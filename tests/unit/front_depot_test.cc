@@ -1,0 +1,148 @@
+// The front cache's depot swept of its idle lists (Note [Idle lists given back],
+// backend/front_idle.cc) on its own, with the test's clock and lists: a list no thread
+// took for a whole second goes back, a list put or taken within the second stays, a
+// sweep comes at most once a second and from put and take themselves, and what follows
+// a sweep (the arenas' decay) is called once per sweep.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "backend/front_depot.h"
+
+namespace {
+
+namespace front = replayalloc::detail::backend::front;
+namespace backend = replayalloc::detail::backend;
+
+std::uint64_t g_ms = 0;  // the test's clock
+std::uint64_t clock_ms() noexcept { return g_ms; }
+std::vector<void*> g_released;  // the heads of the lists given back, in order
+void release(void* head) noexcept { g_released.push_back(head); }
+int g_swept = 0;
+void swept() noexcept { ++g_swept; }
+
+// Lists of one block each (a block's first word links it), at distinct addresses.
+struct blocks {
+  alignas(16) unsigned char bytes[16][4096];
+  void* at(int i) {
+    void* p = bytes[i];
+    *static_cast<void**>(p) = nullptr;
+    return p;
+  }
+};
+
+constexpr unsigned kClass = 3;  // of 4 KiB, a medium class: the depot's budget of 1 MiB and up
+
+// The depot configured with the test's clock at `now`, empty, with the records reset.
+void fresh_depot(std::uint64_t now, bool with_clock = true) {
+  std::uint32_t class_size[front::max_classes] = {};
+  std::uint8_t part[front::max_classes] = {};
+  class_size[kClass] = 4096;
+  part[kClass] = front::part_medium;
+  g_ms = now;
+  front::configure_depot(class_size, part, &release, with_clock ? &clock_ms : nullptr, &swept);
+  front::release_depot();
+  g_released.clear();
+  g_swept = 0;
+}
+
+std::uint64_t idle_lists() {
+  backend::front_cache_counts c;
+  front::depot_counts(&c, true);
+  return c.depot_idle;
+}
+
+TEST(FrontDepot, AListNoThreadTookForASecondGoesBackAndOnePutWithinItStays) {
+  blocks b;
+  fresh_depot(10'000);
+  const std::uint64_t idle_before = idle_lists();
+  front::put(kClass, b.at(0), 1);
+  front::put(kClass, b.at(1), 1);
+  front::put(kClass, b.at(2), 1);
+  // The first sweep, a second after the depot was configured: nothing was held all
+  // through the second before it (the lists came within it).
+  EXPECT_FALSE(front::sweep_depot(10'999)) << "a sweep before its second was up";
+  EXPECT_TRUE(front::sweep_depot(11'000));
+  EXPECT_TRUE(g_released.empty()) << "lists put within the second were swept";
+  EXPECT_EQ(g_swept, 1) << "the arenas' decay did not follow the sweep";
+  // Within the next second a thread takes one (the top: b[2]) and puts another (b[3]).
+  g_ms = 11'500;
+  const front::free_list l = front::take(kClass);
+  EXPECT_EQ(l.head, b.at(2));
+  front::put(kClass, b.at(3), 1);
+  EXPECT_TRUE(g_released.empty()) << "put and take swept before the second was up";
+  // The next sweep: b[0] and b[1] were held all through; b[3] came within the second.
+  EXPECT_TRUE(front::sweep_depot(12'000));
+  ASSERT_EQ(g_released.size(), 2u);
+  EXPECT_EQ(g_released[0], b.at(0));
+  EXPECT_EQ(g_released[1], b.at(1));
+  EXPECT_EQ(idle_lists() - idle_before, 2u);
+  EXPECT_EQ(g_swept, 2);
+  // b[3] is still the depot's, and its bytes are counted.
+  backend::front_cache_counts c;
+  front::depot_counts(&c, true);
+  EXPECT_EQ(c.depot_bytes[front::part_medium], 4096u);
+  const front::free_list kept = front::take(kClass);
+  EXPECT_EQ(kept.head, b.at(3));
+  EXPECT_EQ(front::take(kClass).head, nullptr);
+}
+
+TEST(FrontDepot, ListsHandedOnEverySecondAreNeverSwept) {
+  blocks b;
+  fresh_depot(0);
+  for (int i = 0; i < 4; ++i) front::put(kClass, b.at(i), 1);
+  // Each second the threads take every list and put them back: the low mark is 0 at
+  // every sweep.
+  for (std::uint64_t s = 1; s <= 5; ++s) {
+    g_ms = s * 1000 - 500;
+    std::vector<front::free_list> taken;
+    for (front::free_list l; (l = front::take(kClass)).head != nullptr;) taken.push_back(l);
+    ASSERT_EQ(taken.size(), 4u) << "second " << s;
+    for (const front::free_list& l : taken) front::put(kClass, l.head, l.count);
+    EXPECT_TRUE(front::sweep_depot(s * 1000)) << "second " << s;
+  }
+  EXPECT_TRUE(g_released.empty()) << "lists handed on every second were swept";
+  EXPECT_EQ(g_swept, 5);
+}
+
+TEST(FrontDepot, PutAndTakeSweepOnceASecondWithTheirClock) {
+  blocks b;
+  fresh_depot(0);
+  front::put(kClass, b.at(0), 1);
+  g_ms = 1000;  // the first sweep, at this put, before b[1] goes in: b[0] came within its second
+  front::put(kClass, b.at(1), 1);
+  EXPECT_EQ(g_swept, 1);
+  EXPECT_TRUE(g_released.empty());
+  g_ms = 1999;
+  (void)front::take(kClass + 1);  // another class's take, its depot empty: no sweep yet
+  EXPECT_EQ(g_swept, 1);
+  g_ms = 2000;  // b[0] was held all through the second before; b[1] came after its sweep
+  (void)front::take(kClass + 1);
+  EXPECT_EQ(g_swept, 2);
+  ASSERT_EQ(g_released.size(), 1u);
+  EXPECT_EQ(g_released[0], b.at(0));
+  g_ms = 3000;  // and b[1] a second later
+  (void)front::take(kClass + 1);
+  ASSERT_EQ(g_released.size(), 2u);
+  EXPECT_EQ(g_released[1], b.at(1));
+  // A clock that runs back (another thread's read a moment earlier) sweeps nothing.
+  g_ms = 2500;
+  front::put(kClass, b.at(2), 1);
+  EXPECT_EQ(g_swept, 3);
+}
+
+TEST(FrontDepot, WithoutAClockNothingIsSwept) {
+  blocks b;
+  fresh_depot(0, false);
+  front::put(kClass, b.at(0), 1);
+  g_ms = 100'000;
+  front::put(kClass, b.at(1), 1);
+  (void)front::take(kClass);
+  EXPECT_EQ(g_swept, 0);
+  EXPECT_TRUE(g_released.empty());
+  EXPECT_EQ(front::take(kClass).head, b.at(0));
+}
+
+}  // namespace
