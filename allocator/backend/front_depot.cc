@@ -1,8 +1,7 @@
 // The front cache's depot (Note [The fallback's front cache], front_cache.cc): per size
 // class a stack of whole lists of free blocks under a spin lock, which a thread's full
 // list goes to and an empty one takes from, bounded in bytes, and swept of the lists no
-// thread took for a second
-// (Note [Idle lists given back], front_idle.cc).
+// thread took for a second (Note [Idle lists given back], front_idle.cc).
 #include "backend/front_depot.h"
 
 #include <sched.h>
@@ -43,9 +42,12 @@ struct alignas(64) depot {
   std::atomic<bool> locked{false};
   std::atomic<unsigned> n{0};  // written under the lock, peeked without it
   unsigned low = 0;  // the fewest lists held since the last sweep (Note [Idle lists given back])
-  free_list lists[depot_lists];
+  free_list lists[depot_lists] = {};
 };
-depot g_depot[max_classes];
+// Constant-initialized (zeros in .bss): the front cache is used from the first static
+// constructor that allocates, which may run before this file's own would (a dynamic
+// initializer here once emptied a depot holding a list, leaving its bytes counted).
+constinit depot g_depot[max_classes];
 
 // The depot's bytes of the classes below 4 KiB, up to 64 KiB, and above.
 std::atomic<std::size_t> g_depot_bytes[parts] = {};
