@@ -20,7 +20,7 @@
 //    last sweep; threads take from the top, so the bottom `low` lists were held all
 //    through (front_depot.cc);
 //  * at most once a second, the first put or take after the second (the vDSO's coarse
-//    clock, read once per list moved, never per block) sweeps every class: the lists
+//    clock, read at each put and take, never per block) sweeps every class: the lists
 //    held all through go back to their runs or the arena (give_back_list), each class's
 //    lock held only to cut them off its stack;
 //  * then the front arenas decay (`arena.<i>.decay`; their dirty_decay_ms 1 s, Note
@@ -30,11 +30,12 @@
 //    (not used: a program that calls setuid aborts under them, bench/RESULTS.md
 //    "The fallback's thread cache");
 //  * each thread, at its next list miss, full list or miss of a class above 64 KiB
-//    after a sweep of the depot (one load and one compare there), gives back its lists of the classes above 64 KiB it did not ask for
-//    since its own last sweep (sweep_thread: a consumer's blocks, freed but never asked
-//    for, included; its next frees keep others). The smaller classes' lists
-//    (at most 64 KiB a class) are not swept: their blocks go back to runs whose other
-//    blocks are mostly out, which frees no page.
+//    after a sweep of the depot (one load and one compare there), gives back its lists
+//    of the classes above 64 KiB it did not ask for since its own last sweep
+//    (sweep_thread: a consumer's blocks, freed but never asked for, included; its next
+//    frees keep others). The smaller classes' lists (at most 64 KiB a class) are not
+//    swept: their blocks go back to runs whose other blocks are mostly out, which frees
+//    no page.
 // A program that hands lists all the time keeps them (its low marks stay 0), and a
 // list put back within the second is never swept. A program that stops asking the
 // fallback altogether keeps what it holds until it asks again (no thread of the
@@ -91,7 +92,7 @@ void sweep_thread(thread_cache& c) noexcept {
   for (unsigned k = g_first_large; k < max_classes && g_class_size[k] != 0; ++k) {
     free_list& l = c.lists[k];
     // Asked since: its last request counted after the sweep's (`asked` wraps after
-    // 2^32 requests: a class then looks idle once, and only goes back to its runs).
+    // 2^32 requests: a class then looks idle once, and its blocks go back early).
     if (l.head != nullptr && c.recency.asked_at[k] <= c.asked_at_sweep) {
       c.large_bytes -= std::size_t{l.count} * g_class_size[k];
       g_thread_idle.fetch_add(1, std::memory_order_relaxed);

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -965,6 +966,87 @@ TEST(FrontCache, AForkedChildAllocatesWhileThreadsUsedTheDepot) {
   a.join();
   b.join();
   EXPECT_EQ(failed, 0) << "forked children that did not exit cleanly";
+}
+
+// Blocks handed between four threads while sweeps give idle lists back (Note [Idle lists
+// given back]): the threads move from one set of sizes to another and back twice, each
+// phase longer than two sweeps, so that the lists of the sizes left go back (the depot's and
+// the threads' above 64 KiB) while the others are live and handed on. No block is ever
+// live twice or overlaps a live one (intervals under a lock), none changes while live
+// (its first, middle and last 64 bytes checked at its free by another thread).
+TEST(FrontCache, SweepsGiveBackNoLiveBlock) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  const std::uint64_t idle_before = replayalloc::stats().front_lists_idle;
+  std::mutex mu;
+  std::vector<std::pair<void*, std::size_t>> queue;
+  std::map<std::uintptr_t, std::size_t> live;  // start -> size
+  std::atomic<int> bad{0};
+  auto mark = [](void* p, std::size_t n, bool check) {
+    const std::size_t at[3] = {0, (n / 2) & ~std::size_t{15}, n - 64};
+    bool ok = true;
+    for (std::size_t a : at) {
+      auto* b = static_cast<unsigned char*>(p) + a;
+      if (check) {
+        ok = ok && intact(b, 64, static_cast<std::uint32_t>(n + a));
+      } else {
+        fill(b, 64, static_cast<std::uint32_t>(n + a));
+      }
+    }
+    return ok;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  auto worker = [&](int id) {
+    std::mt19937 rng(static_cast<unsigned>(id) * 104729u + 3u);
+    for (;;) {
+      const auto t = std::chrono::steady_clock::now() - start;
+      if (t > std::chrono::milliseconds(8800)) break;
+      // Phases of 2.2 s: blocks of 4-64 KiB, then of 256 KiB-2 MiB (kept on the threads'
+      // lists, which no large miss of the next phase gives back), then both again.
+      const bool large = static_cast<int>(t / std::chrono::milliseconds(2200)) % 2 == 1;
+      const unsigned lo = large ? 18 : 12, hi = large ? 21 : 16;
+      const std::size_t n = std::size_t{1} << (lo + rng() % (hi - lo));
+      const std::size_t size = n + (rng() % n & ~std::size_t{15});
+      void* p = pass(size);
+      if (p == nullptr) {
+        bad.fetch_add(1);
+        continue;
+      }
+      mark(p, size, false);
+      std::pair<void*, std::size_t> out{nullptr, 0};
+      {
+        std::lock_guard<std::mutex> l(mu);
+        const auto a = reinterpret_cast<std::uintptr_t>(p);
+        auto next = live.lower_bound(a);
+        if (next != live.end() && next->first < a + size) bad.fetch_add(1);
+        if (next != live.begin() && std::prev(next)->first + std::prev(next)->second > a) bad.fetch_add(1);
+        live.emplace(a, size);
+        queue.emplace_back(p, size);
+        if (queue.size() > 64 || (rng() & 1) != 0) {
+          const std::size_t k = rng() % queue.size();
+          out = queue[k];
+          queue[k] = queue.back();
+          queue.pop_back();
+          live.erase(reinterpret_cast<std::uintptr_t>(out.first));
+        }
+      }
+      if (out.first != nullptr) {
+        if (!mark(out.first, out.second, true)) bad.fetch_add(1);
+        release(out.first);
+      }
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int id = 0; id < 4; ++id) ts.emplace_back(worker, id);
+  for (std::thread& t : ts) t.join();
+  for (auto& [p, n] : queue) {
+    if (!mark(p, n, true)) bad.fetch_add(1);
+    release(p);
+  }
+  EXPECT_EQ(bad.load(), 0) << "a block was handed out while live, overlapped a live one, or changed while live";
+  EXPECT_GE(replayalloc::stats().front_lists_idle - idle_before, 1u) << "no sweep gave a list back during the test";
 }
 
 // Note [Idle lists given back]: the calling thread's requests of 1 KiB blocks, enough
