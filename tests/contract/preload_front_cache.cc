@@ -92,6 +92,16 @@ bool intact(const void* p, std::size_t n, std::uint32_t tag) {
   return true;
 }
 
+// A block handed between threads: one of the queue's, drawn at random, off it.
+using queued = std::pair<void*, std::size_t>;
+queued take_random(std::vector<queued>& queue, std::mt19937& rng) {
+  const std::size_t k = rng() % queue.size();
+  const queued out = queue[k];
+  queue[k] = queue.back();
+  queue.pop_back();
+  return out;
+}
+
 // Every request up to past the largest class gets a block at least its size, 16-byte
 // aligned, that the program may fill, and jemalloc agrees on its usable size.
 TEST(FrontCache, EveryRequestGetsABlockOfAtLeastItsSize) {
@@ -432,7 +442,7 @@ TEST(FrontCache, AnExitingThreadsBlocksServeItsSuccessor) {
 TEST(FrontCache, NeverHandsOutALiveBlock) {
   REQUIRE_FRONT_CACHE();
   std::mutex mu;
-  std::vector<std::pair<void*, std::size_t>> queue;
+  std::vector<queued> queue;
   absl::flat_hash_set<void*> live;
   std::atomic<int> bad{0};
   auto worker = [&](int id) {
@@ -447,16 +457,13 @@ TEST(FrontCache, NeverHandsOutALiveBlock) {
         continue;
       }
       fill(p, size < 64 ? size : 64, static_cast<std::uint32_t>(size));
-      std::pair<void*, std::size_t> out{nullptr, 0};
+      queued out{nullptr, 0};
       {
         std::lock_guard<std::mutex> l(mu);
         if (!live.insert(p).second) bad.fetch_add(1);
         queue.emplace_back(p, size);
         if (queue.size() > 512 || (rng() & 1) != 0) {
-          const std::size_t k = rng() % queue.size();
-          out = queue[k];
-          queue[k] = queue.back();
-          queue.pop_back();
+          out = take_random(queue, rng);
           live.erase(out.first);
         }
       }
@@ -981,7 +988,7 @@ TEST(FrontCache, SweepsGiveBackNoLiveBlock) {
   auto release = be::g_plain_free.load();
   const std::uint64_t idle_before = replayalloc::stats().front_lists_idle;
   std::mutex mu;
-  std::vector<std::pair<void*, std::size_t>> queue;
+  std::vector<queued> queue;
   std::map<std::uintptr_t, std::size_t> live;  // start -> size
   std::atomic<int> bad{0};
   auto mark = [](void* p, std::size_t n, bool check) {
@@ -1015,7 +1022,7 @@ TEST(FrontCache, SweepsGiveBackNoLiveBlock) {
         continue;
       }
       mark(p, size, false);
-      std::pair<void*, std::size_t> out{nullptr, 0};
+      queued out{nullptr, 0};
       {
         std::lock_guard<std::mutex> l(mu);
         const auto a = reinterpret_cast<std::uintptr_t>(p);
@@ -1025,10 +1032,7 @@ TEST(FrontCache, SweepsGiveBackNoLiveBlock) {
         live.emplace(a, size);
         queue.emplace_back(p, size);
         if (queue.size() > 64 || (rng() & 1) != 0) {
-          const std::size_t k = rng() % queue.size();
-          out = queue[k];
-          queue[k] = queue.back();
-          queue.pop_back();
+          out = take_random(queue, rng);
           live.erase(reinterpret_cast<std::uintptr_t>(out.first));
         }
       }
