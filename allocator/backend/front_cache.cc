@@ -378,6 +378,24 @@ void* large_run_miss(unsigned k, std::size_t size) noexcept {
   return p;
 }
 
+// Note [Large blocks in the front cache]: a block of one of the next two classes (at
+// most 1.5x the request) from the thread's own lists, for a request of class k that its
+// list and the depot could not serve; null when it has none. Its page map byte stays
+// its own class: its free puts it back on that class's list.
+constexpr unsigned larger_taken = 2;
+void* take_larger(thread_cache& c, unsigned k) noexcept {
+  for (unsigned j = k + 1; j <= k + larger_taken && j < max_classes && g_class_size[j] != 0; ++j) {
+    free_list& l = c.lists[j];
+    if (void* p = l.head) {
+      l.head = *static_cast<void**>(p);
+      --l.count;
+      c.large_bytes -= g_class_size[j];
+      return p;
+    }
+  }
+  return nullptr;
+}
+
 [[gnu::noinline]] void* large_malloc(std::size_t size) noexcept {
   if (size > g_large_largest) return g_malloc(size);
   const unsigned k = large_class(size);
@@ -400,6 +418,9 @@ void* large_run_miss(unsigned k, std::size_t size) noexcept {
       mine.count = l.count - 1;
       c->large_bytes += bytes * mine.count;
       return p;
+    }
+    if (c->large_bytes != 0) {
+      if (void* p = take_larger(*c, k)) return p;
     }
   }
   if (t_state == cache_open && t_cache->large_bytes != 0) give_back_larger(*t_cache, k, bytes);

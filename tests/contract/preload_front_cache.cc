@@ -564,6 +564,49 @@ TEST(FrontCache, ALargeMissGivesLargerCachedBlocksBack) {
   }).join();
 }
 
+// A large request that its class's list and the depot cannot serve takes the thread's
+// cached block of one of the next two classes (at most 1.5x its size) instead of making
+// one (Note [Large blocks in the front cache]); freed, that block goes back to its own
+// class's list. A block three classes up is not taken: the request gets its own class.
+TEST(FrontCache, ALargeMissTakesACachedBlockUpToTwoClassesLarger) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  const std::size_t own = nallocx(100000, 0);   // its class (112 KiB)
+  const std::size_t up1 = nallocx(own + 1, 0);  // the next (128 KiB)
+  const std::size_t up2 = nallocx(up1 + 1, 0);  // the one after (160 KiB)
+  const std::size_t up3 = nallocx(up2 + 1, 0);  // three up (192 KiB)
+  ASSERT_LE(up2, own * 3 / 2);
+  std::thread([&] {
+    release(pass(100));  // the thread's cache made first
+    std::vector<void*> held;  // blocks kept off the lists until the end
+    for (std::size_t larger : {up1, up2}) {
+      void* cached = pass(larger);
+      ASSERT_NE(cached, nullptr);
+      release(cached);
+      ASSERT_EQ(be::front_cache_stats().thread_large_bytes, larger);
+      const std::uint64_t before = jemalloc_allocated_here();
+      void* p = pass(100000);
+      EXPECT_EQ(p, cached) << "the cached block of " << larger << " B did not serve a request of " << own;
+      EXPECT_EQ(jemalloc_allocated_here(), before) << "the request went to jemalloc";
+      EXPECT_EQ(block_size(p), larger) << "the block's size is not its own class's";
+      EXPECT_EQ(be::front_cache_stats().thread_large_bytes, 0u);
+      fill(p, 100000, static_cast<std::uint32_t>(larger));
+      release(p);  // back to its own class's list
+      EXPECT_EQ(be::front_cache_stats().thread_large_bytes, larger);
+      void* again = pass(larger);
+      EXPECT_EQ(again, cached) << "the block did not go back to its own class's list";
+      held.push_back(again);
+    }
+    release(pass(up3));  // cached three classes up
+    void* p = pass(100000);
+    EXPECT_EQ(block_size(p), own) << "a block three classes up served the request";
+    held.push_back(p);
+    for (void* q : held) release(q);
+  }).join();
+}
+
 // Note [Classes a stream has left]: at a large request the cache cannot serve, the
 // thread's blocks of a class it has not asked for in its last 16 large requests go back
 // to the arena, those of the classes it still asks for stay; a class it comes back to
