@@ -51,9 +51,10 @@ namespace replayalloc::detail::backend::front {
 //    cache holds is of its class, as below 64 KiB);
 //  * a request its class's list and the depot cannot serve takes the thread's cached
 //    block of one of the next two classes (at most 1.5x its size), which goes back to
-//    its own class's list when freed: a stream of random sizes finds one about twice as
-//    often as a block of its own class (never_repeats 3000: 72 -> 51 µs a request and
-//    peak RSS 54 -> 48 MiB, fewer blocks made; RESULTS "Larger cached blocks for a miss");
+//    its own class's list when freed: a stream of random sizes makes fewer blocks
+//    (never_repeats 3000: 73.2 -> 54.1 µs a request, peak RSS 52.5 -> 47.2 MiB; 2000
+//    under callgrind 124.5 M -> 91.7 M instructions; three classes up or four were as
+//    fast with more memory, one up slower: RESULTS "Larger cached blocks for a miss");
 //  * a request the cache cannot serve first gives the thread's cached blocks of larger
 //    classes back to the arena, as many bytes as it asks for where there are, so that
 //    the arena serves it from their pages: the classes the cache holds follow the
