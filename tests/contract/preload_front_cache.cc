@@ -130,7 +130,10 @@ TEST(FrontCache, EveryRequestGetsABlockOfAtLeastItsSize) {
 }
 
 // Every block the cache hands out is of the request's own size class, as jemalloc sizes
-// it, and comes from the cache's range (Note [The front cache's arena]); a block of a
+// it (above 64 KiB, where the thread caches none of that class, it may be one of the
+// next two: ALargeMissTakesACachedBlockUpToTwoClassesLarger; the large requests below
+// only grow, so none finds a cached block of a larger class), and
+// comes from the cache's range (Note [The front cache's arena]); a block of a
 // class it serves that jemalloc made elsewhere (mallocx here; a block from before the
 // cache was on) and that is freed through the cache's free goes to jemalloc, never to a
 // list.
