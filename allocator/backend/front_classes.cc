@@ -46,10 +46,10 @@ namespace replayalloc::detail::backend::front {
 //    list, whose budget for these classes is 8 MiB, and past that back to the arena. So
 //    the cache never holds more than 24 MiB of them however many threads there are: at
 //    16 threads, 512 KiB-1 MiB each;
-//  * a request takes a block of exactly its class: the thread's list, then the depot
-//    (a list, which an exited thread's may be), then the arena (so every block the
-//    cache holds is of its class, as below 64 KiB);
-//  * a request its class's list and the depot cannot serve takes the thread's cached
+//  * a request takes a block of its class: the thread's list, then the depot (a list,
+//    which an exited thread's may be), then the arena (every block the cache holds is
+//    on its own class's list, as below 64 KiB);
+//  * but one its class's list and the depot cannot serve first takes the thread's cached
 //    block of one of the next two classes (at most 1.5x its size), which goes back to
 //    its own class's list when freed: a stream of random sizes makes fewer blocks
 //    (never_repeats 3000: 73.2 -> 54.1 µs a request, peak RSS 52.5 -> 47.2 MiB; 2000
