@@ -75,6 +75,8 @@ void open_device_iteration(thread_state& t, device_thread& dt, int device, cudaS
 }
 
 constinit thread_local cudaError_t tls_last_error REPLAYALLOC_TLS_IE = cudaSuccess;
+// Set by device_alloc_rest when a slab served its request (device_alloc_tagged reads it).
+constinit thread_local bool tls_rest_from_slab REPLAYALLOC_TLS_IE = false;
 
 void* backend_device_alloc(std::size_t size, cudaStream_t stream, backend_kind kind, device_api api) {
   const cuda_runtime_table& rt = cuda_rt();
@@ -121,10 +123,16 @@ REPLAYALLOC_NOINLINE void* device_alloc_rest(std::size_t size, int device, cudaS
         }
         // device_alloc tried the hit unless the iteration opened here.
         if (opened_here) {
-          if (void* p = replay_try_hit(dt.d.cursor, size, device_align)) return p;
+          if (void* p = replay_try_hit(dt.d.cursor, size, device_align)) {
+            tls_rest_from_slab = true;
+            return p;
+          }
         }
-        void* p = replay_malloc_slow(dt.d.cursor, size, device_align);
-        return p != nullptr ? p : backend_device_alloc(size, stream, dt.d.cursor.last_kind, api);
+        if (void* p = replay_malloc_slow(dt.d.cursor, size, device_align)) {
+          tls_rest_from_slab = true;
+          return p;
+        }
+        return backend_device_alloc(size, stream, dt.d.cursor.last_kind, api);
       }
       if (dt.d.ph == phase::record) {
         void* p = backend_device_alloc(size, stream, backend_kind::ordinary, api);
@@ -206,6 +214,20 @@ void* device_alloc(std::size_t size, int device, cudaStream_t stream, device_api
     if (void* p = replay_try_hit(dt.d.cursor, size, device_align)) [[likely]] return p;
   }
   return device_alloc_rest(size, device, stream, api);
+}
+
+void* device_alloc_tagged(std::size_t size, int device, cudaStream_t stream, bool& from_slab) {
+  device_thread& dt = tls_device;
+  if (dt.open && dt.device == device && dt.stream == stream && tls_state.depth > 0 && !in_engine()) [[likely]] {
+    if (void* p = replay_try_hit(dt.d.cursor, size, device_align)) [[likely]] {
+      from_slab = true;
+      return p;
+    }
+  }
+  tls_rest_from_slab = false;
+  void* p = device_alloc_rest(size, device, stream, device_api::stream_ordered);
+  from_slab = tls_rest_from_slab;
+  return p;
 }
 
 void device_free(void* p, int, cudaStream_t stream, device_api api) {

@@ -26,6 +26,10 @@ enum class device_api : std::uint8_t {
 // Returns null when neither can serve it (device_last_error() says why).
 void* device_alloc(std::size_t size, int device, cudaStream_t stream,
                    device_api api = device_api::stream_ordered);
+// As device_alloc (stream-ordered), saying whether the block is a slab's (true) or the
+// runtime's (false): the native allocator's reserved bytes (native_allocator.cc) without
+// a lookup of the block's slab.
+void* device_alloc_tagged(std::size_t size, int device, cudaStream_t stream, bool& from_slab);
 // pre: p from device_alloc (any thread) or null. `stream` is where p was last used.
 void device_free(void* p, int device, cudaStream_t stream,
                  device_api api = device_api::stream_ordered);

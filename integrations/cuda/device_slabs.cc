@@ -112,6 +112,8 @@ class device_owners {
 
 device_owners g_owners;
 
+std::atomic<device_slab_observer> g_observer{nullptr};
+
 // ---- Device slabs ---------------------------------------------------------------
 
 class device_slab_source final : public slab_source {
@@ -136,21 +138,35 @@ class device_slab_source final : public slab_source {
     }
     const auto r = reinterpret_cast<std::uintptr_t>(raw);
     void* base = reinterpret_cast<void*>((r + chunk_bytes - 1) & ~(std::uintptr_t{chunk_bytes} - 1));
-    std::lock_guard<std::mutex> lock(mu_);
-    raw_[base] = raw;
+    int device = 0;
+    if (cuda_rt().get_device(&device) != cudaSuccess) cuda_rt().get_last_error();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      raw_[base] = mapping{raw, bytes, device};
+    }
+    if (auto f = g_observer.load(std::memory_order_acquire)) f(device, static_cast<std::int64_t>(bytes));
     return base;
   }
 
   void unmap(void* p, std::size_t) override {
-    void* raw = nullptr;
+    mapping m;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = raw_.find(p);
       if (it == raw_.end()) return;
-      raw = it->second;
+      m = it->second;
       raw_.erase(it);
     }
-    cuda_rt().free(raw);  // synchronises the device: only when a plan is retired
+    cuda_rt().free(m.raw);  // synchronises the device: only when a plan is retired
+    if (auto f = g_observer.load(std::memory_order_acquire)) f(m.device, -static_cast<std::int64_t>(m.bytes));
+  }
+
+  void visit(absl::FunctionRef<void(const device_slab_info&)> f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [base, m] : raw_) {
+      const slab* s = g_owners.find(base);
+      f(device_slab_info{m.device, base, m.bytes, s != nullptr ? s->stream : nullptr});
+    }
   }
 
   void set_owner(void* p, std::size_t bytes, slab* owner) override {
@@ -181,16 +197,27 @@ class device_slab_source final : public slab_source {
   }
 
  private:
+  struct mapping {
+    void* raw = nullptr;     // what cudaMalloc returned
+    std::size_t bytes = 0;   // the slab's usable bytes from its base
+    int device = 0;
+  };
   std::mutex mu_;
-  absl::flat_hash_map<void*, void*> raw_;  // slab base -> what cudaMalloc returned
+  absl::flat_hash_map<void*, mapping> raw_;  // slab base -> its mapping
 };
 
-}  // namespace
-
-slab_source& device_slabs() {
+device_slab_source& the_device_slabs() {
   static device_slab_source* s = new device_slab_source;  // never destroyed
   return *s;
 }
+
+}  // namespace
+
+slab_source& device_slabs() { return the_device_slabs(); }
+
+void device_slab_visit(absl::FunctionRef<void(const device_slab_info&)> f) { the_device_slabs().visit(f); }
+
+void set_device_slab_observer(device_slab_observer f) { g_observer.store(f, std::memory_order_release); }
 
 slab* device_slab_owner(const void* p) { return g_owners.find(p); }
 

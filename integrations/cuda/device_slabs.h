@@ -12,7 +12,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "runtime/domain.h"
 
 namespace replayalloc::detail {
@@ -27,6 +29,25 @@ slab_source& device_slabs();
 
 // The device slab owning p, or null when p lies in none. Lock-free; any thread.
 slab* device_slab_owner(const void* p);
+
+// A device slab as a memory snapshot lists it: where it is, how large, on which
+// device, and the stream whose work last used it (null: none yet).
+struct device_slab_info {
+  int device;
+  const void* base;
+  std::size_t bytes;
+  const void* stream;
+};
+
+// Calls f for every device slab mapped now, under the slab source's mutex (f must not
+// map or unmap a slab). Slow path: snapshots.
+void device_slab_visit(absl::FunctionRef<void(const device_slab_info&)> f);
+
+// Called after a device slab is mapped (+bytes) or unmapped (-bytes), with the device
+// it lives on; one observer (the native allocator's statistics, native_allocator.cc),
+// set once. Slow path only.
+using device_slab_observer = void (*)(int device, std::int64_t bytes);
+void set_device_slab_observer(device_slab_observer f);
 
 // "device D has X MiB free of Y MiB" (or that it did not say), for messages.
 void describe_device_memory(char* buf, std::size_t cap);

@@ -5,6 +5,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -158,6 +159,10 @@ cudaError_t cudaGetDevice(int* d) {
   *d = g_device_of_thread;
   return cudaSuccess;
 }
+cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 2;
+  return cudaSuccess;
+}
 cudaError_t cudaSetDevice(int d) {
   if (d < 0 || d > 1) return fail(cudaErrorInvalidDevice);  // two simulated devices
   g_device_of_thread = d;
@@ -218,6 +223,17 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
+  return cudaSuccess;
+}
+// One pool per device, named by the device: the log says which was trimmed.
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  if (device < 0 || device > 1) return fail(cudaErrorInvalidDevice);
+  *pool = reinterpret_cast<cudaMemPool_t>(static_cast<std::uintptr_t>(device + 1));
+  return cudaSuccess;
+}
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  note("trim pool" + std::to_string(reinterpret_cast<std::uintptr_t>(pool) - 1) + " " + std::to_string(keep));
   return cudaSuccess;
 }
 
