@@ -18,7 +18,10 @@
 //           back to the stream-ordered allocator (checked: fallbacks and probes' passes)
 //   passed  outside iterations: every request goes to cudaMallocAsync on its stream
 //           (checked: K * M more pass-throughs)
-// Usage: device_callgrind replay|miss|passed [size=4096] [pairs=256] [iterations=100]
+//   native  as replay, through the native allocator's core (replayalloc/cuda_native.hpp:
+//           allocate, then free_block of its record, as PyTorch's DataPtr would): what
+//           the records and per-device statistics add to a slab hit
+// Usage: device_callgrind replay|miss|passed|native [size=4096] [pairs=256] [iterations=100]
 #include <cuda_runtime_api.h>
 #include <valgrind/callgrind.h>
 
@@ -29,13 +32,14 @@
 
 #include "fake_cudart.h"
 #include "replayalloc/cuda.h"
+#include "replayalloc/cuda_native.hpp"
 #include "replayalloc/replayalloc.h"
 
 namespace {
 
 inline void escape(void* p) { asm volatile("" : : "r"(p) : "memory"); }
 
-enum class path { replay, miss, passed };
+enum class path { replay, miss, passed, native };
 const char* kKey = "callgrind/device";
 
 // The device domain's counter `name` (replayalloc_cuda_stats_json).
@@ -47,7 +51,15 @@ unsigned long long device_stat(const char* name) {
   return at == nullptr ? 0 : std::strtoull(at + key.size(), nullptr, 10);
 }
 
-void device_pairs(std::size_t size, int m, cudaStream_t s) {
+void device_pairs(std::size_t size, int m, cudaStream_t s, bool native = false) {
+  if (native) {
+    for (int i = 0; i < m; ++i) {
+      const replayalloc::cuda::native::allocation a = replayalloc::cuda::native::allocate(size, 0, s);
+      escape(a.ptr);
+      replayalloc::cuda::native::free_block(a.ctx);
+    }
+    return;
+  }
   for (int i = 0; i < m; ++i) {
     void* p = replayalloc_cuda_alloc(size, 0, s);
     escape(p);
@@ -73,7 +85,7 @@ bool warm_up(std::size_t size, int m, cudaStream_t s) {
 int main(int argc, char** argv) {
   setenv("REPLAYALLOC_REPLAN_AFTER", "0", 0);  // keep the miss plan, as hotpath_callgrind
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s replay|miss|passed [size=4096] [pairs=256] [iterations=100]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s replay|miss|passed|native [size=4096] [pairs=256] [iterations=100]\n", argv[0]);
     return 2;
   }
   const std::string w = argv[1];
@@ -81,6 +93,7 @@ int main(int argc, char** argv) {
   if (w == "replay") which = path::replay;
   else if (w == "miss") which = path::miss;
   else if (w == "passed") which = path::passed;
+  else if (w == "native") which = path::native;
   else {
     std::fprintf(stderr, "device_callgrind: unknown path '%s'\n", argv[1]);
     return 2;
@@ -101,12 +114,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!in_iterations) device_pairs(size, pairs, s);  // the thread registered, caches warm
+  if (which == path::native) device_pairs(size, 1, s, true);  // the thread's first records made
   const unsigned long long hits = device_stat("slab_hits"), falls = device_stat("fallbacks"),
                            passes = device_stat("passthrough");
   for (int k = 0; k < iterations; ++k) {
     if (in_iterations) replayalloc_iteration_begin(kKey);
     CALLGRIND_TOGGLE_COLLECT;
-    device_pairs(size, pairs, s);
+    device_pairs(size, pairs, s, which == path::native);
     CALLGRIND_TOGGLE_COLLECT;
     if (in_iterations) replayalloc_iteration_end();
     fake_cuda::clear_log();  // the simulated runtime's log, not what is measured
@@ -117,7 +131,7 @@ int main(int argc, char** argv) {
                            got_passes = device_stat("passthrough") - passes;
   // Prove the measured path is the one named (probes of a deviating key pass through:
   // counted with the fallbacks, as hotpath_callgrind's miss).
-  const bool ok = which == path::replay   ? got_hits == total
+  const bool ok = which == path::replay || which == path::native ? got_hits == total
                   : which == path::miss   ? got_hits == 0 && got_falls + got_passes == total
                                           : got_passes == total;
   if (!ok) {

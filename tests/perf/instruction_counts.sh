@@ -163,7 +163,7 @@ measure() {  # NAME
       run_case "$1" "$je" "$program" 64 $pairs $iterations ;;
     jemalloc_4096) run_case "$1" "" "$hotpath" jemalloc 4096 $pairs $iterations pairs ;;
     loop_baseline) run_case "$1" "" "$hotpath" baseline 4096 $pairs $iterations pairs ;;
-    device_replay_4096 | device_miss_4096 | device_passed_4096)  # checked by "own"
+    device_replay_4096 | device_miss_4096 | device_passed_4096 | device_native_4096)  # checked by "own"
       local p=${1#device_}
       run_case "$1" "" "$device" "${p%_*}" 4096 $pairs $iterations ;;
     *) fail "$budget names case '$1', which this script does not know (see measure())" ;;
