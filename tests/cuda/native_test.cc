@@ -38,6 +38,15 @@ std::vector<std::string> log_lines(const std::string& prefix) {
 
 std::size_t round256(std::size_t n) { return (n + 255) & ~std::size_t{255}; }
 
+// log[at] and log[at + 1] order `own`'s later work after `other`'s: an event recorded on
+// `other`, then `own` waiting for it.
+void expect_waits(const std::vector<std::string>& log, std::size_t at, cudaStream_t own, cudaStream_t other) {
+  ASSERT_GT(log.size(), at + 1) << ::testing::PrintToString(log);
+  EXPECT_THAT(log[at], ::testing::MatchesRegex("record ev[0-9]+ " + fake_cuda::name(other)));
+  EXPECT_THAT(log[at + 1], ::testing::MatchesRegex("wait " + fake_cuda::name(own) + " ev[0-9]+ from " +
+                                                   fake_cuda::name(other)));
+}
+
 class Native : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -157,12 +166,8 @@ TEST_F(Native, RecordStreamOrdersTheReuseAfterEveryStreamTheBlockWasUsedOn) {
   native::free_block(a.ctx);
   const std::vector<std::string> log = fake_cuda::log();
   ASSERT_EQ(log.size(), 5u) << ::testing::PrintToString(log);
-  EXPECT_THAT(log[0], ::testing::MatchesRegex("record ev[0-9]+ " + fake_cuda::name(s2_)));
-  EXPECT_THAT(log[1], ::testing::MatchesRegex("wait " + fake_cuda::name(s1_) + " ev[0-9]+ from " +
-                                              fake_cuda::name(s2_)));
-  EXPECT_THAT(log[2], ::testing::MatchesRegex("record ev[0-9]+ " + fake_cuda::name(s3_)));
-  EXPECT_THAT(log[3], ::testing::MatchesRegex("wait " + fake_cuda::name(s1_) + " ev[0-9]+ from " +
-                                              fake_cuda::name(s3_)));
+  expect_waits(log, 0, s1_, s2_);
+  expect_waits(log, 2, s1_, s3_);
   EXPECT_EQ(log[4], "free_async " + fake_cuda::name(s1_));
 
   native::allocation b = native::allocate(4096, 0, s1_);
@@ -184,9 +189,7 @@ TEST_F(Native, RecordStreamOnASlabBlockMakesTheSlabsStreamWait) {
   native::free_block(a.ctx);
   const std::vector<std::string> log = fake_cuda::log();
   ASSERT_EQ(log.size(), 2u) << ::testing::PrintToString(log);
-  EXPECT_THAT(log[0], ::testing::MatchesRegex("record ev[0-9]+ " + fake_cuda::name(s2_)));
-  EXPECT_THAT(log[1], ::testing::MatchesRegex("wait " + fake_cuda::name(s1_) + " ev[0-9]+ from " +
-                                              fake_cuda::name(s2_)));
+  expect_waits(log, 0, s1_, s2_);
 }
 
 // More streams than a record holds: the free waits for the device instead, and says so
