@@ -10,6 +10,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -235,6 +239,97 @@ TEST_F(Native, BlocksFreedOnAnotherThreadAreCountedAndTheirRecordsReused) {
   EXPECT_EQ(s.allocated_bytes.current, before.allocated_bytes.current);
   EXPECT_EQ(s.allocation.allocated - before.allocation.allocated, rounds * per_round);
   EXPECT_EQ(s.allocation.peak, before.allocation.current + per_round);
+}
+
+// Many threads allocating and freeing each other's blocks (a DataPtr's last reference
+// goes anywhere) while another reads the statistics and snapshots: every block intact
+// until its free, no counter below zero, then a snapshot with every live block in it
+// and none overlapping, and every counter back where it was at the end. Records move between the
+// threads' lists and the global list (each thread frees more than it allocates in some
+// rounds, fewer in others).
+TEST_F(Native, ThreadsFreeingEachOthersBlocksWhileSnapshotsAreTaken) {
+  const native::device_stats before = native::stats(0);
+  constexpr int threads = 4, rounds = 30, per_round = 150;
+  std::mutex mu;
+  std::vector<std::pair<native::allocation, std::uint64_t>> shared;
+  std::atomic<bool> done{false};
+  std::atomic<int> bad_snapshots{0};
+  std::thread reader([&] {
+    while (!done.load()) {
+      const native::device_stats s = native::stats(0);
+      if (s.allocation.current < 0 || s.allocated_bytes.current < 0 || s.requested_bytes.current < 0) ++bad_snapshots;
+      // A snapshot taken while blocks come and go: not atomic, but never a crash.
+      std::size_t n = 0;
+      for (const native::segment_info& seg : native::snapshot()) n += seg.blocks.size();
+      (void)n;
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      cudaSetDevice(0);
+      std::mt19937 rng(t);
+      const std::string key = "native-mt-" + std::to_string(t);
+      for (int r = 0; r < rounds; ++r) {
+        std::vector<std::pair<native::allocation, std::uint64_t>> mine;
+        {
+          std::optional<replayalloc::Iteration> it;
+          if (r % 3 != 0) it.emplace(key.c_str());
+          for (int i = 0; i < per_round; ++i) {
+            const std::size_t size = 4096 + 512 * (i % 9);
+            native::allocation a = native::allocate(size, 0, s1_);
+            const std::uint64_t tag = (std::uint64_t(t) << 32) | (r * 1000 + i);
+            fill(a.ptr, size, tag);
+            mine.emplace_back(a, tag);
+          }
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          shared.insert(shared.end(), mine.begin(), mine.end());
+        }
+        const int take = per_round / 2 + static_cast<int>(rng() % per_round);
+        for (int k = 0; k < take; ++k) {
+          std::pair<native::allocation, std::uint64_t> b;
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            if (shared.empty()) break;
+            const std::size_t at = rng() % shared.size();
+            b = shared[at];
+            shared[at] = shared.back();
+            shared.pop_back();
+          }
+          EXPECT_TRUE(intact(b.first.ptr, native::block_size(b.first.ctx), b.second));
+          native::free_block(b.first.ctx);
+        }
+      }
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  done = true;
+  reader.join();
+  // Quiescent: every block still live is in the snapshot, and no two overlap.
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> listed;
+  for (const native::segment_info& seg : native::snapshot()) {
+    for (const native::block_info& b : seg.blocks) {
+      if (b.allocated) listed.emplace_back(b.address, b.address + b.size);
+    }
+  }
+  std::sort(listed.begin(), listed.end());
+  for (std::size_t i = 1; i < listed.size(); ++i) EXPECT_LE(listed[i - 1].second, listed[i].first);
+  for (auto& [a, tag] : shared) {
+    const auto p = reinterpret_cast<std::uintptr_t>(a.ptr);
+    EXPECT_TRUE(std::any_of(listed.begin(), listed.end(), [p](const auto& l) { return l.first == p; }));
+  }
+  for (auto& [a, tag] : shared) {
+    EXPECT_TRUE(intact(a.ptr, native::block_size(a.ctx), tag));
+    native::free_block(a.ctx);
+  }
+  EXPECT_EQ(bad_snapshots.load(), 0);
+  const native::device_stats s = native::stats(0);
+  EXPECT_EQ(s.allocation.current, before.allocation.current);
+  EXPECT_EQ(s.allocated_bytes.current, before.allocated_bytes.current);
+  EXPECT_EQ(s.requested_bytes.current, before.requested_bytes.current);
+  EXPECT_EQ(s.allocation.allocated - before.allocation.allocated, threads * rounds * per_round);
 }
 
 // raw_alloc/raw_delete (workspaces): counted as any block; a pointer raw_alloc did not
