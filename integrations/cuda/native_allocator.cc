@@ -1,6 +1,6 @@
 // The native allocator's core (replayalloc/cuda_native.hpp): a handle per device block,
-// recordStream, per-device statistics in PyTorch's shape, snapshots, cacheInfo and
-// emptyCache, over the device domain (device_domain.h).
+// recordStream, per-device statistics in PyTorch's shape, cacheInfo and emptyCache, over
+// the device domain (device_domain.h); snapshots are native_snapshot.cc's.
 //
 // Layer: integration (cuda), linked builds only (replayalloc_cuda, libreplayalloc_cuda.so;
 // never the LD_PRELOAD library, whose process may have no PyTorch). Owns: the block
@@ -37,24 +37,16 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "device_domain.h"
 #include "device_slabs.h"
+#include "native_records.h"
 #include "replayalloc/cuda_native.hpp"
 #include "runtime/domain.h"
 #include "runtime_table.h"
 
 namespace replayalloc::cuda::native {
 
-struct block {
-  std::atomic<void*> ptr{nullptr};  // null while the record is free
-  std::size_t size = 0;             // asked for
-  cudaStream_t stream = nullptr;
-  std::int32_t device = 0;
-  bool from_slab = false;
-  std::atomic<std::uint32_t> recorded{0};  // streams record_stream named (may pass the max)
-  std::atomic<cudaStream_t> streams[max_recorded_streams];
-  block* next = nullptr;  // in a free list
-};
 
 namespace {
 
@@ -64,7 +56,6 @@ constexpr std::size_t chunk_records = 1024;
 constexpr std::size_t max_chunks = 8192;  // 8 M records
 constexpr std::uint32_t high_water = 512, batch = 128;
 
-constexpr std::int64_t rounded(std::size_t n) { return static_cast<std::int64_t>((n + 255) & ~std::size_t{255}); }
 
 // ---- Records ------------------------------------------------------------------
 
@@ -91,15 +82,6 @@ block* new_chunk() {
   g_chunks[n].store(c, std::memory_order_release);
   g_chunk_count.store(n + 1, std::memory_order_release);
   return c;
-}
-
-template <typename F>
-void for_each_record(F&& f) {
-  const std::size_t n = g_chunk_count.load(std::memory_order_acquire);
-  for (std::size_t i = 0; i < n; ++i) {
-    block* c = g_chunks[i].load(std::memory_order_acquire);
-    for (std::size_t j = 0; j < chunk_records; ++j) f(c[j]);
-  }
 }
 
 // The calling thread's free records. Zero-initialised and trivially destructible (an
@@ -307,6 +289,20 @@ absl::flat_hash_map<void*, block*>& raw_blocks() {
   static auto* m = new absl::flat_hash_map<void*, block*>;  // never destroyed: frees at exit
   return *m;
 }
+
+// fork(): the child's copy of a lock another thread held would never be released, and
+// a child frees what it inherited (a DataLoader worker dropping a CUDA tensor: the
+// runtime refuses, the record still goes back). So both locks are taken around fork,
+// the raw map's first (it is taken before the pool's in raw_delete's free).
+void fork_prepare() {
+  g_raw_mu.lock();
+  g_pool_mu.lock();
+}
+void fork_release() {
+  g_pool_mu.unlock();
+  g_raw_mu.unlock();
+}
+[[maybe_unused]] const bool g_fork_safe = pthread_atfork(fork_prepare, fork_release, fork_release) == 0;
 
 }  // namespace
 
@@ -517,76 +513,12 @@ void empty_cache() noexcept {
   }
 }
 
-void* base_allocation(void* p, std::size_t* size) {
-  if (const detail::slab* s = detail::device_slab_owner(p)) {
-    if (size != nullptr) *size = s->mapped;
-    return s->base;
+void for_each_record(absl::FunctionRef<void(const block&)> f) {
+  const std::size_t n = g_chunk_count.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < n; ++i) {
+    const block* c = g_chunks[i].load(std::memory_order_acquire);
+    for (std::size_t j = 0; j < chunk_records; ++j) f(c[j]);
   }
-  void* found = nullptr;
-  for_each_record([&](const block& b) {
-    void* q = b.ptr.load(std::memory_order_acquire);
-    if (found == nullptr && q != nullptr && !b.from_slab && q == p) {
-      found = q;
-      if (size != nullptr) *size = b.size;
-    }
-  });
-  return found;
-}
-
-std::vector<segment_info> snapshot() {
-  struct live {
-    std::uintptr_t address;
-    std::size_t size;
-    int device;
-    cudaStream_t stream;
-    bool from_slab;
-  };
-  std::vector<live> blocks;
-  for_each_record([&](const block& b) {
-    void* q = b.ptr.load(std::memory_order_acquire);
-    if (q != nullptr) blocks.push_back({reinterpret_cast<std::uintptr_t>(q), b.size, b.device, b.stream, b.from_slab});
-  });
-  std::sort(blocks.begin(), blocks.end(), [](const live& a, const live& b) { return a.address < b.address; });
-
-  std::vector<segment_info> out;
-  detail::device_slab_visit([&](const detail::device_slab_info& s) {
-    segment_info seg;
-    seg.device = s.device;
-    seg.address = reinterpret_cast<std::uintptr_t>(s.base);
-    seg.total_size = s.bytes;
-    seg.stream = static_cast<cudaStream_t>(const_cast<void*>(s.stream));
-    seg.slab = true;
-    const std::uintptr_t end = seg.address + seg.total_size;
-    auto it = std::lower_bound(blocks.begin(), blocks.end(), seg.address,
-                               [](const live& l, std::uintptr_t a) { return l.address < a; });
-    std::uintptr_t at = seg.address;
-    for (; it != blocks.end() && it->address < end; ++it) {
-      if (!it->from_slab) continue;
-      if (it->address > at) seg.blocks.push_back({at, it->address - at, 0, false});
-      const std::size_t r = static_cast<std::size_t>(rounded(it->size));
-      seg.blocks.push_back({it->address, r, it->size, true});
-      seg.allocated_size += r;
-      seg.requested_size += it->size;
-      at = std::max(at, it->address + r);
-    }
-    if (at < end) seg.blocks.push_back({at, end - at, 0, false});
-    out.push_back(std::move(seg));
-  });
-  for (const live& l : blocks) {
-    if (l.from_slab) continue;
-    segment_info seg;
-    seg.device = l.device;
-    seg.address = l.address;
-    seg.total_size = static_cast<std::size_t>(rounded(l.size));
-    seg.allocated_size = seg.total_size;
-    seg.requested_size = l.size;
-    seg.stream = l.stream;
-    seg.blocks.push_back({l.address, seg.total_size, l.size, true});
-    out.push_back(std::move(seg));
-  }
-  std::sort(out.begin(), out.end(),
-            [](const segment_info& a, const segment_info& b) { return a.address < b.address; });
-  return out;
 }
 
 }  // namespace replayalloc::cuda::native

@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -330,6 +333,56 @@ TEST_F(Native, ThreadsFreeingEachOthersBlocksWhileSnapshotsAreTaken) {
   EXPECT_EQ(s.allocated_bytes.current, before.allocated_bytes.current);
   EXPECT_EQ(s.requested_bytes.current, before.requested_bytes.current);
   EXPECT_EQ(s.allocation.allocated - before.allocation.allocated, threads * rounds * per_round);
+}
+
+// fork() while other threads move records through the global list and the raw map: the
+// child (as a DataLoader worker dropping inherited tensors) frees and allocates without
+// hanging on a lock a thread of the parent held (without the locks taken around fork,
+// a child hung within 200 forks in each of two runs).
+TEST_F(Native, AForkedChildFreesAndAllocatesWhileTheParentsThreadsHeldTheLocks) {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (int t = 0; t < 2; ++t) {
+    busy.emplace_back([&] {
+      while (!stop.load()) {
+        std::vector<void*> raw;
+        for (int i = 0; i < 64; ++i) raw.push_back(native::raw_alloc(4096, 0, s1_));
+        std::thread other([&] {
+          for (void* p : raw) native::raw_delete(p);  // records to another thread's list
+        });
+        other.join();
+      }
+    });
+  }
+  std::vector<native::allocation> inherited;
+  for (int i = 0; i < 700; ++i) inherited.push_back(native::allocate(4096, 0, s1_));
+  for (int round = 0; round < 200; ++round) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const std::int64_t live = native::stats(0).allocation.current;
+      for (native::allocation& a : inherited) native::free_block(a.ctx);  // past the list's limit: the global list
+      for (int i = 0; i < 300; ++i) native::free_block(native::allocate(8192, 0, s1_).ctx);
+      void* p = native::raw_alloc(4096, 0, s1_);
+      native::raw_delete(p);
+      _exit(native::stats(0).allocation.current == live - 700 ? 0 : 1);
+    }
+    int status = -1;
+    for (int waited = 0; waited < 5000; ++waited) {  // 10 s
+      if (waitpid(pid, &status, WNOHANG) == pid) break;
+      ::usleep(2000);
+    }
+    if (!WIFEXITED(status)) {
+      ::kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "fork round " << round << ": the child hung";
+      break;
+    }
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+  }
+  stop = true;
+  for (std::thread& t : busy) t.join();
+  for (native::allocation& a : inherited) native::free_block(a.ctx);
 }
 
 // raw_alloc/raw_delete (workspaces): counted as any block; a pointer raw_alloc did not

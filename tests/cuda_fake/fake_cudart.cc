@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <cstdint>
@@ -24,6 +25,10 @@ struct CUevent_st {
 namespace {
 
 std::mutex g_mu;
+// A forked child's copy of g_mu is free whichever thread held it (tests fork beside
+// threads that call the runtime).
+[[maybe_unused]] const bool g_fork_safe =
+    pthread_atfork([] { g_mu.lock(); }, [] { g_mu.unlock(); }, [] { g_mu.unlock(); }) == 0;
 std::vector<std::string> g_log;
 std::unordered_map<void*, std::size_t> g_device;   // device blocks -> size
 std::unordered_map<void*, std::size_t> g_managed;  // managed and pinned blocks
