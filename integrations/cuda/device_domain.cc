@@ -167,16 +167,7 @@ REPLAYALLOC_NOINLINE void device_free_rest(void* p, cudaStream_t stream, device_
       // device is idle.
       if (rt.device_synchronize() != cudaSuccess) rt.get_last_error();
     } else if (s->stream != static_cast<void*>(stream)) {
-      // Note [Device streams]: the block was last used on another stream.
-      cudaEvent_t ev = nullptr;
-      if (rt.event_create_with_flags(&ev, cudaEventDisableTiming) == cudaSuccess) {
-        rt.event_record(ev, stream);
-        rt.stream_wait_event(static_cast<cudaStream_t>(s->stream), ev, 0);
-        rt.event_destroy(ev);  // released once the wait is satisfied
-      } else {
-        rt.get_last_error();
-        rt.stream_synchronize(stream);  // no event to be had: order by waiting
-      }
+      order_after(static_cast<cudaStream_t>(s->stream), stream);  // last used on another stream
     }
     if (!dt.d.registered && !in_engine()) ensure_registered(tls_state, dt);
     replay_free(dt.d.cursor, p, [s](const void*) { return s; });
@@ -208,21 +199,24 @@ REPLAYALLOC_NOINLINE void device_free_rest(void* p, cudaStream_t stream, device_
 //    (Note [Device streams]; the cursor's frees are its current slab's). cudaFree's
 //    synchronous semantics take the rest, which waits for the device. The pointer is
 //    compared first: a block passed through or missed pays that compare.
-void* device_alloc(std::size_t size, int device, cudaStream_t stream, device_api api) {
+// The replay hit both entry points try first (null: not one).
+inline void* device_hit(std::size_t size, int device, cudaStream_t stream) {
   device_thread& dt = tls_device;
   if (dt.open && dt.device == device && dt.stream == stream && tls_state.depth > 0 && !in_engine()) [[likely]] {
-    if (void* p = replay_try_hit(dt.d.cursor, size, device_align)) [[likely]] return p;
+    return replay_try_hit(dt.d.cursor, size, device_align);
   }
+  return nullptr;
+}
+
+void* device_alloc(std::size_t size, int device, cudaStream_t stream, device_api api) {
+  if (void* p = device_hit(size, device, stream)) [[likely]] return p;
   return device_alloc_rest(size, device, stream, api);
 }
 
 void* device_alloc_tagged(std::size_t size, int device, cudaStream_t stream, bool& from_slab) {
-  device_thread& dt = tls_device;
-  if (dt.open && dt.device == device && dt.stream == stream && tls_state.depth > 0 && !in_engine()) [[likely]] {
-    if (void* p = replay_try_hit(dt.d.cursor, size, device_align)) [[likely]] {
-      from_slab = true;
-      return p;
-    }
+  if (void* p = device_hit(size, device, stream)) [[likely]] {
+    from_slab = true;
+    return p;
   }
   tls_rest_from_slab = false;
   void* p = device_alloc_rest(size, device, stream, device_api::stream_ordered);

@@ -221,6 +221,19 @@ void set_device_slab_observer(device_slab_observer f) { g_observer.store(f, std:
 
 slab* device_slab_owner(const void* p) { return g_owners.find(p); }
 
+void order_after(cudaStream_t waiter, cudaStream_t other) {
+  const cuda_runtime_table& rt = cuda_rt();
+  cudaEvent_t ev = nullptr;
+  if (rt.event_create_with_flags(&ev, cudaEventDisableTiming) == cudaSuccess) {
+    rt.event_record(ev, other);
+    rt.stream_wait_event(waiter, ev, 0);
+    rt.event_destroy(ev);  // released once the wait is satisfied
+  } else {
+    rt.get_last_error();
+    rt.stream_synchronize(other);  // no event to be had: order by waiting
+  }
+}
+
 void describe_device_memory(char* buf, std::size_t cap) {
   std::size_t free_b = 0, total_b = 0;
   int dev = -1;

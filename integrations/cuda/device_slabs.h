@@ -49,6 +49,11 @@ void device_slab_visit(absl::FunctionRef<void(const device_slab_info&)> f);
 using device_slab_observer = void (*)(int device, std::int64_t bytes);
 void set_device_slab_observer(device_slab_observer f);
 
+// Note [Device streams]: `waiter`'s later work runs after what is enqueued on `other`
+// now (an event recorded there, which `waiter` waits on; without an event, the host
+// waits for `other`). Never blocks the host when an event can be had.
+void order_after(cudaStream_t waiter, cudaStream_t other);
+
 // "device D has X MiB free of Y MiB" (or that it did not say), for messages.
 void describe_device_memory(char* buf, std::size_t cap);
 

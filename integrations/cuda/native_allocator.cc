@@ -98,15 +98,24 @@ struct record_cache {
 constinit thread_local record_cache tls_records REPLAYALLOC_TLS_IE = {};
 
 // Moves k records of rc (all when k >= rc.n) to the global list.
+// The last of a list's first k records (at most: *count says how many; the list is
+// non-empty, k >= 1).
+block* kth_record(block* first, std::uint32_t k, std::uint32_t* count) {
+  block* last = first;
+  std::uint32_t n = 1;
+  while (n < k && last->next != nullptr) {
+    last = last->next;
+    ++n;
+  }
+  *count = n;
+  return last;
+}
+
 void give_records(record_cache& rc, std::uint32_t k) {
   if (k == 0 || rc.head == nullptr) return;
   block* first = rc.head;
-  block* last = rc.head;
-  std::uint32_t moved = 1;
-  while (moved < k && last->next != nullptr) {
-    last = last->next;
-    ++moved;
-  }
+  std::uint32_t moved = 0;
+  block* last = kth_record(first, k, &moved);
   rc.head = last->next;
   rc.n -= moved;
   std::lock_guard<std::mutex> lock(g_pool_mu);
@@ -143,12 +152,8 @@ REPLAYALLOC_NOINLINE block* take_record_slow() {
   }
   // Up to `batch` of the global list: the first is returned, the rest kept.
   block* first = g_pool;
-  block* last = first;
-  std::uint32_t k = 1;
-  while (k < batch && last->next != nullptr) {
-    last = last->next;
-    ++k;
-  }
+  std::uint32_t k = 0;
+  block* last = kth_record(first, batch, &k);
   g_pool = last->next;
   last->next = nullptr;
   rc.head = first->next;
@@ -346,16 +351,7 @@ REPLAYALLOC_NOINLINE void free_recorded(block* b, void* p) {
     g_dev[b->device].synchronized_frees.fetch_add(1, std::memory_order_relaxed);
   } else {
     for (std::uint32_t i = 0; i < n; ++i) {
-      const cudaStream_t s = b->streams[i].load(std::memory_order_relaxed);
-      cudaEvent_t ev = nullptr;
-      if (cuda_rt().event_create_with_flags(&ev, cudaEventDisableTiming) == cudaSuccess) {
-        cuda_rt().event_record(ev, s);
-        cuda_rt().stream_wait_event(b->stream, ev, 0);
-        cuda_rt().event_destroy(ev);  // released once the wait is satisfied
-      } else {
-        cuda_rt().get_last_error();
-        cuda_rt().stream_synchronize(s);  // no event to be had: order by waiting
-      }
+      detail::order_after(b->stream, b->streams[i].load(std::memory_order_relaxed));
     }
   }
   b->recorded.store(0, std::memory_order_relaxed);
