@@ -52,8 +52,9 @@ void* new_impl(std::size_t size, std::size_t align) {
 
 // operator new(size) as C++ programs call it most (PyTorch: millions in a TorchScript
 // model's first inferences): malloc's inline path with no stack frame of its own; only
-// a null result goes on to new_impl's handler loop. A request of 0 bytes takes the
-// slow path, which serves it as 16 (unique, as new must be).
+// a null result goes on to new_impl's handler loop. A request of 0 bytes is served as
+// 16 (unique, as new must be): by the plain malloc below the minimum (Note [Below the
+// minimum, inline]), else by the slow path.
 REPLAYALLOC_ALWAYS_INLINE void* new_fast(std::size_t size) {
   if (void* p = replayalloc::detail::entry_alloc(size, replayalloc::detail::malloc_align)) [[likely]] return p;
   return new_impl(size, 0);

@@ -76,9 +76,10 @@ std::size_t thread_cache_max() noexcept;
 // own decay. Slow when it purges (madvise).
 void release_free_memory(std::size_t slab_bytes) noexcept;
 
-// The backend's own malloc and free for ordinary requests (alignment <= malloc_align,
-// size >= malloc_align), to call inline: jemalloc's, once use_fast_entry_points() found
-// them; null otherwise (the libc backend; AddressSanitizer builds, whose blocks
+// The backend's own malloc and free for ordinary requests (alignment <= malloc_align;
+// a request under malloc_align bytes is served as malloc_align: Note [Below the
+// minimum, inline]), to call inline: jemalloc's (its malloc through a rounding of those
+// requests), once use_fast_entry_points() found them; null otherwise (the libc backend; AddressSanitizer builds, whose blocks
 // fallback_alloc must unpoison), and then fallback_alloc/fallback_free serve.
 // noexcept, so that the entry points (noexcept themselves) may tail-call them.
 // Defined here (inline, so hidden in the libraries as their other definitions are)

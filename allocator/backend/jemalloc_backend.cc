@@ -43,28 +43,22 @@
 
 // Note [The fallback's huge blocks]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// jemalloc 5.3 serves blocks of opt.oversize_threshold (8 MiB) and more from an arena
-// of their own that purges eagerly: a freed block's pages go back to the kernel at
-// once, so the next block of that size faults every page in again. An inference
-// allocates the same large tensors every time: under jemalloc alone a TorchScript
-// ResNet-50 takes ~9,300 page faults per inference in steady state (tcmalloc ~430),
-// and replayalloc pays them whenever the fallback serves (recording, the iterations
-// before auto mode finds the period, whatever a plan does not cover). So the LD_PRELOAD
-// library, which owns the process's malloc and keeps jemalloc as its private fallback,
-// keeps them in the ordinary arenas, whose dirty pages decay over dirty_decay_ms (10 s)
-// like those of every other size: oversize_threshold:0 (ResNet-50 under jemalloc alone:
-// 431 faults per inference, peak RSS 304 -> 301 MiB). jemalloc reads this symbol once,
-// at its initialisation, through its GOT: the first definition in the dynamic linker's
-// search order wins, weak or not, so the program's own executable keeps its
-// `malloc_conf` but one defined in a shared library it loads does not; MALLOC_CONF
-// (read after it) overrides it (MALLOC_CONF=oversize_threshold:8388608 restores
-// jemalloc's default). Only the preload library defines it: the C API library's copy of
-// jemalloc is private (Note [Private jemalloc]) and keeps jemalloc's defaults
-// (MALLOC_CONF=oversize_threshold:0 gives it the same).
-// jemalloc before 5.2 has no such option (it would print an error at start-up). One
-// quirk of 5.3: arena 0 is made before the option is applied and keeps purging blocks
-// of 8 MiB and more at the free, so keep_huge_pages() sets its threshold to that of the
-// other arenas when the option is 0, whoever set it (a 16 MiB block freed and allocated
+// jemalloc 5.3 serves blocks of opt.oversize_threshold (8 MiB) and more from an arena of their own that purges
+// eagerly: a freed block's pages go back to the kernel at once, so the next block of that size faults every page in
+// again. An inference allocates the same large tensors every time: under jemalloc alone a TorchScript ResNet-50
+// takes ~9,300 page faults per inference in steady state (tcmalloc ~430), and replayalloc pays them whenever the
+// fallback serves (recording, the iterations before auto mode finds the period, whatever a plan does not cover). So
+// the LD_PRELOAD library, which owns the process's malloc and keeps jemalloc as its private fallback, keeps them in
+// the ordinary arenas, whose dirty pages decay over dirty_decay_ms (10 s) like those of every other size:
+// oversize_threshold:0 (ResNet-50 under jemalloc alone: 431 faults per inference, peak RSS 304 -> 301 MiB). jemalloc
+// reads this symbol once, at its initialisation, through its GOT: the first definition in the dynamic linker's
+// search order wins, weak or not, so the program's own executable keeps its `malloc_conf` but one defined in a
+// shared library it loads does not; MALLOC_CONF (read after it) overrides it (MALLOC_CONF=oversize_threshold:8388608
+// restores jemalloc's default). Only the preload library defines it: the C API library's copy of jemalloc is private
+// (Note [Private jemalloc]) and keeps jemalloc's defaults (MALLOC_CONF=oversize_threshold:0 gives it the same).
+// jemalloc before 5.2 has no such option (it would print an error at start-up). One quirk of 5.3: arena 0 is made
+// before the option is applied and keeps purging blocks of 8 MiB and more at the free, so keep_huge_pages() sets its
+// threshold to that of the other arenas when the option is 0, whoever set it (a 16 MiB block freed and allocated
 // again on the main thread: 4,097 faults each time before, 0 after).
 // Note [Zeroing by memset]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
@@ -212,6 +206,12 @@ std::atomic<malloc_fn> g_je_malloc{nullptr};
 std::atomic<calloc_fn> g_je_calloc{nullptr};
 std::atomic<free_fn> g_je_free{nullptr};
 
+// The plain malloc where jemalloc's is it (the front cache off): a request under malloc_align bytes, 0 included
+// (Note [Below the minimum, inline], runtime/thread_state.h), rounded up as glibc aligns (jemalloc's 8 B: to 8).
+void* plain_malloc_aligned(std::size_t size) noexcept {
+  return g_je_malloc.load(std::memory_order_relaxed)(size < malloc_align ? malloc_align : size);
+}
+
 #if !defined(REPLAYALLOC_PRIVATE_JEMALLOC)
 // `name` as defined by the shared object at `base` (null if it is not defined there).
 void* symbol_of(void* handle, const void* base, const char* name) noexcept {
@@ -312,7 +312,7 @@ bool use_fast_entry_points() noexcept {
   g_je_calloc.store(reinterpret_cast<calloc_fn>(c), std::memory_order_relaxed);
   g_je_free.store(reinterpret_cast<free_fn>(f), std::memory_order_release);
 #if !defined(REPLAYALLOC_ASAN)
-  g_plain_malloc.store(reinterpret_cast<malloc_fn>(m), std::memory_order_relaxed);
+  g_plain_malloc.store(&plain_malloc_aligned, std::memory_order_relaxed);
   g_pass_malloc.store(reinterpret_cast<malloc_fn>(m), std::memory_order_relaxed);
   g_plain_free.store(reinterpret_cast<free_fn>(f), std::memory_order_relaxed);
   g_outside_free.store(reinterpret_cast<free_fn>(f), std::memory_order_relaxed);
@@ -325,7 +325,7 @@ namespace {
 bool front_cache_possible() noexcept {
   malloc_fn m = g_je_malloc.load(std::memory_order_relaxed);
   free_fn f = g_je_free.load(std::memory_order_relaxed);
-  return m != nullptr && f != nullptr && g_plain_malloc.load(std::memory_order_relaxed) == m &&
+  return m != nullptr && f != nullptr && g_plain_malloc.load(std::memory_order_relaxed) == &plain_malloc_aligned &&
          g_plain_free.load(std::memory_order_relaxed) == f;
 }
 }  // namespace

@@ -10,8 +10,8 @@
 // one [[unlikely]] branch into slow_path.cc, which checks the overlap lists
 // themselves.
 //
-// Cost: a replayed 4 KiB malloc+free pair is 38.1 instructions through the C API and
-// 40.1 through the preload library (callgrind, the benchmark loop's 8.1 included;
+// Cost: a replayed 4 KiB malloc+free pair is 37.1 instructions through the C API and
+// 39.1 through the preload library (callgrind, the benchmark loop's 8.1 included;
 // jemalloc's own pair is 77.1 at 64 B and 112.2 at 4 KiB): the hit is one record read,
 // two compares, one store of a constant state word, one add to the cursor; the
 // predicted free one pair read, two compares (one with the state word in memory), one
@@ -250,7 +250,7 @@ REPLAYALLOC_ALWAYS_INLINE bool state_is(const slot_record& r) {
 // path asks this function, of the one copy of the threshold, the cursor's bypass_below:
 // the option, at least 1 (an empty request is never planned), set when the domain is
 // registered (runtime/lifecycle.cc); 0, so that nothing is below it, until then. The
-// host's inline entry point alone reads the answer precomputed (g_small_span:
+// host's inline entry point alone reads the answer precomputed (g_small_limit:
 // Note [Below the minimum, inline] in runtime/thread_state.h).
 REPLAYALLOC_ALWAYS_INLINE bool below_min_size(const replay_cursor& c, std::size_t size) {
   return size < c.bypass_below;

@@ -89,7 +89,7 @@ engine::engine()
   // points and check mode are known.
   const bool plain = backend::g_plain_malloc.load(std::memory_order_relaxed) != nullptr &&
                      backend::g_plain_free.load(std::memory_order_relaxed) != nullptr;
-  set_small_span(plain && !check::enabled() && opts_.min_size > malloc_align ? opts_.min_size - malloc_align : 0);
+  set_small_limit(plain && !check::enabled() ? opts_.min_size : 0);
 }
 
 namespace {

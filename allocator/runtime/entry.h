@@ -18,7 +18,7 @@
 // Note [Small blocks in the front cache]; else jemalloc's), before anything else is
 // looked at. The question
 // is below_min_size() (Note [Below the minimum size] in replay/fast_path.h), the one
-// every path asks; here its answer comes precomputed, process-wide, as g_small_span
+// every path asks; here its answer comes precomputed, process-wide, as g_small_limit
 // (thread_state.h: Note [Below the minimum, inline]; 0 where this path may not serve:
 // no plain malloc, check mode), since asking those conditions on every call would
 // cost instructions more.
@@ -29,8 +29,8 @@
 // and prints the instructions of replayalloc's own code apart).
 // Below the minimum, what this file adds to the plain malloc and free, 10 instructions
 // for a block outside the gate's range (jemalloc's own, where the front cache is off):
-// on the malloc side the size test (3: one lea, one compare with the process-wide span,
-// one branch) and the tail jump; on the free side the TLS block's address, the gate's
+// on the malloc side the size test (2: one compare with the process-wide limit, one
+// branch; 3 while it was a span above malloc_align) and the tail jump; on the free side the TLS block's address, the gate's
 // range (4: slab range, front cache's range, null, check mode, re-entry, recording and
 // the watcher in one subtraction and compare) and the tail jump, to jemalloc's own free
 // (Note [The gate's range]: 5 more while the front cache's range was asked apart, in
@@ -70,9 +70,8 @@ REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align)
   // recorded, planned or watched, in any phase, so straight to the backend's plain
   // malloc, the front cache's where it is on (neither calls back into replayalloc, so
   // this is safe inside the engine too), a
-  // tail call, before the TLS block is looked at. One compare for malloc_align <= size
-  // < the minimum: a smaller request (glibc's alignment rounds it up) takes the slow
-  // path, which serves it the same way.
+  // tail call, before the TLS block is looked at. One compare for size < the minimum:
+  // the plain malloc serves a request under malloc_align bytes as glibc aligns it.
   if (small_request(size) && align <= malloc_align) [[likely]] {
     return backend::g_plain_malloc.load(std::memory_order_relaxed)(size);
   }

@@ -68,29 +68,15 @@ REPLAYALLOC_ALWAYS_INLINE void* ladder(thread_state& t, std::size_t size, std::s
   return engine::get().alloc_slow(t, size, align, Zero);
 }
 
-// malloc's rungs 2-5, apart so that entry_alloc_slow's rung 1 needs no stack frame.
-REPLAYALLOC_NOINLINE void* alloc_slow_rest(thread_state& t, std::size_t size, std::size_t align) noexcept {
-  return ladder<false>(t, size, align);
-}
-
 }  // namespace
 
+// What the inline path does not serve (entry.h). A request under malloc_align bytes no
+// longer comes here from it where a plain malloc serves below the minimum (Note [Below
+// the minimum, inline]): it was this function's first rung, a shortcut of rung 3.
 void* entry_alloc_slow(std::size_t size, std::size_t align) noexcept {
-  thread_state& t = tls_state;
-  // Rung 1: a request under malloc_align bytes, which the inline test leaves here
-  // (entry.h): the inline path's shortcut, rounded up as glibc aligns (~200,000 of them
-  // in a TorchScript model's first inferences), with no stack frame (the rest is a
-  // tail call). A span: check mode off, a plain malloc (Note [Below the minimum, inline]).
-  if (size < malloc_align && __atomic_load_n(&g_small_span, __ATOMIC_ACQUIRE) != 0 && align <= malloc_align) {
-    return backend::g_plain_malloc.load(std::memory_order_relaxed)(malloc_align);
-  }
-  return alloc_slow_rest(t, size, align);
+  return ladder<false>(tls_state, size, align);
 }
 
-// Rung 1 is malloc's shortcut of rung 3 (the same backend block), so without it the
-// ladder serves every request the same. Its own instances of rungs 2-5: a second
-// caller of alloc_slow_rest would cost entry_alloc_slow's rung 1 two instructions
-// (GCC then keeps alloc_slow_rest's arguments as declared).
 void* host_alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero) noexcept {
   return zero ? ladder<true>(t, size, align) : ladder<false>(t, size, align);
 }

@@ -135,42 +135,46 @@ extern constinit thread_local thread_state tls_state REPLAYALLOC_TLS_IE;
 
 // Note [Below the minimum, inline]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Requests of malloc_align bytes or more below REPLAYALLOC_MIN_SIZE (and aligned as
-// malloc aligns) go straight to the backend's own malloc from the inline entry point
-// (runtime/entry.h), tested as one unsigned compare with a process-wide figure, size -
-// malloc_align < g_small_span: below_min_size() of the host domain
-// (Note [Below the minimum size] in replay/fast_path.h), answered ahead for that path.
-// REPLAYALLOC_MIN_SIZE - malloc_align once the engine is made, when the backend has a
-// plain malloc and free (backend::g_plain_malloc/free) and check mode is off; else 0,
-// and the slow path asks below_min_size() itself (so does a request under malloc_align
-// bytes, which glibc's alignment rounds up). C++'s sized delete asks the same of the
-// size it is given (entry_free_sized). Nothing in it is per thread (the minimum, the
-// backend and check mode are the process's), so the test needs no TLS block, and none
-// of these requests is counted: each would cost the path one instruction more
-// (runtime/entry.h). Written once, with release order, by the engine's constructor
-// after the backend's entry points (set_small_span()); read by small_request().
-inline constinit std::uint64_t g_small_span = 0;
+// Requests below REPLAYALLOC_MIN_SIZE (and aligned as malloc aligns) go straight to the
+// backend's own malloc from the inline entry point (runtime/entry.h), tested as one
+// unsigned compare with a process-wide figure, size < g_small_limit: below_min_size()
+// of the host domain (Note [Below the minimum size] in replay/fast_path.h), answered
+// ahead for that path. REPLAYALLOC_MIN_SIZE once the engine is made, when the backend
+// has a plain malloc and free (backend::g_plain_malloc/free) and check mode is off;
+// else 0, and the slow path asks below_min_size() itself. Requests under malloc_align
+// bytes (0 included) take it too: the plain malloc serves them as glibc aligns, as a
+// block of the front cache's 16-byte class (Note [Small blocks in the front cache]) or,
+// where jemalloc's malloc is the plain one, through backend::plain_malloc_aligned,
+// which rounds them up (jemalloc's 8-byte class is aligned to 8); while they were left
+// to the slow path's first lines, an 8-byte pair cost 77.1 instructions against 57.1
+// for 64 bytes, and 1.6x the best general-purpose allocator's time (bench/RESULTS.md,
+// "Small path"). C++'s sized delete asks the same of the size it is given
+// (entry_free_sized). Nothing in it is per thread (the minimum, the backend and check
+// mode are the process's), so the test needs no TLS block, and none of these requests
+// is counted: each would cost the path one instruction more (runtime/entry.h). Written
+// once, with release order, by the engine's constructor after the backend's entry
+// points (set_small_limit()); read by small_request().
+inline constinit std::uint64_t g_small_limit = 0;
 
-inline void set_small_span(std::uint64_t span) { __atomic_store_n(&g_small_span, span, __ATOMIC_RELEASE); }
+inline void set_small_limit(std::uint64_t limit) { __atomic_store_n(&g_small_limit, limit, __ATOMIC_RELEASE); }
 
-// True when size - malloc_align < g_small_span (Note [Below the minimum, inline]): a
-// request the backend's plain malloc serves, which it can once this says so (the
-// release above orders g_plain_malloc's store before). One compare with the figure in
-// memory: an atomic load is never folded into the compare by the compiler, which
-// would cost one instruction more on 95% of a Python service's calls, so the load is
-// the compare's operand in asm. On x86-64 an aligned 8-byte load is atomic and loads
-// are not reordered with other loads; the asm is volatile, with a memory clobber, so
-// the compiler moves no load of the backend's entry points above it (it is the
-// entry point's first statement: nothing cached is lost). ThreadSanitizer builds use
-// the atomic load, which it understands.
+// True when size < g_small_limit (Note [Below the minimum, inline]): a request the
+// backend's plain malloc serves, which it can once this says so (the release above
+// orders g_plain_malloc's store before). One compare with the figure in memory: an
+// atomic load is never folded into the compare by the compiler, which would cost one
+// instruction more on 95% of a Python service's calls, so the load is the compare's
+// operand in asm. On x86-64 an aligned 8-byte load is atomic and loads are not
+// reordered with other loads; the asm is volatile, with a memory clobber, so the
+// compiler moves no load of the backend's entry points above it (it is the entry
+// point's first statement: nothing cached is lost). ThreadSanitizer builds use the
+// atomic load, which it understands.
 REPLAYALLOC_ALWAYS_INLINE bool small_request(std::size_t size) {
-  const std::uint64_t x = size - malloc_align;
 #if defined(__x86_64__) && !defined(REPLAYALLOC_UNDER_TSAN)
   bool below;
-  asm volatile("cmpq %2, %1" : "=@ccb"(below) : "r"(x), "m"(g_small_span) : "memory");
+  asm volatile("cmpq %2, %1" : "=@ccb"(below) : "r"(size), "m"(g_small_limit) : "memory");
   return below;
 #else
-  return x < __atomic_load_n(&g_small_span, __ATOMIC_ACQUIRE);
+  return size < __atomic_load_n(&g_small_limit, __ATOMIC_ACQUIRE);
 #endif
 }
 

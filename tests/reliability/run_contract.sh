@@ -21,10 +21,15 @@ else
   echo "ok    glibc: $(grep -c ' ok$' "$work/glibc.out") checks pass"
 fi
 
-for mode in replay auto record off replay+check auto+check record+check; do
-  check=0
-  case $mode in *+check) check=1 ;; esac
-  LD_PRELOAD="$lib" REPLAYALLOC_MODE=${mode%+check} REPLAYALLOC_CHECK=$check "$probe" > "$work/$mode.out" 2> "$work/$mode.err"
+# +nofront: the fallback without its front cache (REPLAYALLOC_FRONT_CACHE=0), whose plain
+# malloc is jemalloc's, which the inline path gives requests under 16 bytes too (Note
+# [Below the minimum, inline]: rounded up there, jemalloc's 8-byte class being aligned
+# to 8).
+for mode in replay auto record off replay+check auto+check record+check auto+nofront off+nofront; do
+  check=0 front=1
+  case $mode in *+check) check=1 ;; *+nofront) front=0 ;; esac
+  LD_PRELOAD="$lib" REPLAYALLOC_MODE=${mode%+*} REPLAYALLOC_CHECK=$check REPLAYALLOC_FRONT_CACHE=$front \
+    "$probe" > "$work/$mode.out" 2> "$work/$mode.err"
   rc=$?
   if [ $rc -ne 0 ]; then
     echo "FAIL  [$mode] the probe fails under replayalloc (rc $rc):"
