@@ -4,18 +4,18 @@
 // The ladder (host_alloc_slow; entry_alloc_slow is its entry for malloc's requests),
 // top to bottom, each rung asked once. malloc, calloc (zero), aligned_alloc and
 // posix_memalign of any alignment, operator new, and realloc's new block all climb it:
-//   1. (malloc's requests only) a request under malloc_align bytes with a plain
-//      backend: its malloc, rounded up;
-//   2. re-entrant (the engine allocating): the backend (invariant 5);
-//   3. below REPLAYALLOC_MIN_SIZE: the backend, never recorded, planned or watched;
-//   4. nothing on the thread records, replays or watches (Note [Pass-through]): the
+//   1. re-entrant (the engine allocating): the backend (invariant 5);
+//   2. below REPLAYALLOC_MIN_SIZE: the backend, never recorded, planned or watched
+//      (what the inline path did not serve: an alignment, check mode, no plain malloc;
+//      Note [Below the minimum, inline]);
+//   3. nothing on the thread records, replays or watches (Note [Pass-through]): the
 //      backend, counted as pass-through, without the engine; the requests after it
 //      that would get the same answer are granted to the inline path (Note [Passes
 //      granted ahead]), which serves them until the engine is next entered;
-//   5. the engine (engine::alloc_slow: check mode's shadow record around it): a
+//   4. the engine (engine::alloc_slow: check mode's shadow record around it): a
 //      request beyond what a slot can promise (aligned beyond max_slot_align) to the
 //      backend, never recorded or watched; register the thread (once: its first
-//      request, whose minimum rung 3 could not yet answer, is asked it here), auto
+//      request, whose minimum rung 2 could not yet answer, is asked it here), auto
 //      mode's watcher (periodic work: it may end an iteration and begin the next),
 //      then the replaying cursor's slot (replay_malloc), else the backend (recorded
 //      when the thread records; watched when auto mode watches).
@@ -44,7 +44,7 @@ namespace {
 
 inline slab* host_owner(const void* p) { return static_cast<slab*>(backend::chunk_owner(p)); }
 
-// Rungs 2-5. Zero: calloc's (the one request that climbs with it set).
+// Rungs 1-4. Zero: calloc's (the one request that climbs with it set).
 template <bool Zero>
 REPLAYALLOC_ALWAYS_INLINE void* ladder(thread_state& t, std::size_t size, std::size_t align) noexcept {
   if (in_engine()) [[unlikely]] return serve_engine(size, align, Zero);
@@ -72,7 +72,7 @@ REPLAYALLOC_ALWAYS_INLINE void* ladder(thread_state& t, std::size_t size, std::s
 
 // What the inline path does not serve (entry.h). A request under malloc_align bytes no
 // longer comes here from it where a plain malloc serves below the minimum (Note [Below
-// the minimum, inline]): it was this function's first rung, a shortcut of rung 3.
+// the minimum, inline]): it was this function's first rung, a shortcut of rung 2.
 void* entry_alloc_slow(std::size_t size, std::size_t align) noexcept {
   return ladder<false>(tls_state, size, align);
 }
@@ -100,7 +100,7 @@ void entry_free_slow(void* ptr) noexcept {
   engine::get().free_backend(t, ptr);
 }
 
-// Rung 5, with check mode's shadow record around it (Note [Check mode]).
+// Rung 4, with check mode's shadow record around it (Note [Check mode]).
 void* engine::alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero) noexcept {
   try {
     if (!check::enabled() || in_engine()) return alloc_slow_unchecked(t, size, align, zero);
@@ -141,7 +141,7 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
     return nullptr;
   }
   if (in_engine()) return serve_engine(size, align, zero);
-  // The minimum (rung 3) for what the ladder's top could not ask it of: the thread's
+  // The minimum (rung 2) for what the ladder's top could not ask it of: the thread's
   // first request (registered here) and check mode's.
   if (!t.registered || check::enabled()) [[unlikely]] {
     register_thread(t);
@@ -150,7 +150,7 @@ void* engine::alloc_slow_unchecked(thread_state& t, std::size_t size, std::size_
   domain_state& d = t.host;
   // Beyond what a slot can promise (aligned_alloc, posix_memalign, memalign): the
   // backend, never recorded, watched or counted (a plan could not place it; inside an
-  // iteration it is neither a slot's miss nor a pass; outside one rung 4 takes it first
+  // iteration it is neither a slot's miss nor a pass; outside one rung 3 takes it first
   // where it answers, and counts it as it counts every pass).
   if (align > max_slot_align) [[unlikely]] return serve_from_backend(size, align, zero);
   // Note [Auto mode as a client]: the watcher hears of the request first; it may end
