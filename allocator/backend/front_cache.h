@@ -26,7 +26,7 @@ inline constexpr unsigned front_max_arenas = 8;
 // What the front cache stands on (jemalloc, through jemalloc_backend.cc and
 // front_arena.cc).
 struct front_backend {
-  front_malloc_fn malloc = nullptr;  // the thread caches' own memory, other requests
+  front_malloc_fn malloc = nullptr;  // the thread caches' own memory, other requests (under 16 bytes: aligned to 16)
   front_free_fn free = nullptr;      // blocks outside the range
   // The range the cache's blocks come from (Note [The front cache's arena]).
   std::uintptr_t base = 0;

@@ -334,10 +334,9 @@ std::size_t front_range_wanted() noexcept { return front_cache_possible() ? fron
 
 bool use_front_cache() noexcept {
   if (!front_cache_possible()) return false;
-  malloc_fn m = g_je_malloc.load(std::memory_order_relaxed);
   free_fn f = g_je_free.load(std::memory_order_relaxed);
   front_backend b;
-  b.malloc = m;
+  b.malloc = &plain_malloc_aligned;  // its misses may pass on a request under 16 bytes
   b.free = f;
   if (!make_front_arena(&b) || !enable_front_cache(b)) return false;
   g_pass_malloc.store(&front_malloc, std::memory_order_relaxed);

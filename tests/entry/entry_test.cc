@@ -48,7 +48,7 @@ struct held {
 // minimum), all filled and checked; returns how many planned-size blocks were in a slab.
 int mixed_iteration(const char* key, std::uint64_t salt, int* small_in_slab) {
   replayalloc::Iteration it(key);
-  // 0 and 8: under malloc_align, the inline test sends them to the slow path.
+  // 0 and 8: under malloc_align, which the plain malloc serves aligned to it.
   const std::size_t sizes[] = {64, 8192, 100, 16384, 512, 0, 8, 24576, 1000};
   std::vector<held> live;
   int big_in_slab = 0;
@@ -93,8 +93,8 @@ TEST(Entry, BelowMinimumBypassesThePlanWithoutDisturbingIt) {
   EXPECT_EQ(after.frees - before.frees, 4u * 3);
 }
 
-// Outside any iteration: the same shortcut, uncounted, on the inline path (16 bytes
-// and more), the slow path's first lines (under 16) and calloc's; calloc zeroes.
+// Outside any iteration: the same shortcut, uncounted, on the inline path (under 16
+// bytes too) and calloc's; calloc zeroes.
 TEST(Entry, BelowMinimumOutsideIterationsAndCalloc) {
   const replayalloc::Stats before = replayalloc::stats();
   std::vector<void*> blocks;
