@@ -30,9 +30,10 @@
 // Below the minimum, what this file adds to the plain malloc and free, 10 instructions
 // for a block outside the gate's range (jemalloc's own, where the front cache is off):
 // on the malloc side the size test (2: one compare with the process-wide limit, one
-// branch; 3 while it was a span above malloc_align) and the tail jump; on the free side the TLS block's address, the gate's
-// range (4: slab range, front cache's range, null, check mode, re-entry, recording and
-// the watcher in one subtraction and compare) and the tail jump, to jemalloc's own free
+// branch; 3 while it was a span above malloc_align) and the tail jump; on the free
+// side the TLS block's address, the gate's range (4: slab range, front cache's range,
+// null, check mode, re-entry, recording and the watcher in one subtraction and
+// compare) and the tail jump, to jemalloc's own free
 // (Note [The gate's range]: 5 more while the front cache's range was asked apart, in
 // the backend's free). A block of the front cache's (every small block where it is
 // on: Note [Small blocks in the front cache]) is inside the gate's range: its free asks
