@@ -52,6 +52,13 @@ void prefault_pages(void* p, std::size_t bytes) {
 bool reserve_slab_range(std::size_t bytes, std::size_t below) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_slab_range.base != 0) return true;
+  // Only before the front cache joins the gate's range (join_gate_range), which takes
+  // this range as it finds it: a later reservation would leave the cache's blocks
+  // outside the gate, to jemalloc's free.
+  if (g_gate_range.front != 0) {
+    REPLAYALLOC_LOG(error, "the slab range was asked for after the front cache's; replay is off, every call goes to jemalloc");
+    return false;
+  }
   bytes = round_chunks(bytes) << chunk_shift;
   below = (below + chunk_bytes - 1) & ~(std::size_t{chunk_bytes} - 1);
   // Note [The gate's range]: at each size, first with the range below, then without.
@@ -107,7 +114,13 @@ void* take_range_below(std::size_t bytes) noexcept {
 
 bool join_gate_range(std::uintptr_t base, std::size_t bytes) noexcept {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_slab_range.base == 0 || base + bytes != g_slab_range.base) return false;
+  if (g_slab_range.base == 0) {
+    // No slab range (REPLAYALLOC_MODE=off, or its reservation refused): the gate's
+    // range is the front cache's alone, its slab part empty.
+    g_gate_range = {base, bytes, bytes};
+    return true;
+  }
+  if (base + bytes != g_slab_range.base) return false;
   g_gate_range = {base, bytes + g_slab_range.bytes, bytes};
   return true;
 }

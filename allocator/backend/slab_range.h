@@ -51,7 +51,12 @@ void* take_range_below(std::size_t bytes) noexcept;
 // range with the front cache's range below it, in one mapping (the kernel places each
 // new mapping below the last, so two mappings are adjacent only by chance; the slab
 // table, mapped right after, would take the place below). Where that reservation is
-// refused, each range is reserved alone and the gate's range is the slab range's.
+// refused, each range is reserved alone and the gate's range is the slab range's;
+// where no slab range is reserved (REPLAYALLOC_MODE=off), it is the front cache's
+// alone. The inline free asks the slab's part first and the front cache's part only of
+// the blocks outside it (runtime/entry.h: entry_free), so a small block's free goes to
+// its list without the predicted free's test, and the replayed free asks nothing more
+// than before (bench/RESULTS.md, "Small path").
 // Written under the range's mutex before any thread's gate is opened; read by
 // set_free_gate() (runtime/thread_state.h).
 struct gate_range_state {
@@ -62,7 +67,8 @@ struct gate_range_state {
 inline gate_range_state g_gate_range;
 
 // Extends the gate's range down to [base, base + bytes) when that lies directly below
-// the slab range (the front cache's, from take_range_below); true when it did.
+// the slab range (the front cache's, from take_range_below), or makes it that range
+// alone where no slab range was reserved; true when it did.
 bool join_gate_range(std::uintptr_t base, std::size_t bytes) noexcept;
 
 // True when p lies inside the reserved range (whether or not a slab owns it).

@@ -27,21 +27,22 @@
 // included): see tests/perf/instruction_budget.txt, the one place the figures are
 // kept (the test perf.instruction_counts fails when one rises more than 5% above it,
 // and prints the instructions of replayalloc's own code apart).
-// Below the minimum, what this file adds to the plain malloc and free, 10 instructions
+// Below the minimum, what this file adds to the plain malloc and free, 12 instructions
 // for a block outside the gate's range (jemalloc's own, where the front cache is off):
 // on the malloc side the size test (2: one compare with the process-wide limit, one
 // branch; 3 while it was a span above malloc_align) and the tail jump; on the free
-// side the TLS block's address, the gate's range (4: slab range, front cache's range,
+// side the TLS block's address, the slab's part of the gate's range (4: slab range,
 // null, check mode, re-entry, recording and the watcher in one subtraction and
-// compare) and the tail jump, to jemalloc's own free
-// (Note [The gate's range]: 5 more while the front cache's range was asked apart, in
-// the backend's free). A block of the front cache's (every small block where it is
-// on: Note [Small blocks in the front cache]) is inside the gate's range: its free asks
-// the predicted free and the cache's share of the range before its list. Nothing is counted
-// on this path (each count was one instruction more): not the request, its bytes or
-// its free. The gate's range goes before the predicted free, which costs the replayed
-// free those 4 instructions; the replayed pair pays for them with one-instruction
-// cursor steps and state compare (replay/fast_path.h: step(), state_is()).
+// compare), the front cache's part (2: one add, its carry) and the tail jump, to
+// jemalloc's own free (Note [The gate's range]: 5 more while the front cache's range
+// was asked apart, in the backend's free). A block of the front cache's (every small
+// block where it is on: Note [Small blocks in the front cache]) asks the same two
+// tests, then goes to its list: 3 fewer than while the predicted free was asked before
+// the front cache's part. Nothing is counted on this path (each count was one
+// instruction more): not the request, its bytes or its free. The slab's part is asked
+// before the predicted free, which costs the replayed free those 4 instructions; the
+// replayed pair pays for them with one-instruction cursor steps and state compare
+// (replay/fast_path.h: step(), state_is()).
 #pragma once
 
 #include <cstddef>
@@ -92,17 +93,22 @@ REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align)
 
 REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
   thread_state& t = tls_state;
-  // Outside the gate's range (Note [The plain-free gate], runtime/thread_state.h): a
-  // backend block (or null) that nothing needs to see, straight to the backend's
-  // free, a tail call. Asked first: a slab block, the predicted free's included, is
-  // always inside the range, so this changes no answer, and it is the one test the
-  // most frequent free (a small block's) asks.
+  // Outside the slab's part of the gate's range (Note [The plain-free gate],
+  // thread_state.h; Note [The gate's range]): a block of the front cache's part, just
+  // below it, to its list, any other (or null) straight to the backend's free, each a
+  // tail call. A slab block is always inside, so asking first changes no answer.
+  // Laid out apart (unlikely) so that the replayed free's code follows the first test
+  // (bench/RESULTS.md, "Small path": the other layout cost its time).
   const std::uintptr_t from = reinterpret_cast<std::uintptr_t>(ptr) - t.look_from;
-  if (from >= t.look_span) [[likely]] return backend::g_outside_free.load(std::memory_order_relaxed)(ptr);
+  if (from >= t.look_span) [[unlikely]] {
+    // from + look_front, the offset from the front cache's part's start, wraps below
+    // look_front exactly there (look_front is 0 while the gate is not).
+    const std::uintptr_t in_front = from + t.look_front;
+    if (in_front >= t.look_front) return backend::g_outside_free.load(std::memory_order_relaxed)(ptr);
+    return backend::front_free_at(ptr, in_front);
+  }
   // The predicted free: it matches only the block of the free cursor's rank.
   if (replay_try_free(t.host.cursor, ptr)) [[likely]] return;
-  // A block of the front cache, while the gate is 0 (Note [The gate's range]).
-  if (from < t.look_front) return backend::front_free_at(ptr, from);
   if (!backend::in_slab_range(ptr) && ptr != nullptr && free_backend_filtered(t, ptr)) return;
   entry_free_slow(ptr);
 }

@@ -104,11 +104,13 @@ struct thread_state {
   //                  free_backend_filtered asks the watcher's filter.
   // The inline free asks the gate as a range of addresses, `look_from` and
   // `look_span`: a pointer p with p - look_from >= look_span (unsigned) goes straight
-  // to the backend's free. While the gate is 0 the range is the gate's range, the slab
-  // range with the front cache's below it (Note [The gate's range], backend/slab_range.h;
-  // null, below it, goes to the backend's free too, which ignores it), whose first
-  // `look_front` bytes are the front cache's; while any bit is set it is every address. One subtraction and one compare answer "not a slab
-  // block, not null (or null: harmless), and nothing needs to see it".
+  // to the backend's free, or, in the `look_front` bytes below look_from, to the front
+  // cache's list. While the gate is 0 the range is the slab's part of the gate's range
+  // (Note [The gate's range], backend/slab_range.h), the front cache's part below it;
+  // null, below both, goes to the backend's free too, which ignores it. While any bit
+  // is set it is every address, and look_front 0. One subtraction and one compare
+  // answer "not a slab block, not null (or null: harmless), and nothing needs to see
+  // it".
   // Only the thread reads or writes them, always through set_free_gate(). A bit left
   // set where it need not be costs a slower free, never a wrong one: every reason's
   // path frees the block the same way. gate_recording and gate_watched may be set
@@ -184,8 +186,9 @@ REPLAYALLOC_ALWAYS_INLINE bool small_request(std::size_t size) {
 inline void set_free_gate(thread_state& t, std::uint32_t gate) {
   t.free_gate = gate;
   if (gate == 0) {
-    t.look_from = backend::g_gate_range.from;
-    t.look_span = backend::g_gate_range.span;
+    // The slab's part of the gate's range, above the front cache's.
+    t.look_from = backend::g_gate_range.from + backend::g_gate_range.front;
+    t.look_span = backend::g_gate_range.span - backend::g_gate_range.front;
     t.look_front = backend::g_gate_range.front;
   } else {
     t.look_from = 0;

@@ -311,8 +311,9 @@ TEST(Entry, RecordingsSeeTheirFreesAndFreesCountSlabBlocks) {
     return ::testing::AssertionFailure() << "the gate's range [" << range.from << ", +" << range.span << ") with "
                                          << range.front << " bytes of the front cache's does not end with the slab range";
   }
-  const bool open_range = tls_state.look_from == range.from && tls_state.look_span == range.span &&
-                          tls_state.look_front == range.front;
+  // The inline free asks the slab's part first (Note [The gate's range]).
+  const bool open_range = tls_state.look_from == range.from + range.front &&
+                          tls_state.look_span == range.span - range.front && tls_state.look_front == range.front;
   const bool closed_range = tls_state.look_from == 0 && tls_state.look_span == UINTPTR_MAX && tls_state.look_front == 0;
   if (gate == 0 ? !open_range : !closed_range) {
     return ::testing::AssertionFailure() << "gate " << gate << " but the inline free's range is [" << tls_state.look_from
