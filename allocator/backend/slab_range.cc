@@ -56,7 +56,8 @@ bool reserve_slab_range(std::size_t bytes, std::size_t below) {
   // this range as it finds it: a later reservation would leave the cache's blocks
   // outside the gate, to jemalloc's free.
   if (g_gate_range.front != 0) {
-    REPLAYALLOC_LOG(error, "the slab range was asked for after the front cache's; replay is off, every call goes to jemalloc");
+    REPLAYALLOC_LOG(error,
+                    "the slab range was asked for after the front cache's; replay is off, every call goes to the fallback");
     return false;
   }
   bytes = round_chunks(bytes) << chunk_shift;
@@ -99,7 +100,7 @@ bool reserve_slab_range(std::size_t bytes, std::size_t below) {
     }
     return true;
   }
-  REPLAYALLOC_LOG(error, "could not reserve address space for slabs (%s); replay is off, every call goes to jemalloc",
+  REPLAYALLOC_LOG(error, "could not reserve address space for slabs (%s); replay is off, every call goes to the fallback",
                   std::strerror(errno));
   return false;
 }

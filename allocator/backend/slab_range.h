@@ -58,7 +58,8 @@ void* take_range_below(std::size_t bytes) noexcept;
 // its list without the predicted free's test, and the replayed free asks nothing more
 // than before (bench/RESULTS.md, "Small path").
 // Written under the range's mutex before any thread's gate is opened; read by
-// set_free_gate() (runtime/thread_state.h).
+// set_free_gate() (runtime/thread_state.h) and by every small sized delete
+// (runtime/entry.h: entry_free_sized).
 struct gate_range_state {
   std::uintptr_t from = 0;
   std::size_t span = 0;

@@ -120,9 +120,9 @@ REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
 // recording's and watcher's filters (while a thread records or is watched, ~20
 // instructions per free of TorchScript's ~2 M small blocks in a model's first
 // inferences). The gate's range (Note [The gate's range]: the slab range, with the
-// front cache's below it) is still asked, so a wrong size (undefined behaviour in the
-// program) given for a slab block falls back to entry_free, which knows the slab; null
-// lies below it. A block of the front cache's part of that range (every small block
+// front cache's below it; the front cache's alone without a slab range) is still
+// asked, so a wrong size (undefined behaviour in the program) given for a slab block
+// falls back to entry_free, which knows the slab; null lies below it. A block of the front cache's part of that range (every small block
 // where the cache is on: Note [Small blocks in the front cache]) goes to its list the
 // same way, whatever the thread's gate: while a thread was watched, each of its small
 // sized deletes took entry_free's long way, the watcher's filter and, as its table

@@ -109,8 +109,8 @@ struct thread_state {
   // (Note [The gate's range], backend/slab_range.h), the front cache's part below it;
   // null, below both, goes to the backend's free too, which ignores it. While any bit
   // is set it is every address, and look_front 0. One subtraction and one compare
-  // answer "not a slab block, not null (or null: harmless), and nothing needs to see
-  // it".
+  // answer "not a slab block, not null (or null: harmless)"; one add and its carry
+  // then "the front cache's block, and nothing needs to see it".
   // Only the thread reads or writes them, always through set_free_gate(). A bit left
   // set where it need not be costs a slower free, never a wrong one: every reason's
   // path frees the block the same way. gate_recording and gate_watched may be set
