@@ -48,6 +48,11 @@ bool use_front_cache() noexcept;
 // The address space use_front_cache() would reserve (0: it would not be used), for the
 // engine to reserve below the slab range first (Note [The gate's range], slab_range.h).
 std::size_t front_range_wanted() noexcept;
+// The plain malloc (g_plain_malloc) will only be called with sizes under `limit` (the
+// inline path below the minimum): the front cache's then skips its test of the size
+// where it can (Note [Below the minimum, narrowed], front_classes.cc). Call once, under
+// the reentry guard, before the minimum is published (set_small_limit).
+void narrow_plain_malloc(std::uint64_t limit) noexcept;
 
 // Makes the backend zero a reused large block it callocs by memset, not by giving its
 // pages back and faulting them in again (jemalloc: Note [Zeroing by memset] in

@@ -480,18 +480,25 @@ bool enable_front_cache(const front_backend& b) noexcept {
   return true;
 }
 
-void* front_malloc(std::size_t size) noexcept {
-  if (size <= g_largest) [[likely]] {
-    const unsigned k = g_class_of[(size + 15) >> 4];
-    free_list& l = t_cache->lists[k];
-    if (void* p = l.head) [[likely]] {
-      l.head = *static_cast<void**>(p);
-      --l.count;
-      return p;
-    }
-    return malloc_miss(k, size);
+namespace {
+// front_malloc; without its test for a size <= g_largest (Note [Below the minimum, narrowed]).
+template <bool any_size>
+void* malloc_sized(std::size_t size) noexcept {
+  if (any_size && size > g_largest) [[unlikely]] return large_malloc(size);
+  const unsigned k = g_class_of[(size + 15) >> 4];
+  free_list& l = t_cache->lists[k];
+  if (void* p = l.head) [[likely]] {
+    l.head = *static_cast<void**>(p);
+    --l.count;
+    return p;
   }
-  return large_malloc(size);
+  return malloc_miss(k, size);
+}
+}  // namespace
+
+void* front_malloc(std::size_t size) noexcept { return malloc_sized<true>(size); }
+front_malloc_fn front_malloc_below(std::uint64_t limit) noexcept {
+  return g_enabled && limit - 1 <= g_largest ? &malloc_sized<false> : &front_malloc;
 }
 
 namespace {

@@ -55,6 +55,10 @@ bool make_front_arena(front_backend* b) noexcept;
 bool enable_front_cache(const front_backend& b) noexcept;
 
 void* front_malloc(std::size_t size) noexcept;
+// Note [Below the minimum, narrowed] (front_classes.cc): the plain malloc for sizes under
+// `limit` only: front_malloc without its test of the size where every such size is one
+// of the lists', else front_malloc.
+front_malloc_fn front_malloc_below(std::uint64_t limit) noexcept;
 void front_free(void* p) noexcept;
 // front_free of a block known to be inside the range, `offset` bytes from its start
 // (Note [The gate's range], slab_range.h).

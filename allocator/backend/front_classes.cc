@@ -4,6 +4,11 @@
 // the front cache]); and which of them a thread's stream has left.
 #include "backend/front_classes.h"
 
+#include <atomic>
+
+#include "backend/backend.h"
+#include "backend/front_cache.h"
+
 namespace replayalloc::detail::backend::front {
 
 // Note [Small blocks in the front cache]
@@ -176,3 +181,25 @@ void class_recency::came_back(unsigned k) noexcept {
 }
 
 }  // namespace replayalloc::detail::backend::front
+
+namespace replayalloc::detail::backend {
+
+// Note [Below the minimum, narrowed]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The inline malloc below the minimum (Note [Below the minimum, inline], thread_state.h)
+// calls the plain malloc with sizes under REPLAYALLOC_MIN_SIZE only, and front_malloc
+// first asks whether a size is one of its lists' (size <= g_largest, 64 KiB), which
+// every such size is wherever the minimum is at most 64 KiB + 1 (4 KiB in the LD_PRELOAD
+// library). So the engine, as it publishes the minimum for that path, makes the plain
+// malloc front_malloc without the question (front_malloc_below): two instructions fewer
+// a pair below the minimum (64 B 53.1 -> 51.1, tests/perf/instruction_budget.txt). A
+// larger minimum keeps front_malloc, whose question sends the sizes between to their
+// large classes (tests/entry/entry_wide_min_test.cc). Nothing else calls the plain
+// malloc: what is passed through, of any size, goes to g_pass_malloc, front_malloc.
+void narrow_plain_malloc(std::uint64_t limit) noexcept {
+  if (g_plain_malloc.load(std::memory_order_relaxed) == &front_malloc) {
+    g_plain_malloc.store(front_malloc_below(limit), std::memory_order_relaxed);
+  }
+}
+
+}  // namespace replayalloc::detail::backend

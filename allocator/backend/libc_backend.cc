@@ -21,6 +21,7 @@ void keep_huge_pages() noexcept {}
 
 bool use_front_cache() noexcept { return false; }  // glibc's own caches
 std::size_t front_range_wanted() noexcept { return 0; }
+void narrow_plain_malloc(std::uint64_t) noexcept {}  // no plain malloc
 void front_resizing(const void*) noexcept {}
 void front_free_at(void*, std::uintptr_t) noexcept {}  // never called: no gate range is joined
 void front_cache_prefork() noexcept {}

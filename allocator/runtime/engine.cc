@@ -89,7 +89,9 @@ engine::engine()
   // points and check mode are known.
   const bool plain = backend::g_plain_malloc.load(std::memory_order_relaxed) != nullptr &&
                      backend::g_plain_free.load(std::memory_order_relaxed) != nullptr;
-  set_small_limit(plain && !check::enabled() ? opts_.min_size : 0);
+  const std::uint64_t small_limit = plain && !check::enabled() ? opts_.min_size : 0;
+  backend::narrow_plain_malloc(small_limit);  // Note [Below the minimum, narrowed]
+  set_small_limit(small_limit);
 }
 
 namespace {

@@ -383,6 +383,25 @@ TEST(Entry, JemallocFastEntryPointsKeepTheContract) {
   be::fallback_free_sized(a, 100, 4096);
 }
 
+// Note [Below the minimum, narrowed]: with this suite's minimum (1 KiB, under the front
+// cache's 64 KiB) the inline path's plain malloc is the front cache's without its test
+// of the size (tests/entry/entry_wide_min_test.cc: a minimum above it keeps the test).
+TEST(Entry, BelowAMinimumUnderTheListsThePlainMallocIsNarrowed) {
+  namespace be = replayalloc::detail::backend;
+  replayalloc_free(replayalloc_malloc(kMin));  // makes the engine
+  if (be::front_cache_stats().largest == 0) GTEST_SKIP() << "no front cache in this build";
+  EXPECT_NE(be::g_plain_malloc.load(), &be::front_malloc);
+  EXPECT_EQ(be::g_plain_malloc.load(), be::front_malloc_below(kMin));
+  for (std::size_t n = 0; n < kMin; n += 8) {  // every list below the minimum serves
+    void* p = replayalloc_malloc(n);
+    ASSERT_NE(p, nullptr);
+    EXPECT_GE(be::front_cache_stats().largest, n);
+    if (n > 0) fill(p, n, n);
+    if (n > 0) EXPECT_TRUE(intact(p, n, n));
+    replayalloc_free(p);
+  }
+}
+
 std::uint64_t jemalloc_dirty_bytes(unsigned arena = MALLCTL_ARENAS_ALL) {
   std::uint64_t epoch = 1;
   std::size_t len = sizeof epoch;
