@@ -18,7 +18,8 @@ namespace replayalloc::detail::backend::front {
 // hand small blocks to each other (larson, producer/consumer) flush them block by block
 // to their arena under its lock. So the front cache serves every class from 16 B to
 // 64 KiB, the small ones as the others: the thread's list, the depot, then its arena.
-// The inline malloc below the minimum tail-calls front_malloc, and the free of such a
+// The inline malloc below the minimum tail-calls front_malloc (narrowed: Note [Below the
+// minimum, narrowed]), and the free of such a
 // block is inside the gate's range (Note [The gate's range]), so it costs the free no
 // test more than jemalloc's blocks did. A small class's list is filled half at once, from
 // the runs of the thread's arena (Note [Runs for medium blocks]; where runs cannot be
@@ -196,6 +197,7 @@ namespace replayalloc::detail::backend {
 // larger minimum keeps front_malloc, whose question sends the sizes between to their
 // large classes (tests/entry/entry_wide_min_test.cc). Nothing else calls the plain
 // malloc: what is passed through, of any size, goes to g_pass_malloc, front_malloc.
+// (Here, beside the classes it asks about, as front_cache.cc is at its 600 lines.)
 void narrow_plain_malloc(std::uint64_t limit) noexcept {
   if (g_plain_malloc.load(std::memory_order_relaxed) == &front_malloc) {
     g_plain_malloc.store(front_malloc_below(limit), std::memory_order_relaxed);
