@@ -19,9 +19,8 @@ namespace replayalloc::detail::backend::front {
 // to their arena under its lock. So the front cache serves every class from 16 B to
 // 64 KiB, the small ones as the others: the thread's list, the depot, then its arena.
 // The inline malloc below the minimum tail-calls front_malloc (narrowed: Note [Below the
-// minimum, narrowed]), and the free of such a
-// block is inside the gate's range (Note [The gate's range]), so it costs the free no
-// test more than jemalloc's blocks did. A small class's list is filled half at once, from
+// minimum, narrowed]), and the free of such a block is inside the gate's range (Note
+// [The gate's range]), so it costs the free no test more than jemalloc's blocks did. A small class's list is filled half at once, from
 // the runs of the thread's arena (Note [Runs for medium blocks]; where runs cannot be
 // made, a block of the arena each: mallocx fills the bin's slabs with free regions
 // first, where jemalloc's experimental.batch_alloc took fresh slabs and raised
