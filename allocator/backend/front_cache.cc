@@ -33,10 +33,10 @@
 // Bounded: a thread holds at most 64 KiB per class (four blocks of the classes above;
 // lists of 16 KiB, one block above 16 KiB, made 8 threads on 2 cores wait on the arena:
 // RESULTS "The fallback's front cache"), 16 KiB below 4 KiB (at most 64 blocks; 64 KiB
-// there took larson's peak RSS at 2 threads from 36 to 40 MiB); the depot at most
-// 1-4 MiB (512 KiB a thread with a cache) for the classes of 4 KiB and up, 256 KiB for
-// those below (1 MiB in all released a list in four at 8 threads on 2 cores, each of
-// whose blocks the arena then made again: RESULTS "Small blocks in the front cache"),
+// there took larson's peak RSS at 2 threads from 36 to 40 MiB); the depot at most 1-32
+// MiB for the classes of 4 KiB and up (Note [The depot's budget follows the threads]),
+// 256 KiB for those below (1 MiB in all released a list in four at 8 threads on 2 cores,
+// each of whose blocks the arena then made again: RESULTS "Small blocks in the front cache"),
 // 8 MiB for those above 64 KiB; what does not fit goes back to the arena, whose dirty
 // pages decay as jemalloc's others do. Before a slab is made (Note [Purging what a slab
 // replaces]) the thread's lists and the depot go back to the arena, so that its purge

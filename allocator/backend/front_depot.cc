@@ -13,14 +13,31 @@ constexpr unsigned depot_lists = 64;
 // The depot's bytes, the classes of 4 KiB and up together, and those below apart (lists
 // over it go to the underlying free): a small class's lists, a few KiB each, would
 // otherwise find the budget spent by the large ones' (Note [Small blocks in the front
-// cache]). The others' budget grows with the threads that have a cache open, 512 KiB
-// each, from 1 MiB to 4 MiB: 8 threads on 2 cores handing blocks to each other gave a
-// list in four back to the arena at 1 MiB, while a program of one thread only keeps in
-// the depot what jemalloc would have kept (planning_latency: peak RSS 17 -> 20-22 MiB
-// at a fixed 4 MiB).
+// cache]).
+//
+// Note [The depot's budget follows the threads]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The budget of the classes of 4-64 KiB is 1 MiB, and 2 MiB more for each thread beyond
+// the first, up to 32 MiB, counting the most threads that had a cache open at once since
+// the depot's last sweep or in the second before it (each sweep starts a window). A
+// program of one thread keeps in the depot what jemalloc would have kept
+// (planning_latency: peak RSS 17 -> 20-22 MiB with 4 MiB at one thread). Threads that
+// hand blocks to each other need more: it was 512 KiB a thread (1-4 MiB) of the threads
+// open at that moment, and at 8 threads on 2 cores a list in four to seven the depot
+// was handed went back to its runs (larson 16,577 of 60,258), where the next miss walked
+// it again, block by block, under the run pool's lock, and runs made for the next
+// burst while emptied ones waited in the stashes (57 MiB of them as larson ended). A
+// thread ending hands its lists on as its count goes down, so larson's rounds of threads
+// that end and start gave them back at the very moment their successors would take them;
+// the window keeps the budget of the threads just gone. With it, 8 rounds alternated
+// (bench/RESULTS.md, "Threaded stress: the depot's counts and budget"): producer/consumer
+// 0.87-0.94x the CPU and 0.80x the peak RSS, larson 0.94x and 0.92x, rptest 0.98-0.99x
+// and 0.93x; the small loop, ResNet-50 at 8 and 16 threads and planning_latency within
+// their spread. The 64 lists a class's stack holds and the sweep of lists no thread took
+// for a second (Note [Idle lists given back]) bound what it keeps.
 constexpr std::size_t depot_budget_least = 1024 * 1024;
-constexpr std::size_t depot_budget_most = 4096 * 1024;
-constexpr std::size_t depot_budget_per_thread = 512 * 1024;
+constexpr std::size_t depot_budget_most = 32768 * 1024;
+constexpr std::size_t depot_budget_per_thread = 2048 * 1024;
 constexpr std::size_t small_depot_budget = 256 * 1024;
 // Note [Large blocks in the front cache]: the depot's bytes of the classes above 64 KiB.
 constexpr std::size_t large_depot_budget = 8192 * 1024;
@@ -33,33 +50,67 @@ swept_fn g_swept = nullptr;
 constexpr std::uint64_t sweep_ms = 1000;
 std::atomic<std::uint64_t> g_next_sweep{0};  // ms: no sweep before
 
+// The most caches open at once since the last sweep, and in the second before it.
+alignas(64) std::atomic<std::size_t> g_open_most{0};
+std::atomic<std::size_t> g_open_most_before{0};
+void raise_to(std::atomic<std::size_t>& most, std::size_t n) noexcept {
+  std::size_t was = most.load(std::memory_order_relaxed);
+  while (was < n && !most.compare_exchange_weak(was, n, std::memory_order_relaxed)) {
+  }
+}
+
 std::size_t depot_budget() noexcept {
-  const std::size_t b = depot_budget_per_thread * g_open_caches.load(std::memory_order_relaxed);
+  const std::size_t now = g_open_most.load(std::memory_order_relaxed);
+  const std::size_t before = g_open_most_before.load(std::memory_order_relaxed);
+  const std::size_t most = now > before ? now : before;
+  const std::size_t b = depot_budget_least + depot_budget_per_thread * (most > 1 ? most - 1 : 0);
   return b < depot_budget_least ? depot_budget_least : b > depot_budget_most ? depot_budget_most : b;
 }
 
+// Note [The depot's counts]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Every list handed on between threads passes through the depot twice (a put, a take):
+// at 8 threads handing blocks to each other, ~120,000 lists a second on 2 cores. Each
+// counted itself in atomics shared by every class (lists put and taken, the part's
+// bytes), on one line with the count of open caches that every put of a class of 4-64
+// KiB reads: a line written by both cores at every step, so each put and take missed
+// on it, a locked add and a compare-exchange besides its own class's lock. So a
+// class's counts of lists put and taken are its own, beside its lock (written under
+// it, plain stores; the statistics add them up), each part's bytes and the count of
+// open caches have lines of their own, and a take gives its bytes back after its lock.
+// Threaded stress, 8 threads on 2 cores, 8 rounds alternated (bench/RESULTS.md,
+// "Threaded stress: the depot's counts"): producer/consumer 0.947x the CPU of the
+// counts before, rptest 0.978x, larson 0.977x.
 struct alignas(64) depot {
   std::atomic<bool> locked{false};
   std::atomic<unsigned> n{0};  // written under the lock, peeked without it
   unsigned low = 0;  // the fewest lists held since the last sweep (Note [Idle lists given back])
+  std::atomic<std::uint64_t> puts{0};   // lists put (counted) and kept
+  std::atomic<std::uint64_t> takes{0};  // lists taken (counted)
   free_list lists[depot_lists] = {};
 };
+void bump(std::atomic<std::uint64_t>& c) noexcept {  // under the depot's lock: no locked add
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
 // Constant-initialized (zeros in .bss): the front cache is used from the first static
 // constructor that allocates, which may run before this file's own would (a dynamic
 // initializer here once emptied a depot holding a list, leaving its bytes counted).
 constinit depot g_depot[max_classes];
 
 // The depot's bytes of the classes below 4 KiB, up to 64 KiB, and above.
-std::atomic<std::size_t> g_depot_bytes[parts] = {};
+// Each on a line of its own (Note [The depot's counts]).
+struct alignas(64) part_bytes {
+  std::atomic<std::size_t> bytes{0};
+};
+constinit part_bytes g_depot_bytes[parts];
 unsigned part_of(unsigned k) noexcept { return g_part[k]; }
 std::size_t budget_of_part(unsigned part) noexcept {
   return part == part_small ? small_depot_budget : part == part_large ? large_depot_budget : depot_budget();
 }
-std::atomic<std::size_t>& depot_bytes(unsigned k) noexcept { return g_depot_bytes[part_of(k)]; }
+std::atomic<std::size_t>& depot_bytes(unsigned k) noexcept { return g_depot_bytes[part_of(k)].bytes; }
 std::size_t depot_budget_of(unsigned k) noexcept { return budget_of_part(part_of(k)); }
-std::atomic<std::uint64_t> g_puts{0};
-std::atomic<std::uint64_t> g_takes{0};
-std::atomic<std::uint64_t> g_frees{0};
+// Lists given back for want of room: not under a lock, and rarer than puts and takes.
+alignas(64) std::atomic<std::uint64_t> g_frees{0};
 std::atomic<std::uint64_t> g_closed_threads{0};
 std::atomic<std::uint64_t> g_idle{0};
 
@@ -104,14 +155,12 @@ void put(unsigned k, void* head, std::uint32_t count, bool counted) noexcept {
     if (kept) {
       d.lists[n] = free_list{head, count, 0};
       d.n.store(n + 1, std::memory_order_relaxed);
+      if (counted) bump(d.puts);
     }
     unlock(d);
     if (!kept) used.fetch_sub(bytes, std::memory_order_relaxed);
   }
-  if (kept) {
-    if (counted) g_puts.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
+  if (kept) return;
   g_frees.fetch_add(1, std::memory_order_relaxed);
   free_all(head);
 }
@@ -128,14 +177,14 @@ free_list take(unsigned k, bool counted) noexcept {
     l = d.lists[n - 1];
     d.n.store(n - 1, std::memory_order_relaxed);
     if (n - 1 < d.low) d.low = n - 1;
-    depot_bytes(k).fetch_sub(std::size_t{l.count} * g_class_size[k], std::memory_order_relaxed);
+    if (counted) bump(d.takes);
   }
   unlock(d);
-  if (l.head != nullptr && counted) g_takes.fetch_add(1, std::memory_order_relaxed);
+  if (l.head != nullptr) depot_bytes(k).fetch_sub(std::size_t{l.count} * g_class_size[k], std::memory_order_relaxed);
   return l;
 }
 
-std::atomic<std::size_t> g_open_caches{0};
+alignas(64) std::atomic<std::size_t> g_open_caches{0};  // read at every put (its own line)
 
 void configure_depot(const std::uint32_t* class_size, const std::uint8_t* part, list_free_fn release,
                      sweep_clock_fn now, swept_fn swept) noexcept {
@@ -174,12 +223,16 @@ bool sweep_depot(std::uint64_t now) noexcept {
     }
     g_idle.fetch_add(m, std::memory_order_relaxed);
   }
+  // Note [The depot's budget follows the threads]: a new window of the most caches open.
+  g_open_most_before.store(g_open_most.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  g_open_most.store(g_open_caches.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  raise_to(g_open_most, g_open_caches.load(std::memory_order_relaxed));
   g_sweeps.fetch_add(1, std::memory_order_relaxed);
   if (g_swept != nullptr) g_swept();
   return true;
 }
 
-void thread_opened() noexcept { g_open_caches.fetch_add(1, std::memory_order_relaxed); }
+void thread_opened() noexcept { raise_to(g_open_most, g_open_caches.fetch_add(1, std::memory_order_relaxed) + 1); }
 
 void thread_closed() noexcept {
   g_closed_threads.fetch_add(1, std::memory_order_relaxed);
@@ -212,13 +265,15 @@ void unlock_depot() noexcept {
 }
 
 void depot_counts(front_cache_counts* c, bool enabled) noexcept {
-  c->depot_puts = g_puts.load(std::memory_order_relaxed);
-  c->depot_takes = g_takes.load(std::memory_order_relaxed);
+  for (const depot& d : g_depot) {
+    c->depot_puts += d.puts.load(std::memory_order_relaxed);
+    c->depot_takes += d.takes.load(std::memory_order_relaxed);
+  }
   c->depot_frees = g_frees.load(std::memory_order_relaxed);
   c->depot_idle = g_idle.load(std::memory_order_relaxed);
   c->threads_closed = g_closed_threads.load(std::memory_order_relaxed);
   for (unsigned part = 0; part < parts; ++part) {
-    c->depot_bytes[part] = g_depot_bytes[part].load(std::memory_order_relaxed);
+    c->depot_bytes[part] = g_depot_bytes[part].bytes.load(std::memory_order_relaxed);
     c->depot_budget[part] = enabled ? budget_of_part(part) : 0;
   }
 }

@@ -2,7 +2,8 @@
 // backend/front_idle.cc) on its own, with the test's clock and lists: a list no thread
 // took for a whole second goes back, a list put or taken within the second stays, a
 // sweep comes at most once a second and from put and take themselves, and what follows
-// a sweep (the arenas' decay) is called once per sweep.
+// a sweep (the arenas' decay) is called once per sweep; the budget of the classes of
+// 4-64 KiB follows the most threads with a cache open in the last seconds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -131,6 +132,59 @@ TEST(FrontDepot, PutAndTakeSweepOnceASecondWithTheirClock) {
   g_ms = 2500;
   front::put(kClass, b.at(2), 1);
   EXPECT_EQ(g_swept, 3);
+}
+
+std::size_t medium_budget() {
+  backend::front_cache_counts c;
+  front::depot_counts(&c, true);
+  return c.depot_budget[front::part_medium];
+}
+
+// Note [The depot's budget follows the threads] (backend/front_depot.cc): the classes of
+// 4-64 KiB may hold 1 MiB and 2 MiB for each thread beyond the first of the most that had
+// a cache open at once in the last one to two seconds (32 MiB at most), so that the lists
+// threads hand on as they end (a pool's round, larson's successors) wait for the threads
+// that follow, and go back once the threads have been fewer for a whole sweep.
+TEST(FrontDepot, TheBudgetFollowsTheMostThreadsOpenInTheLastSeconds) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  const auto budget_for = [&](std::size_t threads) {
+    return std::min(32 * kMiB, kMiB + 2 * kMiB * (threads > 1 ? threads - 1 : 0));
+  };
+  blocks b;
+  fresh_depot(50'000);
+  // Two sweeps with no thread opening: both windows hold the threads open now.
+  ASSERT_TRUE(front::sweep_depot(51'000));
+  ASSERT_TRUE(front::sweep_depot(52'000));
+  const std::size_t open = front::g_open_caches.load();
+  EXPECT_EQ(medium_budget(), budget_for(open));
+  for (int i = 0; i < 4; ++i) front::thread_opened();
+  EXPECT_EQ(medium_budget(), budget_for(open + 4));
+  // The four end: the budget stays theirs through this second.
+  for (int i = 0; i < 4; ++i) front::thread_closed();
+  EXPECT_EQ(medium_budget(), budget_for(open + 4));
+  // Lists of 1 MiB (256 blocks of 4 KiB counted; only their heads are real) up to it stay
+  // in the depot; the next goes back.
+  const std::size_t kept = budget_for(open + 4) / kMiB;
+  ASSERT_LT(kept, 16u) << "the test's blocks are fewer than the lists the budget allows";
+  g_ms = 52'500;
+  for (std::size_t i = 0; i < kept; ++i) front::put(kClass, b.at(static_cast<int>(i)), 256);
+  EXPECT_TRUE(g_released.empty()) << "a list within the budget went back";
+  front::put(kClass, b.at(static_cast<int>(kept)), 256);
+  ASSERT_EQ(g_released.size(), 1u) << "a list beyond the budget stayed";
+  EXPECT_EQ(g_released[0], b.at(static_cast<int>(kept)));
+  // A sweep later the window before still had the four; two sweeps later neither has.
+  ASSERT_TRUE(front::sweep_depot(53'000));
+  EXPECT_EQ(medium_budget(), budget_for(open + 4));
+  ASSERT_TRUE(front::sweep_depot(54'000));
+  EXPECT_EQ(medium_budget(), budget_for(open));
+  // More threads than the budget's most: 32 MiB.
+  for (int i = 0; i < 40; ++i) front::thread_opened();
+  EXPECT_EQ(medium_budget(), 32 * kMiB);
+  for (int i = 0; i < 40; ++i) front::thread_closed();
+  ASSERT_TRUE(front::sweep_depot(55'000));
+  ASSERT_TRUE(front::sweep_depot(56'000));
+  EXPECT_EQ(medium_budget(), budget_for(open));
+  front::release_depot();
 }
 
 TEST(FrontDepot, WithoutAClockNothingIsSwept) {
