@@ -24,17 +24,18 @@ constexpr unsigned depot_lists = 64;
 // (planning_latency: peak RSS 17 -> 20-22 MiB with 4 MiB at one thread). Threads that
 // hand blocks to each other need more: it was 512 KiB a thread (1-4 MiB) of the threads
 // open at that moment, and at 8 threads on 2 cores a list in four to seven the depot
-// was handed went back to its runs (larson 16,577 of 60,258), where the next miss walked
+// was handed went back to its runs (larson 14,832 of 62,107), where the next miss walked
 // it again, block by block, under the run pool's lock, and runs made for the next
-// burst while emptied ones waited in the stashes (57 MiB of them as larson ended). A
+// burst while emptied ones waited in the stashes (61 MiB of them as larson ended). A
 // thread ending hands its lists on as its count goes down, so larson's rounds of threads
 // that end and start gave them back at the very moment their successors would take them;
-// the window keeps the budget of the threads just gone. With it, 8 rounds alternated
-// (bench/RESULTS.md, "Threaded stress: the depot's counts and budget"): producer/consumer
-// 0.87-0.94x the CPU and 0.80x the peak RSS, larson 0.94x and 0.92x, rptest 0.98-0.99x
-// and 0.93x; the small loop, ResNet-50 at 8 and 16 threads and planning_latency within
-// their spread. The 64 lists a class's stack holds and the sweep of lists no thread took
-// for a second (Note [Idle lists given back]) bound what it keeps.
+// the window keeps the budget of the threads just gone. With it and Note [The depot's
+// counts], 8 threads on 2 cores, 10 rounds (bench/RESULTS.md, "Threaded stress: the
+// depot's counts and budget"): larson, rptest and producer/consumer 0.93x the CPU of the
+// depot before, peak RSS 0.91x, 0.87x and 0.81x; the small loop, ResNet-50 at 8 and 16
+// threads and planning_latency within their spread. The 64 lists a class's stack holds
+// and the sweep of lists no thread took for a second (Note [Idle lists given back])
+// bound what it keeps.
 constexpr std::size_t depot_budget_least = 1024 * 1024;
 constexpr std::size_t depot_budget_most = 32768 * 1024;
 constexpr std::size_t depot_budget_per_thread = 2048 * 1024;
@@ -70,7 +71,7 @@ std::size_t depot_budget() noexcept {
 // Note [The depot's counts]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Every list handed on between threads passes through the depot twice (a put, a take):
-// at 8 threads handing blocks to each other, ~120,000 lists a second on 2 cores. Each
+// at 8 threads handing blocks to each other, ~70,000 lists in under a second. Each
 // counted itself in atomics shared by every class (lists put and taken, the part's
 // bytes), on one line with the count of open caches that every put of a class of 4-64
 // KiB reads: a line written by both cores at every step, so each put and take missed
@@ -78,9 +79,9 @@ std::size_t depot_budget() noexcept {
 // class's counts of lists put and taken are its own, beside its lock (written under
 // it, plain stores; the statistics add them up), each part's bytes and the count of
 // open caches have lines of their own, and a take gives its bytes back after its lock.
-// Threaded stress, 8 threads on 2 cores, 8 rounds alternated (bench/RESULTS.md,
-// "Threaded stress: the depot's counts"): producer/consumer 0.947x the CPU of the
-// counts before, rptest 0.978x, larson 0.977x.
+// Threaded stress, 8 threads on 2 cores, two batches of 8 and 10 rounds alternated
+// (bench/RESULTS.md, "Threaded stress: the depot's counts and budget"): producer/consumer
+// 0.95-0.99x the CPU of the counts before, rptest 0.97-0.98x, larson 0.98-0.99x.
 struct alignas(64) depot {
   std::atomic<bool> locked{false};
   std::atomic<unsigned> n{0};  // written under the lock, peeked without it
