@@ -34,9 +34,9 @@
 // lists of 16 KiB, one block above 16 KiB, made 8 threads on 2 cores wait on the arena:
 // RESULTS "The fallback's front cache"), 16 KiB below 4 KiB (at most 64 blocks; 64 KiB
 // there took larson's peak RSS at 2 threads from 36 to 40 MiB); the depot at most 1-32
-// MiB for the classes of 4 KiB and up (Note [The depot's budget follows the threads]),
-// 256 KiB for those below (1 MiB in all released a list in four at 8 threads on 2 cores,
-// each of whose blocks the arena then made again: RESULTS "Small blocks in the front cache"),
+// MiB for the classes of 4-64 KiB (Note [The depot's budget follows the threads]), 256
+// KiB below (1 MiB in all released a list in four at 8 threads on 2 cores, each of whose
+// blocks the arena then made again: RESULTS "Small blocks in the front cache"),
 // 8 MiB for those above 64 KiB; what does not fit goes back to the arena, whose dirty
 // pages decay as jemalloc's others do. Before a slab is made (Note [Purging what a slab
 // replaces]) the thread's lists and the depot go back to the arena, so that its purge
@@ -560,8 +560,7 @@ bool front_cache_arena(unsigned* arena, unsigned* sharing) noexcept {
   if (!g_enabled || t_state != cache_open) return false;
   *arena = g_arena_of_slot[t_cache->slot];
   const std::size_t open = g_open_caches.load(std::memory_order_relaxed);
-  *sharing = static_cast<unsigned>((open + g_slots - 1) / g_slots);
-  if (*sharing == 0) *sharing = 1;
+  *sharing = open == 0 ? 1 : static_cast<unsigned>((open + g_slots - 1) / g_slots);
   return true;
 }
 
@@ -571,10 +570,11 @@ void front_cache_prefork() noexcept {
   lock_runs();
 }
 
-void front_cache_postfork() noexcept {
+void front_cache_postfork(bool child) noexcept {
   if (!g_enabled) return;
   unlock_runs();
   unlock_depot();
+  if (child) forked_child(t_state == cache_open);
 }
 
 std::uint32_t front_thread_list_count(std::size_t size) noexcept {

@@ -90,8 +90,10 @@ bool front_cache_arena(unsigned* arena, unsigned* sharing) noexcept;
 
 // Fork: the depot's locks held across fork(), released in both processes
 // (engine::prefork and its postfork handlers).
+// In the child (`child`), the caches open are the forking thread's alone (Note [The
+// depot's budget follows the threads]).
 void front_cache_prefork() noexcept;
-void front_cache_postfork() noexcept;
+void front_cache_postfork(bool child) noexcept;
 
 // The blocks on the calling thread's list of the class of `size` now (tests: Note [Runs
 // for medium blocks]); 0 where it has no cache or the class is not served from lists.

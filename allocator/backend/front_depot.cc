@@ -19,7 +19,9 @@ constexpr unsigned depot_lists = 64;
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The budget of the classes of 4-64 KiB is 1 MiB, and 2 MiB more for each thread beyond
 // the first, up to 32 MiB, counting the most threads that had a cache open at once since
-// the depot's last sweep or in the second before it (each sweep starts a window). A
+// the depot's last sweep or between the two sweeps before (a sweep starts a window; they
+// come at most once a second, at puts and takes). In a child after fork the count is the
+// forking thread's alone (the parent's other threads never close their caches there). A
 // program of one thread keeps in the depot what jemalloc would have kept
 // (planning_latency: peak RSS 17 -> 20-22 MiB with 4 MiB at one thread). Threads that
 // hand blocks to each other need more: it was 512 KiB a thread (1-4 MiB) of the threads
@@ -65,7 +67,7 @@ std::size_t depot_budget() noexcept {
   const std::size_t before = g_open_most_before.load(std::memory_order_relaxed);
   const std::size_t most = now > before ? now : before;
   const std::size_t b = depot_budget_least + depot_budget_per_thread * (most > 1 ? most - 1 : 0);
-  return b < depot_budget_least ? depot_budget_least : b > depot_budget_most ? depot_budget_most : b;
+  return b > depot_budget_most ? depot_budget_most : b;
 }
 
 // Note [The depot's counts]
@@ -181,11 +183,14 @@ free_list take(unsigned k, bool counted) noexcept {
     if (counted) bump(d.takes);
   }
   unlock(d);
+  // After the lock (a fork between leaves the child's count a list high, as put's
+  // reservation before its lock may: fewer lists kept there, none lost).
   if (l.head != nullptr) depot_bytes(k).fetch_sub(std::size_t{l.count} * g_class_size[k], std::memory_order_relaxed);
   return l;
 }
 
-alignas(64) std::atomic<std::size_t> g_open_caches{0};  // read at every put (its own line)
+// Written as threads open and close caches, read at large frees: a line of its own.
+alignas(64) std::atomic<std::size_t> g_open_caches{0};
 
 void configure_depot(const std::uint32_t* class_size, const std::uint8_t* part, list_free_fn release,
                      sweep_clock_fn now, swept_fn swept) noexcept {
@@ -234,6 +239,13 @@ bool sweep_depot(std::uint64_t now) noexcept {
 }
 
 void thread_opened() noexcept { raise_to(g_open_most, g_open_caches.fetch_add(1, std::memory_order_relaxed) + 1); }
+
+void forked_child(bool open) noexcept {
+  const std::size_t n = open ? 1 : 0;
+  g_open_caches.store(n, std::memory_order_relaxed);
+  g_open_most.store(n, std::memory_order_relaxed);
+  g_open_most_before.store(n, std::memory_order_relaxed);
+}
 
 void thread_closed() noexcept {
   g_closed_threads.fetch_add(1, std::memory_order_relaxed);

@@ -70,7 +70,12 @@ void release_depot() noexcept;
 // Fork: every class's lock held (front_cache_prefork / postfork).
 void lock_depot() noexcept;
 void unlock_depot() noexcept;
-// Its counts and budgets into c (front_cache_stats).
+// In the child after fork: the caches open, and the most at once, are the forking
+// thread's alone, 1 with a cache (`open`), else 0 (Note [The depot's budget follows the
+// threads]: the parent's other threads never close theirs there).
+void forked_child(bool open) noexcept;
+// Its counts and budgets into c (front_cache_stats); the lists put and taken added to
+// c's, which start at 0.
 void depot_counts(front_cache_counts* c, bool enabled) noexcept;
 
 }  // namespace replayalloc::detail::backend::front

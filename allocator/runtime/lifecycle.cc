@@ -69,7 +69,7 @@ void engine::prefork() {
 }
 
 void engine::postfork_parent() {
-  backend::front_cache_postfork();
+  backend::front_cache_postfork(false);
   check::unlock_after_fork();
   backend::unlock_after_fork();
   unlock_versions_after_fork();
@@ -79,7 +79,7 @@ void engine::postfork_parent() {
 }
 
 void engine::postfork_child() {
-  backend::front_cache_postfork();
+  backend::front_cache_postfork(true);
   check::unlock_after_fork();
   backend::unlock_after_fork();
   unlock_versions_after_fork();

@@ -1030,6 +1030,43 @@ TEST(FrontCache, AForkedChildAllocatesWhileThreadsUsedTheDepot) {
   EXPECT_EQ(failed, 0) << "forked children that did not exit cleanly";
 }
 
+// Note [The depot's budget follows the threads]: a child after fork counts the forking
+// thread's cache alone. Its parent's other threads never close theirs there, and their
+// count would have kept its budget of the classes of 4-64 KiB at theirs for its life.
+TEST(FrontCache, AForkedChildsDepotBudgetIsItsOwnThreads) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  constexpr int kThreads = 6;
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  // Each thread's cache opens at its first miss (volatile: the pair is not elided).
+  void* volatile mine = std::malloc(100);
+  std::free(mine);
+  std::latch opened(kThreads);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&] {
+      void* volatile p = std::malloc(100);
+      std::free(p);
+      opened.count_down();
+      while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  }
+  opened.wait();
+  EXPECT_GE(be::front_cache_stats().depot_budget[1], (1 + 2 * kThreads) * kMiB) << "the parent's threads not counted";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);
+    _exit(be::front_cache_stats().depot_budget[1] == kMiB ? 0 : 1);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  stop = true;
+  for (std::thread& t : ts) t.join();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's budget counted its parent's threads";
+}
+
 // Blocks handed between four threads while sweeps give idle lists back (Note [Idle lists
 // given back]): the threads move from one set of sizes to another and back twice, each
 // phase longer than two sweeps, so that the lists of the sizes left go back (the depot's and

@@ -104,7 +104,7 @@ struct Stats {
   // of 4-64 KiB moved between threads; all 0 while it is off.
   std::uint64_t front_lists_handed = 0;    ///< lists a thread handed to the depot (its list full, or the thread exiting)
   std::uint64_t front_lists_taken = 0;     ///< lists a thread took from the depot (its own empty)
-  std::uint64_t front_lists_released = 0;  ///< lists given back to jemalloc (the depot full, 1 MiB)
+  std::uint64_t front_lists_released = 0;  ///< lists given back to their runs or jemalloc (the depot's budget full)
   std::uint64_t front_lists_idle = 0;      ///< lists given back unused for a second (Note [Idle lists given back])
   std::uint64_t front_threads_closed = 0;  ///< exited threads whose lists went to the depot
   // What it holds now, in bytes (current values, not reset).
