@@ -53,7 +53,7 @@ swept_fn g_swept = nullptr;
 constexpr std::uint64_t sweep_ms = 1000;
 std::atomic<std::uint64_t> g_next_sweep{0};  // ms: no sweep before
 
-// The most caches open at once since the last sweep, and in the second before it.
+// The most caches open at once since the last sweep, and between the two sweeps before.
 alignas(64) std::atomic<std::size_t> g_open_most{0};
 std::atomic<std::size_t> g_open_most_before{0};
 void raise_to(std::atomic<std::size_t>& most, std::size_t n) noexcept {
@@ -278,6 +278,7 @@ void unlock_depot() noexcept {
 }
 
 void depot_counts(front_cache_counts* c, bool enabled) noexcept {
+  c->depot_puts = c->depot_takes = 0;
   for (const depot& d : g_depot) {
     c->depot_puts += d.puts.load(std::memory_order_relaxed);
     c->depot_takes += d.takes.load(std::memory_order_relaxed);

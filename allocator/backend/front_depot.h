@@ -74,8 +74,7 @@ void unlock_depot() noexcept;
 // thread's alone, 1 with a cache (`open`), else 0 (Note [The depot's budget follows the
 // threads]: the parent's other threads never close theirs there).
 void forked_child(bool open) noexcept;
-// Its counts and budgets into c (front_cache_stats); the lists put and taken added to
-// c's, which start at 0.
+// Its counts and budgets into c (front_cache_stats).
 void depot_counts(front_cache_counts* c, bool enabled) noexcept;
 
 }  // namespace replayalloc::detail::backend::front
