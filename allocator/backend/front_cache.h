@@ -66,8 +66,9 @@ void front_free(void* p) noexcept;
 void front_free_at(void* p, std::uintptr_t offset) noexcept;
 
 // Whether p is a block of one of the cache's runs (Note [Runs for medium blocks]), which
-// jemalloc does not know: then *usable is its class's size.
-bool front_run_block(const void* p, std::size_t* usable) noexcept;
+// jemalloc does not know: then *usable is its class's size and *below (where asked) the
+// size of the class below (0 for the first): its class's requests are (below, usable].
+bool front_run_block(const void* p, std::size_t* usable, std::size_t* below = nullptr) noexcept;
 
 // Before jemalloc's realloc of p (which may change its class in place): p's next free
 // asks jemalloc its class (Note [The front cache's page map]). Nothing for a block

@@ -37,8 +37,16 @@ struct front_classes {
   std::uint32_t list_max_of[max_classes] = {};  // 0 for the classes counted in bytes
 };
 
-// jemalloc's classes (size_class: a request's class) from 16 B to 64 KiB, then those
-// above up to 2 MiB, into *out; false when none, or more than max_classes.
+// Note [A class for a page and a header] (front_classes.cc): P + P/8 for the powers of
+// two P from header_least to header_most (4.5 and 9 KiB), beside jemalloc's classes.
+inline constexpr std::size_t header_least = 4096;
+inline constexpr std::size_t header_most = 8192;
+// The cache's class of a request of n bytes (16 <= n <= front_limit): P + P/8 where n is
+// above a power of two P of those by at most P/8, else jemalloc's (size_class).
+std::size_t class_for(std::size_t n, std::size_t (*size_class)(std::size_t) noexcept) noexcept;
+
+// The classes (class_for) from 16 B to 64 KiB, then jemalloc's above up to 2 MiB, into
+// *out; false when none, or more than max_classes.
 bool number_classes(std::size_t (*size_class)(std::size_t) noexcept, front_classes* out) noexcept;
 
 // Note [Classes a stream has left] (front_classes.cc): which of a thread's classes above

@@ -564,11 +564,13 @@ void unlock_runs() noexcept {
 
 namespace replayalloc::detail::backend {
 
-bool front_run_block(const void* p, std::size_t* usable) noexcept {
+bool front_run_block(const void* p, std::size_t* usable, std::size_t* below) noexcept {
   using namespace front;
   const unsigned k = class_at(p);
   if (!run_class(k)) return false;
   *usable = g_size[k];
+  // The classes are numbered by size, the run classes from 1 (g_size[0] is 0).
+  if (below != nullptr) *below = g_size[k - 1];
   return true;
 }
 

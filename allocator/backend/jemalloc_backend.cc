@@ -577,10 +577,11 @@ void fallback_free_sized(void* p, std::size_t size, std::size_t align) noexcept 
 
 void* fallback_realloc(void* p, std::size_t size) noexcept {
   // Note [Runs for medium blocks]: jemalloc does not know a run's block. It stays where
-  // the new size is of its class, and moves otherwise.
-  if (std::size_t usable = 0; front_run_block(p, &usable)) {
+  // the new size is of its class (the cache's: Note [A class for a page and a header]), and moves
+  // otherwise.
+  if (std::size_t usable = 0, below = 0; front_run_block(p, &usable, &below)) {
     const std::size_t n = at_least_min(size);
-    if (nallocx(n, 0) == usable) return p;
+    if (n <= usable && n > below) return p;
     void* q = fallback_alloc(n, malloc_align);
     if (q == nullptr) return nullptr;  // p stays valid
     std::memcpy(q, p, n < usable ? n : usable);
