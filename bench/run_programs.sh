@@ -4,13 +4,15 @@
 # tune on"): Perl, sqlite3, CPython and g++ on workloads of their own
 # (bench/programs/), each under glibc, jemalloc, tcmalloc, mimalloc and replayalloc
 # preloaded (auto mode, its defaults), one process per program, allocator and round,
-# the order rotated every round (bench/programs/measure.py). Outputs must agree.
+# the order rotated every round and reversed every other (bench/programs/measure.py).
+# Outputs must agree.
 # Rewrites the "programs" section of bench/RESULTS.md.
 # Usage: bench/run_programs.sh [ROUNDS]   (default 7)
 # Environment: BUILD_DIR (default <repo>/build); BENCH_PREBUILT=1 (no build); BEFORE_LIB
 # (the preload library of another build: a column "replayalloc-before"); PROGRAMS_ONLY
-# (a comma-separated subset of perl, sqlite, sqlite-8k, python, g++); RESULTS_FILE and
-# RESULTS_SECTION (default bench/RESULTS.md, programs).
+# (a comma-separated subset of perl, sqlite, sqlite-8k, python, g++: the section then
+# holds the subset's tables alone); RESULTS_FILE and RESULTS_SECTION (default
+# bench/RESULTS.md, programs).
 set -euo pipefail
 export LC_ALL=C
 # shellcheck source=lib.sh
@@ -24,7 +26,12 @@ for tool in perl sqlite3 g++; do
 done
 [[ -z ${BEFORE_LIB:-} ]] || require_file "$BEFORE_LIB" "BEFORE_LIB: the preload library of another build"
 allocators=(glibc=-)
-for a in jemalloc tcmalloc mimalloc; do allocators+=("$a=$(allocator_library "$a")"); done
+for a in jemalloc tcmalloc mimalloc; do
+  lib=$(allocator_library "$a")
+  require_file "$lib" "$a (scripts/setup.sh installs it)"
+  allocators+=("$a=$lib")
+done
+require_file "$pre" "the preload library (cmake --build $build --target replayalloc_preload)"
 allocators+=("replayalloc=$pre")
 [[ -z ${BEFORE_LIB:-} ]] || allocators+=("replayalloc-before=$BEFORE_LIB")
 scratch_dir
@@ -33,7 +40,7 @@ python3 "$root/bench/programs/measure.py" "$rounds" "$tmp/tables" "${allocators[
   echo "## Programs nobody tuned on: Perl, SQLite, CPython and g++ under every allocator"
   echo
   echo "- $(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average); commit $(git -C "$root" rev-parse --short HEAD)."
-  echo "- Command: \`${BEFORE_LIB:+BEFORE_LIB=$BEFORE_LIB }${PROGRAMS_ONLY:+PROGRAMS_ONLY=$PROGRAMS_ONLY }bench/run_programs.sh $rounds\` ($rounds rounds, one process per program, allocator and round, the order rotated each round; bench/programs/)."
+  echo "- Command: \`${BEFORE_LIB:+BEFORE_LIB=$BEFORE_LIB }${PROGRAMS_ONLY:+PROGRAMS_ONLY=$PROGRAMS_ONLY }bench/run_programs.sh $rounds\` ($rounds rounds, one process per program, allocator and round, the order rotated each round and reversed every other; bench/programs/)."
   echo "- Each allocator preloaded into an unmodified program (replayalloc: \`libreplayalloc_preload.so\`, its defaults, auto mode; replayalloc-before: \`${BEFORE_LIB:-none}\`, another build, with its defaults). Nothing in these programs repeats as an inference does: what they measure is the fallback (the front cache in front of jemalloc) and auto mode's watcher."
   echo "- From each run's rusage: **CPU s** user + system, **faults** minor page faults, **peak RSS**; medians over the rounds. **÷ best**: over the lowest median CPU of glibc, jemalloc, tcmalloc and mimalloc; **RSS ÷ leanest** likewise. Goal (issue 41): replayalloc at most 1.03x the best's CPU and never above glibc's."
   echo

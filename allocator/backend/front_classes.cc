@@ -1,7 +1,8 @@
 // The front cache's size classes (Note [The fallback's front cache], front_cache.cc):
-// jemalloc's and one more a doubling from 4 KiB (Note [A class for a page and a header]), numbered once as the cache is enabled; how the small ones are kept (Note
-// [Small blocks in the front cache]) and which are kept in bytes (Note [Large blocks in
-// the front cache]); and which of them a thread's stream has left.
+// jemalloc's and two more (Note [A class for a page and a header]), numbered once as the
+// cache is enabled; how the small ones are kept (Note [Small blocks in the front cache])
+// and which are kept in bytes (Note [Large blocks in the front cache]); and which of them
+// a thread's stream has left.
 #include "backend/front_classes.h"
 
 #include <atomic>
@@ -128,15 +129,14 @@ std::size_t number_large_classes(std::size_t (*size_class)(std::size_t) noexcept
 // (jemalloc and mimalloc 143, glibc, which fits each chunk to 16 bytes, 123). The runs
 // are the cache's own (Note [Runs for medium blocks]), so its classes need not be
 // jemalloc's: for a power of two P of 4 and 8 KiB, one more, P + P/8 (4.5 and 9 KiB),
-// takes the requests just above P, at most an eighth over: 149 -> 134 MiB and 0.90x the
-// CPU in that run, 142 -> 128 MiB and 0.93x with 8 KiB pages (bench/RESULTS.md,
-// "Programs nobody tuned on"). Each class costs lists and runs of its own, its free
-// blocks waiting there: eight classes a doubling from 4 to 16 KiB (tcmalloc's spacing)
-// left sqlite3 as lean but the threaded stress programs' peak (sizes drawn log-uniform)
-// 3-11% higher, these two 1-4%; classes at 16 and 32 KiB + 1/8 too moved nothing
-// measured (ResNet-50 at 16 threads within its runs' spread either way), so jemalloc's
-// classes stay there. A run block keeps its place at a realloc while the new size is of
-// its class (fallback_realloc), whatever jemalloc's.
+// takes the requests just above P, at most an eighth over: 148.8 -> 134.1 MiB and 0.93x
+// the CPU, 142.3 -> 128.3 MiB and 0.93x with 8 KiB pages (bench/RESULTS.md, "Programs
+// nobody tuned on"). Each class costs lists and runs of its own, its free blocks waiting
+// there: eight classes a doubling from 4 to 16 KiB (tcmalloc's spacing) left sqlite3 as
+// lean but raised the threaded stress programs' peak (sizes drawn log-uniform) by 2.4-3.8
+// MiB, these two by 0.3-1.1 MiB; two more at 18 and 36 KiB gained nothing measured and
+// raised it 0.8-1.6 MiB, so jemalloc's classes stay there. A run block keeps its place at
+// a realloc while the new size is of its class (fallback_realloc), whatever jemalloc's.
 std::size_t class_for(std::size_t n, std::size_t (*size_class)(std::size_t) noexcept) noexcept {
   if (n > header_least && n <= 2 * header_most) {
     const std::size_t p = std::bit_floor(n - 1);  // the power of two below n

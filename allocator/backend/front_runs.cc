@@ -1,5 +1,6 @@
-// The front cache's runs: blocks of jemalloc's classes of 16 B-128 KiB carved from runs
-// of 64 KiB-1 MiB, each of one class, that the cache manages itself.
+// The front cache's runs: blocks of its classes of 16 B-128 KiB (jemalloc's, and two more:
+// Note [A class for a page and a header]) carved from runs of 64 KiB-1 MiB, each of one
+// class, that the cache manages itself.
 //
 // Note [Runs for medium blocks]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -13,7 +14,7 @@
 // (RESULTS "Bursts"), 40,000 of 8 KiB at 2.2x, with 2.8x jemalloc's own instructions
 // (its thread cache batches the slab work, which MALLOCX_TCACHE_NONE does not).
 // mimalloc and tcmalloc carve such blocks from pages or spans of many blocks. So the
-// front cache does, for jemalloc's classes from 4 KiB to 128 KiB:
+// front cache does, for its classes from 4 KiB to 128 KiB:
 //  * a run is one block of the cache's arena (Note [The front cache's arena]) of the
 //    smallest power of two holding 16 blocks, at least 64 KiB and at most 1 MiB (8-64
 //    blocks), aligned to its size, so that a block's run is its address rounded down;

@@ -577,8 +577,8 @@ void fallback_free_sized(void* p, std::size_t size, std::size_t align) noexcept 
 
 void* fallback_realloc(void* p, std::size_t size) noexcept {
   // Note [Runs for medium blocks]: jemalloc does not know a run's block. It stays where
-  // the new size is of its class (the cache's: Note [A class for a page and a header]), and moves
-  // otherwise.
+  // the new size is of its class (the cache's: Note [A class for a page and a header]),
+  // and moves otherwise.
   if (std::size_t usable = 0, below = 0; front_run_block(p, &usable, &below)) {
     const std::size_t n = at_least_min(size);
     if (n <= usable && n > below) return p;

@@ -3,14 +3,20 @@
 
 measure.py ROUNDS OUT_MARKDOWN NAME=LIB[,VAR=VALUE...] ...
 Runs each program of PROGRAMS once per allocator and round, each in a process of its
-own, the order rotated every round; an allocator is preloaded (LIB `-` for none: the C
-library's own). From the child's rusage (wait4): CPU time (user + system), peak RSS and
-minor page faults. Each program's standard output must be the same under every
+own, the order rotated every round and reversed every other; an allocator is preloaded
+(LIB `-` for none: the C library's own). From the child's rusage (wait4, which counts
+the processes it waited for, g++'s cc1plus and as): CPU time (user + system), peak RSS
+(of the largest process) and minor page faults. Each program's output (its standard
+output, or the hash of the object file g++ writes) must be the same under every
 allocator; the table says so. Writes a Markdown table per program to OUT_MARKDOWN.
+PROGRAMS_ONLY: a comma-separated subset of the programs.
 """
+import hashlib
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -22,44 +28,42 @@ def python3():
     return "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else "python3"
 
 
-def sql(page_size):
-    """insert.sql, with the page size set first where given: a file's path."""
-    path = os.path.join(HERE, "insert.sql")
-    if not page_size:
-        return path
-    with open(path) as f:
-        text = f.read()
-    out = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"replayalloc_insert_{page_size}_{os.getpid()}.sql")
-    with open(out, "w") as f:
-        f.write(f"pragma page_size={page_size};\n" + text)
-    return out
+SQL = os.path.join(HERE, "insert.sql")
+OBJECT = "threaded_stress.o"  # g++'s output, in the run's scratch folder
 
-
-# name -> (argv, stdin text, what it is)
+# name -> (argv, stdin file, what it is); OBJECT in argv: that file in the scratch folder
 PROGRAMS = {
     "perl": (["perl", os.path.join(HERE, "hash.pl")], None,
              "Perl 5: a hash of 400,000 keys built, sorted, a fifth deleted (hash.pl)"),
-    "sqlite": (["sqlite3", ":memory:"], sql(0),
+    "sqlite": (["sqlite3", ":memory:"], SQL,
                "sqlite3: 200,000 rows inserted into an indexed table in memory, 4 KiB pages (insert.sql)"),
-    "sqlite-8k": (["sqlite3", ":memory:"], sql(8192), "the same with 8 KiB pages"),
+    "sqlite-8k": (["sqlite3", "-cmd", "pragma page_size=8192", ":memory:"], SQL, "the same with 8 KiB pages"),
     "python": ([python3(), os.path.join(HERE, "json_roundtrip.py")], None,
                "CPython: 60,000 records to JSON and back three times, a 28 MB string (json_roundtrip.py)"),
     "g++": (["g++", "-O2", "-std=c++20", "-c", os.path.join(ROOT, "bench", "micro", "threaded_stress.cc"),
-             "-o", "/dev/null"], None, "g++ -O2 compiling bench/micro/threaded_stress.cc (cc1plus and as)"),
+             "-o", OBJECT], None,
+            "g++ -O2 compiling bench/micro/threaded_stress.cc (cc1plus and as; the object file's hash compared)"),
 }
 
 
-def measure(argv, stdin, env):
-    """Runs argv (stdin: a file's path or None); its output, exit code, CPU s, peak RSS MiB, minor faults."""
+def measure(argv, stdin, env, scratch):
+    """Runs argv (stdin: a file's path or None) in the folder scratch; its output (standard
+    output, or OBJECT's hash where it writes one), exit code, CPU s, peak RSS MiB, minor
+    faults and standard error."""
+    err_path = os.path.join(scratch, "stderr")
+    obj = os.path.join(scratch, OBJECT)
+    if os.path.exists(obj):
+        os.remove(obj)
     r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: stdin from the file, stdout to the pipe, stderr kept quiet
+    if pid == 0:  # the child: stdin from the file, stdout to the pipe, stderr to a file
         try:
             os.close(r)
+            os.chdir(scratch)
             if stdin is not None:
                 os.dup2(os.open(stdin, os.O_RDONLY), 0)
             os.dup2(w, 1)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+            os.dup2(os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
             os.execvpe(argv[0], argv, env)
         finally:
             os._exit(127)
@@ -72,8 +76,17 @@ def measure(argv, stdin, env):
         chunks.append(b)
     os.close(r)
     _, status, ru = os.wait4(pid, 0)
-    return (b"".join(chunks).decode(errors="replace"), os.waitstatus_to_exitcode(status),
-            ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0, ru.ru_minflt)
+    out = b"".join(chunks).decode(errors="replace")
+    if OBJECT in argv and os.path.exists(obj):
+        with open(obj, "rb") as f:
+            out += "object " + hashlib.sha256(f.read()).hexdigest()
+    with open(err_path, errors="replace") as f:
+        err = f.read()
+    # a library that cannot be preloaded is only a warning of ld.so's: not measured as another
+    if "cannot be preloaded" in err:
+        sys.exit(f"measure.py: {argv[0]}: {err.strip()}")
+    return (out, os.waitstatus_to_exitcode(status), ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0,
+            ru.ru_minflt, err)
 
 
 def main():
@@ -85,28 +98,48 @@ def main():
         parts = rest.split(",")
         extra = dict(p.split("=", 1) for p in parts[1:])
         allocators.append((name, None if parts[0] == "-" else parts[0], extra))
-    only = os.environ.get("PROGRAMS_ONLY")
-    programs = [p for p in PROGRAMS if not only or p in only.split(",")]
+    only = [p for p in os.environ.get("PROGRAMS_ONLY", "").split(",") if p]
+    unknown = [p for p in only if p not in PROGRAMS]
+    if unknown:
+        sys.exit(f"measure.py: PROGRAMS_ONLY names no program {', '.join(unknown)} (there are {', '.join(PROGRAMS)})")
+    programs = [p for p in PROGRAMS if not only or p in only]
+    scratch = tempfile.mkdtemp(prefix="replayalloc_programs_")
+    try:
+        results, outputs = run_all(rounds, programs, allocators, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    write_tables(out_md, programs, allocators, results, outputs)
+
+
+def run_all(rounds, programs, allocators, scratch):
     results = {}
     outputs = {}
     for r in range(rounds):
+        # rotated each round and reversed every other, so that no allocator always runs
+        # right after the same one (the one before can leave the host faster or slower)
+        order = allocators[r % len(allocators):] + allocators[:r % len(allocators)]
+        if r % 2:
+            order.reverse()
         for prog in programs:
             argv, stdin, _ = PROGRAMS[prog]
-            for i in range(len(allocators)):
-                name, lib, extra = allocators[(i + r) % len(allocators)]
+            for name, lib, extra in order:
                 env = dict(os.environ)
                 env.pop("LD_PRELOAD", None)
                 env["REPLAYALLOC_VERBOSE"] = "0"
                 if lib:
                     env["LD_PRELOAD"] = lib
                 env.update(extra)
-                out, code, cpu, rss, faults = measure(argv, stdin, env)
+                out, code, cpu, rss, faults, err = measure(argv, stdin, env, scratch)
                 if code != 0:
-                    sys.exit(f"measure.py: {prog} under {name} exited with {code}")
+                    sys.exit(f"measure.py: {prog} under {name} exited with {code}: {err.strip()[-2000:]}")
                 outputs.setdefault((prog, name), set()).add(out)
                 results.setdefault((prog, name), []).append((cpu, rss, faults))
                 print(f"round {r + 1} {prog} {name}: cpu {cpu:.3f} s, rss {rss:.1f} MiB, faults {faults}",
                       file=sys.stderr)
+    return results, outputs
+
+
+def write_tables(out_md, programs, allocators, results, outputs):
     names = [a[0] for a in allocators]
     lines = []
     for prog in programs:

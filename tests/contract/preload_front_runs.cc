@@ -355,9 +355,20 @@ TEST(FrontRuns, RunBlocksAreNeverJemallocs) {
   EXPECT_EQ(be::fallback_realloc(p, 9216), p) << "a realloc within the class moved the block";
   EXPECT_EQ(be::fallback_realloc(p, 8193), p) << "a realloc within the class moved the block";
   EXPECT_TRUE(intact(p, 8193, 7));
+  // Out of the class either way: the block moves, to one of the new size's class.
+  void* down = be::fallback_realloc(p, 8192);
+  ASSERT_NE(down, nullptr);
+  EXPECT_NE(down, p) << "a realloc to the class below kept a 9 KiB block";
+  EXPECT_EQ(malloc_usable_size(down), 8192u);
+  EXPECT_TRUE(intact(down, 8192, 7));
+  p = be::fallback_realloc(down, 9217);
+  ASSERT_NE(p, nullptr);
+  EXPECT_NE(p, down) << "a realloc past the class kept an 8 KiB block";
+  EXPECT_EQ(malloc_usable_size(p), 10240u);
+  EXPECT_TRUE(intact(p, 8192, 7));
   void* q = be::fallback_realloc(p, 50000);
   ASSERT_NE(q, nullptr);
-  EXPECT_TRUE(intact(q, 8193, 7)) << "a run's block moved without its bytes";
+  EXPECT_TRUE(intact(q, 8192, 7)) << "a run's block moved without its bytes";
   void* r = be::fallback_realloc(q, 5000);
   ASSERT_NE(r, nullptr);
   EXPECT_TRUE(intact(r, 5000, 7));
@@ -385,6 +396,38 @@ TEST(FrontRuns, RunBlocksAreNeverJemallocs) {
       EXPECT_TRUE(be::front_run_block(b, &usable)) << "a block of a run's class that is not a run's";
       release(b);
     }
+  }).join();
+}
+
+// Note [A class for a page and a header] (front_classes.cc), against the real jemalloc:
+// every request from 1 B to 128 KiB gets a run block of the smallest class that holds
+// it (the block's usable size at least the request, the class below smaller than it),
+// the classes being jemalloc's (nallocx) but 4.5 and 9 KiB, which take the requests
+// just above 4 and 8 KiB: 4,104 bytes (a SQLite page and its header) gets 4,608.
+TEST(FrontRuns, EveryRequestGetsTheSmallestClassThatHoldsIt) {
+  REQUIRE_RUNS();
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  std::thread([&] {
+    for (std::size_t n = 1; n <= 128 * 1024; n += n < 16384 ? 8 : 256) {
+      void* p = pass(n);
+      ASSERT_NE(p, nullptr) << n;
+      std::size_t usable = 0;
+      std::size_t below = 0;
+      ASSERT_TRUE(be::front_run_block(p, &usable, &below)) << n << " bytes not from a run";
+      const std::size_t at_least = n < 16 ? 16 : n;
+      ASSERT_GE(usable, at_least) << n;
+      ASSERT_LT(below, at_least) << n << ": the class below holds it";
+      const bool header = (n > 4096 && n <= 4608) || (n > 8192 && n <= 9216);
+      ASSERT_EQ(usable, header ? (n <= 4608 ? 4608u : 9216u) : nallocx(at_least, 0)) << n;
+      ASSERT_EQ(malloc_usable_size(p), usable) << n;
+      std::memset(p, 0x5a, usable);  // every byte it says it has is its own
+      release(p);
+    }
+    void* page = pass(4104);
+    ASSERT_NE(page, nullptr);
+    EXPECT_EQ(malloc_usable_size(page), 4608u) << "a 4 KiB page and its header in jemalloc's 5 KiB class";
+    release(page);
   }).join();
 }
 
