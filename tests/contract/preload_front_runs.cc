@@ -435,6 +435,68 @@ TEST(FrontRuns, EveryRequestGetsTheSmallestClassThatHoldsIt) {
   }).join();
 }
 
+// Blocks of the classes of 4.5 and 9 KiB (Note [A class for a page and a header]), 300
+// of each live at once over several runs, each written over all of its usable size:
+// none overlaps another, each keeps its bytes until freed, and blocks freed and asked
+// again (half of them, then the other half) come back only once free.
+TEST(FrontRuns, BlocksOfAPageAndAHeaderNeverOverlap) {
+  REQUIRE_RUNS();
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  std::thread([&] {
+    struct held {
+      void* p;
+      std::size_t usable;
+      std::uint32_t tag;
+    };
+    std::vector<held> live;
+    std::uint32_t next_tag = 1;
+    const auto take = [&](std::size_t n) {
+      void* p = pass(n);
+      ASSERT_NE(p, nullptr);
+      const std::size_t usable = malloc_usable_size(p);
+      ASSERT_GE(usable, n);
+      fill(p, usable, next_tag);
+      live.push_back({p, usable, next_tag++});
+    };
+    const auto check = [&] {
+      std::vector<std::pair<std::uintptr_t, std::size_t>> spans;
+      for (const held& h : live) {
+        ASSERT_TRUE(intact(h.p, h.usable, h.tag)) << "a live block of " << h.usable << " bytes changed";
+        spans.emplace_back(reinterpret_cast<std::uintptr_t>(h.p), h.usable);
+      }
+      std::sort(spans.begin(), spans.end());
+      for (std::size_t i = 1; i < spans.size(); ++i) {
+        ASSERT_GE(spans[i].first - spans[i - 1].first, spans[i - 1].second) << "two live blocks overlap";
+      }
+    };
+    for (int i = 0; i < 300; ++i) {
+      take(4104 + i % 500);  // 4,104-4,603 bytes: the 4.5 KiB class
+      take(8200 + i % 1000);  // 8,200-9,199 bytes: the 9 KiB class
+    }
+    check();
+    for (int round = 0; round < 2; ++round) {
+      std::vector<held> kept;
+      for (std::size_t i = 0; i < live.size(); ++i) {
+        if (i % 2 == static_cast<std::size_t>(round)) {
+          ASSERT_TRUE(intact(live[i].p, live[i].usable, live[i].tag));
+          release(live[i].p);
+        } else {
+          kept.push_back(live[i]);
+        }
+      }
+      live = kept;
+      for (int i = 0; i < 150; ++i) {
+        take(4608 - i);
+        take(9216 - i);
+      }
+      check();
+    }
+    for (const held& h : live) release(h.p);
+    be::front_cache_release();  // nothing of these classes left to the tests after
+  }).join();
+}
+
 // Note [Small blocks the filters let through] (runtime/host_slow_path.cc): a free a
 // recording's or a watcher's filter let through skips their tables only where the
 // fallback knows the block to be smaller than the minimum (4 KiB here): a run's block
