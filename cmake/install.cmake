@@ -102,6 +102,14 @@ endif()
 if(TARGET replayalloc_cuda_shared)
   install(FILES ${PROJECT_SOURCE_DIR}/integrations/cuda/include/replayalloc/cuda.h
     DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/replayalloc COMPONENT dev)
+  # What the Python package compiles against the running torch for the native CUDA
+  # route (replayalloc.torch.native_cuda_module): the adapter beside the package, the
+  # core's headers with the others (so the route needs the dev component too).
+  install(FILES ${PROJECT_SOURCE_DIR}/integrations/cuda/include/replayalloc/cuda.hpp
+    ${PROJECT_SOURCE_DIR}/integrations/cuda/include/replayalloc/cuda_native.hpp
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/replayalloc COMPONENT dev)
+  install(FILES ${PROJECT_SOURCE_DIR}/integrations/pytorch/cuda/c10_allocator.cc
+    DESTINATION ${REPLAYALLOC_INSTALL_PYTHONDIR}/replayalloc COMPONENT python)
 endif()
 
 # ---- pkg-config: the shared library. The prefix is found from the .pc file's own

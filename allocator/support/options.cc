@@ -369,7 +369,7 @@ int parse_options(char* const* envp, options* out) {
         if (std::strncmp(*e, d.name, n) == 0 && (*e)[n] == '=') known = true;
       }
       // Read by the Python package, not the engine.
-      for (const char* other : {"REPLAYALLOC_LIBRARY=", "REPLAYALLOC_TEST_LIBRARY="}) {
+      for (const char* other : {"REPLAYALLOC_LIBRARY=", "REPLAYALLOC_TEST_LIBRARY=", "REPLAYALLOC_CUDA_ROUTE="}) {
         if (std::strncmp(*e, other, std::strlen(other)) == 0) known = true;
       }
       if (!known) {

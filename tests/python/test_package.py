@@ -134,6 +134,43 @@ class Torch(unittest.TestCase):
         msg = str(cm.exception)
         self.assertTrue("2.0 or newer" in msg or "no CUDA device" in msg, msg)
 
+    def test_a_cuda_route_that_does_not_exist_is_refused(self):
+        self.torch_or_skip()
+        import replayalloc.torch as rt
+        with self.assertRaises(ValueError) as cm:
+            rt.use_for_cuda(LIB, route="fast")
+        self.assertIn("the route argument is 'fast'; it must be one of auto, native, pluggable", str(cm.exception))
+        with mock.patch.dict(os.environ, {"REPLAYALLOC_CUDA_ROUTE": "Native"}):
+            with self.assertRaises(ValueError) as cm:
+                rt.use_for_cuda(LIB)
+        self.assertIn("REPLAYALLOC_CUDA_ROUTE is 'Native'", str(cm.exception))
+        self.assertIn("PyTorch's own CUDA allocator stays in use", str(cm.exception))
+        self.assertIsNone(rt.cuda_route())
+
+    def test_the_cuda_route_setting_is_known_to_the_library(self):
+        # The library warns about REPLAYALLOC_ settings it does not know; this one is the package's.
+        env = dict(os.environ, REPLAYALLOC_CUDA_ROUTE="pluggable", REPLAYALLOC_CUDA_ROUT="x")
+        r = subprocess.run([sys.executable, "-c", f"import replayalloc; replayalloc.load({LIB!r}); replayalloc.stats()"],
+                           env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("unknown setting REPLAYALLOC_CUDA_ROUTE ", r.stderr)
+        self.assertIn("unknown setting REPLAYALLOC_CUDA_ROUT ", r.stderr)  # a misspelling still is
+
+    def test_the_native_route_finds_its_sources_and_says_why_it_cannot_build(self):
+        torch = self.torch_or_skip()
+        import replayalloc.torch as rt
+        src, incs, libdir = rt._native_build_inputs(LIB)
+        self.assertTrue(os.path.isfile(src), src)
+        for rel in ("replayalloc/cuda_native.hpp", "replayalloc/replayalloc.hpp", "replayalloc/version.h"):
+            self.assertTrue(any(os.path.isfile(os.path.join(d, rel)) for d in incs), (rel, incs))
+        self.assertEqual(libdir, os.path.dirname(os.path.realpath(LIB)))
+        if rt._version_tuple(torch.__version__) >= rt._NATIVE_MIN_TORCH and torch.version.cuda:
+            self.skipTest("this torch could build the native route: bench/gpu/run_native.sh builds it for real")
+        with self.assertRaises(RuntimeError) as cm:
+            rt.native_cuda_module(LIB)
+        msg = str(cm.exception)
+        self.assertTrue("needs torch 2.9 or newer" in msg or "built without CUDA" in msg, msg)
+
     def test_cuda_allocator_says_why_it_cannot(self):
         torch = self.torch_or_skip()
         import replayalloc.torch as rt

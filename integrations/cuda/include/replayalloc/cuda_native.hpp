@@ -7,7 +7,9 @@
 // DeviceStats: memory_allocated, memory_reserved, their peaks, memory_stats), the
 // segments of a memory snapshot, cacheInfo and emptyCache. Torch-free: the adapter
 // that maps it onto a given torch's CUDAAllocator interface is built against that
-// torch; this core is tested over the simulated runtime (tests/cuda/native_test.cc).
+// torch (integrations/pytorch/cuda/c10_allocator.cc, which links libreplayalloc_cuda.so:
+// these functions are its exports); this core is tested over the simulated runtime
+// (tests/cuda/native_test.cc).
 //
 //     auto a = replayalloc::cuda::native::allocate(bytes, device, stream);
 //     // DataPtr(a.ptr, a.ctx, &replayalloc::cuda::native::free_block, Device(kCUDA, device))
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "replayalloc/cuda.hpp"
+#include "replayalloc/export.h"
 
 namespace replayalloc::cuda::native {
 
@@ -42,32 +45,32 @@ struct allocation {
 /// current, as PyTorch's CUDAGuard does), used in stream order on `stream`. Throws
 /// out_of_memory when neither the plan nor the runtime can serve it, and
 /// std::invalid_argument for a device outside the range.
-allocation allocate(std::size_t bytes, int device, cudaStream_t stream);
+REPLAYALLOC_EXPORT allocation allocate(std::size_t bytes, int device, cudaStream_t stream);
 
 /// Frees a block (null: nothing). Any thread. When record_stream named other streams
 /// than the block's own, the block's stream first waits for each of them (an event
 /// recorded there now), so the bytes are reused only after their work; never blocks
 /// the host (but see record_stream).
-void free_block(void* ctx) noexcept;
+REPLAYALLOC_EXPORT void free_block(void* ctx) noexcept;
 
 /// The block is also used on `stream`: its free will order its reuse after the work
 /// enqueued there until then. The block's own stream, or one already named, changes
 /// nothing. Beyond max_recorded_streams other streams the free waits for the device
 /// instead (counted: device_stats::synchronized_frees).
-void record_stream(block* b, cudaStream_t stream) noexcept;
+REPLAYALLOC_EXPORT void record_stream(block* b, cudaStream_t stream) noexcept;
 inline constexpr int max_recorded_streams = 6;
 
 /// The block's pointer, size asked for, device and stream.
-void* block_ptr(const block* b) noexcept;
-std::size_t block_size(const block* b) noexcept;
-int block_device(const block* b) noexcept;
-cudaStream_t block_stream(const block* b) noexcept;
+REPLAYALLOC_EXPORT void* block_ptr(const block* b) noexcept;
+REPLAYALLOC_EXPORT std::size_t block_size(const block* b) noexcept;
+REPLAYALLOC_EXPORT int block_device(const block* b) noexcept;
+REPLAYALLOC_EXPORT cudaStream_t block_stream(const block* b) noexcept;
 
 /// Raw allocations (PyTorch's raw_alloc/raw_delete: cuDNN and cuBLAS workspaces,
 /// NCCL): blocks known by their pointer only, kept in a map under a mutex. raw_delete
 /// of a pointer raw_alloc did not return logs an error and does nothing.
-void* raw_alloc(std::size_t bytes, int device, cudaStream_t stream);
-void raw_delete(void* p) noexcept;
+REPLAYALLOC_EXPORT void* raw_alloc(std::size_t bytes, int device, cudaStream_t stream);
+REPLAYALLOC_EXPORT void raw_delete(void* p) noexcept;
 
 inline constexpr int max_devices = 64;
 
@@ -96,26 +99,26 @@ struct device_stats {
 
 /// The device's statistics. Any thread; each figure is read once (a snapshot of
 /// counters that other threads move, as PyTorch's are between calls).
-device_stats stats(int device);
+REPLAYALLOC_EXPORT device_stats stats(int device);
 /// Every peak becomes its current value.
-void reset_peak_stats(int device);
+REPLAYALLOC_EXPORT void reset_peak_stats(int device);
 /// Every allocated and freed count, num_ooms, synchronized_frees and blocks_from_slab
 /// start again from 0.
-void reset_accumulated_stats(int device);
+REPLAYALLOC_EXPORT void reset_accumulated_stats(int device);
 
 /// For cacheInfo (cuDNN's benchmark mode sizes its workspace by it): the largest block
 /// a request could get now, the device's free memory as the runtime reports it (misses
 /// go to cudaMallocAsync, which can use all of it); 0 when the runtime does not say.
-std::size_t largest_block(int device);
+REPLAYALLOC_EXPORT std::size_t largest_block(int device);
 
 /// emptyCache: for every device, waits for it, then gives the runtime's pool back to
 /// it (cudaMemPoolTrimTo 0). Slabs stay: they are plans' memory.
-void empty_cache() noexcept;
+REPLAYALLOC_EXPORT void empty_cache() noexcept;
 
 /// The block containing p and its size (getBaseAllocation): for a block of a slab,
 /// the slab; for a block from the runtime, the block. Null when p is in neither
 /// (or a runtime block's interior: only its first byte is known).
-void* base_allocation(void* p, std::size_t* size);
+REPLAYALLOC_EXPORT void* base_allocation(void* p, std::size_t* size);
 
 /// A memory snapshot's segments (torch.cuda.memory._snapshot()).
 struct block_info {
@@ -136,6 +139,6 @@ struct segment_info {
 };
 /// Every slab and every live block from the runtime, in address order. Not atomic with
 /// other threads' allocations (a block allocated or freed meanwhile may show or not).
-std::vector<segment_info> snapshot();
+REPLAYALLOC_EXPORT std::vector<segment_info> snapshot();
 
 }  // namespace replayalloc::cuda::native
