@@ -32,5 +32,9 @@ for prog in contention threaded_stress; do  # no dependency but libc and libstdc
   g++ -std=c++20 -O2 -g -pthread bench/micro/$prog.cc -o .gpu/bench/$prog -ldl
 done
 for a in jemalloc tcmalloc mimalloc; do cp -L "$(allocator_library $a)" .gpu/lib/; done
+# The native CUDA route is compiled on the GPU machine against its torch
+# (replayalloc.torch.native_cuda_module): it needs the generated version header too.
+mkdir -p .gpu/include/replayalloc
+cp build-gpu/include/replayalloc/version.h .gpu/include/replayalloc/
 source_commit > .gpu/commit  # the device machine gets the working tree, not its history
 echo "prepare: $(du -sh .gpu | cut -f1) in .gpu/ ($(ls .gpu/lib | wc -l) libraries)"
