@@ -530,8 +530,8 @@ TEST_F(ParseOptions, InvalidVerbosityWithASuffixKeepsTheDefault) {
 }
 
 // The README's configuration table documents every setting the table in options.cc
-// reads, in the same order, and nothing else (the Python package's REPLAYALLOC_LIBRARY
-// last, read by the package, not the engine).
+// reads, in the same order, and nothing else (the Python package's REPLAYALLOC_CUDA_ROUTE
+// and REPLAYALLOC_LIBRARY last, read by the package, not the engine).
 #ifdef REPLAYALLOC_SOURCE_DIR
 TEST(OptionsTable, MatchesTheReadmeConfigurationTable) {
   std::FILE* f = std::fopen(REPLAYALLOC_SOURCE_DIR "/README.md", "r");
@@ -552,6 +552,7 @@ TEST(OptionsTable, MatchesTheReadmeConfigurationTable) {
     read.emplace_back(option_name(i));
     EXPECT_GT(std::strlen(option_doc(i)), 10u) << option_name(i);
   }
+  read.emplace_back("REPLAYALLOC_CUDA_ROUTE");
   read.emplace_back("REPLAYALLOC_LIBRARY");
   EXPECT_EQ(documented, read);
   EXPECT_EQ(option_name(option_count()), nullptr);
