@@ -24,6 +24,17 @@
 // shared arena]), and blocks go to and come from it without any thread cache
 // (MALLOCX_TCACHE_NONE): the front cache is that cache. Where the range or the arena
 // cannot be made the front cache stays off, saying so at REPLAYALLOC_VERBOSE=2.
+//
+// Note [Arenas made when first used]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A jemalloc arena touches ~21 pages when it is made (its bins and metadata), and every
+// process the LD_PRELOAD library enters pays for those it makes at start-up: one per
+// CPU, at most 8, was ~170 page faults on a 16-core host before the program's first
+// instruction, most for arenas a single-threaded program never uses. Only slot 0's
+// arena is made at start-up (the front cache is off when it cannot be); another slot's
+// is made by the first thread whose block needs it, which claims the slot by a compare-
+// and-swap and makes it with no lock held (a thread that finds it being made, or failed,
+// uses slot 0's meanwhile; a child forked while it was being made keeps using slot 0's).
 #include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -53,10 +64,50 @@ constexpr ssize_t decay_ms = 1000;
 
 std::uintptr_t g_base = 0;
 std::atomic<std::uintptr_t> g_next{0};
-unsigned g_arenas = 0;
-int g_flags[max_arenas] = {};  // MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE
-char g_decay_name[max_arenas][32] = {};  // "arena.<i>.decay"
+unsigned g_slots = 1;  // as many as CPUs, at most max_arenas
+// Per slot (Note [Arenas made when first used]): its flags, MALLOCX_ARENA(arena) |
+// MALLOCX_TCACHE_NONE, never 0 once made; its arena; whether it is made.
+enum : unsigned char { slot_none, slot_making, slot_made, slot_failed };
+std::atomic<int> g_flags[max_arenas] = {};
+std::atomic<unsigned> g_arena[max_arenas] = {};
+std::atomic<unsigned char> g_state[max_arenas] = {};
+char g_decay_name[max_arenas][32] = {};  // "arena.<i>.decay", written before slot_made
 extent_hooks_t g_hooks{};
+
+// Makes slot i's arena; its flags, or 0 when another thread is making it or it failed.
+int make_arena(unsigned i) noexcept {
+  unsigned char expected = slot_none;
+  if (!g_state[i].compare_exchange_strong(expected, slot_making, std::memory_order_acq_rel)) return 0;
+  unsigned arena = 0;
+  std::size_t len = sizeof arena;
+  extent_hooks_t* hooks = &g_hooks;
+  if (mallctl("arenas.create", &arena, &len, &hooks, sizeof hooks) != 0 || arena == 0) {
+    g_state[i].store(slot_failed, std::memory_order_release);
+    return 0;
+  }
+  char name[48];
+  std::snprintf(name, sizeof name, "arena.%u.dirty_decay_ms", arena);
+  ssize_t ms = decay_ms;
+  mallctl(name, nullptr, nullptr, &ms, sizeof ms);
+  std::snprintf(g_decay_name[i], sizeof g_decay_name[0], "arena.%u.decay", arena);
+  const int flags = MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
+  g_arena[i].store(arena, std::memory_order_relaxed);
+  g_flags[i].store(flags, std::memory_order_release);
+  g_state[i].store(slot_made, std::memory_order_release);
+  return flags;
+}
+
+int flags_of(unsigned slot) noexcept {
+  const unsigned i = slot % g_slots;
+  int flags = g_flags[i].load(std::memory_order_acquire);
+  if (flags == 0) [[unlikely]] {
+    flags = make_arena(i);
+    if (flags == 0) flags = g_flags[0].load(std::memory_order_relaxed);  // made at start-up
+  }
+  return flags;
+}
+
+unsigned arena_of(unsigned slot) noexcept { return g_arena[slot % g_slots].load(std::memory_order_relaxed); }
 
 // Address space for jemalloc, from the range, in order; null when the range is spent
 // (jemalloc then fails the allocation, and the front cache's miss falls back to
@@ -83,19 +134,27 @@ void* extent_alloc(extent_hooks_t*, void* new_addr, std::size_t size, std::size_
 bool extent_dalloc(extent_hooks_t*, void*, std::size_t, bool, unsigned) { return true; }
 void extent_destroy(extent_hooks_t*, void*, std::size_t, bool, unsigned) {}
 
-void* block(std::size_t size, unsigned slot) noexcept { return mallocx(size, g_flags[slot % g_arenas]); }
+void* block(std::size_t size, unsigned slot) noexcept { return mallocx(size, flags_of(slot)); }
 // Note [Runs for medium blocks]: a run, aligned to its size (a power of two).
-void* run(std::size_t bytes, unsigned slot) noexcept { return mallocx(bytes, g_flags[slot % g_arenas] | MALLOCX_ALIGN(bytes)); }
+void* run(std::size_t bytes, unsigned slot) noexcept { return mallocx(bytes, flags_of(slot) | MALLOCX_ALIGN(bytes)); }
 void release(void* p) noexcept { dallocx(p, MALLOCX_TCACHE_NONE); }
 std::size_t size_class_of(std::size_t n) noexcept { return nallocx(n, 0); }
 std::size_t usable(const void* p) noexcept { return sallocx(const_cast<void*>(p), 0); }
 // Note [Idle lists given back]: the arenas' dirty pages decayed now, as jemalloc's own
 // ticks would have had them (their time 1 s).
 void decay() noexcept {
-  for (unsigned i = 0; i < g_arenas; ++i) mallctl(g_decay_name[i], nullptr, nullptr, nullptr, 0);
+  for (unsigned i = 0; i < g_slots; ++i) {
+    if (g_state[i].load(std::memory_order_acquire) == slot_made) mallctl(g_decay_name[i], nullptr, nullptr, nullptr, 0);
+  }
 }
 
 }  // namespace
+
+void front_arena_counts(unsigned* slots, unsigned* made) noexcept {
+  *slots = g_base == 0 ? 0 : g_slots;
+  *made = 0;
+  for (unsigned i = 0; i < *slots; ++i) *made += g_state[i].load(std::memory_order_acquire) == slot_made ? 1 : 0;
+}
 
 bool make_front_arena(front_backend* b) noexcept {
   extent_hooks_t* defaults = nullptr;
@@ -119,23 +178,11 @@ bool make_front_arena(front_backend* b) noexcept {
   g_hooks.alloc = &extent_alloc;
   g_hooks.dalloc = &extent_dalloc;
   g_hooks.destroy = &extent_destroy;
-  extent_hooks_t* hooks = &g_hooks;
-  // As many as CPUs, at most max_arenas.
+  // As many slots as CPUs, at most max_arenas; slot 0's arena now, the others' when
+  // first used (Note [Arenas made when first used]).
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  const unsigned want = cpus < 1 ? 1 : cpus > max_arenas ? max_arenas : static_cast<unsigned>(cpus);
-  while (g_arenas < want) {
-    unsigned arena = 0;
-    len = sizeof arena;
-    if (mallctl("arenas.create", &arena, &len, &hooks, sizeof hooks) != 0 || arena == 0) break;
-    b->arenas[g_arenas] = arena;
-    char name[48];
-    std::snprintf(name, sizeof name, "arena.%u.dirty_decay_ms", arena);
-    ssize_t ms = decay_ms;
-    mallctl(name, nullptr, nullptr, &ms, sizeof ms);
-    std::snprintf(g_decay_name[g_arenas], sizeof g_decay_name[0], "arena.%u.decay", arena);
-    g_flags[g_arenas++] = MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
-  }
-  if (g_arenas == 0) {
+  g_slots = cpus < 1 ? 1 : cpus > max_arenas ? max_arenas : static_cast<unsigned>(cpus);
+  if (make_arena(0) == 0) {
     ::munmap(range, range_bytes);
     REPLAYALLOC_LOG(info, "front cache: off (jemalloc made no arena for it)");
     return false;
@@ -144,7 +191,8 @@ bool make_front_arena(front_backend* b) noexcept {
   b->span = range_bytes;
   b->block = &block;
   b->run = &run;
-  b->slots = g_arenas;
+  b->slots = g_slots;
+  b->arena = &arena_of;
   b->release = &release;
   b->size_class = &size_class_of;
   b->usable = &usable;

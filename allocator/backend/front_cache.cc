@@ -110,7 +110,7 @@ std::uintptr_t g_base = 0;
 std::size_t g_span = 0;
 front_block_fn g_block = nullptr;
 unsigned g_slots = 1;
-unsigned g_arena_of_slot[front_max_arenas] = {};
+unsigned (*g_arena_of_slot)(unsigned) noexcept = nullptr;
 std::atomic<unsigned> g_next_slot{0};
 front_free_fn g_release = nullptr;
 std::size_t (*g_usable)(const void*) noexcept = nullptr;
@@ -472,7 +472,7 @@ bool enable_front_cache(const front_backend& b) noexcept {
   g_span = b.span;
   g_block = b.block;
   g_slots = b.slots == 0 ? 1 : b.slots > front_max_arenas ? front_max_arenas : b.slots;
-  for (unsigned i = 0; i < g_slots; ++i) g_arena_of_slot[i] = b.arenas[i];
+  g_arena_of_slot = b.arena != nullptr ? b.arena : [](unsigned) noexcept { return 0u; };
   g_release = b.release;
   g_usable = b.usable;
   g_largest = cls.largest;
@@ -558,7 +558,7 @@ void front_cache_release() noexcept {
 
 bool front_cache_arena(unsigned* arena, unsigned* sharing) noexcept {
   if (!g_enabled || t_state != cache_open) return false;
-  *arena = g_arena_of_slot[t_cache->slot];
+  if ((*arena = g_arena_of_slot(t_cache->slot)) == 0) return false;  // Note [Arenas made when first used]
   const std::size_t open = g_open_caches.load(std::memory_order_relaxed);
   *sharing = open == 0 ? 1 : static_cast<unsigned>((open + g_slots - 1) / g_slots);
   return true;

@@ -36,7 +36,7 @@ struct front_backend {
   front_block_fn run = nullptr;      // a run (Note [Runs for medium blocks]): aligned to its size
   unsigned slots = 1;                // its arenas (Note [The front cache's arena])
   front_free_fn release = nullptr;   // a block from the range given back
-  unsigned arenas[front_max_arenas] = {};  // the jemalloc arena of each slot
+  unsigned (*arena)(unsigned slot) noexcept = nullptr;  // a slot's jemalloc arena, 0 while none is made
   std::size_t (*size_class)(std::size_t) noexcept = nullptr;  // the class of a request
   std::size_t (*usable)(const void*) noexcept = nullptr;      // the class of a block
   void (*decay)() noexcept = nullptr;  // the arenas' dirty pages decayed now (Note [Idle lists given back])
@@ -127,5 +127,8 @@ struct front_cache_counts {
   std::size_t stashed_bytes = 0;
 };
 front_cache_counts front_cache_stats() noexcept;
+// Note [Arenas made when first used] (front_arena.cc): the front cache's slots, and how
+// many of them have their arena now.
+void front_arena_counts(unsigned* slots, unsigned* made) noexcept;
 
 }  // namespace replayalloc::detail::backend

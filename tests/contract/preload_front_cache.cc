@@ -994,6 +994,53 @@ TEST(FrontCache, AThreadsLastRequestsAfterJemallocsTeardownAreServed) {
 
 // fork() while other threads move lists through the depot: the child allocates and
 // frees through every class and exits (its depot's locks were released after fork).
+// Note [Arenas made when first used]: slot 0's arena is made at start-up, another
+// slot's by the first thread whose cache needs a block or a run from it. Twice as many
+// threads at once as slots (each opening its cache on the next slot, so every slot is
+// some thread's even where another thread of the process opens one meanwhile), after the
+// cache gave back what it held (so they take runs and blocks from their arenas), leave
+// every slot made, once: none made twice, none left unmade, every block holding what
+// was written to it while the others wrote theirs.
+TEST(FrontCache, EverySlotsArenaIsMadeByTheFirstThreadThatNeedsIt) {
+  REQUIRE_FRONT_CACHE();
+  detail::backend::front_cache_release();
+  unsigned slots = 0, made = 0;
+  detail::backend::front_arena_counts(&slots, &made);
+  ASSERT_GE(slots, 1u);
+  EXPECT_GE(made, 1u) << "slot 0's arena is made at start-up";
+  EXPECT_LE(made, slots);
+  const unsigned n_threads = 2 * slots;
+  std::latch holding(n_threads);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < n_threads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::pair<unsigned char*, std::size_t>> held;
+      for (std::size_t i = 0; i < 400; ++i) {
+        const std::size_t n = 48 + (i * 997 + t * 131) % 20000;
+        auto* p = static_cast<unsigned char*>(std::malloc(n));
+        std::memset(p, static_cast<int>(t * 31 + i), n);
+        held.emplace_back(p, n);
+      }
+      holding.arrive_and_wait();  // every thread's cache is open, each on its slot
+      for (std::size_t i = 0; i < held.size(); ++i) {
+        const auto [p, n] = held[i];
+        for (std::size_t j = 0; j < n; ++j) {
+          if (p[j] != static_cast<unsigned char>(t * 31 + i)) {
+            ++bad;
+            break;
+          }
+        }
+        std::free(p);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0) << "blocks overwritten while the threads' slots were made";
+  detail::backend::front_arena_counts(&slots, &made);
+  EXPECT_EQ(made, slots);
+}
+
 TEST(FrontCache, AForkedChildAllocatesWhileThreadsUsedTheDepot) {
   REQUIRE_FRONT_CACHE();
   std::atomic<bool> stop{false};
