@@ -40,6 +40,8 @@ PROGRAMS = {
     "sqlite-8k": (["sqlite3", "-cmd", "pragma page_size=8192", ":memory:"], SQL, "the same with 8 KiB pages"),
     "python": ([python3(), os.path.join(HERE, "json_roundtrip.py")], None,
                "CPython: 60,000 records to JSON and back three times, a 28 MB string (json_roundtrip.py)"),
+    "shell": (["sh", os.path.join(HERE, "commands.sh")], None,
+              "a POSIX shell script: 100 rounds of expr, sort, tr, sed and cut, ~700 short processes (commands.sh)"),
     "g++": (["g++", "-O2", "-std=c++20", "-c", os.path.join(ROOT, "bench", "micro", "threaded_stress.cc"),
              "-o", OBJECT], None,
             "g++ -O2 compiling bench/micro/threaded_stress.cc (cc1plus and as; the object file's hash compared)"),
