@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/run_programs.sh: programs nobody tuned on (issue 41: "never worse than the best
 # general-purpose allocator, measured where nothing repeats and on programs you did not
-# tune on"): Perl, sqlite3, CPython and g++ on workloads of their own
+# tune on"): Perl, sqlite3, CPython, a shell script of short commands and g++ on
+# workloads of their own
 # (bench/programs/), each under glibc, jemalloc, tcmalloc, mimalloc and replayalloc
 # preloaded (auto mode, its defaults), one process per program, allocator and round,
 # the order rotated every round and reversed every other (bench/programs/measure.py).
@@ -10,7 +11,7 @@
 # Usage: bench/run_programs.sh [ROUNDS]   (default 7)
 # Environment: BUILD_DIR (default <repo>/build); BENCH_PREBUILT=1 (no build); BEFORE_LIB
 # (the preload library of another build: a column "replayalloc-before"); PROGRAMS_ONLY
-# (a comma-separated subset of perl, sqlite, sqlite-8k, python, g++: the section then
+# (a comma-separated subset of perl, sqlite, sqlite-8k, python, shell, g++: the section then
 # holds the subset's tables alone); RESULTS_FILE and RESULTS_SECTION (default
 # bench/RESULTS.md, programs).
 set -euo pipefail
@@ -37,7 +38,7 @@ allocators+=("replayalloc=$pre")
 scratch_dir
 python3 "$root/bench/programs/measure.py" "$rounds" "$tmp/tables" "${allocators[@]}"
 {
-  echo "## Programs nobody tuned on: Perl, SQLite, CPython and g++ under every allocator"
+  echo "## Programs nobody tuned on: Perl, SQLite, CPython, a shell script and g++ under every allocator"
   echo
   echo "- $(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average); commit $(git -C "$root" rev-parse --short HEAD)."
   echo "- Command: \`${BEFORE_LIB:+BEFORE_LIB=$BEFORE_LIB }${PROGRAMS_ONLY:+PROGRAMS_ONLY=$PROGRAMS_ONLY }bench/run_programs.sh $rounds\` ($rounds rounds, one process per program, allocator and round, the order rotated each round and reversed every other; bench/programs/)."
