@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# bench/run_startup.sh: what a process's start and exit cost under each allocator
+# preloaded (issue 41, programs nobody tuned on: a build or a shell script runs
+# thousands of short processes). bench/programs/spawn.c spawns /bin/true N times a
+# sample with LD_PRELOAD set, each waited for; ROUNDS samples per allocator, the order
+# rotated every round; medians of the mean wall time of one process and of its minor
+# page faults (a page's first touch is most of a start's cost).
+# Rewrites the "startup" section of bench/RESULTS.md.
+# Usage: bench/run_startup.sh [ROUNDS] [N]   (default 11 300)
+# Environment: BUILD_DIR (default <repo>/build); BENCH_PREBUILT=1 (no build); BEFORE_LIB
+# (another build's preload library: a column "replayalloc-before"); PROGRAM (default
+# /bin/true); RESULTS_FILE, RESULTS_SECTION (default bench/RESULTS.md, startup).
+set -euo pipefail
+export LC_ALL=C
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+build=${BUILD_DIR:-$root/build}
+rounds=${1:-11}
+n=${2:-300}
+program=${PROGRAM:-/bin/true}
+build_targets "$build" replayalloc_preload
+pre=$(preload_library "$build")
+require_file "$pre" "the preload library (cmake --build $build --target replayalloc_preload)"
+[[ -z ${BEFORE_LIB:-} ]] || require_file "$BEFORE_LIB" "BEFORE_LIB: the preload library of another build"
+names=(glibc) libs=(none)
+for a in jemalloc tcmalloc mimalloc; do
+  lib=$(allocator_library "$a")
+  require_file "$lib" "$a (scripts/setup.sh installs it)"
+  names+=("$a") libs+=("$lib")
+done
+names+=(replayalloc) libs+=("$pre")
+[[ -z ${BEFORE_LIB:-} ]] || { names+=(replayalloc-before); libs+=("$BEFORE_LIB"); }
+scratch_dir
+gcc -O2 -Wall -o "$tmp/spawn" "$root/bench/programs/spawn.c"
+k=${#names[@]}
+for r in $(seq 1 "$rounds"); do
+  for j in $(seq 0 $((k - 1))); do
+    i=$(((j + r) % k))
+    echo "${names[$i]} $("$tmp/spawn" "${libs[$i]}" "$n" "$program")"
+  done
+done > "$tmp/samples"
+{
+  echo "## Start-up: a process's start and exit under each allocator preloaded"
+  echo
+  echo "- $(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average); commit $(git -C "$root" rev-parse --short HEAD)."
+  echo "- Command: \`${BEFORE_LIB:+BEFORE_LIB=$BEFORE_LIB }bench/run_startup.sh $rounds $n\` (\`$program\` spawned and waited $n times a sample, $rounds samples per allocator, the order rotated every round; bench/programs/spawn.c)."
+  echo "- **µs a process**: the median over the samples of the mean wall time of one spawn and wait (range in brackets); **faults**: the median of the mean minor page faults of one."
+  echo
+  python3 - "$tmp/samples" <<'PY'
+import collections, statistics, sys
+samples, faults = collections.defaultdict(list), collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    name, us, f = line.split()
+    samples[name].append(float(us))
+    faults[name].append(float(f))
+base = statistics.median(samples["glibc"])
+best = min(statistics.median(samples[a]) for a in ("glibc", "jemalloc", "tcmalloc", "mimalloc") if a in samples)
+print("| allocator | µs a process | ÷ glibc | ÷ best | faults |")
+print("|---|---:|---:|---:|---:|")
+for name, v in samples.items():
+    m = statistics.median(v)
+    print(f"| {name} | {m:.0f} ({min(v):.0f}-{max(v):.0f}) | {m / base:.2f} | {m / best:.2f} | {statistics.median(faults[name]):.0f} |")
+PY
+  echo
+} > "$tmp/section"
+cat "$tmp/section"
+update_results text "${RESULTS_FILE:-$results}" --name "${RESULTS_SECTION:-startup}" --body "$tmp/section"
