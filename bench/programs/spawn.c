@@ -2,7 +2,8 @@
 // allocator (bench/run_startup.sh). Spawns PROGRAM (default /bin/true) N times, one after
 // another, with LD_PRELOAD=LIB in its environment ("none": no LD_PRELOAD), each waited
 // for; prints the mean wall time of one, in microseconds, and its mean minor page faults
-// (wait4's rusage).
+// (wait4's rusage). The child's environment is LD_PRELOAD, PATH and this process's
+// REPLAYALLOC_* and MALLOC_CONF settings.
 // Usage: spawn LIB N [PROGRAM]
 #include <spawn.h>
 #include <stdio.h>
@@ -22,8 +23,16 @@ int main(int argc, char** argv) {
   char* prog = argc > 3 ? argv[3] : "/bin/true";
   char preload[4096];
   snprintf(preload, sizeof preload, "LD_PRELOAD=%s", lib);
-  char* with[] = {preload, "PATH=/usr/bin:/bin", NULL};
-  char* without[] = {"PATH=/usr/bin:/bin", NULL};
+  extern char** environ;
+  char* with[64] = {preload, "PATH=/usr/bin:/bin"};
+  char* without[64] = {"PATH=/usr/bin:/bin"};
+  int nw = 2, nwo = 1;
+  for (char** e = environ; *e != NULL && nw < 63; ++e) {
+    if (strncmp(*e, "REPLAYALLOC_", 12) == 0 || strncmp(*e, "MALLOC_CONF=", 12) == 0) {
+      with[nw++] = *e;
+      without[nwo++] = *e;
+    }
+  }
   char* args[] = {prog, NULL};
   struct timespec a, b;
   long faults = 0;
