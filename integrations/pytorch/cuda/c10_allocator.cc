@@ -318,6 +318,7 @@ class ReplayallocCUDAAllocator final : public CCA::CUDAAllocator {
     TORCH_CHECK(!p->capturing, "replayalloc: a capture into this graph pool is already under way");
     p->filter = std::move(filter);
     p->capturing = true;
+    ++p->use_count;  // every begin is balanced by a releasePool (CUDAGraph::reset, use_mem_pool's exit)
     g_capturing[device].fetch_add(1, std::memory_order_relaxed);
   }
   void endAllocateToPool(c10::DeviceIndex device, mempool_t id) override {
