@@ -35,28 +35,47 @@ inline bool inject_failure() noexcept {
 // nothing changes). Call once, under the reentry guard; the engine does, when made.
 bool use_fast_entry_points() noexcept;
 
+// The fallback's start (Note [The fallback made when first needed], fallback_start.cc):
+// its front cache (`front`; Note [The fallback's front cache]), its settings
+// (keep_huge_pages, zero_reused_by_memset) and the narrowing of its plain malloc to
+// sizes under `small_limit` (narrow_plain_malloc), made once the fallback has served
+// `after` requests, or one of 1 MiB or more, with jemalloc's own malloc; at once when
+// `after` is 0. The front cache's range is reserved and joined to the gate's now,
+// whatever `after` says. Call once, under the reentry guard, after the slab range is
+// reserved and before any thread's gate opens (the engine's constructor).
+void start_fallback(bool front, std::uint64_t small_limit, std::uint64_t after) noexcept;
+// Makes what start_fallback deferred now, if it has not been made (tests, and whoever
+// must see the fallback as it will be).
+void start_fallback_now() noexcept;
+// Whether the start was made (true where nothing was deferred).
+bool fallback_started() noexcept;
+
 // Keeps the pages of freed blocks of 8 MiB and more for the next block, as for every
 // other size (jemalloc: Note [The fallback's huge blocks] in jemalloc_backend.cc), unless
-// the program's MALLOC_CONF chose otherwise. Call once, under the reentry guard.
+// the program's MALLOC_CONF chose otherwise. At the fallback's start.
 void keep_huge_pages() noexcept;
 
+// Reserves the front cache's range and joins it to the gate's (no call into jemalloc);
+// false where the plain entry points are not jemalloc's own (AddressSanitizer, the
+// dlopen build), and then use_front_cache() is not called.
+bool reserve_front_cache() noexcept;
 // Puts the front cache (Note [The fallback's front cache], front_cache.cc) in front of
-// the plain malloc and free, for blocks of up to 64 KiB; false (nothing changes) where
-// the plain entry points are not jemalloc's own (AddressSanitizer, the dlopen build).
-// Call once, under the reentry guard, after use_fast_entry_points().
+// the plain malloc and free, for blocks of up to 2 MiB; false (nothing changes) where it
+// cannot be made. At the fallback's start, under the reentry guard, after
+// reserve_front_cache() succeeded; other threads may be allocating.
 bool use_front_cache() noexcept;
 // The address space use_front_cache() would reserve (0: it would not be used), for the
 // engine to reserve below the slab range first (Note [The gate's range], slab_range.h).
 std::size_t front_range_wanted() noexcept;
 // The plain malloc (g_plain_malloc) will only be called with sizes under `limit` (the
 // inline path below the minimum): the front cache's then skips its test of the size
-// where it can (Note [Below the minimum, narrowed], front_classes.cc). Call once, under
-// the reentry guard, before the minimum is published (set_small_limit).
+// where it can (Note [Below the minimum, narrowed], front_classes.cc). At the
+// fallback's start, under the reentry guard.
 void narrow_plain_malloc(std::uint64_t limit) noexcept;
 
 // Makes the backend zero a reused large block it callocs by memset, not by giving its
 // pages back and faulting them in again (jemalloc: Note [Zeroing by memset] in
-// jemalloc_backend.cc; glibc memsets already). Call once, under the reentry guard.
+// jemalloc_backend.cc; glibc memsets already). At the fallback's start.
 void zero_reused_by_memset() noexcept;
 
 // The largest block the backend keeps in a thread's cache for the next request of its

@@ -156,12 +156,10 @@ void front_arena_counts(unsigned* slots, unsigned* made) noexcept {
   for (unsigned i = 0; i < *slots; ++i) *made += g_state[i].load(std::memory_order_acquire) == slot_made ? 1 : 0;
 }
 
-bool make_front_arena(front_backend* b) noexcept {
-  extent_hooks_t* defaults = nullptr;
-  std::size_t len = sizeof defaults;
-  if (mallctl("arena.0.extent_hooks", &defaults, &len, nullptr, 0) != 0 || defaults == nullptr) {
-    REPLAYALLOC_LOG(info, "front cache: off (jemalloc's extent hooks cannot be read)");
-    return false;
+bool reserve_front_range(std::uintptr_t* base) noexcept {
+  if (g_base != 0) {
+    *base = g_base;
+    return true;
   }
   // Below the slab range where the engine reserved it there (Note [The gate's range]).
   void* range = take_range_below(range_bytes);
@@ -172,8 +170,20 @@ bool make_front_arena(front_backend* b) noexcept {
     REPLAYALLOC_LOG(info, "front cache: off (%zu GiB of address space could not be reserved)", range_bytes >> 30);
     return false;
   }
-  g_base = reinterpret_cast<std::uintptr_t>(range);
+  *base = reinterpret_cast<std::uintptr_t>(range);
+  g_base = *base;
   g_next.store(g_base, std::memory_order_relaxed);
+  return true;
+}
+
+bool make_front_arena(front_backend* b) noexcept {
+  if (g_base == 0) return false;  // reserve_front_range first
+  extent_hooks_t* defaults = nullptr;
+  std::size_t len = sizeof defaults;
+  if (mallctl("arena.0.extent_hooks", &defaults, &len, nullptr, 0) != 0 || defaults == nullptr) {
+    REPLAYALLOC_LOG(info, "front cache: off (jemalloc's extent hooks cannot be read)");
+    return false;
+  }
   g_hooks = *defaults;
   g_hooks.alloc = &extent_alloc;
   g_hooks.dalloc = &extent_dalloc;
@@ -182,8 +192,7 @@ bool make_front_arena(front_backend* b) noexcept {
   // first used (Note [Arenas made when first used]).
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   g_slots = cpus < 1 ? 1 : cpus > max_arenas ? max_arenas : static_cast<unsigned>(cpus);
-  if (make_arena(0) == 0) {
-    ::munmap(range, range_bytes);
+  if (make_arena(0) == 0) {  // the range stays reserved: the gate's range may hold it
     REPLAYALLOC_LOG(info, "front cache: off (jemalloc made no arena for it)");
     return false;
   }

@@ -46,13 +46,18 @@ struct front_backend {
 // reserved once, never committed but an extent at a time.
 inline constexpr std::size_t front_range_bytes = std::size_t{16} << 30;
 
-// The arena the blocks come from, filling base..usable; false (logged) when it cannot
-// be made. front_arena.cc.
+// The range the arena's blocks will come from, reserved (PROT_NONE) with no call into
+// jemalloc, so that it joins the gate's range before any thread's gate opens (Note [The
+// fallback made when first needed], fallback_start.cc); its base. Idempotent; false
+// (logged) when no address space could be had. front_arena.cc.
+bool reserve_front_range(std::uintptr_t* base) noexcept;
+// The arena the blocks come from, in the range reserved, filling base..usable; false
+// (logged) when it cannot be made. front_arena.cc.
 bool make_front_arena(front_backend* b) noexcept;
 
 // Serves requests of 16 B-2 MiB from per-thread lists; false (nothing changes) when b is
-// incomplete, or when called twice. Once, under the reentry guard (the engine's
-// constructor, through use_front_cache in jemalloc_backend.cc).
+// incomplete, or when called twice. Once, under the reentry guard (through
+// use_front_cache in jemalloc_backend.cc, when the fallback starts: fallback_start.cc).
 bool enable_front_cache(const front_backend& b) noexcept;
 
 void* front_malloc(std::size_t size) noexcept;
@@ -77,9 +82,10 @@ void front_resizing(const void* p) noexcept;
 
 // The largest class of which every thread with a cache keeps four blocks for its next
 // requests (its least share of the large classes' budget over four: 128 KiB; Note
-// [Large blocks in the front cache]); 0 while the cache is off. thread_cache_max()
-// (backend.h) is at least this.
-std::size_t front_thread_kept_max() noexcept;
+// [Large blocks in the front cache]); 0 while the cache is off, unless `planned` (the
+// fallback's start will enable it: fallback_start.cc). thread_cache_max() (backend.h)
+// is at least this.
+std::size_t front_thread_kept_max(bool planned = false) noexcept;
 
 // This thread's lists and the shared depot given back to the underlying free (before a
 // purge: Note [Purging what a slab replaces]). Nothing when the cache is off.

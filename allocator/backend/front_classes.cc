@@ -218,8 +218,9 @@ namespace replayalloc::detail::backend {
 // calls the plain malloc with sizes under REPLAYALLOC_MIN_SIZE only, and front_malloc
 // first asks whether a size is one of its lists' (size <= g_largest, 64 KiB), which
 // every such size is wherever the minimum is at most 64 KiB + 1 (4 KiB in the LD_PRELOAD
-// library). So the engine, as it publishes the minimum for that path, makes the plain
-// malloc front_malloc without the question (front_malloc_below): two instructions fewer
+// library). So the fallback's start (Note [The fallback made when first needed]), told
+// the minimum for that path, makes the plain malloc front_malloc without the question
+// (front_malloc_below): two instructions fewer
 // a pair below the minimum (64 B 53.1 -> 51.1, tests/perf/instruction_budget.txt). A
 // larger minimum keeps front_malloc, whose question sends the sizes between to their
 // large classes (tests/entry/entry_wide_min_test.cc). Nothing else calls the plain

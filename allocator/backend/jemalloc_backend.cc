@@ -59,7 +59,7 @@
 // jemalloc before 5.2 has no such option (it would print an error at start-up). One quirk of 5.3: arena 0 is made
 // before the option is applied and keeps purging blocks of 8 MiB and more at the free, so keep_huge_pages() sets its
 // threshold to that of the other arenas when the option is 0, whoever set it (a 16 MiB block freed and allocated
-// again on the main thread: 4,097 faults each time before, 0 after).
+// again on the main thread: 4,097 faults each time before, 0 after; fallback_start.cc).
 // Note [Zeroing by memset]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // jemalloc 5.3 zeroes a calloc'd block of a large size class (16 KiB and up) that it
@@ -332,19 +332,30 @@ bool front_cache_possible() noexcept {
 
 std::size_t front_range_wanted() noexcept { return front_cache_possible() ? front_range_bytes : 0; }
 
-bool use_front_cache() noexcept {
-  if (!front_cache_possible()) return false;
-  free_fn f = g_je_free.load(std::memory_order_relaxed);
-  front_backend b;
-  b.malloc = &plain_malloc_aligned;  // its misses may pass on a request under 16 bytes
-  b.free = f;
-  if (!make_front_arena(&b) || !enable_front_cache(b)) return false;
-  g_pass_malloc.store(&front_malloc, std::memory_order_relaxed);
-  g_plain_malloc.store(&front_malloc, std::memory_order_relaxed);  // Note [Small blocks in the front cache]
-  g_plain_free.store(&front_free, std::memory_order_relaxed);
+namespace {
+bool g_front_joined = false;  // the front cache's range joined the gate's (reserve_front_cache)
+}  // namespace
+
+bool reserve_front_cache() noexcept {
+  std::uintptr_t base = 0;
+  if (!front_cache_possible() || !reserve_front_range(&base)) return false;
   // Note [The gate's range] (slab_range.h): where the cache's range lies directly below
   // the slab range, no block outside the gate's is the cache's.
-  if (!join_gate_range(b.base, b.span)) g_outside_free.store(&front_free, std::memory_order_relaxed);
+  g_front_joined = join_gate_range(base, front_range_bytes);
+  return true;
+}
+
+bool use_front_cache() noexcept {
+  front_backend b;
+  b.malloc = &plain_malloc_aligned;  // its misses may pass on a request under 16 bytes
+  b.free = g_je_free.load(std::memory_order_relaxed);
+  if (!make_front_arena(&b) || !enable_front_cache(b)) return false;
+  // The frees first: other threads may be running (Note [The fallback made when first
+  // needed]), and each free must know the cache's blocks before a malloc hands one out.
+  if (!g_front_joined) g_outside_free.store(&front_free, std::memory_order_release);
+  g_plain_free.store(&front_free, std::memory_order_release);
+  g_pass_malloc.store(&front_malloc, std::memory_order_release);
+  g_plain_malloc.store(&front_malloc, std::memory_order_release);  // Note [Small blocks in the front cache]
   return true;
 }
 
@@ -373,16 +384,6 @@ void zero_reused_by_memset() noexcept {
   }
   g_memset_hooks = *hooks;  // read only: arena 0 keeps its table
   g_large_min.store(large, std::memory_order_release);
-}
-
-void keep_huge_pages() noexcept {
-  std::size_t opt = 1;
-  std::size_t len = sizeof opt;
-  if (mallctl("opt.oversize_threshold", &opt, &len, nullptr, 0) != 0 || opt != 0) return;
-  // The other arenas' threshold when the option is 0 (jemalloc: the largest size class
-  // plus a page; no block reaches it).
-  std::size_t never = std::numeric_limits<std::size_t>::max();
-  mallctl("arena.0.oversize_threshold", nullptr, nullptr, &never, sizeof never);
 }
 
 namespace {
@@ -445,12 +446,6 @@ void purge(unsigned arena) noexcept {
   mallctl(name, nullptr, nullptr, nullptr, 0);
 }
 }  // namespace
-
-std::size_t thread_cache_max() noexcept {
-  std::size_t max = 0;  // Note [The fallback's thread cache]: the front cache's too
-  const std::size_t front = front_thread_kept_max();
-  return read_ctl("arenas.tcache_max", &max) && max > front ? max : front;
-}
 
 void release_free_memory(std::size_t slab_bytes) noexcept {
   front_cache_release();  // Note [The fallback's front cache]: its blocks' pages too

@@ -1,5 +1,5 @@
 // replayalloc/backend/jemalloc_names.h: jemalloc's non-standard API for the backend's
-// sources (jemalloc_backend.cc, front_arena.cc).
+// sources (jemalloc_backend.cc, front_arena.cc, fallback_start.cc).
 //
 // Built with REPLAYALLOC_PRIVATE_JEMALLOC (libreplayalloc.so: Note [Private jemalloc]
 // in allocator/CMakeLists.txt), jemalloc is a copy linked into the library whose public

@@ -19,7 +19,12 @@ bool use_fast_entry_points() noexcept { return true; }  // malloc and free alrea
 
 void keep_huge_pages() noexcept {}
 
-bool use_front_cache() noexcept { return false; }  // glibc's own caches
+// Nothing to defer (Note [The fallback made when first needed]): glibc's own caches.
+void start_fallback(bool, std::uint64_t, std::uint64_t) noexcept {}
+void start_fallback_now() noexcept {}
+bool fallback_started() noexcept { return true; }
+bool reserve_front_cache() noexcept { return false; }
+bool use_front_cache() noexcept { return false; }
 std::size_t front_range_wanted() noexcept { return 0; }
 void narrow_plain_malloc(std::uint64_t) noexcept {}  // no plain malloc
 void front_resizing(const void*) noexcept {}

@@ -55,8 +55,6 @@ engine::engine()
     : opts_(process_options()), policy_(policy_settings::from(opts_)), planner_(&engine::run_plan_job, opts_.background_planning) {
   reentry_guard guard;
   backend::use_fast_entry_points();
-  backend::keep_huge_pages();
-  backend::zero_reused_by_memset();
   // Note [The fallback's front cache] (after the slab range, which comes first where
   // address space is limited; its range below the slab range's: Note [The gate's
   // range]); check mode shadows every host block itself.
@@ -64,7 +62,6 @@ engine::engine()
   if (opts_.mode != run_mode::off) {
     slabs_ok_ = backend::reserve_slab_range(opts_.reserve_bytes, front ? backend::front_range_wanted() : 0);
   }
-  if (front) backend::use_front_cache();
   set_host_slab_limit(opts_.max_slab_memory);
   // Note [Auto mode as a client]: its watcher hears of the slow path's requests.
   g_watches_threads = opts_.mode == run_mode::automatic;  // runtime/shortcuts.h
@@ -90,7 +87,9 @@ engine::engine()
   const bool plain = backend::g_plain_malloc.load(std::memory_order_relaxed) != nullptr &&
                      backend::g_plain_free.load(std::memory_order_relaxed) != nullptr;
   const std::uint64_t small_limit = plain && !check::enabled() ? opts_.min_size : 0;
-  backend::narrow_plain_malloc(small_limit);  // Note [Below the minimum, narrowed]
+  // Note [The fallback made when first needed]: the front cache, jemalloc's settings and
+  // Note [Below the minimum, narrowed], now or after the fallback's first requests.
+  backend::start_fallback(front, small_limit, opts_.fallback_after);
   set_small_limit(small_limit);
 }
 

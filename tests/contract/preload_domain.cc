@@ -167,6 +167,14 @@ long minor_faults() {
   return u.ru_minflt;
 }
 
+// The engine made and the fallback's start with it (Note [The fallback made when first
+// needed]: otherwise after the process's first requests), as a program that allocates
+// much has them: its settings and the front cache are what these tests are about.
+void start_fallback() {
+  (void)replayalloc::stats();
+  detail::backend::start_fallback_now();
+}
+
 // jemalloc's size setting `name` (opt.*, arenas.*) once the engine is made (it tunes the
 // fallback): what the preload library's malloc_conf and the engine left.
 std::size_t size_setting(const char* name) {
@@ -220,6 +228,7 @@ void on_cpu(int cpu, F f) {
 // fallback's shared arena]).
 TEST(PreloadFallback, KeepsTheFreedPagesOfHugeBlocks) {
   if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
+  start_fallback();
   EXPECT_EQ(size_setting("opt.oversize_threshold"), 0u) << "jemalloc did not read the preload library's malloc_conf";
   on_new_thread([&] {
     unsigned arena = 1;
@@ -253,6 +262,7 @@ TEST(PreloadFallback, KeepsTheFreedPagesOfHugeBlocks) {
 // faults in again (736 of the 1,000 blocks here with the option at 6).
 TEST(PreloadFallback, ABurstOfLargeBlocksFreedTogetherReusesTheirPages) {
   if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
+  start_fallback();
   const char* check = std::getenv("REPLAYALLOC_CHECK");
   if (check != nullptr && std::strcmp(check, "0") != 0) GTEST_SKIP() << "check mode shadows every block itself";
   EXPECT_EQ(size_setting("opt.lg_extent_max_active_fit"), 16u)
@@ -319,6 +329,7 @@ std::size_t arena_dirty_pages(unsigned arena) { return arena_stat<std::size_t>(a
 // blocks that never overlap still sees 128 KiB kept per thread.
 TEST(PreloadFallback, ServesRecurringLargeBlocksWithoutAnArena) {
   if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
+  start_fallback();
   const char* off = std::getenv("REPLAYALLOC_FRONT_CACHE");
   if (off != nullptr && std::strcmp(off, "0") == 0) GTEST_SKIP() << "REPLAYALLOC_FRONT_CACHE=0";
   const char* check = std::getenv("REPLAYALLOC_CHECK");
@@ -355,6 +366,7 @@ TEST(PreloadFallback, ServesRecurringLargeBlocksWithoutAnArena) {
 // bin of their class and the next class faulted fresh pages in (208 of 192 here).
 TEST(PreloadFallback, LargeCallocsOfAnotherClassReuseTheFreedPages) {
   if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
+  start_fallback();
   constexpr int kBlocks = 16;
   constexpr std::size_t kFirst = std::size_t{64} << 10;
   constexpr std::size_t kNext = std::size_t{48} << 10;
@@ -389,6 +401,7 @@ TEST(PreloadFallback, LargeCallocsOfAnotherClassReuseTheFreedPages) {
 // one thread freed serves another thread's next one.
 TEST(PreloadFallback, AThreadThatExitsLeavesItsPagesToTheOtherThreads) {
   if (std::getenv("MALLOC_CONF") != nullptr) GTEST_SKIP() << "MALLOC_CONF is set";
+  start_fallback();
   (void)replayalloc::stats();
   unsigned narenas = 0;
   std::size_t l = sizeof narenas;

@@ -52,6 +52,7 @@ std::uint64_t jemalloc_allocated_here() {
 // enables the cache).
 bool front_cache_on() {
   (void)replayalloc::stats();
+  detail::backend::start_fallback_now();  // now, not after the first requests (Note [The fallback made when first needed])
   return detail::backend::front_cache_stats().largest != 0;
 }
 

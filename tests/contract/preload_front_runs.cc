@@ -56,6 +56,7 @@ void require_runs() {
   const char* check = std::getenv("REPLAYALLOC_CHECK");
   if (check != nullptr && std::strcmp(check, "0") != 0) GTEST_SKIP() << "check mode shadows every block itself";
   (void)replayalloc::stats();  // the engine made (it enables the cache)
+  be::start_fallback_now();    // now, not after the first requests (Note [The fallback made when first needed])
   ASSERT_NE(be::front_cache_stats().largest, 0u) << "the preload build's front cache is not enabled";
   be::front_cache_release();  // the lists, the depot and the runs kept empty given back
 }

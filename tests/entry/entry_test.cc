@@ -389,6 +389,7 @@ TEST(Entry, JemallocFastEntryPointsKeepTheContract) {
 TEST(Entry, BelowAMinimumUnderTheListsThePlainMallocIsNarrowed) {
   namespace be = replayalloc::detail::backend;
   replayalloc_free(replayalloc_malloc(kMin));  // makes the engine
+  be::start_fallback_now();  // Note [The fallback made when first needed]
   if (be::front_cache_stats().largest == 0) GTEST_SKIP() << "no front cache in this build";
   EXPECT_NE(be::g_plain_malloc.load(), &be::front_malloc);
   EXPECT_EQ(be::g_plain_malloc.load(), be::front_malloc_below(kMin));
@@ -555,6 +556,7 @@ TEST(Entry, ASlabReturnsItsOwnThreadsPagesAndLeavesOtherThreadsAlone) {
 TEST(Entry, ASlabReturnsItsThreadsFrontCachePagesAndLeavesOtherThreadsAlone) {
   namespace be = replayalloc::detail::backend;
   (void)replayalloc::stats();  // the engine made: it enables the front cache
+  be::start_fallback_now();  // Note [The fallback made when first needed]
   if (be::front_cache_stats().largest == 0) GTEST_SKIP() << "no front cache in this build";
   constexpr std::size_t kMiB = std::size_t{1} << 20;
   unsigned main_arena = 0;

@@ -27,6 +27,7 @@ constexpr std::size_t kMin = std::size_t{1} << 20;  // REPLAYALLOC_MIN_SIZE of t
 // the AddressSanitizer build (no plain entry points there).
 bool front_cache_on() {
   replayalloc_free(replayalloc_malloc(64));  // makes the engine
+  be::start_fallback_now();  // Note [The fallback made when first needed]
   return be::front_cache_stats().largest != 0;
 }
 

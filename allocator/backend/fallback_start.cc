@@ -1,0 +1,156 @@
+// The fallback's start: its front cache and its jemalloc settings, made once a process
+// has shown it is more than a short command.
+//
+// Note [The fallback made when first needed]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Every process the LD_PRELOAD library enters paid, before its first instruction, for
+// what only a process that allocates much uses: the front cache (slot 0's arena, its
+// base and bins, the page map and run table it first writes: ~29 page faults; Note
+// [The fallback's front cache]) and ten mallctl calls (keep_huge_pages,
+// zero_reused_by_memset, the front arena's), the first of which makes jemalloc build
+// its ctl statistics (~30 faults, whichever control is asked). A page's first touch
+// costs ~9 us on this host, and a build or a shell script runs thousands of short
+// processes: /bin/true took 279 faults and 3.9x glibc's time to start and exit under
+// the library, jemalloc alone 169 and 2.5x (bench/RESULTS.md, "Start-up").
+// So the engine's constructor reserves the cache's range and joins it to the gate's
+// (address space only: no thread's gate may open before the range it will hold is
+// known, Note [The gate's range]), and puts counting mallocs in place of the plain and
+// passing ones (g_plain_malloc, g_pass_malloc): jemalloc's own malloc behind one load,
+// one compare and one store. After REPLAYALLOC_FALLBACK_AFTER requests (1,024), or at
+// the first of 1 MiB or more (a block jemalloc would purge at its free without
+// keep_huge_pages), the thread that counts the last makes the start: jemalloc's settings, the front cache, the narrowed plain malloc (Note [Below
+// the minimum, narrowed]). Its frees are stored before its mallocs (use_front_cache):
+// another thread may allocate meanwhile, and any free must know the cache's blocks
+// before one is handed out; blocks jemalloc served before it are freed to jemalloc by
+// their address, as ever. One thread makes it (a compare-and-swap); the others keep
+// counting into jemalloc's malloc until the cache's are stored. A child forked while
+// another thread was making it keeps jemalloc's (the start is never made twice).
+// What a program sees before the start is jemalloc with its defaults: a short program's
+// calloc of a large block is jemalloc's (Note [Zeroing by memset] not yet), and blocks
+// of 8 MiB and more freed before it on the main thread are purged (Note [The fallback's
+// huge blocks]); auto mode's rule already counts the cache (thread_cache_max() below).
+// REPLAYALLOC_FALLBACK_AFTER=0 makes the start at once, as before.
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "backend/backend.h"
+#include "backend/front_cache.h"
+#include "backend/jemalloc_names.h"
+#include "support/log.h"
+
+namespace replayalloc::detail::backend {
+namespace {
+
+enum : unsigned char { start_none, start_counting, start_making, start_made };
+std::atomic<unsigned char> g_start{start_none};
+// Requests left before the start; counted without a read-modify-write (a count lost to
+// a race only moves the start a little).
+std::atomic<std::uint64_t> g_left{0};
+// A request this large starts it at once.
+constexpr std::size_t start_at_size = std::size_t{1} << 20;
+// Written before the counting mallocs are stored, read after.
+bool g_front = false;
+std::uint64_t g_small_limit = 0;
+std::uint64_t g_after = 0;
+plain_malloc_fn g_plain_before = nullptr;
+plain_malloc_fn g_pass_before = nullptr;
+
+void make_start(bool front, std::uint64_t small_limit) noexcept {
+  keep_huge_pages();
+  zero_reused_by_memset();
+  if (front && !use_front_cache()) g_front = false;
+  narrow_plain_malloc(small_limit);
+}
+
+inline void count(std::size_t size) noexcept {
+  const std::uint64_t left = g_left.load(std::memory_order_relaxed);
+  if (left > 1 && size < start_at_size) [[likely]] {
+    g_left.store(left - 1, std::memory_order_relaxed);
+    return;
+  }
+  start_fallback_now();
+}
+
+void* counting_plain(std::size_t size) noexcept {
+  count(size);
+  return g_plain_before(size);
+}
+
+void* counting_pass(std::size_t size) noexcept {
+  count(size);
+  return g_pass_before(size);
+}
+
+}  // namespace
+
+void start_fallback(bool front, std::uint64_t small_limit, std::uint64_t after) noexcept {
+  g_front = front && reserve_front_cache();
+  g_small_limit = small_limit;
+  g_after = after;
+  g_plain_before = g_plain_malloc.load(std::memory_order_relaxed);
+  g_pass_before = g_pass_malloc.load(std::memory_order_relaxed);
+  if (after == 0 || g_plain_before == nullptr || g_pass_before == nullptr) {
+    g_start.store(start_made, std::memory_order_release);
+    make_start(g_front, small_limit);
+    return;
+  }
+  g_left.store(after, std::memory_order_relaxed);
+  g_start.store(start_counting, std::memory_order_release);
+  g_plain_malloc.store(&counting_plain, std::memory_order_release);
+  g_pass_malloc.store(&counting_pass, std::memory_order_release);
+}
+
+void start_fallback_now() noexcept {
+  unsigned char expected = start_counting;
+  if (!g_start.compare_exchange_strong(expected, start_making, std::memory_order_acq_rel)) return;
+  // Called from a malloc, in the engine or not (the reentry guard is the runtime's):
+  // nothing here allocates through malloc (jemalloc's controls and arenas use its own
+  // metadata, the cache's maps are mmap'd, the log formats on the stack).
+  // jemalloc's own entry points back first (the front cache's replace them where it is
+  // made); only where the counting ones are still there.
+  plain_malloc_fn counting = &counting_plain;
+  g_plain_malloc.compare_exchange_strong(counting, g_plain_before, std::memory_order_acq_rel);
+  counting = &counting_pass;
+  g_pass_malloc.compare_exchange_strong(counting, g_pass_before, std::memory_order_acq_rel);
+  make_start(g_front, g_small_limit);
+  g_start.store(start_made, std::memory_order_release);
+  const std::uint64_t left = g_left.load(std::memory_order_relaxed);
+  REPLAYALLOC_LOG(info, "fallback: started at request %llu of %llu%s", static_cast<unsigned long long>(g_after - left + 1),
+                  static_cast<unsigned long long>(g_after), g_front ? " (front cache on)" : "");
+}
+
+bool fallback_started() noexcept {
+  const unsigned char s = g_start.load(std::memory_order_acquire);
+  return s == start_made || s == start_none;
+}
+
+void keep_huge_pages() noexcept {
+  std::size_t opt = 1;
+  std::size_t len = sizeof opt;
+  if (mallctl("opt.oversize_threshold", &opt, &len, nullptr, 0) != 0 || opt != 0) return;
+  // The other arenas' threshold when the option is 0 (jemalloc: the largest size class
+  // plus a page; no block reaches it).
+  std::size_t never = std::numeric_limits<std::size_t>::max();
+  mallctl("arena.0.oversize_threshold", nullptr, nullptr, &never, sizeof never);
+}
+
+// Note [The fallback's thread cache] (jemalloc_backend.cc): the front cache's too, from
+// the engine's constructor on where it will be made. Before the start, jemalloc's own
+// limit is asked only where a setting may have raised it (its default, 32 KiB, is below
+// the front cache's 128 KiB): any mallctl builds jemalloc's statistics. A program's own
+// `malloc_conf` symbol raising it is not seen until the start.
+std::size_t thread_cache_max() noexcept {
+  const std::size_t front = front_thread_kept_max(g_front);
+  const char* conf = std::getenv("MALLOC_CONF");
+  if (!fallback_started() && front != 0 && (conf == nullptr || std::strstr(conf, "tcache_max") == nullptr)) {
+    return front;
+  }
+  std::size_t max = 0;
+  std::size_t len = sizeof max;
+  return mallctl("arenas.tcache_max", &max, &len, nullptr, 0) == 0 && len == sizeof max && max > front ? max : front;
+}
+
+}  // namespace replayalloc::detail::backend
