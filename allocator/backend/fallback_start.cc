@@ -12,24 +12,28 @@
 // costs ~9 us on this host, and a build or a shell script runs thousands of short
 // processes: /bin/true took 279 faults and 3.9x glibc's time to start and exit under
 // the library, jemalloc alone 169 and 2.5x (bench/RESULTS.md, "Start-up").
-// So the engine's constructor reserves the cache's range and joins it to the gate's
-// (address space only: no thread's gate may open before the range it will hold is
-// known, Note [The gate's range]), and puts counting mallocs in place of the plain and
-// passing ones (g_plain_malloc, g_pass_malloc): jemalloc's own malloc behind one load,
-// one compare and one store. After REPLAYALLOC_FALLBACK_AFTER requests (1,024), or at
-// the first of 1 MiB or more (a block jemalloc would purge at its free without
-// keep_huge_pages), the thread that counts the last makes the start: jemalloc's settings, the front cache, the narrowed plain malloc (Note [Below
-// the minimum, narrowed]). Its frees are stored before its mallocs (use_front_cache):
-// another thread may allocate meanwhile, and any free must know the cache's blocks
-// before one is handed out; blocks jemalloc served before it are freed to jemalloc by
-// their address, as ever. One thread makes it (a compare-and-swap); the others keep
-// counting into jemalloc's malloc until the cache's are stored. A child forked while
-// another thread was making it keeps jemalloc's (the start is never made twice).
-// What a program sees before the start is jemalloc with its defaults: a short program's
-// calloc of a large block is jemalloc's (Note [Zeroing by memset] not yet), and blocks
-// of 8 MiB and more freed before it on the main thread are purged (Note [The fallback's
-// huge blocks]); auto mode's rule already counts the cache (thread_cache_max() below).
-// REPLAYALLOC_FALLBACK_AFTER=0 makes the start at once, as before.
+// So the engine's constructor reserves the cache's range, joins it to the gate's (no
+// thread's gate may open before the range it will hold is known: Note [The gate's
+// range]) and configures the cache (its classes, page map and run table: address space
+// and a few pages, no call into jemalloc's controls), all before any other thread can
+// use them; and it puts counting mallocs in place of the plain and passing ones
+// (g_plain_malloc, g_pass_malloc): jemalloc's own malloc behind one load, one compare
+// and one store. After REPLAYALLOC_FALLBACK_AFTER requests (1,024), or at the first of
+// 1 MiB or more (a block jemalloc would purge at its free without keep_huge_pages), the
+// thread that counts the last makes the start: jemalloc's settings, the cache's first
+// arena (Note [Arenas made when first used]), then the cache's entry points, the frees
+// before the mallocs (use_front_cache): other threads may be allocating, and any free
+// must know the cache's blocks before one is handed out; blocks jemalloc served before
+// are freed to jemalloc by their address, as ever. Last, the narrowed plain malloc (Note
+// [Below the minimum, narrowed]). One thread makes the start (a compare-and-swap); the
+// others go on counting into jemalloc's malloc until the cache's are stored, and a child
+// forked while another thread was making it keeps jemalloc's (it is never made twice).
+// Before the start a program sees jemalloc with its defaults: a large calloc is
+// jemalloc's (Note [Zeroing by memset] not yet), blocks of 8 MiB and more freed on the
+// main thread are purged (Note [The fallback's huge blocks]); the statistics and auto
+// mode's rule (thread_cache_max() below) already count the cache. Where its first arena
+// cannot be made at the start, it stays configured and unused (logged at
+// REPLAYALLOC_VERBOSE=2). REPLAYALLOC_FALLBACK_AFTER=0 makes the start at once.
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -138,12 +142,12 @@ void keep_huge_pages() noexcept {
 }
 
 // Note [The fallback's thread cache] (jemalloc_backend.cc): the front cache's too, from
-// the engine's constructor on where it will be made. Before the start, jemalloc's own
+// the engine's constructor on where it is configured. Before the start, jemalloc's own
 // limit is asked only where a setting may have raised it (its default, 32 KiB, is below
 // the front cache's 128 KiB): any mallctl builds jemalloc's statistics. A program's own
 // `malloc_conf` symbol raising it is not seen until the start.
 std::size_t thread_cache_max() noexcept {
-  const std::size_t front = front_thread_kept_max(g_front);
+  const std::size_t front = front_thread_kept_max();
   const char* conf = std::getenv("MALLOC_CONF");
   if (!fallback_started() && front != 0 && (conf == nullptr || std::strstr(conf, "tcache_max") == nullptr)) {
     return front;

@@ -31,8 +31,9 @@
 // process the LD_PRELOAD library enters pays for those it makes at start-up: one per
 // CPU, at most 8, was ~170 page faults on a 16-core host before the program's first
 // instruction, most for arenas a single-threaded program never uses. Only slot 0's
-// arena is made at start-up (the front cache is off when it cannot be); another slot's
-// is made by the first thread whose block needs it, which claims the slot by a compare-
+// arena is made when the fallback starts (Note [The fallback made when first needed];
+// the front cache stays off when it cannot be); another slot's is made by the first
+// thread whose block needs it, which claims the slot by a compare-
 // and-swap and makes it with no lock held (a thread that finds it being made, or failed,
 // uses slot 0's meanwhile; a child forked while it was being made keeps using slot 0's).
 #include <sys/mman.h>
@@ -76,6 +77,8 @@ extent_hooks_t g_hooks{};
 
 // Makes slot i's arena; its flags, or 0 when another thread is making it or it failed.
 int make_arena(unsigned i) noexcept {
+  // Slot 0's first (start_front_arena): it was made after g_hooks was written.
+  if (i != 0 && g_state[0].load(std::memory_order_acquire) != slot_made) return 0;
   unsigned char expected = slot_none;
   if (!g_state[i].compare_exchange_strong(expected, slot_making, std::memory_order_acq_rel)) return 0;
   unsigned arena = 0;
@@ -178,24 +181,10 @@ bool reserve_front_range(std::uintptr_t* base) noexcept {
 
 bool make_front_arena(front_backend* b) noexcept {
   if (g_base == 0) return false;  // reserve_front_range first
-  extent_hooks_t* defaults = nullptr;
-  std::size_t len = sizeof defaults;
-  if (mallctl("arena.0.extent_hooks", &defaults, &len, nullptr, 0) != 0 || defaults == nullptr) {
-    REPLAYALLOC_LOG(info, "front cache: off (jemalloc's extent hooks cannot be read)");
-    return false;
-  }
-  g_hooks = *defaults;
-  g_hooks.alloc = &extent_alloc;
-  g_hooks.dalloc = &extent_dalloc;
-  g_hooks.destroy = &extent_destroy;
-  // As many slots as CPUs, at most max_arenas; slot 0's arena now, the others' when
-  // first used (Note [Arenas made when first used]).
+  // As many slots as CPUs, at most max_arenas; their arenas made when the fallback
+  // starts (slot 0's: start_front_arena) or first used (Note [Arenas made when first used]).
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   g_slots = cpus < 1 ? 1 : cpus > max_arenas ? max_arenas : static_cast<unsigned>(cpus);
-  if (make_arena(0) == 0) {  // the range stays reserved: the gate's range may hold it
-    REPLAYALLOC_LOG(info, "front cache: off (jemalloc made no arena for it)");
-    return false;
-  }
   b->base = g_base;
   b->span = range_bytes;
   b->block = &block;
@@ -206,6 +195,26 @@ bool make_front_arena(front_backend* b) noexcept {
   b->size_class = &size_class_of;
   b->usable = &usable;
   b->decay = &decay;
+  return true;
+}
+
+bool start_front_arena() noexcept {
+  if (g_base == 0) return false;
+  if (g_state[0].load(std::memory_order_acquire) == slot_made) return true;
+  extent_hooks_t* defaults = nullptr;
+  std::size_t len = sizeof defaults;
+  if (mallctl("arena.0.extent_hooks", &defaults, &len, nullptr, 0) != 0 || defaults == nullptr) {
+    REPLAYALLOC_LOG(info, "front cache: off (jemalloc's extent hooks cannot be read)");
+    return false;
+  }
+  g_hooks = *defaults;
+  g_hooks.alloc = &extent_alloc;
+  g_hooks.dalloc = &extent_dalloc;
+  g_hooks.destroy = &extent_destroy;
+  if (make_arena(0) == 0) {  // the range stays reserved: the gate's range may hold it
+    REPLAYALLOC_LOG(info, "front cache: off (jemalloc made no arena for it)");
+    return false;
+  }
   return true;
 }
 

@@ -582,7 +582,7 @@ std::uint32_t front_thread_list_count(std::size_t size) noexcept {
   return t_cache->lists[g_class_of[(size + 15) >> 4]].count;
 }
 
-std::size_t front_thread_kept_max(bool planned) noexcept { return g_enabled || planned ? thread_large_least / 4 : 0; }
+std::size_t front_thread_kept_max() noexcept { return g_enabled ? thread_large_least / 4 : 0; }
 
 front_cache_counts front_cache_stats() noexcept {
   front_cache_counts c;

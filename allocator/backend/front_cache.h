@@ -51,13 +51,17 @@ inline constexpr std::size_t front_range_bytes = std::size_t{16} << 30;
 // fallback made when first needed], fallback_start.cc); its base. Idempotent; false
 // (logged) when no address space could be had. front_arena.cc.
 bool reserve_front_range(std::uintptr_t* base) noexcept;
-// The arena the blocks come from, in the range reserved, filling base..usable; false
-// (logged) when it cannot be made. front_arena.cc.
+// The arenas the blocks come from, in the range reserved, filling base..decay with no
+// call into jemalloc; false when no range was reserved. front_arena.cc.
 bool make_front_arena(front_backend* b) noexcept;
+// Makes the first arena (slot 0's), before the cache's entry points are stored (the
+// fallback's start); false (logged) when it cannot be made: the cache then stays unused.
+bool start_front_arena() noexcept;
 
 // Serves requests of 16 B-2 MiB from per-thread lists; false (nothing changes) when b is
-// incomplete, or when called twice. Once, under the reentry guard (through
-// use_front_cache in jemalloc_backend.cc, when the fallback starts: fallback_start.cc).
+// incomplete, or when called twice. Once, under the reentry guard, in the engine's
+// constructor (reserve_front_cache in jemalloc_backend.cc); it serves once its entry
+// points are stored, at the fallback's start (use_front_cache, fallback_start.cc).
 bool enable_front_cache(const front_backend& b) noexcept;
 
 void* front_malloc(std::size_t size) noexcept;
@@ -82,10 +86,9 @@ void front_resizing(const void* p) noexcept;
 
 // The largest class of which every thread with a cache keeps four blocks for its next
 // requests (its least share of the large classes' budget over four: 128 KiB; Note
-// [Large blocks in the front cache]); 0 while the cache is off, unless `planned` (the
-// fallback's start will enable it: fallback_start.cc). thread_cache_max() (backend.h)
-// is at least this.
-std::size_t front_thread_kept_max(bool planned = false) noexcept;
+// [Large blocks in the front cache]); 0 while the cache is off (before the fallback's
+// start it is on where it will serve). thread_cache_max() (backend.h) is at least this.
+std::size_t front_thread_kept_max() noexcept;
 
 // This thread's lists and the shared depot given back to the underlying free (before a
 // purge: Note [Purging what a slab replaces]). Nothing when the cache is off.

@@ -342,14 +342,14 @@ bool reserve_front_cache() noexcept {
   // Note [The gate's range] (slab_range.h): where the cache's range lies directly below
   // the slab range, no block outside the gate's is the cache's.
   g_front_joined = join_gate_range(base, front_range_bytes);
-  return true;
-}
-
-bool use_front_cache() noexcept {
   front_backend b;
   b.malloc = &plain_malloc_aligned;  // its misses may pass on a request under 16 bytes
   b.free = g_je_free.load(std::memory_order_relaxed);
-  if (!make_front_arena(&b) || !enable_front_cache(b)) return false;
+  return make_front_arena(&b) && enable_front_cache(b);
+}
+
+bool use_front_cache() noexcept {
+  if (!start_front_arena()) return false;
   // The frees first: other threads may be running (Note [The fallback made when first
   // needed]), and each free must know the cache's blocks before a malloc hands one out.
   if (!g_front_joined) g_outside_free.store(&front_free, std::memory_order_release);
