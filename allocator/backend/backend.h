@@ -49,6 +49,11 @@ void start_fallback(bool front, std::uint64_t small_limit, std::uint64_t after) 
 void start_fallback_now() noexcept;
 // Whether the start was made (true where nothing was deferred).
 bool fallback_started() noexcept;
+// True while the start waits for its requests: a calloc, which no counting malloc sees,
+// tells it of itself (note_calloc: a large one, 16 KiB or more, makes the start, as
+// jemalloc would give a reused one's pages back to zero them: Note [Zeroing by memset]).
+inline constinit std::atomic<bool> g_start_pending{false};
+void note_calloc(std::size_t size) noexcept;
 
 // Keeps the pages of freed blocks of 8 MiB and more for the next block, as for every
 // other size (jemalloc: Note [The fallback's huge blocks] in jemalloc_backend.cc), unless

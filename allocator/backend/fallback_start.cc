@@ -18,22 +18,24 @@
 // and a few pages, no call into jemalloc's controls), all before any other thread can
 // use them; and it puts counting mallocs in place of the plain and passing ones
 // (g_plain_malloc, g_pass_malloc): jemalloc's own malloc behind one load, one compare
-// and one store. After REPLAYALLOC_FALLBACK_AFTER requests (1,024), or at the first of
-// 1 MiB or more (a block jemalloc would purge at its free without keep_huge_pages), the
-// thread that counts the last makes the start: jemalloc's settings, the cache's first
-// arena (Note [Arenas made when first used]), then the cache's entry points, the frees
-// before the mallocs (use_front_cache): other threads may be allocating, and any free
-// must know the cache's blocks before one is handed out; blocks jemalloc served before
-// are freed to jemalloc by their address, as ever. Last, the narrowed plain malloc (Note
-// [Below the minimum, narrowed]). One thread makes the start (a compare-and-swap); the
-// others go on counting into jemalloc's malloc until the cache's are stored, and a child
-// forked while another thread was making it keeps jemalloc's (it is never made twice).
-// Before the start a program sees jemalloc with its defaults: a large calloc is
-// jemalloc's (Note [Zeroing by memset] not yet), blocks of 8 MiB and more freed on the
-// main thread are purged (Note [The fallback's huge blocks]); the statistics and auto
-// mode's rule (thread_cache_max() below) already count the cache. Where its first arena
-// cannot be made at the start, it stays configured and unused (logged at
-// REPLAYALLOC_VERBOSE=2). REPLAYALLOC_FALLBACK_AFTER=0 makes the start at once.
+// and one store (a calloc tells the count of itself). After REPLAYALLOC_FALLBACK_AFTER
+// requests (1,024), or at the first of 1 MiB or more (a block jemalloc would purge at
+// its free without keep_huge_pages) or calloc of 16 KiB or more (one jemalloc would zero
+// by giving its pages back when reused, without zero_reused_by_memset), the thread that
+// counts the last makes the start: jemalloc's settings, the cache's first arena (Note
+// [Arenas made when first used]), then the cache's entry points, the frees before the
+// mallocs (use_front_cache): other threads may be allocating, and any free must know
+// the cache's blocks before one is handed out; blocks jemalloc served before are freed
+// to jemalloc by their address, as ever. Last, the narrowed plain malloc (Note [Below
+// the minimum, narrowed]). One thread makes the start (a compare-and-swap); the others
+// go on counting into jemalloc's malloc until the cache's are stored, and a child forked
+// while another thread was making it keeps jemalloc's (it is never made twice). Before
+// the start a program sees jemalloc with its defaults, where they cost nothing yet (an
+// aligned request or a realloc, not counted, may grow a block to 8 MiB on the main
+// thread, purged at its free); the statistics and auto mode's rule (thread_cache_max()
+// below) already count the cache. Where its first arena cannot be made at the start, it
+// stays configured and unused (logged at REPLAYALLOC_VERBOSE=2).
+// REPLAYALLOC_FALLBACK_AFTER=0 makes the start at once.
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -78,6 +80,10 @@ inline void count(std::size_t size) noexcept {
   start_fallback_now();
 }
 
+// jemalloc's first large class (4 KiB pages): a calloc of it or more reused is zeroed
+// by giving its pages back until zero_reused_by_memset.
+constexpr std::size_t large_calloc = std::size_t{16} << 10;
+
 void* counting_plain(std::size_t size) noexcept {
   count(size);
   return g_plain_before(size);
@@ -103,6 +109,7 @@ void start_fallback(bool front, std::uint64_t small_limit, std::uint64_t after) 
   }
   g_left.store(after, std::memory_order_relaxed);
   g_start.store(start_counting, std::memory_order_release);
+  g_start_pending.store(true, std::memory_order_relaxed);
   g_plain_malloc.store(&counting_plain, std::memory_order_release);
   g_pass_malloc.store(&counting_pass, std::memory_order_release);
 }
@@ -121,9 +128,14 @@ void start_fallback_now() noexcept {
   g_pass_malloc.compare_exchange_strong(counting, g_pass_before, std::memory_order_acq_rel);
   make_start(g_front, g_small_limit);
   g_start.store(start_made, std::memory_order_release);
+  g_start_pending.store(false, std::memory_order_relaxed);
   const std::uint64_t left = g_left.load(std::memory_order_relaxed);
   REPLAYALLOC_LOG(info, "fallback: started at request %llu of %llu%s", static_cast<unsigned long long>(g_after - left + 1),
                   static_cast<unsigned long long>(g_after), g_front ? " (front cache on)" : "");
+}
+
+void note_calloc(std::size_t size) noexcept {
+  if (g_start.load(std::memory_order_relaxed) == start_counting) count(size >= large_calloc ? start_at_size : size);
 }
 
 bool fallback_started() noexcept {

@@ -520,6 +520,7 @@ void* engine_alloc(std::size_t size, std::size_t align) noexcept {
 
 void* fallback_calloc(std::size_t size) noexcept {
   if (inject_failure()) [[unlikely]] return nullptr;
+  if (g_start_pending.load(std::memory_order_relaxed)) [[unlikely]] note_calloc(size);
 #if defined(REPLAYALLOC_ASAN)
   // jemalloc's own calloc zeroes a reused block before fresh() can unpoison it (what an
   // Abseil table poisoned there: the note at the top): the block first, then the zeroes.
