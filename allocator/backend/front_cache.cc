@@ -567,12 +567,12 @@ bool front_cache_arena(unsigned* arena, unsigned* sharing) noexcept {
 void front_cache_prefork() noexcept {
   if (!g_enabled) return;
   lock_depot();
-  lock_runs();
+  lock_runs(g_slots);
 }
 
 void front_cache_postfork(bool child) noexcept {
   if (!g_enabled) return;
-  unlock_runs();
+  unlock_runs(g_slots);
   unlock_depot();
   if (child) forked_child(t_state == cache_open);
 }

@@ -67,7 +67,8 @@ bool sweep_depot(std::uint64_t now) noexcept;
 extern std::atomic<std::uint32_t> g_sweeps;
 // Every list of the depot back to the arena (front_cache_release).
 void release_depot() noexcept;
-// Fork: every class's lock held (front_cache_prefork / postfork).
+// Fork: every class's lock held (front_cache_prefork / postfork); a class that does not
+// exist (its size 0) has no lists, and its lock is never taken.
 void lock_depot() noexcept;
 void unlock_depot() noexcept;
 // In the child after fork: the caches open, and the most at once, are the forking

@@ -547,17 +547,21 @@ void release_stashed_runs(unsigned slot) noexcept {
   empty_stashes(slot, 0);
 }
 
-void lock_runs() noexcept {
-  for (auto& slot : g_pools) {
-    for (run_pool& pool : slot) spin_lock(pool.locked);
+void lock_runs(unsigned slots) noexcept {
+  for (unsigned s = 0; s < slots; ++s) {
+    for (unsigned k = 0; k < max_classes; ++k) {
+      if (run_class(k)) spin_lock(g_pools[s][k].locked);
+    }
   }
-  lock_stashes();
+  lock_stashes(slots);
 }
 
-void unlock_runs() noexcept {
-  unlock_stashes();
-  for (auto& slot : g_pools) {
-    for (run_pool& pool : slot) spin_unlock(pool.locked);
+void unlock_runs(unsigned slots) noexcept {
+  unlock_stashes(slots);
+  for (unsigned s = 0; s < slots; ++s) {
+    for (unsigned k = 0; k < max_classes; ++k) {
+      if (run_class(k)) spin_unlock(g_pools[s][k].locked);
+    }
   }
 }
 

@@ -70,9 +70,12 @@ void release_empty_runs() noexcept;
 // of a class above the runs': Note [Empty runs kept]).
 void release_stashed_runs(unsigned slot) noexcept;
 
-// Fork: every run pool's lock held (front_cache_prefork / postfork).
-void lock_runs() noexcept;
-void unlock_runs() noexcept;
+// Fork: the lock of every run pool that can be used held (front_cache_prefork /
+// postfork): the pools of the `slots` arenas' run classes; the others are never
+// locked. Each lock written is a page copied in the parent and in the child after
+// fork(): a shell script forks hundreds of times.
+void lock_runs(unsigned slots) noexcept;
+void unlock_runs(unsigned slots) noexcept;
 
 // Its counts into c (front_cache_stats).
 void run_counts(front_cache_counts* c) noexcept;

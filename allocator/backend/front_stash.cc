@@ -147,15 +147,15 @@ void empty_stashes(unsigned slot, std::size_t except) noexcept {
   }
 }
 
-void lock_stashes() noexcept {
-  for (auto& slot : g_stash) {
-    for (run_stash& s : slot) spin_lock(s.locked);
+void lock_stashes(unsigned slots) noexcept {
+  for (unsigned i = 0; i < slots && i < front_max_arenas; ++i) {
+    for (run_stash& s : g_stash[i]) spin_lock(s.locked);
   }
 }
 
-void unlock_stashes() noexcept {
-  for (auto& slot : g_stash) {
-    for (run_stash& s : slot) spin_unlock(s.locked);
+void unlock_stashes(unsigned slots) noexcept {
+  for (unsigned i = 0; i < slots && i < front_max_arenas; ++i) {
+    for (run_stash& s : g_stash[i]) spin_unlock(s.locked);
   }
 }
 

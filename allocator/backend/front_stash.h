@@ -38,9 +38,9 @@ void stash(std::uintptr_t start, unsigned slot, std::size_t bytes) noexcept;
 // spared), to `give`.
 void empty_stashes(unsigned slot, std::size_t except) noexcept;
 
-// Fork: every stash's lock held (lock_runs / unlock_runs).
-void lock_stashes() noexcept;
-void unlock_stashes() noexcept;
+// Fork: the stashes' locks of the `slots` arenas held (lock_runs / unlock_runs).
+void lock_stashes(unsigned slots) noexcept;
+void unlock_stashes(unsigned slots) noexcept;
 
 // Runs taken from a stash again, and the stashes' bytes now, into c.
 void stash_counts(front_cache_counts* c) noexcept;
