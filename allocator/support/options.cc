@@ -151,7 +151,7 @@ constexpr option_desc table[] = {
     {"REPLAYALLOC_FRONT_CACHE", kind::boolean, 0, 1, false, REPLAYALLOC_SETS(front_cache),
      "per-thread lists of small free blocks in front of the fallback's malloc and free, below the minimum size, handed between threads whole (Note [The fallback's front cache]); 0: jemalloc alone"},
     {"REPLAYALLOC_FALLBACK_AFTER", kind::count, 0, 1u << 30, false, REPLAYALLOC_SETS(fallback_after),
-     "requests the fallback serves with jemalloc's own malloc and default settings before it makes its front cache and settings, at the first of 1 MiB or more if sooner (Note [The fallback made when first needed]); 0: at start-up"},
+     "requests the fallback serves with jemalloc's own malloc and default settings before it makes its front cache and settings, at the first request of 1 MiB or more or calloc of 16 KiB or more if sooner (Note [The fallback made when first needed]); 0: at start-up"},
     {"REPLAYALLOC_CUDA_BUDGET", kind::budget, 0, 0, false, REPLAYALLOC_OWN,
      "device memory a plan's slab may use: bytes or a fraction"},
     {"REPLAYALLOC_CUDA_LMS_THRESHOLD", kind::size, 1, 64 * T, false, REPLAYALLOC_SETS(cuda_lms_threshold),
