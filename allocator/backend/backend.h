@@ -49,6 +49,8 @@ void start_fallback(bool front, std::uint64_t small_limit, std::uint64_t after) 
 void start_fallback_now() noexcept;
 // Whether the start was made (true where nothing was deferred).
 bool fallback_started() noexcept;
+// In a child forked while another thread was making the start: jemalloc's mallocs back.
+void fallback_start_postfork_child() noexcept;
 // True while the start waits for its requests: a calloc, which no counting malloc sees,
 // tells it of itself (note_calloc: a large one, 16 KiB or more, makes the start, as
 // jemalloc would give a reused one's pages back to zero them: Note [Zeroing by memset]).
@@ -123,6 +125,10 @@ inline constinit std::atomic<plain_free_fn> g_plain_free{nullptr};
 // fallback's front cache]); then g_plain_malloc and g_plain_free are the front cache's
 // too (Note [Small blocks in the front cache]). A block either malloc made is freed by
 // its address (the gate's range, then the cache's), whichever malloc was current.
+// Loaded with acquire order (a plain load on x86-64): the fallback's start stores the
+// cache's frees before its mallocs (Note [The fallback made when first needed]), so a
+// thread that gets a block of the cache's frees it, or hands it to one that does, with
+// the cache's free.
 inline constinit std::atomic<plain_malloc_fn> g_pass_malloc{nullptr};
 // The free of a block outside the gate's range (Note [The gate's range],
 // slab_range.h), for the inline free to call: g_plain_free's, or jemalloc's own when

@@ -29,7 +29,8 @@
 // to jemalloc by their address, as ever. Last, the narrowed plain malloc (Note [Below
 // the minimum, narrowed]). One thread makes the start (a compare-and-swap); the others
 // go on counting into jemalloc's malloc until the cache's are stored, and a child forked
-// while another thread was making it keeps jemalloc's (it is never made twice). Before
+// while another thread was making it keeps jemalloc's, its counting mallocs taken away
+// (fallback_start_postfork_child; it is never made twice). Before
 // the start a program sees jemalloc with its defaults, where they cost nothing yet (an
 // aligned request or a realloc, not counted, may grow a block to 8 MiB on the main
 // thread, purged at its free); the statistics and auto mode's rule (thread_cache_max()
@@ -63,6 +64,9 @@ std::uint64_t g_small_limit = 0;
 std::uint64_t g_after = 0;
 plain_malloc_fn g_plain_before = nullptr;
 plain_malloc_fn g_pass_before = nullptr;
+// A setting may have raised jemalloc's thread cache above its default (read once, by the
+// engine's constructor: getenv is not safe beside another thread's setenv).
+bool g_tcache_set = false;
 
 void make_start(bool front, std::uint64_t small_limit) noexcept {
   keep_huge_pages();
@@ -97,6 +101,8 @@ void* counting_pass(std::size_t size) noexcept {
 }  // namespace
 
 void start_fallback(bool front, std::uint64_t small_limit, std::uint64_t after) noexcept {
+  const char* conf = std::getenv("MALLOC_CONF");
+  g_tcache_set = conf != nullptr && std::strstr(conf, "tcache_max") != nullptr;
   g_front = front && reserve_front_cache();
   g_small_limit = small_limit;
   g_after = after;
@@ -138,6 +144,17 @@ void note_calloc(std::size_t size) noexcept {
   if (g_start.load(std::memory_order_relaxed) == start_counting) count(size >= large_calloc ? start_at_size : size);
 }
 
+void fallback_start_postfork_child() noexcept {
+  // Forked while another thread was making the start: it is never made here, and the
+  // counting mallocs would ask for it at every request.
+  if (g_start.load(std::memory_order_relaxed) != start_making) return;
+  plain_malloc_fn counting = &counting_plain;
+  g_plain_malloc.compare_exchange_strong(counting, g_plain_before, std::memory_order_acq_rel);
+  counting = &counting_pass;
+  g_pass_malloc.compare_exchange_strong(counting, g_pass_before, std::memory_order_acq_rel);
+  g_start_pending.store(false, std::memory_order_relaxed);
+}
+
 bool fallback_started() noexcept {
   const unsigned char s = g_start.load(std::memory_order_acquire);
   return s == start_made || s == start_none;
@@ -160,10 +177,7 @@ void keep_huge_pages() noexcept {
 // `malloc_conf` symbol raising it is not seen until the start.
 std::size_t thread_cache_max() noexcept {
   const std::size_t front = front_thread_kept_max();
-  const char* conf = std::getenv("MALLOC_CONF");
-  if (!fallback_started() && front != 0 && (conf == nullptr || std::strstr(conf, "tcache_max") == nullptr)) {
-    return front;
-  }
+  if (!fallback_started() && front != 0 && !g_tcache_set) return front;
   std::size_t max = 0;
   std::size_t len = sizeof max;
   return mallctl("arenas.tcache_max", &max, &len, nullptr, 0) == 0 && len == sizeof max && max > front ? max : front;

@@ -582,12 +582,12 @@ std::uint32_t front_thread_list_count(std::size_t size) noexcept {
   return t_cache->lists[g_class_of[(size + 15) >> 4]].count;
 }
 
-std::size_t front_thread_kept_max() noexcept { return g_enabled ? thread_large_least / 4 : 0; }
+std::size_t front_thread_kept_max() noexcept { return g_enabled && !front_unused() ? thread_large_least / 4 : 0; }
 
 front_cache_counts front_cache_stats() noexcept {
   front_cache_counts c;
   depot_counts(&c, g_enabled);
-  c.largest = g_enabled ? g_large_largest : 0;
+  c.largest = g_enabled && !front_unused() ? g_large_largest : 0;
   c.base = g_base;
   c.span = g_span;
   c.thread_large_budget = g_enabled ? thread_large_budget() : 0;

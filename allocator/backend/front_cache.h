@@ -12,6 +12,7 @@
 // blocks of its own range whose size is exactly one of its classes.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -57,6 +58,10 @@ bool make_front_arena(front_backend* b) noexcept;
 // Makes the first arena (slot 0's), before the cache's entry points are stored (the
 // fallback's start); false (logged) when it cannot be made: the cache then stays unused.
 bool start_front_arena() noexcept;
+// Set when the start could not make the first arena: the cache, configured, never serves,
+// and says so (front_cache_stats().largest 0, front_thread_kept_max() 0).
+inline constinit std::atomic<bool> g_front_unused{false};
+inline bool front_unused() noexcept { return g_front_unused.load(std::memory_order_relaxed); }
 
 // Serves requests of 16 B-2 MiB from per-thread lists; false (nothing changes) when b is
 // incomplete, or when called twice. Once, under the reentry guard, in the engine's

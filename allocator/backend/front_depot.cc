@@ -260,6 +260,7 @@ void thread_closed() noexcept {
 
 void release_depot() noexcept {
   for (depot& d : g_depot) {
+    if (g_class_size[&d - g_depot] == 0) continue;  // never locked across fork (lock_depot)
     lock(d);
     const unsigned n = d.n.load(std::memory_order_relaxed);
     free_list lists[depot_lists];

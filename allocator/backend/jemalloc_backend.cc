@@ -349,7 +349,10 @@ bool reserve_front_cache() noexcept {
 }
 
 bool use_front_cache() noexcept {
-  if (!start_front_arena()) return false;
+  if (!start_front_arena()) {
+    g_front_unused.store(true, std::memory_order_relaxed);
+    return false;
+  }
   // The frees first: other threads may be running (Note [The fallback made when first
   // needed]), and each free must know the cache's blocks before a malloc hands one out.
   if (!g_front_joined) g_outside_free.store(&front_free, std::memory_order_release);
@@ -486,7 +489,7 @@ void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
   if (inject_failure()) [[unlikely]] return nullptr;
   if (align <= malloc_align) {
     // The front cache's where it is on (g_pass_malloc), else jemalloc's own malloc.
-    if (malloc_fn m = g_pass_malloc.load(std::memory_order_relaxed)) [[likely]] return m(at_least_min(size));
+    if (malloc_fn m = g_pass_malloc.load(std::memory_order_acquire)) [[likely]] return m(at_least_min(size));
     if (malloc_fn m = g_je_malloc.load(std::memory_order_relaxed)) [[likely]] return fresh(m(at_least_min(size)));
   }
   return fresh(mallocx(at_least_min(size), align_flags(align)));

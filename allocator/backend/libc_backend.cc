@@ -23,6 +23,7 @@ void keep_huge_pages() noexcept {}
 void start_fallback(bool, std::uint64_t, std::uint64_t) noexcept {}
 void start_fallback_now() noexcept {}
 bool fallback_started() noexcept { return true; }
+void fallback_start_postfork_child() noexcept {}
 bool reserve_front_cache() noexcept { return false; }
 bool use_front_cache() noexcept { return false; }
 std::size_t front_range_wanted() noexcept { return 0; }

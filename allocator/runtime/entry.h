@@ -75,7 +75,7 @@ REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align)
   // tail call, before the TLS block is looked at. One compare for size < the minimum:
   // the plain malloc serves a request under malloc_align bytes as glibc aligns it.
   if (small_request(size) && align <= malloc_align) [[likely]] {
-    return backend::g_plain_malloc.load(std::memory_order_relaxed)(size);
+    return backend::g_plain_malloc.load(std::memory_order_acquire)(size);
   }
   // The cursor is closed outside a replaying iteration and inside the engine
   // (reentry_guard), so the hit asks nothing else.

@@ -80,6 +80,7 @@ void engine::postfork_parent() {
 
 void engine::postfork_child() {
   backend::front_cache_postfork(true);
+  backend::fallback_start_postfork_child();  // Note [The fallback made when first needed]
   check::unlock_after_fork();
   backend::unlock_after_fork();
   unlock_versions_after_fork();

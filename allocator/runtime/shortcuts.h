@@ -52,7 +52,7 @@ inline void* serve_engine(std::size_t size, std::size_t align, bool zero) {
 // failure injection, alignment), rounded up as glibc aligns; serve_from_backend
 // otherwise. A request below the minimum and one passed through (Note [Pass-through]).
 inline void* serve_plain(std::size_t size, std::size_t align) {
-  backend::plain_malloc_fn plain = backend::g_pass_malloc.load(std::memory_order_relaxed);
+  backend::plain_malloc_fn plain = backend::g_pass_malloc.load(std::memory_order_acquire);
   if (plain == nullptr || align > malloc_align) [[unlikely]] return serve_from_backend(size, align, false);
   void* p = plain(size < malloc_align ? malloc_align : size);
   if (p == nullptr) [[unlikely]] errno = ENOMEM;
@@ -159,7 +159,7 @@ REPLAYALLOC_ALWAYS_INLINE void* pass_granted(thread_state& t, std::size_t size) 
   --t.pass_left;
   bump(t.host.backend_bytes, size);
   bump(t.host.passthrough);
-  return backend::g_pass_malloc.load(std::memory_order_relaxed)(size);
+  return backend::g_pass_malloc.load(std::memory_order_acquire)(size);
 }
 
 // A free of a backend block (outside the slab range) that only a recording or auto

@@ -133,6 +133,8 @@ TEST(PreloadSizedDelete, SmallBlocksBesideARecordingAndItsReplay) {
 // the size names: entry_free_sized sends both from the front cache's part of the gate's
 // range, whatever the thread's gate.
 TEST(PreloadSizedDelete, SmallSizesOnAWatchedThreadGoToTheBlocksOwnLists) {
+  (void)replayalloc::stats();
+  detail::backend::start_fallback_now();  // Note [The fallback made when first needed]: as a program that allocates much
   if (detail::backend::g_gate_range.front == 0) GTEST_SKIP() << "the front cache is off";
   std::thread([] {
     void* watched = std::malloc(64 * 1024);  // at the minimum or more: the thread is watched

@@ -102,12 +102,16 @@ void release(const block& b) {
   std::free(b.p);
 }
 
-// 16 B-256 KiB, most of them small, through malloc, calloc and realloc.
+// 16 B-384 KiB, most of them small, through malloc, calloc and realloc; callocs under
+// 16 KiB before the start (one of 16 KiB or more would make it).
 block any_block(std::mt19937& rng, unsigned char tag) {
   const std::size_t n = std::size_t{16} << (rng() % 15);
   const std::size_t size = n / 2 + rng() % n;
   switch (rng() % 4) {
-    case 0: return made(std::calloc(1, size), size, tag);
+    case 0: {
+      const std::size_t c = be::fallback_started() ? size : size % (std::size_t{16} << 10);
+      return made(std::calloc(1, c), c, tag);
+    }
     case 1: {
       void* p = std::malloc(size / 2 + 1);
       return made(std::realloc(p, size), size, tag);
@@ -162,6 +166,7 @@ void case_threads() {
     });
   }
   while (past_half.load() < kThreads) std::this_thread::yield();
+  CHILD_EXPECT(!be::fallback_started(), "the start was made before the request that makes it");
   // A request of 1 MiB starts it at once (a block jemalloc would purge at its free).
   const block big = made(std::malloc(std::size_t{1} << 20), std::size_t{1} << 20, 0xab);
   CHILD_EXPECT(be::fallback_started(), "a request of 1 MiB did not make the start");
@@ -210,6 +215,10 @@ void case_at_once() {
   CHILD_EXPECT(be::fallback_started(), "REPLAYALLOC_FALLBACK_AFTER=0 deferred the start");
   const bool front = be::front_cache_stats().largest != 0;
   CHILD_EXPECT(front == front_wanted(), "the front cache is %s at start-up", front ? "on" : "off");
+  void* p = std::malloc(64);
+  CHILD_EXPECT(in_front_range(p) == front_wanted(), "a small block at start-up %s the front cache's",
+               in_front_range(p) ? "is" : "is not");
+  std::free(p);
 }
 
 // The case named in the environment, in this fresh process, before main.
