@@ -3,8 +3,9 @@
 //
 // Layer: backend. The fallback's malloc for requests passed through and below the
 // minimum and its free (backend::g_pass_malloc, g_plain_malloc, g_plain_free) become
-// front_malloc and front_free once enable_front_cache() succeeds (the plain malloc then
-// narrowed by the engine: Note [Below the minimum, narrowed], front_classes.cc). The
+// front_malloc and front_free at the fallback's start, after enable_front_cache() (Note
+// [The fallback made when first needed]; the plain malloc then narrowed: Note [Below the
+// minimum, narrowed], front_classes.cc). The
 // blocks of 4-128 KiB it hands out are carved from runs (Note [Runs for medium blocks], front_runs.cc), which
 // jemalloc does not know: they are freed by front_free (every free of a block in the
 // range is), realloc'd and sized by the fallback's own (front_run_block). Any other block
