@@ -59,6 +59,16 @@ bool in_front_range(const void* p) {
   return c.span != 0 && a - c.base < c.span;
 }
 
+// The cache says it is on, and serves a small block, unless the environment turned it off.
+void expect_served_as_wanted(const char* when) {
+  const bool front = be::front_cache_stats().largest != 0;
+  CHILD_EXPECT(front == front_wanted(), "the front cache is %s %s", front ? "on" : "off", when);
+  void* p = std::malloc(64);
+  CHILD_EXPECT(in_front_range(p) == front_wanted(), "a small block %s %s the front cache's", when,
+               in_front_range(p) ? "is" : "is not");
+  std::free(p);
+}
+
 // Live blocks of every thread, checked for overlap as they are made.
 std::mutex g_live_mu;
 std::map<std::uintptr_t, std::size_t>* g_live = nullptr;
@@ -177,12 +187,7 @@ void case_threads() {
   }
   release(big);
   CHILD_EXPECT(g_live->empty(), "%zu blocks were never freed", g_live->size());
-  const bool front = be::front_cache_stats().largest != 0;
-  CHILD_EXPECT(front == front_wanted(), "the front cache is %s after the start", front ? "on" : "off");
-  void* p = std::malloc(64);
-  CHILD_EXPECT(in_front_range(p) == front_wanted(), "a small block after the start %s the front cache's",
-               in_front_range(p) ? "is" : "is not");
-  std::free(p);
+  expect_served_as_wanted("after the start");
   if (front_wanted()) {
     CHILD_EXPECT(be::thread_cache_max() == (std::size_t{128} << 10), "auto mode's rule changed at the start");
   }
@@ -195,7 +200,6 @@ void case_count() {
   CHILD_EXPECT(!be::fallback_started(), "the start was made before its requests");
   const long after = std::strtol(std::getenv("REPLAYALLOC_FALLBACK_AFTER"), nullptr, 10);
   long made_here = 0;
-  void* p = nullptr;
   void* volatile sink = nullptr;  // the compiler may not drop a pair
   while (!be::fallback_started() && made_here <= after) {
     sink = std::malloc(48);
@@ -204,21 +208,13 @@ void case_count() {
   }
   CHILD_EXPECT(be::fallback_started(), "no start after %ld requests", made_here);
   CHILD_EXPECT(made_here > after / 2, "the start came after %ld of %ld requests", made_here, after);
-  p = std::malloc(48);
-  CHILD_EXPECT(in_front_range(p) == front_wanted(), "a small block after the start %s the front cache's",
-               in_front_range(p) ? "is" : "is not");
-  std::free(p);
+  expect_served_as_wanted("after the start");
 }
 
 // REPLAYALLOC_FALLBACK_AFTER=0: made with the engine, as before the deferral.
 void case_at_once() {
   CHILD_EXPECT(be::fallback_started(), "REPLAYALLOC_FALLBACK_AFTER=0 deferred the start");
-  const bool front = be::front_cache_stats().largest != 0;
-  CHILD_EXPECT(front == front_wanted(), "the front cache is %s at start-up", front ? "on" : "off");
-  void* p = std::malloc(64);
-  CHILD_EXPECT(in_front_range(p) == front_wanted(), "a small block at start-up %s the front cache's",
-               in_front_range(p) ? "is" : "is not");
-  std::free(p);
+  expect_served_as_wanted("at start-up");
 }
 
 // The case named in the environment, in this fresh process, before main.
