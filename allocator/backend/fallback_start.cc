@@ -30,11 +30,11 @@
 // the minimum, narrowed]). One thread makes the start (a compare-and-swap); the others
 // go on counting into jemalloc's malloc until the cache's are stored, and a child forked
 // while another thread was making it keeps jemalloc's, its counting mallocs taken away
-// (fallback_start_postfork_child; it is never made twice). Before
-// the start a program sees jemalloc with its defaults, where they cost nothing yet (an
-// aligned request or a realloc, not counted, may grow a block to 8 MiB on the main
-// thread, purged at its free); the statistics and auto mode's rule (thread_cache_max()
-// below) already count the cache. Where its first arena cannot be made at the start, it
+// (fallback_start_postfork_child; it is never made twice). Before the start a program
+// sees jemalloc with its defaults, where they cost nothing yet (an aligned request or a
+// realloc, not counted, may grow a block to 8 MiB on the main thread, purged at its
+// free); the statistics and auto mode's rule (thread_cache_max() below) already count
+// the cache. Where its first arena cannot be made at the start, it
 // stays configured and unused (logged at REPLAYALLOC_VERBOSE=2).
 // REPLAYALLOC_FALLBACK_AFTER=0 makes the start at once.
 #include <atomic>
@@ -98,6 +98,14 @@ void* counting_pass(std::size_t size) noexcept {
   return g_pass_before(size);
 }
 
+// jemalloc's own mallocs in place of the counting ones, where those are still there.
+void stop_counting() noexcept {
+  plain_malloc_fn counting = &counting_plain;
+  g_plain_malloc.compare_exchange_strong(counting, g_plain_before, std::memory_order_acq_rel);
+  counting = &counting_pass;
+  g_pass_malloc.compare_exchange_strong(counting, g_pass_before, std::memory_order_acq_rel);
+}
+
 }  // namespace
 
 void start_fallback(bool front, std::uint64_t small_limit, std::uint64_t after) noexcept {
@@ -127,11 +135,8 @@ void start_fallback_now() noexcept {
   // nothing here allocates through malloc (jemalloc's controls and arenas use its own
   // metadata, the cache's maps are mmap'd, the log formats on the stack).
   // jemalloc's own entry points back first (the front cache's replace them where it is
-  // made); only where the counting ones are still there.
-  plain_malloc_fn counting = &counting_plain;
-  g_plain_malloc.compare_exchange_strong(counting, g_plain_before, std::memory_order_acq_rel);
-  counting = &counting_pass;
-  g_pass_malloc.compare_exchange_strong(counting, g_pass_before, std::memory_order_acq_rel);
+  // made).
+  stop_counting();
   make_start(g_front, g_small_limit);
   g_start.store(start_made, std::memory_order_release);
   g_start_pending.store(false, std::memory_order_relaxed);
@@ -148,10 +153,7 @@ void fallback_start_postfork_child() noexcept {
   // Forked while another thread was making the start: it is never made here, and the
   // counting mallocs would ask for it at every request.
   if (g_start.load(std::memory_order_relaxed) != start_making) return;
-  plain_malloc_fn counting = &counting_plain;
-  g_plain_malloc.compare_exchange_strong(counting, g_plain_before, std::memory_order_acq_rel);
-  counting = &counting_pass;
-  g_pass_malloc.compare_exchange_strong(counting, g_pass_before, std::memory_order_acq_rel);
+  stop_counting();
   g_start_pending.store(false, std::memory_order_relaxed);
 }
 
