@@ -6,8 +6,9 @@
 // function of the allocation interface forwards in one line; malloc, free, operator
 // new and delete inline the C API's fast paths (runtime/entry.h), so the replay hit
 // and jemalloc's small blocks cost no extra call here. What makes this safe:
-//  * start-up: nothing here runs before the first call; the engine is made on first
-//    use under the re-entry guard, reads the environment from `environ` itself, and any
+//  * start-up: the engine is made at the first call or when the library is loaded,
+//    whichever comes first (Note [The engine made at load]), under the re-entry guard;
+//    it reads the environment from `environ` itself, and any
 //    allocation made while it is being made (by libc, jemalloc, Abseil) goes straight
 //    to jemalloc (runtime/api.cc: alloc_slow);
 //  * thread-local state is initial-exec (no allocation on first access);
@@ -15,6 +16,7 @@
 //  * thread exit: a pthread key ends the thread's open iteration.
 // The program marks its iterations with replayalloc_iteration_begin/end (exported
 // here too: call them directly, or find them with dlsym).
+#include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -26,6 +28,7 @@
 
 #include "replayalloc/export.h"
 #include "replayalloc/replayalloc.h"
+#include "runtime/engine.h"
 #include "runtime/entry.h"
 
 #define RA_HOOK extern "C" REPLAYALLOC_EXPORT
@@ -37,15 +40,44 @@ std::size_t page_size() {
   return page;
 }
 
+#if defined(REPLAYALLOC_PRELOAD_OWN_RUNTIME)
+// Note [The LD_PRELOAD library's own runtime] (hooks/CMakeLists.txt): libstdc++ is
+// linked inside, hidden, so std::get_new_handler() here would read this copy's handler,
+// which the program cannot set, and a bad_alloc thrown here would come from this copy,
+// whose exception bookkeeping (std::uncaught_exceptions, the emergency pool) is not the
+// one the program's catch updates. The program's own libstdc++, where it has one, is
+// asked instead (looked up at each failure: a program may load it after start-up).
+template <typename Fn>
+Fn program_cxx_function(const char* name) noexcept {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+std::new_handler current_new_handler() noexcept {
+  using get_fn = std::new_handler (*)() noexcept;
+  const auto get = program_cxx_function<get_fn>("_ZSt15get_new_handlerv");
+  return get != nullptr ? get() : std::get_new_handler();
+}
+[[noreturn]] void throw_bad_alloc() {
+  using throw_fn = void (*)();
+  if (const auto thrower = program_cxx_function<throw_fn>("_ZSt17__throw_bad_allocv")) thrower();
+  throw std::bad_alloc();
+}
+#else
+std::new_handler current_new_handler() noexcept { return std::get_new_handler(); }
+[[noreturn]] void throw_bad_alloc() { throw std::bad_alloc(); }
+#endif
+
+void* new_attempt(std::size_t size, std::size_t align) noexcept {
+  return align <= alignof(std::max_align_t)
+             ? replayalloc::detail::entry_alloc(size == 0 ? 1 : size, replayalloc::detail::malloc_align)
+             : replayalloc_aligned_alloc(align, size == 0 ? 1 : size);
+}
+
 // operator new's contract: retry through the new_handler, else throw.
 void* new_impl(std::size_t size, std::size_t align) {
   for (;;) {
-    void* p = align <= alignof(std::max_align_t)
-                  ? replayalloc::detail::entry_alloc(size == 0 ? 1 : size, replayalloc::detail::malloc_align)
-                  : replayalloc_aligned_alloc(align, size == 0 ? 1 : size);
-    if (p != nullptr) return p;
-    std::new_handler h = std::get_new_handler();
-    if (h == nullptr) throw std::bad_alloc();
+    if (void* p = new_attempt(size, align)) return p;
+    std::new_handler h = current_new_handler();
+    if (h == nullptr) throw_bad_alloc();
     h();
   }
 }
@@ -60,13 +92,33 @@ REPLAYALLOC_ALWAYS_INLINE void* new_fast(std::size_t size) {
   return new_impl(size, 0);
 }
 
+// The nothrow forms: null where the throwing form would throw (never throwing, so
+// that only a handler's own exception is caught here).
 void* new_nothrow(std::size_t size, std::size_t align) noexcept {
-  try {
-    return new_impl(size, align);
-  } catch (...) {
-    return nullptr;
+  for (;;) {
+    if (void* p = new_attempt(size, align)) return p;
+    std::new_handler h = current_new_handler();
+    if (h == nullptr) return nullptr;
+    try {
+      h();
+    } catch (...) {
+      return nullptr;
+    }
   }
 }
+
+// Note [The engine made at load]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The engine registers its work at exit (the statistics, plans still being saved) with
+// atexit. Made by the process's first allocation, it could be made inside glibc's
+// atexit while that holds its list's lock (a library's static objects registering
+// their destructors: the list grows by calloc, the first allocation of a process whose
+// start makes none before), and would wait on that lock forever: with libstdc++'s
+// static objects inside the library (Note [The LD_PRELOAD library's own runtime]),
+// REPLAYALLOC_STATS hung every C program at start-up. So the library makes it when it is
+// loaded, before any static object of its own registers (priority 101 comes first), as
+// jemalloc does with its own.
+__attribute__((constructor(101))) void make_engine_at_load() { replayalloc::detail::engine::get(); }
 
 }  // namespace
 

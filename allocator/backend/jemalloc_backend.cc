@@ -161,19 +161,19 @@ void replayalloc_je_free(void* p) noexcept;
 #define REPLAYALLOC_JE_FIT "lg_extent_max_active_fit:16"
 #if REPLAYALLOC_JE_AT_LEAST(5, 3)
 #define REPLAYALLOC_JE_SHARED_CONF REPLAYALLOC_JE_FIT
-#define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0,narenas:1," REPLAYALLOC_JE_SHARED_CONF
-#else
-#define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0,narenas:1," REPLAYALLOC_JE_FIT
 #endif
+#define REPLAYALLOC_JE_PRELOAD_CONF "oversize_threshold:0,narenas:1," REPLAYALLOC_JE_FIT
+// The settings: a private copy's (its malloc_conf weak in its archive: this wins at link;
+// the LD_PRELOAD library's own, hooks/CMakeLists.txt), else the shared one's.
 #if defined(REPLAYALLOC_PRELOAD_DEFAULTS) && REPLAYALLOC_JE_AT_LEAST(5, 2)
-extern "C" {
-__attribute__((weak, visibility("default"))) const char* malloc_conf = REPLAYALLOC_JE_PRELOAD_CONF;
-}
+#define REPLAYALLOC_JE_CONF REPLAYALLOC_JE_PRELOAD_CONF
 #elif defined(REPLAYALLOC_PRIVATE_JEMALLOC) && defined(REPLAYALLOC_JE_SHARED_CONF)
-extern "C" {
-// The private copy's malloc_conf (weak in its archive): this definition wins at link.
-__attribute__((visibility("hidden"))) const char* replayalloc_je_malloc_conf = REPLAYALLOC_JE_SHARED_CONF;
-}
+#define REPLAYALLOC_JE_CONF REPLAYALLOC_JE_SHARED_CONF
+#endif
+#if defined(REPLAYALLOC_JE_CONF) && defined(REPLAYALLOC_PRIVATE_JEMALLOC)
+extern "C" { __attribute__((visibility("hidden"))) const char* replayalloc_je_malloc_conf = REPLAYALLOC_JE_CONF; }
+#elif defined(REPLAYALLOC_JE_CONF)
+extern "C" { __attribute__((weak, visibility("default"))) const char* malloc_conf = REPLAYALLOC_JE_CONF; }
 #endif
 
 namespace replayalloc::detail::backend {

@@ -2,8 +2,8 @@
 # The Debian packages (cmake/install.cmake; issue 33): `cpack -G DEB` in the build
 # folder makes five, split as Debian splits a library, each holding what it should and
 # nothing of the others', their dependencies on Debian's libraries computed by
-# dpkg-shlibdeps (libstdc++6, libc6, Abseil's, libjemalloc2 for the preload library:
-# named by the ELF files, not by hand),
+# dpkg-shlibdeps (libstdc++6, libc6, Abseil's; libjemalloc2 for a preload library that
+# links it: named by the ELF files, not by hand),
 # and their dependencies on each other at the same version. lintian (scripts/setup.sh
 # installs it) runs on them: its errors fail the test; its warnings are printed.
 # Exit 77 (skipped, with the reason): no cpack, dpkg-deb or dpkg-shlibdeps.
@@ -66,7 +66,16 @@ depends() {  # package regex what
   field "$1" Depends | grep -Eq "$2" && ok "$1 depends on $3" || bad "$1 does not depend on $3 (Depends: $(field "$1" Depends))"
 }
 depends "$lib" "libabsl" "Abseil's library (dpkg-shlibdeps; jemalloc is linked in, private)"
-depends replayalloc-preload "libjemalloc2" "libjemalloc2 (dpkg-shlibdeps)"
+# The preload library carries jemalloc and libstdc++ inside where the build could
+# (Note [The LD_PRELOAD library's own runtime], hooks/CMakeLists.txt): then it depends on
+# neither; else on libjemalloc2.
+if readelf -d "$build/hooks/libreplayalloc_preload.so" 2>/dev/null | grep -q 'NEEDED.*libjemalloc'; then
+  depends replayalloc-preload "libjemalloc2" "libjemalloc2 (dpkg-shlibdeps)"
+else
+  field replayalloc-preload Depends | grep -Eq "libjemalloc2|libstdc\+\+6" &&
+    bad "replayalloc-preload depends on libjemalloc2 or libstdc++6, which it carries inside (Depends: $(field replayalloc-preload Depends))" ||
+    ok "replayalloc-preload depends on neither libjemalloc2 nor libstdc++6 (it carries both inside)"
+fi
 depends "$lib" "libc6 \(>= " "libc6 with a version (dpkg-shlibdeps)"
 depends "$lib" "libstdc\+\+6" "libstdc++6"
 depends replayalloc-preload "libc6 \(>= " "libc6 with a version (dpkg-shlibdeps)"
