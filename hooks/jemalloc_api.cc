@@ -12,24 +12,29 @@
 // it hands back may be any block malloc or operator new gave it, replayalloc's own
 // included (a slab's, the front cache's): dallocx and sdallocx free it as free does,
 // sallocx measures it as malloc_usable_size does, and rallocx and xallocx treat it as
-// realloc may (xallocx never resizes in place: it reports the size the block has, as
-// jemalloc does when it cannot). The flags that choose an arena or a thread cache keep
-// their meaning where jemalloc makes the block (mallocx, rallocx's new block) and are
-// ignored where a block is freed, whose arena its address says.
+// realloc may (xallocx never resizes one of replayalloc's in place: it reports the size
+// the block has, as jemalloc does when it cannot). A block of jemalloc's own handed
+// back with flags that choose an arena or a thread cache goes to jemalloc with them
+// (to_jemalloc), and xallocx resizes jemalloc's blocks in place as jemalloc does.
 #include <jemalloc/jemalloc.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include "replayalloc/export.h"
 #include "replayalloc/replayalloc.h"
+#include "backend/slab_range.h"
 #include "runtime/check.h"
 #include "runtime/entry.h"
 
 // The copy's names (backend/private_jemalloc.cmake), hidden inside the library.
 extern "C" {
 void* replayalloc_je_mallocx(size_t size, int flags);
+void* replayalloc_je_rallocx(void* ptr, size_t size, int flags);
+size_t replayalloc_je_xallocx(void* ptr, size_t size, size_t extra, int flags);
+void replayalloc_je_dallocx(void* ptr, int flags);
 size_t replayalloc_je_nallocx(size_t size, int flags);
 int replayalloc_je_mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp, size_t newlen);
 int replayalloc_je_mallctlnametomib(const char* name, size_t* mibp, size_t* miblenp);
@@ -49,6 +54,19 @@ std::size_t align_of_flags(int flags) {
   return lg == 0 ? 0 : std::size_t{1} << lg;
 }
 bool chooses_arena_or_cache(int flags) { return (flags & ~(lg_align_mask | MALLOCX_ZERO)) != 0; }
+
+// A block of jemalloc's own: outside replayalloc's ranges (the slab's and the front
+// cache's, Note [The gate's range]), as entry_free tells them apart. Outside check mode,
+// whose record holds every block.
+bool jemallocs_own(const void* p) {
+  return !replayalloc::detail::check::enabled() &&
+         reinterpret_cast<std::uintptr_t>(p) - replayalloc::detail::backend::g_gate_range.from >=
+             replayalloc::detail::backend::g_gate_range.span;
+}
+// A block of jemalloc's own handed back with flags that choose a thread cache or an
+// arena goes to jemalloc with them: its contract rests on them (a block freed with
+// MALLOCX_TCACHE_NONE never waits in a thread cache, which arena.<i>.destroy relies on).
+bool to_jemalloc(const void* p, int flags) { return p != nullptr && chooses_arena_or_cache(flags) && jemallocs_own(p); }
 
 // A block of `size` bytes as the flags ask: jemalloc's where they choose an arena or a
 // thread cache, else replayalloc's (malloc's, aligned or zeroed as asked). Check mode
@@ -79,10 +97,17 @@ RA_HOOK void* mallocx(size_t size, int flags) {
 }
 RA_HOOK size_t nallocx(size_t size, int flags) { return replayalloc_je_nallocx(size, flags); }
 
-RA_HOOK void dallocx(void* ptr, int /*flags*/) { replayalloc::detail::entry_free(ptr); }
-RA_HOOK void sdallocx(void* ptr, size_t /*size*/, int /*flags*/) { replayalloc::detail::entry_free(ptr); }
+RA_HOOK void dallocx(void* ptr, int flags) {
+  if (to_jemalloc(ptr, flags)) return replayalloc_je_dallocx(ptr, flags);
+  replayalloc::detail::entry_free(ptr);
+}
+// Unsized to jemalloc: a block the fallback made may be of a size rounded from the one
+// the program knows.
+RA_HOOK void sdallocx(void* ptr, size_t /*size*/, int flags) { dallocx(ptr, flags); }
 RA_HOOK size_t sallocx(const void* ptr, int /*flags*/) { return replayalloc_usable_size(ptr); }
-RA_HOOK size_t xallocx(void* ptr, size_t /*size*/, size_t /*extra*/, int /*flags*/) {
+// In place: jemalloc's blocks as jemalloc does; replayalloc's never (their size).
+RA_HOOK size_t xallocx(void* ptr, size_t size, size_t extra, int flags) {
+  if (jemallocs_own(ptr)) return replayalloc_je_xallocx(ptr, size, extra, flags);
   return replayalloc_usable_size(ptr);
 }
 
@@ -91,6 +116,7 @@ RA_HOOK size_t xallocx(void* ptr, size_t /*size*/, size_t /*extra*/, int /*flags
 // old block's usable size up, as jemalloc's MALLOCX_ZERO does.
 RA_HOOK void* rallocx(void* ptr, size_t size, int flags) {
   if (size == 0) size = 1;
+  if (to_jemalloc(ptr, flags)) return replayalloc_je_rallocx(ptr, size, flags);
   if (flags == 0 || (align_of_flags(flags) <= replayalloc::detail::malloc_align && !chooses_arena_or_cache(flags) &&
                      (flags & MALLOCX_ZERO) == 0)) {
     return replayalloc_realloc(ptr, size);
@@ -100,7 +126,10 @@ RA_HOOK void* rallocx(void* ptr, size_t size, int flags) {
   const std::size_t old = replayalloc_usable_size(ptr);
   const std::size_t kept = std::min(old, size);
   std::memcpy(moved, ptr, kept);
-  if ((flags & MALLOCX_ZERO) != 0 && size > kept) std::memset(static_cast<char*>(moved) + kept, 0, size - kept);
+  if ((flags & MALLOCX_ZERO) != 0) {  // to the new block's real size, as jemalloc's
+    const std::size_t real = replayalloc_usable_size(moved);
+    if (real > kept) std::memset(static_cast<char*>(moved) + kept, 0, real - kept);
+  }
   replayalloc::detail::entry_free(ptr);
   return moved;
 }

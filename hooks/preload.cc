@@ -21,6 +21,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -43,15 +44,35 @@ std::size_t page_size() {
 #if defined(REPLAYALLOC_PRELOAD_OWN_RUNTIME)
 // Note [The LD_PRELOAD library's own runtime] (hooks/CMakeLists.txt): libstdc++ is
 // linked inside, hidden, so std::get_new_handler() here would read this copy's handler,
-// which the program cannot set, and a bad_alloc thrown here would come from this copy,
-// whose exception bookkeeping (std::uncaught_exceptions, the emergency pool) is not the
-// one the program's catch updates. The program's own libstdc++, where it has one, is
-// asked instead (looked up at each failure: a program may load it after start-up).
+// which the program cannot set, and a bad_alloc thrown or caught here would be this
+// copy's, whose exception bookkeeping (std::uncaught_exceptions, the emergency pool) is
+// not the one the program's catch updates. So the program's own C++ runtime is asked
+// for its handler and throws (and, for the nothrow forms, catches: new_nothrow), found
+// by name even where it was loaded RTLD_LOCAL (a Python extension's); the reference
+// taken is kept, so it stays loaded. A C program has none: this copy's is used. The
+// engine's own allocations (under the reentry guard) keep this copy's: the engine
+// catches their bad_alloc itself.
+std::atomic<void*> g_cxx_runtime{nullptr};
+
+void* program_cxx_runtime() noexcept {
+  if (void* h = g_cxx_runtime.load(std::memory_order_acquire)) return h;
+  for (const char* name : {"libstdc++.so.6", "libc++.so.1"}) {
+    if (void* h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD)) {
+      void* none = nullptr;
+      if (!g_cxx_runtime.compare_exchange_strong(none, h, std::memory_order_acq_rel)) dlclose(h);
+      return g_cxx_runtime.load(std::memory_order_acquire);
+    }
+  }
+  return nullptr;
+}
 template <typename Fn>
 Fn program_cxx_function(const char* name) noexcept {
-  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+  if (replayalloc::detail::in_engine()) return nullptr;
+  void* runtime = program_cxx_runtime();
+  return runtime == nullptr ? nullptr : reinterpret_cast<Fn>(dlsym(runtime, name));
 }
 std::new_handler current_new_handler() noexcept {
+  if (replayalloc::detail::in_engine()) return nullptr;
   using get_fn = std::new_handler (*)() noexcept;
   const auto get = program_cxx_function<get_fn>("_ZSt15get_new_handlerv");
   return get != nullptr ? get() : std::get_new_handler();
@@ -59,11 +80,30 @@ std::new_handler current_new_handler() noexcept {
 [[noreturn]] void throw_bad_alloc() {
   using throw_fn = void (*)();
   if (const auto thrower = program_cxx_function<throw_fn>("_ZSt17__throw_bad_allocv")) thrower();
+  if (const auto thrower = program_cxx_function<throw_fn>("_ZNSt3__117__throw_bad_allocEv")) thrower();  // libc++
   throw std::bad_alloc();
+}
+// The program's nothrow operator new (its runtime's own, which calls the throwing one,
+// this library's, and catches in that runtime), or null.
+using nothrow_new_fn = void* (*)(std::size_t, const std::nothrow_t&) noexcept;
+using nothrow_aligned_new_fn = void* (*)(std::size_t, std::align_val_t, const std::nothrow_t&) noexcept;
+void* program_nothrow_new(std::size_t size, std::size_t align, bool* found) noexcept {
+  if (align == 0) {
+    const auto f = program_cxx_function<nothrow_new_fn>("_ZnwmRKSt9nothrow_t");
+    *found = f != nullptr;
+    return f != nullptr ? f(size, std::nothrow) : nullptr;
+  }
+  const auto f = program_cxx_function<nothrow_aligned_new_fn>("_ZnwmSt11align_val_tRKSt9nothrow_t");
+  *found = f != nullptr;
+  return f != nullptr ? f(size, std::align_val_t{align}, std::nothrow) : nullptr;
 }
 #else
 std::new_handler current_new_handler() noexcept { return std::get_new_handler(); }
 [[noreturn]] void throw_bad_alloc() { throw std::bad_alloc(); }
+void* program_nothrow_new(std::size_t, std::size_t, bool* found) noexcept {
+  *found = false;
+  return nullptr;
+}
 #endif
 
 void* new_attempt(std::size_t size, std::size_t align) noexcept {
@@ -92,33 +132,39 @@ REPLAYALLOC_ALWAYS_INLINE void* new_fast(std::size_t size) {
   return new_impl(size, 0);
 }
 
-// The nothrow forms: null where the throwing form would throw (never throwing, so
-// that only a handler's own exception is caught here).
+// The nothrow forms: null where the throwing form would throw. A handler may throw,
+// so where there is one its calls are left to the program's runtime's nothrow new,
+// whose catch is that runtime's (Note [The LD_PRELOAD library's own runtime]).
 void* new_nothrow(std::size_t size, std::size_t align) noexcept {
-  for (;;) {
-    if (void* p = new_attempt(size, align)) return p;
-    std::new_handler h = current_new_handler();
-    if (h == nullptr) return nullptr;
-    try {
-      h();
-    } catch (...) {
-      return nullptr;
-    }
+  if (void* p = new_attempt(size, align)) [[likely]] return p;
+  if (current_new_handler() == nullptr) return nullptr;
+  bool found = false;
+  void* p = program_nothrow_new(size, align, &found);
+  if (found) return p;
+  try {
+    return new_impl(size, align);
+  } catch (...) {
+    return nullptr;
   }
 }
 
 // Note [The engine made at load]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The engine registers its work at exit (the statistics, plans still being saved) with
-// atexit. Made by the process's first allocation, it could be made inside glibc's
-// atexit while that holds its list's lock (a library's static objects registering
-// their destructors: the list grows by calloc, the first allocation of a process whose
-// start makes none before), and would wait on that lock forever: with libstdc++'s
-// static objects inside the library (Note [The LD_PRELOAD library's own runtime]),
-// REPLAYALLOC_STATS hung every C program at start-up. So the library makes it when it is
-// loaded, before any static object of its own registers (priority 101 comes first), as
-// jemalloc does with its own.
-__attribute__((constructor(101))) void make_engine_at_load() { replayalloc::detail::engine::get(); }
+// The engine's work at exit (the statistics, plans still being saved) is registered
+// with atexit. Registered by the engine's constructor, run by the process's first
+// allocation, it could be registered from inside glibc's atexit while that holds its
+// list's lock (a library's static objects registering their destructors: the list
+// grows by calloc, the first allocation of a process whose start makes none before) and
+// would wait on that lock forever: with libstdc++'s static objects inside this library
+// (Note [The LD_PRELOAD library's own runtime]), REPLAYALLOC_STATS hung every C program
+// at start-up. So in this library the engine's constructor registers nothing, and this
+// constructor, which glibc calls with no lock of its own held, makes the engine (if no
+// allocation made it before: a library initialised before this one) and registers its
+// work at exit, before any static object of this library registers a destructor
+// (priority 101 comes first).
+__attribute__((constructor(101))) void make_engine_at_load() {
+  replayalloc::detail::engine::get().register_at_exit();
+}
 
 }  // namespace
 

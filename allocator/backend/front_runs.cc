@@ -47,9 +47,10 @@
 // page map first (front_run_block), and a block of a run class that jemalloc made
 // (realloc in place, found at a free with its byte unknown) goes back to jemalloc, never
 // to a list. Where a run cannot be made, the request goes to jemalloc's own malloc,
-// outside the range. (A program that calls jemalloc's own API, sallocx or sdallocx, on a
-// block malloc gave it under the LD_PRELOAD library hands it a block jemalloc does not
-// know: as for a slab's block, so for a run's.) Measured side by side in bench/RESULTS.md ("Bursts").
+// outside the range. (jemalloc's own API, sallocx or sdallocx, called on a block malloc
+// gave: the LD_PRELOAD library that carries jemalloc exports that API and handles such a
+// block, hooks/jemalloc_api.cc; one linked to libjemalloc.so.2 hands it a block jemalloc
+// does not know, a run's as a slab's.) Measured side by side in bench/RESULTS.md ("Bursts").
 // The classes below 4 KiB come from runs too (runs of 64 KiB: 32 blocks of 2 KiB, 4,096
 // of 16 B). They came from jemalloc's slabs a block at a time (Note [Small blocks in the
 // front cache]), and without a thread cache each block cost jemalloc's arena ~1,000

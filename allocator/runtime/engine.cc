@@ -51,6 +51,22 @@ engine& engine::get() {
   return *instance;
 }
 
+void engine::register_at_exit() {
+  if (opts_.stats_path[0] != '\0') std::atexit(write_stats_at_exit);  // stats.cc
+  // Note [Background planning]: plans saved to a directory are what a short warm-up
+  // process is run for (Note [Plan files]); at exit, the plans on the way are finished
+  // and saved, for up to 10 s, rather than lost with the planner thread.
+  if (opts_.background_planning && (opts_.plan_dir[0] != '\0' || opts_.plan_cache[0] != '\0') &&
+      opts_.mode != run_mode::off) {
+    std::atexit([] {
+      reentry_guard guard;
+      if (!get().planner_.wait_idle_for(10000)) {
+        REPLAYALLOC_LOG(warning, "exit: plans still being made after 10 s are not saved");
+      }
+    });
+  }
+}
+
 engine::engine()
     : opts_(process_options()), policy_(policy_settings::from(opts_)), planner_(&engine::run_plan_job, opts_.background_planning) {
   reentry_guard guard;
@@ -66,19 +82,9 @@ engine::engine()
   // Note [Auto mode as a client]: its watcher hears of the slow path's requests.
   g_watches_threads = opts_.mode == run_mode::automatic;  // runtime/shortcuts.h
   start_lifecycle();  // lifecycle.cc: thread exit and fork
-  if (opts_.stats_path[0] != '\0') std::atexit(write_stats_at_exit);  // stats.cc
-  // Note [Background planning]: plans saved to a directory are what a short warm-up
-  // process is run for (Note [Plan files]); at exit, the plans on the way are finished
-  // and saved, for up to 10 s, rather than lost with the planner thread.
-  if (opts_.background_planning && (opts_.plan_dir[0] != '\0' || opts_.plan_cache[0] != '\0') &&
-      opts_.mode != run_mode::off) {
-    std::atexit([] {
-      reentry_guard guard;
-      if (!get().planner_.wait_idle_for(10000)) {
-        REPLAYALLOC_LOG(warning, "exit: plans still being made after 10 s are not saved");
-      }
-    });
-  }
+#if !defined(REPLAYALLOC_PRELOAD_DEFAULTS)
+  register_at_exit();  // the LD_PRELOAD library's constructor does (Note [The engine made at load])
+#endif
   if (opts_.check && opts_.mode != run_mode::off && check::enable(op_name_for_check)) {
     REPLAYALLOC_LOG(info, "REPLAYALLOC_CHECK: every host block is checked against a shadow record");
   }

@@ -99,6 +99,10 @@ inline std::atomic<deferred_op_namer> g_deferred_op_namer{nullptr};
 class engine {
  public:
   static engine& get();
+  // The work at exit (statistics, plans being saved), registered with atexit: by the
+  // constructor, or in the LD_PRELOAD library by its own constructor, never from inside
+  // an allocation (Note [The engine made at load], hooks/preload.cc).
+  void register_at_exit();
 
   // The host domain's iterations, opened and closed by its clients: the C API
   // (runtime/api.cc) and auto mode (runtime/auto_mode.h, Note [Auto mode as a

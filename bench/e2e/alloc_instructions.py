@@ -16,7 +16,8 @@ objects, over the timed inferences:
   jemalloc         libjemalloc.so.2
   tcmalloc         libtcmalloc_minimal.so.4
   mimalloc         libmimalloc.so.2
-  replay-auto,     libreplayalloc_preload.so and the libjemalloc.so.2 it falls back on
+  replay-auto,     libreplayalloc_preload.so (jemalloc inside it: Note [The LD_PRELOAD
+                   library's own runtime]; or the libjemalloc.so.2 a build without it links)
   replay-explicit
   replay-torch     libreplayalloc_torch.so and libc.so.6's malloc (its fallback, and the
                    rest of the process's allocator)

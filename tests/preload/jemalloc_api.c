@@ -10,6 +10,8 @@
  *    large: jemalloc's, the front cache's, a slab's once auto mode replays the loop)
  *    keeps its bytes through sallocx, rallocx (plain, aligned, zeroing), xallocx and is
  *    freed by dallocx and sdallocx, and that mallocx's blocks are freed by free;
+ *  - that an arena of the program's own, its blocks freed with MALLOCX_TCACHE_NONE, can
+ *    be destroyed and nothing after comes from it;
  *  - with EXPECT_OWN_RUNTIME=1, that neither libstdc++ nor libjemalloc.so was loaded.
  * Prints "jemalloc_api: ok" and exits 0, or says what failed and exits 1. */
 #define _GNU_SOURCE
@@ -159,6 +161,41 @@ int main(void) {
     CHECK(a != NULL && ((uintptr_t)a & 4095) == 0, "mallocx(ALIGN 4096) misaligned");
     free(a);
   }
+
+  /* An arena of the program's own, its blocks kept out of the thread caches
+   * (MALLOCX_TCACHE_NONE), then destroyed: jemalloc's contract is that none of its
+   * blocks waits in a cache, so freeing them through the flags must reach jemalloc. A
+   * block that did wait in one would come back from malloc below, in a destroyed
+   * arena's memory. */
+  unsigned arena = 0;
+  len = sizeof arena;
+  CHECK(mallctl("arenas.create", &arena, &len, NULL, 0) == 0, "arenas.create");
+  const int in_arena = (int)((arena + 1) << 20) | TCACHE_NONE;
+  for (unsigned i = 0; i < 200; ++i) {
+    unsigned char* p = mallocx(4096 + i, in_arena);
+    CHECK(p != NULL, "mallocx(arena %u)", arena);
+    fill(p, 4096 + i, i);
+    unsigned char* q = rallocx(p, 9000 + i, in_arena);
+    CHECK(q != NULL && intact(q, 4096 + i, i), "rallocx in arena %u lost bytes", arena);
+    CHECK(xallocx(q, 9000 + i, 0, in_arena) >= 9000 + i, "xallocx in arena %u", arena);
+    if (i % 2 == 0) dallocx(q, TCACHE_NONE);
+    else sdallocx(q, 9000 + i, TCACHE_NONE);
+  }
+  char destroy[64];
+  snprintf(destroy, sizeof destroy, "arena.%u.destroy", arena);
+  CHECK(mallctl(destroy, NULL, NULL, NULL, 0) == 0, "%s", destroy);
+  unsigned char* after_destroy[400];
+  for (unsigned i = 0; i < 400; ++i) {
+    const size_t size = 4096 + (i % 200);
+    after_destroy[i] = malloc(i % 2 == 0 ? size : size + 4904);
+    CHECK(after_destroy[i] != NULL, "malloc after destroy");
+    fill(after_destroy[i], size, i);
+  }
+  for (unsigned i = 0; i < 400; ++i) {
+    CHECK(intact(after_destroy[i], 4096 + (i % 200), i), "block %u after the arena's destroy overwritten", i);
+    free(after_destroy[i]);
+  }
+
   if (failures != 0) return 1;
   printf("jemalloc_api: ok\n");
   return 0;

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <new>
 #include <string>
 #include <vector>
@@ -337,6 +338,21 @@ verdict operator_new() {
   }
   std::set_new_handler(nullptr);
   v.expect(threw && calls == 3, "the new_handler was not called until it was removed");
+  // The exception caught is the program's runtime's own (the LD_PRELOAD library carries
+  // a libstdc++ of its own: Note [The LD_PRELOAD library's own runtime]): once caught,
+  // none is left uncaught, and a nothrow new whose handler throws gives null.
+  v.expect(std::uncaught_exceptions() == 0, "an exception still counted uncaught after bad_alloc was caught");
+  static int nothrow_calls;
+  nothrow_calls = 0;
+  std::set_new_handler([] {
+    if (++nothrow_calls >= 2) throw std::bad_alloc();
+  });
+  void* none = ::operator new(g_size_max / 2, std::nothrow);
+  void* none_aligned = ::operator new(g_size_max / 2, std::align_val_t{64}, std::nothrow);
+  std::set_new_handler(nullptr);
+  v.expect(none == nullptr && none_aligned == nullptr && nothrow_calls >= 2,
+           "nothrow new whose new_handler throws did not give null after calling it");
+  v.expect(std::uncaught_exceptions() == 0, "an exception still counted uncaught after nothrow new's handler threw");
   void* a = ::operator new(opaque(4096), std::align_val_t{256});
   v.expect(aligned(a, 256), "operator new(4096, align 256) misaligned");
   ::operator delete(a, std::align_val_t{256});
