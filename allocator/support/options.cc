@@ -1,6 +1,7 @@
 #include "support/options.h"
 
 #include <strings.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -435,11 +436,18 @@ std::size_t option_count() { return sizeof table / sizeof table[0]; }
 const char* option_name(std::size_t i) { return i < option_count() ? table[i].name : nullptr; }
 const char* option_doc(std::size_t i) { return i < option_count() ? table[i].doc : nullptr; }
 
+char* const* settings_environment(char* const* envp, bool secure) {
+  static char* const none[] = {nullptr};
+  return secure ? none : envp;
+}
+
 const options& process_options() {
   if (g_state.load(std::memory_order_acquire) == 2) return g_options;
   int expected = 0;
   if (g_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-    if (!g_frozen.load(std::memory_order_relaxed)) parse_options(environ, &g_options);
+    if (!g_frozen.load(std::memory_order_relaxed)) {
+      parse_options(settings_environment(environ, getauxval(AT_SECURE) != 0), &g_options);
+    }
     g_state.store(2, std::memory_order_release);
     log_settings(g_options);
   } else {

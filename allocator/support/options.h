@@ -87,6 +87,13 @@ struct options {
 // default. Returns the number of invalid settings. Never allocates.
 int parse_options(char* const* envp, options* out);
 
+// The environment the process's settings come from: `envp`, or none (every setting at
+// its default) in a secure-execution process (`secure`: AT_SECURE, set for setuid,
+// setgid and file-capability programs), whose environment a less privileged caller
+// chose: a path in REPLAYALLOC_STATS or REPLAYALLOC_PLAN_DIR must not make such a program
+// write files (glibc ignores its own MALLOC_ settings there, jemalloc its MALLOC_CONF).
+char* const* settings_environment(char* const* envp, bool secure);
+
 // The settings, in the order of the table in options.cc (and of the README's
 // configuration table): names and one-line meanings, for tests and tools.
 std::size_t option_count();

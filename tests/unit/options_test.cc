@@ -113,6 +113,18 @@ TEST_F(ParseOptions, EmptyEnvironmentGivesTheDefaults) {
   EXPECT_THAT(err, IsEmpty());
 }
 
+// A setuid or setgid program (AT_SECURE) reads no setting from the environment its
+// caller chose: a statistics path must not make it write a file.
+TEST_F(ParseOptions, ASecureExecutionProcessReadsNoSetting) {
+  const env e({"REPLAYALLOC_MODE=off", "REPLAYALLOC_STATS=/tmp/owned-by-the-caller", "REPLAYALLOC_PLAN_DIR=/tmp/x"});
+  options o;
+  EXPECT_EQ(parse_options(settings_environment(e.get(), /*secure=*/true), &o), 0);
+  expect_defaults(o);
+  EXPECT_EQ(parse_options(settings_environment(e.get(), /*secure=*/false), &o), 0);
+  EXPECT_EQ(o.mode, run_mode::off);
+  EXPECT_STREQ(o.stats_path, "/tmp/owned-by-the-caller");
+}
+
 TEST_F(ParseOptions, StartsFromTheDefaultsWhateverOutHeld) {
   options o;
   o.mode = run_mode::off;
