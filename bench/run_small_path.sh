@@ -12,7 +12,7 @@
 #     that calls plain malloc/free, or operator new/delete with `new`), deterministic.
 # Writes the "Small path" section of RESULTS.md.
 # Usage: bench/run_small_path.sh [ROUNDS]   (default 5)
-# Environment: BUILD_DIR (default <repo>/build); BEFORE_LIB, the preload library of
+# Environment: BUILD_DIR (default <repo>/build); RESULTS_SECTION (default small-path); BEFORE_LIB, the preload library of
 # another build (an earlier commit's), run beside as replayalloc-before with its defaults.
 # shellcheck source=lib.sh
 set -uo pipefail
@@ -130,4 +130,4 @@ for size in (8, 64, 256, 1024, 4096):
 print()
 PY
 cat "$tmp/section"
-update_results text "$root/bench/RESULTS.md" --name small-path --body "$tmp/section"
+update_results text "$root/bench/RESULTS.md" --name "${RESULTS_SECTION:-small-path}" --body "$tmp/section"
