@@ -220,8 +220,27 @@ options g_options;
 
 }  // namespace
 
-int parse_options(char* const* envp, options* out) {
+int parse_options(char* const* all_env, options* out) {
   *out = options{};
+  // Only the REPLAYALLOC_ entries are searched, once each setting: the whole environment
+  // once for every setting of the table was 57,000 instructions of a process's start
+  // under the LD_PRELOAD library (callgrind, /bin/true: 7%). Up to 64 of them, kept in
+  // order (the first of a name wins, as before); past that, the whole environment.
+  char* mine[65];
+  std::size_t found = 0;
+  char* const* envp = all_env;
+  if (all_env != nullptr) {
+    envp = mine;
+    for (char* const* e = all_env; *e != nullptr; ++e) {
+      if ((*e)[0] != 'R' || std::strncmp(*e, "REPLAYALLOC_", 12) != 0) continue;
+      if (found == 64) {
+        envp = all_env;
+        break;
+      }
+      mine[found++] = *e;
+    }
+    mine[found] = nullptr;
+  }
   // The verbosity decides whether the other messages print: read it first.
   if (const char* v = find_env(envp, "REPLAYALLOC_VERBOSE")) {
     if (v[0] >= '0' && v[0] <= '3' && v[1] == '\0') out->verbose = v[0] - '0';

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/log.h"
@@ -28,7 +29,8 @@ using ::testing::Not;
 // A NULL-terminated environ array that owns its strings.
 class env {
  public:
-  env(std::initializer_list<std::string> vars) : vars_(vars) {
+  env(std::initializer_list<std::string> vars) : env(std::vector<std::string>(vars)) {}
+  explicit env(std::vector<std::string> vars) : vars_(std::move(vars)) {
     for (std::string& v : vars_) ptrs_.push_back(v.data());
     ptrs_.push_back(nullptr);
   }
@@ -511,6 +513,32 @@ TEST_F(ParseOptions, RecordLimitBelowRecordIterationsIsRaised) {
 }
 
 // ---- unknown settings and verbosity -----------------------------------------------
+
+TEST_F(ParseOptions, OnlyTheSettingsAreSearchedInTheirOrder) {
+  // parse_options searches the REPLAYALLOC_ entries alone: among others, the first of
+  // a name wins, and a name that only ends or starts like one is not one.
+  options o;
+  std::string err;
+  EXPECT_EQ(parse(env({"PATH=/usr/bin", "XREPLAYALLOC_MODE=off", "REPLAYALLOC_MIN_SIZE=8192", "HOME=/root",
+                       "REPLAYALLOC_MIN_SIZE=16384", "RREPLAYALLOC_MIN_SIZE=1", "REPLAYALLOC_MODE=record"}),
+                  &o, &err),
+            0);
+  EXPECT_EQ(o.min_size, 8192u);
+  EXPECT_EQ(o.mode, run_mode::record);
+  // Past 64 of them, the whole environment is searched, with the same result.
+  std::vector<std::string> many;
+  for (int i = 0; i < 70; ++i) many.push_back("REPLAYALLOC_NOT_A_SETTING_" + std::to_string(i) + "=1");
+  many.push_back("OTHER=1");
+  many.push_back("REPLAYALLOC_MIN_SIZE=8192");
+  many.push_back("REPLAYALLOC_MIN_SIZE=16384");
+  EXPECT_EQ(parse(env(many), &o, &err), 0);
+  EXPECT_EQ(o.min_size, 8192u);
+  EXPECT_THAT(err, AllOf(HasSubstr("REPLAYALLOC_NOT_A_SETTING_0"), HasSubstr("REPLAYALLOC_NOT_A_SETTING_69")));
+  many.resize(63);  // 63 unknown and the one setting: the list of 64
+  many.push_back("REPLAYALLOC_MODE=off");
+  EXPECT_EQ(parse(env(many), &o, &err), 0);
+  EXPECT_EQ(o.mode, run_mode::off);
+}
 
 TEST_F(ParseOptions, UnknownSettingsAreWarnedAboutNotCounted) {
   options o;
