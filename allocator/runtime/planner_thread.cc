@@ -11,6 +11,7 @@
 
 #include "runtime/thread_state.h"
 #include "support/log.h"
+#include "support/no_cancel.h"
 
 namespace replayalloc::detail {
 
@@ -46,13 +47,16 @@ void planner_thread::kick() {
   if (!running_) start_or_drain(lock);
 }
 
+// Note [No cancellation point inside]: a program's thread waits with cancellation disabled.
 void planner_thread::wait_idle() {
+  const no_cancel no_cancel;
   std::unique_lock<std::mutex> lock(mu_);
   if (!running_) start_or_drain(lock);  // a forked child that has not needed one yet
   idle_cv_.wait(lock, [this] { return !running_ || !busy_locked(); });
 }
 
 bool planner_thread::wait_idle_for(std::uint32_t ms) {
+  const no_cancel no_cancel;
   std::unique_lock<std::mutex> lock(mu_);
   if (!running_) start_or_drain(lock);
   return idle_cv_.wait_for(lock, std::chrono::milliseconds(ms), [this] { return !running_ || !busy_locked(); });

@@ -26,6 +26,7 @@
 #include "runtime/engine.h"
 #include "support/file_io.h"
 #include "support/log.h"
+#include "support/no_cancel.h"
 #include "support/reentry.h"
 
 namespace replayalloc::detail {
@@ -120,6 +121,7 @@ int other_writer(const char* path, char* who) {
 }  // namespace
 
 void write_stats_at_exit() {
+  const no_cancel no_cancel;  // Note [No cancellation point inside]
   const options& o = engine::get().opts();
   const Stats s = engine::get().stats(nullptr);
   // (keys: a process whose counters replayalloc_reset_stats() set to zero did something.)

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "support/no_cancel.h"
 
 namespace replayalloc {
 namespace {
@@ -49,13 +50,16 @@ bool trusted_owner(uid_t uid) { return uid == ::geteuid() || uid == 0; }
 
 }  // namespace
 
+// Note [No cancellation point inside]: each reads or writes with cancellation disabled.
 absl::StatusOr<std::string> read_file(const std::string& path) {
+  const detail::no_cancel no_cancel;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(errno)));
   return read_fd(fd, path);
 }
 
 absl::Status write_file_atomic(const std::string& path, std::string_view bytes) {
+  const detail::no_cancel no_cancel;
   const std::size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -108,6 +112,7 @@ absl::Status check_private_dir(const std::string& dir) {
 }
 
 absl::StatusOr<std::string> read_private_file(const std::string& path) {
+  const detail::no_cancel no_cancel;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     const int e = errno;

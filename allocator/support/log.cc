@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdio>
 
+#include "support/no_cancel.h"
+
 namespace replayalloc::detail {
 namespace {
 
@@ -48,6 +50,7 @@ void log_message(log_level level, const char* fmt, ...) {
   if (len > sizeof buf - 2) len = sizeof buf - 2;
   buf[len++] = '\n';
   const char* p = buf;
+  const no_cancel no_cancel;  // Note [No cancellation point inside]
   while (len > 0) {
     const ssize_t w = ::write(2, p, len);
     if (w <= 0) break;

@@ -214,6 +214,33 @@ const char* mode_name(run_mode m) {
   return "?";
 }
 
+// The REPLAYALLOC_ entries of an environment, in order: parse_options searches them
+// once a setting, where searching the whole environment once a setting was 57,000
+// instructions of a process's start under the LD_PRELOAD library (callgrind, /bin/true:
+// 7%). Up to 64 of them (the first of a name still wins); past that, the whole
+// environment.
+class settings_only {
+ public:
+  explicit settings_only(char* const* all) : envp_(all) {
+    if (all == nullptr) return;
+    std::size_t found = 0;
+    for (char* const* e = all; *e != nullptr; ++e) {
+      if ((*e)[0] != 'R' || std::strncmp(*e, "REPLAYALLOC_", 12) != 0) continue;
+      if (found == 64) return;
+      mine_[found++] = *e;
+    }
+    mine_[found] = nullptr;
+    envp_ = mine_;
+  }
+  settings_only(const settings_only&) = delete;
+  settings_only& operator=(const settings_only&) = delete;
+  char* const* get() const { return envp_; }
+
+ private:
+  char* mine_[65];
+  char* const* envp_;
+};
+
 std::atomic<bool> g_frozen{false};
 std::atomic<int> g_state{0};  // 0 unparsed, 1 parsing, 2 ready
 options g_options;
@@ -222,25 +249,8 @@ options g_options;
 
 int parse_options(char* const* all_env, options* out) {
   *out = options{};
-  // Only the REPLAYALLOC_ entries are searched, once each setting: the whole environment
-  // once for every setting of the table was 57,000 instructions of a process's start
-  // under the LD_PRELOAD library (callgrind, /bin/true: 7%). Up to 64 of them, kept in
-  // order (the first of a name wins, as before); past that, the whole environment.
-  char* mine[65];
-  std::size_t found = 0;
-  char* const* envp = all_env;
-  if (all_env != nullptr) {
-    envp = mine;
-    for (char* const* e = all_env; *e != nullptr; ++e) {
-      if ((*e)[0] != 'R' || std::strncmp(*e, "REPLAYALLOC_", 12) != 0) continue;
-      if (found == 64) {
-        envp = all_env;
-        break;
-      }
-      mine[found++] = *e;
-    }
-    mine[found] = nullptr;
-  }
+  settings_only settings(all_env);
+  char* const* envp = settings.get();
   // The verbosity decides whether the other messages print: read it first.
   if (const char* v = find_env(envp, "REPLAYALLOC_VERBOSE")) {
     if (v[0] >= '0' && v[0] <= '3' && v[1] == '\0') out->verbose = v[0] - '0';

@@ -12,7 +12,8 @@
  *    freed by dallocx and sdallocx, and that mallocx's blocks are freed by free;
  *  - that an arena of the program's own, its blocks freed with MALLOCX_TCACHE_NONE, can
  *    be destroyed and nothing after comes from it;
- *  - with EXPECT_OWN_RUNTIME=1, that neither libstdc++ nor libjemalloc.so was loaded.
+ *  - with EXPECT_OWN_RUNTIME=1, that none of libstdc++, libgcc_s and libjemalloc.so was
+ *    loaded.
  * Prints "jemalloc_api: ok" and exits 0, or says what failed and exits 1. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -97,6 +98,7 @@ int main(void) {
   if (getenv("EXPECT_OWN_RUNTIME") != NULL && strcmp(getenv("EXPECT_OWN_RUNTIME"), "1") == 0) {
     CHECK(loaded("libstdc++") == 0, "libstdc++ was loaded into a C program");
     CHECK(loaded("libjemalloc") == 0, "libjemalloc.so was loaded");
+    CHECK(loaded("libgcc_s") == 0, "libgcc_s was loaded into a C program");
   }
 
   /* mallctl reads the jemalloc that serves the fallback: the preload settings. */
