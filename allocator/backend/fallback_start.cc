@@ -177,6 +177,18 @@ void keep_huge_pages() noexcept {
 // limit is asked only where a setting may have raised it (its default, 32 KiB, is below
 // the front cache's 128 KiB): any mallctl builds jemalloc's statistics. A program's own
 // `malloc_conf` symbol raising it is not seen until the start.
+void* engine_calloc(std::size_t size) noexcept {
+#if defined(REPLAYALLOC_ASAN)
+  // Unpoisoned by engine_alloc (what an Abseil table poisoned there), then zeroed.
+  void* p = engine_alloc(size, malloc_align);
+  if (p != nullptr) std::memset(p, 0, size);
+  return p;
+#else
+  if (inject_failure()) [[unlikely]] return nullptr;
+  return mallocx(size == 0 ? 1 : size, MALLOCX_ZERO);
+#endif
+}
+
 std::size_t thread_cache_max() noexcept {
   const std::size_t front = front_thread_kept_max();
   if (!fallback_started() && front != 0 && !g_tcache_set) return front;

@@ -68,6 +68,8 @@ void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
 // The C library has no front cache to keep the engine's buffers out of.
 void* engine_alloc(std::size_t size, std::size_t align) noexcept { return fallback_alloc(size, align); }
 
+void* engine_calloc(std::size_t size) noexcept { return fallback_calloc(size); }
+
 void* fallback_calloc(std::size_t size) noexcept {
   if (inject_failure()) [[unlikely]] return nullptr;
   return std::calloc(1, size == 0 ? 1 : size);

@@ -264,7 +264,9 @@ struct watched_block {
 };
 
 struct auto_state {
-  auto_state(std::uint32_t history, std::uint64_t cached_max) : det(history, cached_max) {}
+  // pre: `filter_counts` holds zeroed_live_filter::bytes zero bytes, as long as this.
+  auto_state(std::uint32_t history, std::uint64_t cached_max, void* filter_counts)
+      : det(history, cached_max), filter(filter_counts) {}
   period_detector det;
   absl::flat_hash_map<const void*, watched_block, absl::Hash<const void*>, std::equal_to<const void*>,
                       backend::internal_allocator<std::pair<const void* const, watched_block>>>
@@ -302,7 +304,9 @@ struct auto_state {
   // since its last watched allocation.
   std::uint32_t unwatched_frees = 0;
 
-  live_filter filter;  // of `live`
+  // Of `live` (Note [A watcher's filter zeroed by the kernel]): its counts follow this
+  // object in the block watch() callocs (auto_mode.cc).
+  zeroed_live_filter filter;
 };
 
 }  // namespace replayalloc::detail

@@ -111,6 +111,19 @@ namespace {
 std::size_t period_bit(std::uint64_t size) { return absl::Hash<std::uint64_t>{}(size) % period_size_bits; }
 bool period_has(const auto_state& a, std::uint64_t size) { return a.period_sizes.test(period_bit(size)); }
 
+// The watched blocks forgotten, and the filter with them: block by block where they are
+// few, so that its counts' pages are touched only where blocks were counted (Note [A
+// watcher's filter zeroed by the kernel]; the filter counts exactly the table's blocks).
+void forget_live(auto_state& a) {
+  if (a.live.size() <= 1024) {
+    for (const auto& [p, b] : a.live) a.filter.remove(p);
+  } else {
+    a.filter.clear();
+  }
+  a.live.clear();
+  a.live_bytes = 0;
+}
+
 // The next iteration of `key`, beginning with a request of `size` bytes.
 void begin_step(thread_state& t, auto_state& a, std::size_t size, engine& eng, const char* key) {
   eng.begin(t, key, size);
@@ -217,9 +230,7 @@ void begin_iterations(thread_state& t, auto_state& a, std::size_t size, engine& 
                     "to %u allocations; structure and sizes vary); iterations of '%s' begin",
                     t.thread_no, a.det.quiet_level(), a.det.quiet_run(), a.det.period(), a.key);
   } else {
-    a.live.clear();
-    a.live_bytes = 0;
-    a.filter.clear();
+    forget_live(a);
     std::snprintf(a.key, sizeof a.key, "auto/%016llx/p%u",
                   static_cast<unsigned long long>(a.det.signature()), a.det.period());
     char at[48] = "";
@@ -303,9 +314,13 @@ void watch(thread_state& t, std::size_t size) {
   engine& eng = engine::get();
   const options& opts = eng.opts();
   if (t.autod == nullptr) {
-    void* mem = backend::fallback_alloc(sizeof(auto_state), alignof(auto_state));
+    // The watcher and its filter's counts in one block, zeroed (Note [A watcher's filter
+    // zeroed by the kernel]).
+    constexpr std::size_t counts_at = (sizeof(auto_state) + 63) & ~std::size_t{63};
+    static_assert(alignof(auto_state) <= alignof(std::max_align_t), "calloc's alignment");
+    void* mem = backend::engine_calloc(counts_at + zeroed_live_filter::bytes);
     if (mem == nullptr) return;
-    t.autod = new (mem) auto_state(opts.auto_history, backend::thread_cache_max());
+    t.autod = new (mem) auto_state(opts.auto_history, backend::thread_cache_max(), static_cast<char*>(mem) + counts_at);
     refresh_watched_gate(t);
     // Note [A process whose threads show no period]
     const std::uint32_t r = g_rests_without_period.load(std::memory_order_relaxed);
@@ -398,9 +413,7 @@ void watch(thread_state& t, std::size_t size) {
 void rest(thread_state& t, auto_state& a, std::uint64_t budget) noexcept {
   a.resting = budget << std::min<std::uint32_t>(a.rests, 6);
   ++a.rests;
-  a.live.clear();
-  a.live_bytes = 0;
-  a.filter.clear();
+  forget_live(a);
   a.det.reset();
   set_free_gate(t, t.free_gate & ~gate_watched);
   g_rests.fetch_add(1, std::memory_order_relaxed);
@@ -448,9 +461,7 @@ void go_dormant(thread_state& t) noexcept {
   reentry_guard guard;
   auto_state& a = *t.autod;
   a.unwatched_frees = 0;
-  for (const auto& [p, b] : a.live) a.filter.remove(p);
-  a.live.clear();
-  a.live_bytes = 0;
+  forget_live(a);
   set_free_gate(t, t.free_gate & ~gate_watched);
 }
 

@@ -5,7 +5,9 @@
 // way, and never disturb a replay.
 #include <gtest/gtest.h>
 #include <jemalloc/jemalloc.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -769,6 +771,47 @@ TEST(Entry, LiveFilterCountsLiveBlocks) {
   f->clear();
   EXPECT_FALSE(f->maybe_live(r));
   delete f;
+}
+
+// Note [A watcher's filter zeroed by the kernel]: the watcher's filter counts as the
+// inline one, over memory that came zeroed, and a page of its counts is faulted in only
+// when a bucket on it is counted (fresh anonymous memory, as jemalloc's calloc hands out
+// a new watcher's: mincore says which pages are resident).
+TEST(Entry, WatchersFilterTouchesOnlyThePagesOfItsBuckets) {
+  using replayalloc::detail::zeroed_live_filter;
+  const long page = sysconf(_SC_PAGESIZE);
+  void* mem = mmap(nullptr, zeroed_live_filter::bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  const auto resident = [&] {
+    std::vector<unsigned char> in(zeroed_live_filter::bytes / static_cast<std::size_t>(page));
+    EXPECT_EQ(mincore(mem, zeroed_live_filter::bytes, in.data()), 0);
+    int n = 0;
+    for (unsigned char c : in) n += c & 1;
+    return n;
+  };
+  {
+    zeroed_live_filter f(mem);
+    EXPECT_EQ(resident(), 0);
+    // Blocks on pages 0x7f0000100..0x7f00001ff: buckets among the first 512 (their
+    // counts on the first page of 4 KiB), and two blocks on one page.
+    std::vector<const void*> blocks;
+    for (std::uintptr_t pg = 0x7f0000100; pg < 0x7f0000200; ++pg) blocks.push_back(reinterpret_cast<const void*>(pg << 12));
+    blocks.push_back(reinterpret_cast<const void*>(std::uintptr_t{0x7f0000100800}));
+    for (const void* b : blocks) EXPECT_FALSE(f.maybe_live(b));
+    for (const void* b : blocks) f.add(b);
+    for (const void* b : blocks) EXPECT_TRUE(f.maybe_live(b));
+    EXPECT_FALSE(f.maybe_live(reinterpret_cast<const void*>(std::uintptr_t{0x7f0000300000})));
+    EXPECT_LE(resident(), 2) << "the counts of other buckets were written";
+    f.remove(blocks.back());
+    EXPECT_TRUE(f.maybe_live(blocks.front())) << "one block of the bucket is still live";
+    for (std::size_t i = 0; i + 1 < blocks.size(); ++i) f.remove(blocks[i]);
+    for (const void* b : blocks) EXPECT_FALSE(f.maybe_live(b));
+    EXPECT_LE(resident(), 2);
+    f.add(blocks.front());
+    f.clear();
+    EXPECT_FALSE(f.maybe_live(blocks.front()));
+  }
+  munmap(mem, zeroed_live_filter::bytes);
 }
 
 // The recorder's filter follows its table of live blocks, also when the backend hands
