@@ -172,11 +172,8 @@ void keep_huge_pages() noexcept {
   mallctl("arena.0.oversize_threshold", nullptr, nullptr, &never, sizeof never);
 }
 
-// Note [The fallback's thread cache] (jemalloc_backend.cc): the front cache's too, from
-// the engine's constructor on where it is configured. Before the start, jemalloc's own
-// limit is asked only where a setting may have raised it (its default, 32 KiB, is below
-// the front cache's 128 KiB): any mallctl builds jemalloc's statistics. A program's own
-// `malloc_conf` symbol raising it is not seen until the start.
+// jemalloc's mallocx, which does not write what it knows is zero (Note [A watcher's
+// filter zeroed by the kernel]); not a program's calloc, so never counted.
 void* engine_calloc(std::size_t size) noexcept {
 #if defined(REPLAYALLOC_ASAN)
   // Unpoisoned by engine_alloc (what an Abseil table poisoned there), then zeroed.
@@ -189,6 +186,11 @@ void* engine_calloc(std::size_t size) noexcept {
 #endif
 }
 
+// Note [The fallback's thread cache] (jemalloc_backend.cc): the front cache's too, from
+// the engine's constructor on where it is configured. Before the start, jemalloc's own
+// limit is asked only where a setting may have raised it (its default, 32 KiB, is below
+// the front cache's 128 KiB): any mallctl builds jemalloc's statistics. A program's own
+// `malloc_conf` symbol raising it is not seen until the start.
 std::size_t thread_cache_max() noexcept {
   const std::size_t front = front_thread_kept_max();
   if (!fallback_started() && front != 0 && !g_tcache_set) return front;
