@@ -66,6 +66,7 @@
 #include "backend/backend.h"
 #include "runtime/engine.h"
 #include "support/config.h"
+#include "support/no_cancel.h"
 #include "support/options.h"
 
 namespace replayalloc::detail {
@@ -73,6 +74,45 @@ namespace {
 
 constexpr int max_depth = 16;       // REPLAYALLOC_STACK_DEPTH's upper bound
 constexpr int max_walk = 64;        // frames walked in all (ours included)
+
+// Note [The unwinder the stacks are walked with]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The LD_PRELOAD library carries libgcc's unwinder (Note [The LD_PRELOAD library's own
+// runtime], hooks/CMakeLists.txt), whose table of frames registered at run time
+// (__register_frame: code a JIT made) is its own, empty: a walk with it ends at such a
+// frame. So where the program has libgcc_s loaded when this library starts (a C++
+// program: libstdc++ needs it), the stacks are walked with libgcc_s's own functions,
+// which know what the program registered; otherwise (a C program, or libgcc_s loaded
+// later by dlopen) with the copy's, which know every frame of the loaded objects. The
+// three functions are taken together: a context is read by the unwinder that made it.
+using backtrace_fn = _Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void*);
+using context_fn = _Unwind_Ptr (*)(_Unwind_Context*);
+using cfa_fn = _Unwind_Word (*)(_Unwind_Context*);
+struct unwinder {
+  backtrace_fn backtrace = &_Unwind_Backtrace;
+  context_fn get_ip = &_Unwind_GetIP;
+  cfa_fn get_cfa = &_Unwind_GetCFA;
+};
+unwinder g_unwinder;  // set once, by install_stack_ops, before any thread records
+
+void use_programs_unwinder() {
+#if defined(REPLAYALLOC_PRELOAD_OWN_RUNTIME)
+  // Looked for among the loaded objects first: dlopen's search, where it is not loaded
+  // (a C program), cost /bin/true 3 page faults.
+  const auto is_libgcc_s = [](dl_phdr_info* info, std::size_t, void*) -> int {
+    const char* name = info->dlpi_name != nullptr ? std::strrchr(info->dlpi_name, '/') : nullptr;
+    return name != nullptr && std::strcmp(name, "/libgcc_s.so.1") == 0;
+  };
+  if (dl_iterate_phdr(is_libgcc_s, nullptr) == 0) return;
+  void* h = dlopen("libgcc_s.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (h == nullptr) return;
+  const auto backtrace = reinterpret_cast<backtrace_fn>(dlsym(h, "_Unwind_Backtrace"));
+  const auto get_ip = reinterpret_cast<context_fn>(dlsym(h, "_Unwind_GetIP"));
+  const auto get_cfa = reinterpret_cast<cfa_fn>(dlsym(h, "_Unwind_GetCFA"));
+  if (backtrace != nullptr && get_ip != nullptr && get_cfa != nullptr) g_unwinder = unwinder{backtrace, get_ip, get_cfa};
+  // (the reference dlopen took is kept: libgcc_s is never unloaded under the walks)
+#endif
+}
 
 // [lo, hi): this library's loaded segments, found once.
 std::atomic<std::uintptr_t> g_lo{0}, g_hi{0};
@@ -174,12 +214,12 @@ struct walk {
 _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
   auto* w = static_cast<walk*>(arg);
   if (++w->seen > max_walk) return _URC_END_OF_STACK;
-  const std::uintptr_t pc = _Unwind_GetIP(ctx);
+  const std::uintptr_t pc = g_unwinder.get_ip(ctx);
   if (pc == 0) return _URC_END_OF_STACK;
   // Note [Cached unwind steps]: libgcc's CFA of a frame's context is the stack pointer
   // of that frame (the CFA of the one it called), so the frame before this one, stepped
   // past, was this CFA minus the one before in size, at its return address.
-  const std::uintptr_t sp = _Unwind_GetCFA(ctx);
+  const std::uintptr_t sp = g_unwinder.get_cfa(ctx);
   if (w->steps != nullptr && w->seen > 1) w->steps->learn(w->prev_pc, static_cast<std::intptr_t>(sp - w->prev_sp));
   w->prev_sp = sp;
   w->prev_pc = pc;
@@ -264,7 +304,7 @@ void unwind_stack(walk* w) {
     if (cached_walk(w, *c, sp, pc)) return;
   }
   w->steps = c;
-  _Unwind_Backtrace(on_frame, w);
+  g_unwinder.backtrace(on_frame, w);
   asm volatile("" ::: "memory");  // keep the call above from becoming a tail call
 }
 
@@ -297,6 +337,7 @@ struct frames {
 
 // Note [Deferred op names]: the token is the stack's frames.
 void name_frames(std::uint64_t token, char* out, std::size_t cap) {
+  const no_cancel no_cancel;  // the symbolizer reads files (Note [No cancellation point inside])
   const auto* f = reinterpret_cast<const frames*>(static_cast<std::uintptr_t>(token));
   std::size_t len = 0;
   out[0] = '\0';
@@ -351,8 +392,10 @@ std::uint32_t stack_op() {
   return c->op[i];
 }
 
-// Installs the tagger and its namer; stores two pointers, allocates nothing, makes no engine.
+// Installs the tagger and its namer (two pointers, no engine made) and picks the
+// unwinder (Note [The unwinder the stacks are walked with]).
 [[gnu::constructor]] void install_stack_ops() {
+  use_programs_unwinder();
   g_deferred_op_namer.store(&name_frames, std::memory_order_release);
   g_untagged_op_source.store(&stack_op, std::memory_order_release);
 }

@@ -164,10 +164,11 @@ std::size_t fallback_resident_bytes() noexcept;
 // large buffers], jemalloc_backend.cc). Null on failure (errno untouched).
 inline constexpr std::size_t engine_own_least = 32 * 1024;
 void* engine_alloc(std::size_t size, std::size_t align) noexcept;
-// The engine's own zeroed memory (malloc_align): jemalloc's, never counted towards the
-// fallback's start (a program's calloc is: Note [The fallback made when first needed]),
-// and not written where jemalloc knows it is zero (fresh from the kernel: Note [A
-// watcher's filter zeroed by the kernel]). Null on failure.
+// The engine's own zeroed memory (malloc_align): fallback_calloc's blocks, never counted
+// towards the fallback's start (a program's calloc is: Note [The fallback made when
+// first needed]): not written where jemalloc knows it is zero (fresh from the kernel),
+// zeroed by memset where reused (Note [Zeroing by memset]; Note [A watcher's filter
+// zeroed by the kernel]). Null on failure.
 void* engine_calloc(std::size_t size) noexcept;
 
 // A standard allocator over the fallback, for the engine's own containers

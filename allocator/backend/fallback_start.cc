@@ -172,20 +172,6 @@ void keep_huge_pages() noexcept {
   mallctl("arena.0.oversize_threshold", nullptr, nullptr, &never, sizeof never);
 }
 
-// jemalloc's mallocx, which does not write what it knows is zero (Note [A watcher's
-// filter zeroed by the kernel]); not a program's calloc, so never counted.
-void* engine_calloc(std::size_t size) noexcept {
-#if defined(REPLAYALLOC_ASAN)
-  // Unpoisoned by engine_alloc (what an Abseil table poisoned there), then zeroed.
-  void* p = engine_alloc(size, malloc_align);
-  if (p != nullptr) std::memset(p, 0, size);
-  return p;
-#else
-  if (inject_failure()) [[unlikely]] return nullptr;
-  return mallocx(size == 0 ? 1 : size, MALLOCX_ZERO);
-#endif
-}
-
 // Note [The fallback's thread cache] (jemalloc_backend.cc): the front cache's too, from
 // the engine's constructor on where it is configured. Before the start, jemalloc's own
 // limit is asked only where a setting may have raised it (its default, 32 KiB, is below

@@ -29,14 +29,7 @@
 // AddressSanitizer does not see jemalloc's blocks (mallocx is not intercepted), but
 // code that ran in them may have poisoned parts of them (Abseil's hash tables poison
 // their empty slots under ASan): a block jemalloc hands out again must be unpoisoned,
-// as ASan's own allocator would.
-#if defined(__SANITIZE_ADDRESS__)
-#define REPLAYALLOC_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define REPLAYALLOC_ASAN 1
-#endif
-#endif
+// as ASan's own allocator would (REPLAYALLOC_ASAN: support/config.h).
 #if defined(REPLAYALLOC_ASAN)
 #include <sanitizer/asan_interface.h>
 #endif
@@ -522,8 +515,12 @@ void* engine_alloc(std::size_t size, std::size_t align) noexcept {
 }
 
 void* fallback_calloc(std::size_t size) noexcept {
-  if (inject_failure()) [[unlikely]] return nullptr;
   if (g_start_pending.load(std::memory_order_relaxed)) [[unlikely]] note_calloc(size);
+  return engine_calloc(size);
+}
+
+void* engine_calloc(std::size_t size) noexcept {
+  if (inject_failure()) [[unlikely]] return nullptr;
 #if defined(REPLAYALLOC_ASAN)
   // jemalloc's own calloc zeroes a reused block before fresh() can unpoison it (what an
   // Abseil table poisoned there: the note at the top): the block first, then the zeroes.

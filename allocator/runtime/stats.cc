@@ -94,6 +94,7 @@ bool expand_stats_path(const char* pattern, char* out, std::size_t cap) {
 // The first cap - 1 bytes of the file at `path`, NUL-terminated, read with plain
 // system calls (nothing here may allocate). False when it cannot be read or is empty.
 bool read_head(const char* path, int flags, char* buf, std::size_t cap) {
+  const no_cancel no_cancel;  // Note [No cancellation point inside]: engine::stats() reads /proc
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC | flags);
   if (fd < 0) return false;
   const ssize_t got = ::read(fd, buf, cap - 1);

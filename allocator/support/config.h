@@ -19,6 +19,15 @@
 #define REPLAYALLOC_DEBUG 0
 #endif
 
+// REPLAYALLOC_ASAN: built with AddressSanitizer (GCC's macro, or Clang's feature).
+#if defined(__SANITIZE_ADDRESS__)
+#define REPLAYALLOC_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define REPLAYALLOC_ASAN 1
+#endif
+#endif
+
 #if defined(__GNUC__)
 #define REPLAYALLOC_NOINLINE __attribute__((noinline))
 #define REPLAYALLOC_ALWAYS_INLINE inline __attribute__((always_inline))

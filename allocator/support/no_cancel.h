@@ -2,8 +2,9 @@
 // cancelled.
 //
 // Layer: support. Used wherever replayalloc's code waits or does I/O on a thread of
-// the program's: plan files and traces (file_io.cc), messages (log.cc), statistics at
-// exit (runtime/stats.cc), waiting for the planner (runtime/planner_thread.cc).
+// the program's: plan files and traces (file_io.cc), messages (log.cc), statistics
+// (runtime/stats.cc: /proc read, and written at exit), waiting for the planner
+// (runtime/planner_thread.cc), naming call stacks (hooks/stack_ops.cc: the symbolizer).
 //
 // Note [No cancellation point inside]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -18,7 +19,9 @@
 // hooks/CMakeLists.txt). So each of them runs with cancellation disabled
 // (pthread_setcancelstate: a flag of the thread's, no system call); a cancellation
 // asked for meanwhile stays pending and is acted on at the thread's next cancellation
-// point outside (tests/unit/no_cancel_test.cc).
+// point outside (tests/unit/no_cancel_test.cc). This holds for deferred cancellation,
+// the default: a thread that enabled asynchronous cancellation may be stopped anywhere,
+// and POSIX allows no call to malloc then.
 #pragma once
 
 #include <pthread.h>

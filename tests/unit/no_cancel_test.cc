@@ -1,7 +1,7 @@
 // Note [No cancellation point inside] (support/no_cancel.h): replayalloc's I/O on a
 // program's thread is not a cancellation point. A thread whose cancellation is pending
-// writes a plan file whole and a message, and is cancelled at its next cancellation
-// point outside, as glibc's malloc leaves it.
+// writes a plan file whole and a message, takes the statistics, and is cancelled at its
+// next cancellation point outside, as glibc's malloc leaves it.
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <string>
 
+#include "replayalloc/replayalloc.h"
 #include "support/file_io.h"
 #include "support/log.h"
 
@@ -23,6 +24,7 @@ struct run {
   bool wrote = false;
   bool status_ok = false;
   bool logged = false;
+  bool stats_taken = false;
   bool past_testcancel = false;
 };
 
@@ -39,6 +41,8 @@ __attribute__((no_sanitize_address)) void* cancelled_thread(void* p) {
   r->wrote = true;
   REPLAYALLOC_LOG(warning, "a message written by a thread whose cancellation is pending");  // write
   r->logged = true;
+  char stats[8192];
+  r->stats_taken = replayalloc_stats_json(stats, sizeof stats) > 0;  // reads /proc/self/statm
   pthread_testcancel();
   r->past_testcancel = true;
   return nullptr;
@@ -61,6 +65,7 @@ TEST(NoCancel, APendingCancellationWaitsForTheThreadsNextCancellationPointOutsid
   EXPECT_TRUE(r.wrote) << "cancelled inside write_file_atomic";
   EXPECT_TRUE(r.status_ok);
   EXPECT_TRUE(r.logged) << "cancelled inside the message's write";
+  EXPECT_TRUE(r.stats_taken) << "cancelled inside the statistics' read of /proc";
   EXPECT_FALSE(r.past_testcancel);
   const absl::StatusOr<std::string> back = read_file(r.path);
   ASSERT_TRUE(back.ok()) << back.status();
