@@ -84,8 +84,24 @@ REPLAYALLOC_EXPORT void* replayalloc_calloc(size_t count, size_t size) {
     errno = ENOMEM;
     return nullptr;
   }
-  // The ladder, zeroed (runtime/host_slow_path.cc): not the inline path, whose blocks
-  // would need zeroing apart.
+  // Note [Small callocs zeroed by memset]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // A calloc took the ladder, zeroed (runtime/host_slow_path.cc), at every size: below
+  // the minimum, the slow path's checks and the backend's calloc (jemalloc's, outside
+  // the front cache) came to 223 instructions a 64-byte calloc+free pair, where
+  // jemalloc's own library takes 146, tcmalloc 124 and mimalloc 138 (callgrind,
+  // bench/micro/preload_callgrind 64 256 100 calloc; cc1plus callocs 414,000 times
+  // compiling bench/micro/threaded_stress.cc: 2.2% of its instructions went there).
+  // So a calloc below the minimum, and of 4 KiB at most, is malloc's inline path below
+  // the minimum (Note [Below the minimum, inline]: never recorded, planned or watched)
+  // and a memset of its bytes, as jemalloc's calloc zeroes a small block: 90 instructions
+  // (tests/perf/instruction_budget.txt, below_min_preload_calloc_64). Larger ones keep
+  // the ladder, where the backend does not write pages it knows are zero.
+  if (replayalloc::detail::small_request(bytes) && bytes <= 4096) [[likely]] {
+    void* p = replayalloc::detail::backend::g_plain_malloc.load(std::memory_order_acquire)(bytes);
+    if (p != nullptr) [[likely]] std::memset(p, 0, bytes);
+    return p;
+  }
   return replayalloc::detail::host_alloc_slow(tls_state, bytes, malloc_align, true);
 }
 
