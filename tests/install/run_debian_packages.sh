@@ -66,15 +66,15 @@ depends() {  # package regex what
   field "$1" Depends | grep -Eq "$2" && ok "$1 depends on $3" || bad "$1 does not depend on $3 (Depends: $(field "$1" Depends))"
 }
 depends "$lib" "libabsl" "Abseil's library (dpkg-shlibdeps; jemalloc is linked in, private)"
-# The preload library carries jemalloc and libstdc++ inside where the build could
-# (Note [The LD_PRELOAD library's own runtime], hooks/CMakeLists.txt): then it depends on
-# neither; else on libjemalloc2.
+# The preload library carries jemalloc, libstdc++ and libgcc's unwinder inside where the
+# build could (Note [The LD_PRELOAD library's own runtime], hooks/CMakeLists.txt): then
+# it depends on none of them; else on libjemalloc2.
 if readelf -d "$build/hooks/libreplayalloc_preload.so" 2>/dev/null | grep -q 'NEEDED.*libjemalloc'; then
   depends replayalloc-preload "libjemalloc2" "libjemalloc2 (dpkg-shlibdeps)"
 else
-  field replayalloc-preload Depends | grep -Eq "libjemalloc2|libstdc\+\+6" &&
-    bad "replayalloc-preload depends on libjemalloc2 or libstdc++6, which it carries inside (Depends: $(field replayalloc-preload Depends))" ||
-    ok "replayalloc-preload depends on neither libjemalloc2 nor libstdc++6 (it carries both inside)"
+  field replayalloc-preload Depends | grep -Eq "libjemalloc2|libstdc\+\+6|libgcc-s1" &&
+    bad "replayalloc-preload depends on libjemalloc2, libstdc++6 or libgcc-s1, which it carries inside (Depends: $(field replayalloc-preload Depends))" ||
+    ok "replayalloc-preload depends on none of libjemalloc2, libstdc++6 and libgcc-s1 (it carries them inside)"
 fi
 depends "$lib" "libc6 \(>= " "libc6 with a version (dpkg-shlibdeps)"
 depends "$lib" "libstdc\+\+6" "libstdc++6"
