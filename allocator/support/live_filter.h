@@ -49,15 +49,15 @@ class live_filter {
 // request of the minimum size or more, in most programs its first stdio buffer, and its
 // filter's 32 KiB were written at once: 8 pages faulted in and ~8,000 instructions of
 // memset in every process and thread (perf, /bin/true: 8 of its 187 page faults; 179
-// with this, 7 rounds A/B on this host, its time within the spread), where
-// a short program's watcher holds a few blocks. So the watcher's counts are memory
-// jemalloc hands out zeroed with the watcher (backend::engine_calloc: one block above
-// the thread cache's largest, from the fallback's arenas for large callocs, which do
-// not write memory they know is zero, fresh from the kernel, and zero a reused block by
-// memset: Note [Zeroing by memset]), and a page of them is faulted in when a bucket on
-// it is first counted; the watcher
-// forgets few blocks one by one rather than by clear() (auto_mode.cc, forget_live). The
-// same counts as live_filter's, at one more load a filtered free.
+// with this, 7 rounds A/B on this host, its time within the spread), where a short
+// program's watcher holds a few blocks. So the watcher's counts are memory jemalloc
+// hands out zeroed with the watcher (backend::engine_calloc: one block above the thread
+// cache's largest, from the fallback's arenas for large callocs, which do not write
+// memory they know is zero, fresh from the kernel, and zero a reused block by memset:
+// Note [Zeroing by memset]), and a page of them is faulted in when a bucket on it is
+// first counted; the watcher forgets few blocks one by one rather than by clear()
+// (auto_mode.cc, forget_live). The same counts as live_filter's, at one more load a
+// filtered free.
 class zeroed_live_filter {
  public:
   static constexpr std::size_t bytes = live_filter_buckets * sizeof(std::uint32_t);
