@@ -13,7 +13,8 @@
  *  - that an arena of the program's own, its blocks freed with MALLOCX_TCACHE_NONE, can
  *    be destroyed and nothing after comes from it;
  *  - with EXPECT_OWN_RUNTIME=1, that none of libstdc++, libgcc_s and libjemalloc.so was
- *    loaded.
+ *    loaded; with EXPECT_NO_LIBM=1, nor libm (Note [The LD_PRELOAD library without
+ *    libm], hooks/own_math.cc).
  * Prints "jemalloc_api: ok" and exits 0, or says what failed and exits 1. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -99,6 +100,9 @@ int main(void) {
     CHECK(loaded("libstdc++") == 0, "libstdc++ was loaded into a C program");
     CHECK(loaded("libjemalloc") == 0, "libjemalloc.so was loaded");
     CHECK(loaded("libgcc_s") == 0, "libgcc_s was loaded into a C program");
+  }
+  if (getenv("EXPECT_NO_LIBM") != NULL && strcmp(getenv("EXPECT_NO_LIBM"), "1") == 0) {
+    CHECK(loaded("libm.so") == 0, "libm was loaded into a C program that calls none of it");
   }
 
   /* mallctl reads the jemalloc that serves the fallback: the preload settings. */
