@@ -70,8 +70,7 @@ constexpr unsigned map_shift = page_map_shift;  // one byte of the page map per 
 // threads' lists keep, shared by those with a cache open (each at least the least).
 constexpr std::size_t threads_large_budget = 16384 * 1024;
 constexpr std::size_t thread_large_least = 512 * 1024;
-// Blocks of those classes moved at once (a burst's), and the most bytes of a list a
-// free sends to the depot.
+// Blocks of those classes moved at once (a burst's), the most bytes of a list a free sends to the depot.
 constexpr unsigned large_batch = 16;
 constexpr std::size_t large_batch_bytes = 1024 * 1024;
 std::size_t thread_large_budget() noexcept {
@@ -80,9 +79,8 @@ std::size_t thread_large_budget() noexcept {
   return b < thread_large_least ? thread_large_least : b;
 }
 
-// Every thread starts with (and an exited one returns to) this cache, whose lists are
-// empty and full at once (max 0): both fast paths miss into the slow ones, which make
-// the thread's own.
+// Every thread starts with (and an exited one returns to) this cache, whose lists are empty
+// and full at once (max 0): both fast paths miss into the slow ones, which make its own.
 constinit thread_cache g_closed{};
 constinit thread_local thread_cache* t_cache REPLAYALLOC_TLS_IE = &g_closed;
 enum : std::uint8_t { cache_none, cache_making, cache_open, cache_exited };
@@ -570,10 +568,12 @@ void front_cache_prefork() noexcept {
   lock_runs(g_slots);
 }
 
-void front_cache_postfork(bool child) noexcept {
+void front_cache_postfork(bool child, bool locked) noexcept {
   if (!g_enabled) return;
-  unlock_runs(g_slots);
-  unlock_depot();
+  if (locked) {
+    unlock_runs(g_slots);
+    unlock_depot();
+  }
   if (child) forked_child(t_state == cache_open);
 }
 

@@ -109,7 +109,9 @@ bool front_cache_arena(unsigned* arena, unsigned* sharing) noexcept;
 // In the child (`child`), the caches open are the forking thread's alone (Note [The
 // depot's budget follows the threads]).
 void front_cache_prefork() noexcept;
-void front_cache_postfork(bool child) noexcept;
+// `locked`: front_cache_prefork took them (not in a process of one thread: Note [Fork in
+// a process of one thread], runtime/lifecycle.cc).
+void front_cache_postfork(bool child, bool locked = true) noexcept;
 
 // The blocks on the calling thread's list of the class of `size` now (tests: Note [Runs
 // for medium blocks]); 0 where it has no cache or the class is not served from lists.

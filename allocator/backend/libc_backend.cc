@@ -31,7 +31,7 @@ void narrow_plain_malloc(std::uint64_t) noexcept {}  // no plain malloc
 void front_resizing(const void*) noexcept {}
 void front_free_at(void*, std::uintptr_t) noexcept {}  // never called: no gate range is joined
 void front_cache_prefork() noexcept {}
-void front_cache_postfork(bool) noexcept {}
+void front_cache_postfork(bool, bool) noexcept {}
 front_cache_counts front_cache_stats() noexcept { return {}; }
 std::uint32_t front_thread_list_count(std::size_t) noexcept { return 0; }
 std::size_t thread_cache_max() noexcept { return std::size_t{128} << 10; }  // M_MMAP_THRESHOLD's default

@@ -154,8 +154,9 @@ class engine {
   const options& opts() const { return opts_; }
   bool replays() const { return policy_.replays; }  // the mode makes plans (replay, auto)
 
-  // fork(): every engine lock is taken before, released after in both processes; the
-  // child also abandons the forking thread's open iteration (its slab stays out of the
+  // fork(): every engine lock is taken before, released after in both processes (none
+  // in a process of one thread: Note [Fork in a process of one thread]); the child also
+  // abandons the forking thread's open iteration (its slab stays out of the
   // pool, so nothing it handed out is ever reused) and forgets recordings that
   // threads which do not exist in the child had under way. Note [Fork].
   void prefork();

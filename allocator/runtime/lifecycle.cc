@@ -2,8 +2,13 @@
 // and unregistered when it exits (its open iteration ended, its recorder freed), and
 // every lock held across fork() (Note [Fork]).
 #include <pthread.h>
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#define REPLAYALLOC_HAVE_SINGLE_THREADED 1
+#endif
 
 #include <algorithm>
+#include <atomic>
 
 #include "backend/backend.h"
 #include "backend/front_cache.h"
@@ -58,7 +63,37 @@ void engine::start_lifecycle() {
 // every plan version alive, current or retired and still draining (slab_pool.h), then
 // the slab range's and check mode's; the handlers after fork release them in reverse.
 // Nothing here allocates.
+//
+// Note [Fork in a process of one thread]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Where the process has only ever had one thread (glibc's __libc_single_threaded, which
+// pthread_create clears for good, the planner thread's too), no other thread can hold
+// one of those locks or be half-way through what it guards, and the forking thread is
+// not inside replayalloc: fork() takes none of them (nor the front cache's). Each lock
+// taken was a write before fork() and another after it, in the parent and in the child,
+// to pages fork() had just made copy-on-write: a page fault each. A shell forks for
+// every command it runs: a fork and wait under the library cost ~250 us, ~100 of them
+// the front cache's locks (jemalloc's own library ~185, glibc ~60; bench/RESULTS.md,
+// "Fork in a process of one thread"). The child still abandons the forking thread's
+// open iteration and the recordings other threads had under way, and counts its own
+// thread's cache alone (forked_child).
+namespace {
+// This fork's locks were taken (prefork), read after it. Threads that fork at once all
+// write true (a process of one thread has no other to fork beside it).
+std::atomic<bool> g_fork_locked{false};
+bool one_thread() {
+#if REPLAYALLOC_HAVE_SINGLE_THREADED
+  return __libc_single_threaded != 0;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
 void engine::prefork() {
+  const bool locked = !one_thread();
+  g_fork_locked.store(locked, std::memory_order_relaxed);
+  if (!locked) return;  // Note [Fork in a process of one thread]
   mu_.lock();
   for (auto& [k, e] : keys_) e->mu.lock();
   planner_.prefork();  // Note [Background planning]
@@ -69,6 +104,7 @@ void engine::prefork() {
 }
 
 void engine::postfork_parent() {
+  if (!g_fork_locked.load(std::memory_order_relaxed)) return;
   backend::front_cache_postfork(false);
   check::unlock_after_fork();
   backend::unlock_after_fork();
@@ -79,17 +115,20 @@ void engine::postfork_parent() {
 }
 
 void engine::postfork_child() {
-  backend::front_cache_postfork(true);
+  const bool locked = g_fork_locked.load(std::memory_order_relaxed);
+  backend::front_cache_postfork(true, locked);
   backend::fallback_start_postfork_child();  // Note [The fallback made when first needed]
-  check::unlock_after_fork();
-  backend::unlock_after_fork();
-  unlock_versions_after_fork();
-  planner_.postfork_child();
+  if (locked) {
+    check::unlock_after_fork();
+    backend::unlock_after_fork();
+    unlock_versions_after_fork();
+  }
+  if (locked) planner_.postfork_child();  // none ever ran in a process of one thread
   for (auto& [k, e] : keys_) {
     replayalloc::detail::abandon_recording(*e);  // whoever was recording is not in the child
-    e->mu.unlock();
+    if (locked) e->mu.unlock();
   }
-  mu_.unlock();
+  if (locked) mu_.unlock();
   // The forking thread's open iteration is abandoned: its blocks stay valid, its slab
   // never returns to the pool (its refcount never reaches zero), later calls pass
   // through until the thread begins a new iteration.
