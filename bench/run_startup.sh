@@ -34,6 +34,15 @@ done
 names+=(replayalloc) libs+=("$pre")
 [[ -z ${BEFORE_LIB:-} ]] || { names+=(replayalloc-before); libs+=("$BEFORE_LIB"); }
 scratch_dir
+# Every library a fresh copy in one directory: a process's start under the linker's own
+# output of the preload library took ~30 us more than under a copy of it (the same bytes;
+# bench/RESULTS.md, "Fork in a process of one thread"), which favoured BEFORE_LIB.
+for i in "${!libs[@]}"; do
+  [[ ${libs[$i]} == none ]] && continue
+  mkdir -p "$tmp/libs/${names[$i]}"
+  cp "${libs[$i]}" "$tmp/libs/${names[$i]}/"
+  libs[$i]=$tmp/libs/${names[$i]}/$(basename "${libs[$i]}")
+done
 gcc -O2 -Wall -o "$tmp/spawn" "$root/bench/programs/spawn.c"
 gcc -O2 -Wall -o "$tmp/forks" "$root/bench/programs/forks.c"
 k=${#names[@]}
