@@ -76,7 +76,9 @@ void engine::start_lifecycle() {
 // the front cache's locks (jemalloc's own library ~185, glibc ~60; bench/RESULTS.md,
 // "Fork in a process of one thread"). The child still abandons the forking thread's
 // open iteration and the recordings other threads had under way, and counts its own
-// thread's cache alone (forked_child).
+// thread's cache alone (forked_child). Where this is wrong: a thread made by a raw
+// clone() rather than pthread_create is not counted, as glibc's own stdio, which skips
+// its locks on the same flag, does not count it.
 namespace {
 // This fork's locks were taken (prefork), read after it. Threads that fork at once all
 // write true (a process of one thread has no other to fork beside it).
