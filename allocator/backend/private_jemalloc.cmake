@@ -34,6 +34,9 @@ if(NOT "malloc" IN_LIST names OR NOT "mallocx" IN_LIST names OR NOT "mallctl" IN
   message(FATAL_ERROR "private_jemalloc.cmake: ${ARCHIVE} does not define malloc, mallocx and mallctl: "
                       "not jemalloc 5 without a prefix")
 endif()
+# Note [The private jemalloc's fork handlers] (private_fork.cc): its call to
+# pthread_atfork goes to replayalloc's, which registers them only where they matter.
+string(APPEND map "pthread_atfork replayalloc_je_pthread_atfork\n")
 file(WRITE ${OUTPUT}.syms "${map}")
 execute_process(COMMAND ${OBJCOPY} --redefine-syms=${OUTPUT}.syms ${ARCHIVE} ${OUTPUT}.tmp RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)

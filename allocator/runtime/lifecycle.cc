@@ -2,10 +2,6 @@
 // and unregistered when it exits (its open iteration ended, its recorder freed), and
 // every lock held across fork() (Note [Fork]).
 #include <pthread.h>
-#if __has_include(<sys/single_threaded.h>)
-#include <sys/single_threaded.h>
-#define REPLAYALLOC_HAVE_SINGLE_THREADED 1
-#endif
 
 #include <algorithm>
 #include <atomic>
@@ -19,6 +15,7 @@
 #include "replay/slab_pool.h"
 #include "runtime/auto_mode.h"
 #include "runtime/engine.h"
+#include "support/one_thread.h"
 #include "support/reentry.h"
 #include "trace/recorder.h"
 
@@ -76,24 +73,17 @@ void engine::start_lifecycle() {
 // the front cache's locks (jemalloc's own library ~185, glibc ~60; bench/RESULTS.md,
 // "Fork in a process of one thread"). The child still abandons the forking thread's
 // open iteration and the recordings other threads had under way, and counts its own
-// thread's cache alone (forked_child). Where this is wrong: a thread made by a raw
-// clone() rather than pthread_create is not counted, as glibc's own stdio, which skips
-// its locks on the same flag, does not count it.
+// thread's cache alone (forked_child). The private jemalloc's own handlers do the same
+// (Note [The private jemalloc's fork handlers], backend/private_fork.cc). Where this is
+// wrong: a thread made by a raw clone() (support/one_thread.h).
 namespace {
 // This fork's locks were taken (prefork), read after it. Threads that fork at once all
 // write true (a process of one thread has no other to fork beside it).
 std::atomic<bool> g_fork_locked{false};
-bool one_thread() {
-#if REPLAYALLOC_HAVE_SINGLE_THREADED
-  return __libc_single_threaded != 0;
-#else
-  return false;
-#endif
-}
 }  // namespace
 
 void engine::prefork() {
-  const bool locked = !one_thread();
+  const bool locked = !process_has_one_thread();
   g_fork_locked.store(locked, std::memory_order_relaxed);
   if (!locked) return;  // Note [Fork in a process of one thread]
   mu_.lock();

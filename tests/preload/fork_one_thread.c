@@ -8,6 +8,11 @@
  * keep their bytes through it all and it goes on replaying. The process must still have
  * had one thread at the end (else that path was not the one tested); then a second
  * thread allocates while the parent forks 10 times more (the locks taken, as before).
+ * With EXPECT_PRIVATE_JEMALLOC=1 (the library carries its own jemalloc, whose fork
+ * handlers it calls only beside other threads: Note [The private jemalloc's fork
+ * handlers], allocator/backend/private_fork.cc), a child forked beside the second
+ * thread finds jemalloc's count of threads on its arena back to its own one, which only
+ * jemalloc's handler for the child does (the parent counts two).
  * Prints "fork_one_thread: ok" and exits 0, or says what failed and exits 1. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -138,6 +143,20 @@ static void forks(int n, int* failed) {
   }
 }
 
+/* jemalloc's count of the threads that use its arena 0 (mallctl, the library's copy's). */
+static unsigned arena_threads(void) {
+  typedef int (*mallctl_fn)(const char*, void*, size_t*, void*, size_t);
+  const mallctl_fn mallctl = (mallctl_fn)dlsym(RTLD_DEFAULT, "mallctl");
+  CHECK(mallctl != NULL, "no mallctl");
+  uint64_t epoch = 1;
+  size_t len = sizeof epoch;
+  CHECK(mallctl("epoch", &epoch, &len, &epoch, len) == 0, "mallctl epoch failed");
+  unsigned n = 0;
+  len = sizeof n;
+  CHECK(mallctl("stats.arenas.0.nthreads", &n, &len, NULL, 0) == 0, "mallctl stats.arenas.0.nthreads failed");
+  return n;
+}
+
 static volatile int stop;
 static void* churn(void* arg) {
   (void)arg;
@@ -171,6 +190,22 @@ int main(void) {
   pthread_t t;
   CHECK(pthread_create(&t, NULL, churn, NULL) == 0, "pthread_create failed");
   forks(10, &failed);
+  const char* expect = getenv("EXPECT_PRIVATE_JEMALLOC");
+  if (expect != NULL && strcmp(expect, "1") == 0) {
+    const unsigned in_parent = arena_threads();
+    CHECK(in_parent >= 2, "jemalloc counts %u threads on its arena, not the two", in_parent);
+    const pid_t pid = fork();
+    CHECK(pid >= 0, "fork failed");
+    if (pid == 0) {
+      alarm(20);
+      _exit(arena_threads() == 1 ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid, "waitpid failed");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "the child beside a second thread did not count its own thread alone (jemalloc's fork handler for the "
+          "child not run%s)", WIFEXITED(status) ? "" : "; it hung");
+  }
   stop = 1;
   pthread_join(t, NULL);
   CHECK(failed == 0, "%d children failed beside a second thread", failed);
