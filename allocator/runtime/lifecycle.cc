@@ -69,9 +69,10 @@ void engine::start_lifecycle() {
 // not inside replayalloc: fork() takes none of them (nor the front cache's). Each lock
 // taken was a write before fork() and another after it, in the parent and in the child,
 // to pages fork() had just made copy-on-write: a page fault each. A shell forks for
-// every command it runs: a fork and wait under the library cost ~250 us, ~100 of them
-// the front cache's locks (jemalloc's own library ~185, glibc ~60; bench/RESULTS.md,
-// "Fork in a process of one thread"). The child still abandons the forking thread's
+// every command it runs: a fork and wait under the library took 271 us, 239 without
+// these locks, 172 with the private jemalloc's left alone too (glibc's 111, jemalloc's
+// own library 188; bench/RESULTS.md, "Fork in a process of one thread", "The private
+// jemalloc's fork handlers"). The child still abandons the forking thread's
 // open iteration and the recordings other threads had under way, and counts its own
 // thread's cache alone (forked_child). The private jemalloc's own handlers do the same
 // (Note [The private jemalloc's fork handlers], backend/private_fork.cc). Where this is
