@@ -111,12 +111,12 @@ void engine::postfork_child() {
   const bool locked = g_fork_locked.load(std::memory_order_relaxed);
   backend::front_cache_postfork(true, locked);
   backend::fallback_start_postfork_child();  // Note [The fallback made when first needed]
-  if (locked) {
+  if (locked) {  // else no lock was taken, and no planner thread ever ran
     check::unlock_after_fork();
     backend::unlock_after_fork();
     unlock_versions_after_fork();
+    planner_.postfork_child();
   }
-  if (locked) planner_.postfork_child();  // none ever ran in a process of one thread
   for (auto& [k, e] : keys_) {
     replayalloc::detail::abandon_recording(*e);  // whoever was recording is not in the child
     if (locked) e->mu.unlock();
