@@ -56,6 +56,9 @@ void fallback_start_postfork_child() noexcept;
 // jemalloc would give a reused one's pages back to zero them: Note [Zeroing by memset]).
 inline constinit std::atomic<bool> g_start_pending{false};
 void note_calloc(std::size_t size) noexcept;
+// note_calloc, then the boot heap's zeroed block while it is open (Note [A short
+// process's first requests], boot_heap.cc); null where it does not serve.
+void* counting_calloc(std::size_t size) noexcept;
 
 // Keeps the pages of freed blocks of 8 MiB and more for the next block, as for every
 // other size (jemalloc: Note [The fallback's huge blocks] in jemalloc_backend.cc), unless
@@ -66,6 +69,12 @@ void keep_huge_pages() noexcept;
 // false where the plain entry points are not jemalloc's own (AddressSanitizer, the
 // dlopen build), and then use_front_cache() is not called.
 bool reserve_front_cache() noexcept;
+// The range reserve_front_cache() reserved (0: none), whose first MiB is the boot heap's.
+std::uintptr_t front_boot_base() noexcept;
+// The frees that know the front cache's blocks (front_free) in place of jemalloc's own
+// (the plain free, and the free outside the gate's range where the cache's is not in it):
+// before the cache's first block or the boot heap's is handed out.
+void use_front_frees() noexcept;
 // Puts the front cache (Note [The fallback's front cache], front_cache.cc) in front of
 // the plain malloc and free, for blocks of up to 2 MiB; false (nothing changes) where it
 // cannot be made. At the fallback's start, under the reentry guard, after

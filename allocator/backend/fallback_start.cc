@@ -31,7 +31,9 @@
 // go on counting into jemalloc's malloc until the cache's are stored, and a child forked
 // while another thread was making it keeps jemalloc's, its counting mallocs taken away
 // (fallback_start_postfork_child; it is never made twice). Before the start a program
-// sees jemalloc with its defaults, where they cost nothing yet (an aligned request or a
+// sees the boot heap while it has one thread (Note [A short process's first requests],
+// boot_heap.cc: the counting mallocs serve from it), else jemalloc with its defaults,
+// where they cost nothing yet (an aligned request or a
 // realloc, not counted, may grow a block to 8 MiB on the main thread, purged at its
 // free); the statistics and auto mode's rule (thread_cache_max() below) already count
 // the cache. Where its first arena cannot be made at the start, it
@@ -44,6 +46,7 @@
 #include <limits>
 
 #include "backend/backend.h"
+#include "backend/boot_heap.h"
 #include "backend/front_cache.h"
 #include "backend/jemalloc_names.h"
 #include "support/log.h"
@@ -69,6 +72,7 @@ plain_malloc_fn g_pass_before = nullptr;
 bool g_tcache_set = false;
 
 void make_start(bool front, std::uint64_t small_limit) noexcept {
+  close_boot_heap();
   keep_huge_pages();
   zero_reused_by_memset();
   if (front && !use_front_cache()) g_front = false;
@@ -88,13 +92,17 @@ inline void count(std::size_t size) noexcept {
 // by giving its pages back until zero_reused_by_memset.
 constexpr std::size_t large_calloc = std::size_t{16} << 10;
 
+// Note [A short process's first requests] (boot_heap.cc): the boot heap's blocks while it
+// is open (count() may make the start, which closes it).
 void* counting_plain(std::size_t size) noexcept {
   count(size);
+  if (void* p = boot_malloc(size)) return p;
   return g_plain_before(size);
 }
 
 void* counting_pass(std::size_t size) noexcept {
   count(size);
+  if (void* p = boot_malloc(size)) return p;
   return g_pass_before(size);
 }
 
@@ -121,6 +129,8 @@ void start_fallback(bool front, std::uint64_t small_limit, std::uint64_t after) 
     make_start(g_front, small_limit);
     return;
   }
+  // Note [A short process's first requests]: the frees first, as at the start.
+  if (g_front && open_boot_heap(front_boot_base())) use_front_frees();
   g_left.store(after, std::memory_order_relaxed);
   g_start.store(start_counting, std::memory_order_release);
   g_start_pending.store(true, std::memory_order_relaxed);
@@ -147,6 +157,11 @@ void start_fallback_now() noexcept {
 
 void note_calloc(std::size_t size) noexcept {
   if (g_start.load(std::memory_order_relaxed) == start_counting) count(size >= large_calloc ? start_at_size : size);
+}
+
+void* counting_calloc(std::size_t size) noexcept {
+  note_calloc(size);
+  return boot_calloc(size);
 }
 
 void fallback_start_postfork_child() noexcept {

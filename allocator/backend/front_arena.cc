@@ -41,10 +41,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <cstdio>
 
 #include "backend/backend.h"
+#include "backend/boot_heap.h"
 #include "backend/front_cache.h"
 #include "backend/jemalloc_names.h"
 #include "backend/slab_range.h"
@@ -141,7 +143,14 @@ void* block(std::size_t size, unsigned slot) noexcept { return mallocx(size, fla
 // Note [Runs for medium blocks]: a run, aligned to its size (a power of two).
 void* run(std::size_t bytes, unsigned slot) noexcept { return mallocx(bytes, flags_of(slot) | MALLOCX_ALIGN(bytes)); }
 void release(void* p) noexcept { dallocx(p, MALLOCX_TCACHE_NONE); }
-std::size_t size_class_of(std::size_t n) noexcept { return nallocx(n, 0); }
+// jemalloc 5's size class of n bytes (16 <= n <= 2 MiB), without asking it (nallocx
+// boots it: Note [A short process's first requests]): a multiple of 16 up to 64, then four
+// classes a doubling. front_classes_agree() checks it against nallocx at the start.
+std::size_t size_class_of(std::size_t n) noexcept {
+  if (n <= 64) return n <= 16 ? 16 : (n + 15) & ~std::size_t{15};
+  const std::size_t delta = std::size_t{1} << (std::bit_width(n - 1) - 3);
+  return (n + delta - 1) & ~(delta - 1);
+}
 std::size_t usable(const void* p) noexcept { return sallocx(const_cast<void*>(p), 0); }
 // Note [Idle lists given back]: the arenas' dirty pages decayed now, as jemalloc's own
 // ticks would have had them (their time 1 s).
@@ -175,7 +184,8 @@ bool reserve_front_range(std::uintptr_t* base) noexcept {
   }
   *base = reinterpret_cast<std::uintptr_t>(range);
   g_base = *base;
-  g_next.store(g_base, std::memory_order_relaxed);
+  // Its first MiB is the boot heap's (Note [A short process's first requests]).
+  g_next.store(g_base + boot_range_bytes, std::memory_order_relaxed);
   return true;
 }
 
@@ -200,6 +210,16 @@ bool make_front_arena(front_backend* b) noexcept {
 
 bool start_front_arena() noexcept {
   if (g_base == 0) return false;
+  // The classes the cache was numbered with (size_class_of) are jemalloc's: every class up
+  // to 2 MiB is one of nallocx's, and the smallest request of each (one above the class
+  // below) is of it, so the two step functions agree everywhere between.
+  for (std::size_t below = 0, c = 16; c <= (std::size_t{2} << 20); below = c, c = size_class_of(c + 1)) {
+    if (nallocx(c, 0) != c || (below != 0 && nallocx(below + 1, 0) != c)) {
+      REPLAYALLOC_LOG(warning, "front cache: off (jemalloc's size class of %zu bytes is %zu, not %zu)", below + 1,
+                      nallocx(below + 1, 0), c);
+      return false;
+    }
+  }
   if (g_state[0].load(std::memory_order_acquire) == slot_made) return true;
   extent_hooks_t* defaults = nullptr;
   std::size_t len = sizeof defaults;

@@ -55,6 +55,7 @@
 #include <cstdint>
 #include <new>
 
+#include "backend/boot_heap.h"
 #include "backend/front_classes.h"
 #include "backend/front_depot.h"
 #include "backend/front_runs.h"
@@ -257,8 +258,7 @@ inline void sweep_if_due() noexcept {
   return arena_block(k, size);
 }
 
-// The thread's full list of class k to the depot (Note [Idle lists given back]: its
-// idle lists first, once a sweep).
+// The thread's full list of class k to the depot (Note [Idle lists given back]: its idle lists first, once a sweep).
 [[gnu::noinline]] void hand_on(unsigned k) noexcept {
   sweep_if_due();
   free_list& mine = t_cache->lists[k];
@@ -268,11 +268,12 @@ inline void sweep_if_due() noexcept {
   t_cache->burst[k] = false;
 }
 
-// A free in the range that the list cannot take: its class unknown (0; asked of
-// jemalloc, Note [The front cache's page map]), its list full, or the thread's cache
-// not open yet or closed.
+// A free in the range that the list cannot take: its class unknown (0; the boot heap's,
+// or asked of jemalloc: Note [The front cache's page map]), its list full, or the
+// thread's cache not open yet or closed.
 [[gnu::noinline]] void free_slow(void* p, unsigned k) noexcept {
   if (k == 0) {
+    if (std::size_t boot = 0; boot_block(p, &boot)) return boot_free(p);  // Note [A short process's first requests]
     const std::size_t u = g_usable(p);
     if (u <= g_largest) {
       k = g_class_of[(u + 15) >> 4];
@@ -534,8 +535,7 @@ void front_resizing(const void* p) noexcept {
   // moves it): its page, shared with the slab's other blocks, keeps its byte, and their
   // frees do not ask jemalloc.
   std::atomic<std::uint8_t>& b = g_page_class[offset >> map_shift];
-  // A run's block never reaches jemalloc's realloc (front_run_block), and its page's
-  // byte says what it is.
+  // A run's block never reaches jemalloc's realloc (front_run_block): its page's byte says what it is.
   const unsigned k = b.load(std::memory_order_relaxed);
   if (g_class_size[k] >= fill_below && !run_class(k)) b.store(0, std::memory_order_relaxed);
 }

@@ -22,6 +22,7 @@
 #include <limits>
 
 #include "backend/backend.h"
+#include "backend/boot_heap.h"
 #include "backend/front_cache.h"
 #include "backend/slab_range.h"
 #include "support/config.h"
@@ -327,11 +328,15 @@ std::size_t front_range_wanted() noexcept { return front_cache_possible() ? fron
 
 namespace {
 bool g_front_joined = false;  // the front cache's range joined the gate's (reserve_front_cache)
+std::uintptr_t g_front_base = 0;  // its range (reserve_front_cache)
 }  // namespace
+
+std::uintptr_t front_boot_base() noexcept { return g_front_base; }
 
 bool reserve_front_cache() noexcept {
   std::uintptr_t base = 0;
   if (!front_cache_possible() || !reserve_front_range(&base)) return false;
+  g_front_base = base;
   // Note [The gate's range] (slab_range.h): where the cache's range lies directly below
   // the slab range, no block outside the gate's is the cache's.
   g_front_joined = join_gate_range(base, front_range_bytes);
@@ -341,6 +346,11 @@ bool reserve_front_cache() noexcept {
   return make_front_arena(&b) && enable_front_cache(b);
 }
 
+void use_front_frees() noexcept {
+  if (!g_front_joined) g_outside_free.store(&front_free, std::memory_order_release);
+  g_plain_free.store(&front_free, std::memory_order_release);
+}
+
 bool use_front_cache() noexcept {
   if (!start_front_arena()) {
     g_front_unused.store(true, std::memory_order_relaxed);
@@ -348,8 +358,7 @@ bool use_front_cache() noexcept {
   }
   // The frees first: other threads may be running (Note [The fallback made when first
   // needed]), and each free must know the cache's blocks before a malloc hands one out.
-  if (!g_front_joined) g_outside_free.store(&front_free, std::memory_order_release);
-  g_plain_free.store(&front_free, std::memory_order_release);
+  use_front_frees();
   g_pass_malloc.store(&front_malloc, std::memory_order_release);
   g_plain_malloc.store(&front_malloc, std::memory_order_release);  // Note [Small blocks in the front cache]
   return true;
@@ -380,102 +389,6 @@ void zero_reused_by_memset() noexcept {
   }
   g_memset_hooks = *hooks;  // read only: arena 0 keeps its table
   g_large_min.store(large, std::memory_order_release);
-}
-
-namespace {
-template <class T>
-bool read_ctl(const char* name, T* value) noexcept {
-  std::size_t len = sizeof *value;
-  return mallctl(name, value, &len, nullptr, 0) == 0 && len == sizeof *value;
-}
-
-// A jemalloc statistic after refreshing them (an epoch); 0 when it cannot be read.
-std::size_t fresh_stat(const char* name) {
-  std::uint64_t epoch = 1;
-  std::size_t len = sizeof epoch;
-  std::size_t value = 0;
-  if (mallctl("epoch", &epoch, &len, &epoch, len) != 0 || !read_ctl(name, &value)) return 0;
-  return value;
-}
-}  // namespace
-
-std::size_t fallback_allocated_bytes() noexcept { return fresh_stat("stats.allocated"); }
-
-std::size_t fallback_resident_bytes() noexcept { return fresh_stat("stats.resident"); }
-
-// Note [Purging what a slab replaces]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A slab takes over iterations the backend served until then: the recordings, and on
-// every thread the iterations it passed through while other threads held the slabs.
-// Their blocks are free in jemalloc, their pages dirty, and jemalloc's decay returns
-// dirty pages only as the arena is used, which a replaying thread hardly does: purge
-// them before the slab is faulted in, or peak RSS holds both (ResNet-50, 4 threads:
-// 410 MiB against jemalloc alone's 364). jemalloc purges whole arenas, not a number of
-// bytes, so the purge is sized by choosing what to purge:
-//  - every arena, when their dirty pages are at most twice the slab (one thread
-//    recorded: what it recorded is most of what is free);
-//  - else this thread's arena, when its dirty pages are at most three times the slab
-//    for each thread using that arena: each thread of a multi-threaded service has an
-//    arena under jemalloc's defaults (the LD_PRELOAD library's: one for all, Note [The
-//    fallback's shared arena]), and the pages there are what its threads' iterations
-//    used (ResNet-50, 4 threads: 21-25 MiB dirty in each inference thread's arena,
-//    against an 11 MiB slab and 75-94 MiB in all arenas together; MobileNetV3:
-//    10-11 MiB against 7 MiB and 41 MiB); and by the same rule the arena of the
-//    thread's front cache, which the blocks of 64 KiB-2 MiB come from (Note [Large
-//    blocks in the front cache]), counting the caches that share it;
-//  - else nothing: the free pages are mostly the rest of the program's (the model's
-//    loading, a cache it freed), which it would fault back in (a TorchScript
-//    MobileNetV3's first 0.2 MiB slab against 10 MiB: ~3,000 page faults), and which
-//    jemalloc's decay returns as the program goes on.
-namespace {
-// stats.arenas.<arena>.<field> (statistics as of the last epoch); false if unreadable.
-template <class T>
-bool arena_stat(unsigned arena, const char* field, T* value) noexcept {
-  char name[64];
-  std::snprintf(name, sizeof name, "stats.arenas.%u.%s", arena, field);
-  return read_ctl(name, value);
-}
-
-void purge(unsigned arena) noexcept {
-  char name[48];
-  std::snprintf(name, sizeof name, "arena.%u.purge", arena);
-  mallctl(name, nullptr, nullptr, nullptr, 0);
-}
-}  // namespace
-
-void release_free_memory(std::size_t slab_bytes) noexcept {
-  front_cache_release();  // Note [The fallback's front cache]: its blocks' pages too
-  mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
-  std::uint64_t epoch = 1;
-  std::size_t len = sizeof epoch;
-  std::size_t page = 0;
-  if (mallctl("epoch", &epoch, &len, &epoch, len) != 0 || !read_ctl("arenas.page", &page) || page == 0) {
-    purge(MALLCTL_ARENAS_ALL);  // statistics unreadable: purge as if the pages were few
-    return;
-  }
-  const std::size_t slab_pages = slab_bytes / page;
-  std::size_t all = 0;
-  if (!arena_stat(MALLCTL_ARENAS_ALL, "pdirty", &all) || all <= 2 * slab_pages) {
-    purge(MALLCTL_ARENAS_ALL);
-    return;
-  }
-  // The thread's own arena and its front cache's (Note [Large blocks in the front
-  // cache]: the blocks of 64 KiB-2 MiB it passed through or recorded are there).
-  // Threads share an arena when there are more of them than arenas (jemalloc makes four
-  // per CPU; the front cache one per CPU): each may have left an iteration's pages there.
-  unsigned own = 0;
-  std::size_t mine = 0;
-  unsigned sharing = 1;
-  if (read_ctl("thread.arena", &own) && arena_stat(own, "pdirty", &mine) && mine != 0) {
-    if (!arena_stat(own, "nthreads", &sharing) || sharing == 0) sharing = 1;
-    if (mine <= 3 * slab_pages * sharing) purge(own);
-  }
-  unsigned front = 0;
-  std::size_t front_dirty = 0;
-  if (front_cache_arena(&front, &sharing) && front != own && arena_stat(front, "pdirty", &front_dirty) &&
-      front_dirty != 0 && front_dirty <= 3 * slab_pages * sharing) {
-    purge(front);
-  }
 }
 
 void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
@@ -509,18 +422,26 @@ void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
 void* engine_alloc(std::size_t size, std::size_t align) noexcept {
   if (size >= engine_own_least && align <= malloc_align) {
     if (inject_failure()) [[unlikely]] return nullptr;
+    if (boot_heap_open()) [[unlikely]] {  // Note [A short process's first requests]
+      if (void* p = boot_malloc(size)) return p;
+    }
     if (malloc_fn m = g_je_malloc.load(std::memory_order_relaxed)) [[likely]] return fresh(m(size));
   }
   return fallback_alloc(size, align);
 }
 
 void* fallback_calloc(std::size_t size) noexcept {
-  if (g_start_pending.load(std::memory_order_relaxed)) [[unlikely]] note_calloc(size);
+  if (g_start_pending.load(std::memory_order_relaxed)) [[unlikely]] {
+    if (void* p = counting_calloc(size)) return p;  // Note [A short process's first requests]
+  }
   return engine_calloc(size);
 }
 
 void* engine_calloc(std::size_t size) noexcept {
   if (inject_failure()) [[unlikely]] return nullptr;
+  if (boot_heap_open()) [[unlikely]] {
+    if (void* p = boot_calloc(size == 0 ? 1 : size)) return p;
+  }
 #if defined(REPLAYALLOC_ASAN)
   // jemalloc's own calloc zeroes a reused block before fresh() can unpoison it (what an
   // Abseil table poisoned there: the note at the top): the block first, then the zeroes.
@@ -574,10 +495,13 @@ void fallback_free_sized(void* p, std::size_t size, std::size_t align) noexcept 
 void* fallback_realloc(void* p, std::size_t size) noexcept {
   // Note [Runs for medium blocks]: jemalloc does not know a run's block. It stays where
   // the new size is of its class (the cache's: Note [A class for a page and a header]),
-  // and moves otherwise.
-  if (std::size_t usable = 0, below = 0; front_run_block(p, &usable, &below)) {
+  // and moves otherwise; so does a block of the boot heap's, where it cannot grow in place
+  // (Note [A short process's first requests]).
+  std::size_t usable = 0, below = 0;
+  const bool boot = boot_block(p, &usable);
+  if (boot || front_run_block(p, &usable, &below)) {
     const std::size_t n = at_least_min(size);
-    if (n <= usable && n > below) return p;
+    if ((n <= usable && n > below) || (boot && boot_resize(p, n))) return p;
     void* q = fallback_alloc(n, malloc_align);
     if (q == nullptr) return nullptr;  // p stays valid
     std::memcpy(q, p, n < usable ? n : usable);
@@ -589,7 +513,8 @@ void* fallback_realloc(void* p, std::size_t size) noexcept {
 }
 
 std::size_t fallback_usable_size(const void* p) noexcept {
-  if (std::size_t usable = 0; front_run_block(p, &usable)) return usable;  // Note [Runs for medium blocks]
+  // Note [Runs for medium blocks], Note [A short process's first requests]
+  if (std::size_t usable = 0; front_run_block(p, &usable) || boot_block(p, &usable)) return usable;
   return sallocx(const_cast<void*>(p), 0);
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "backend/boot_heap.h"
 #include "backend/front_cache.h"
 
 namespace replayalloc::detail::backend {
@@ -33,6 +34,7 @@ void front_free_at(void*, std::uintptr_t) noexcept {}  // never called: no gate 
 void front_cache_prefork() noexcept {}
 void front_cache_postfork(bool, bool) noexcept {}
 front_cache_counts front_cache_stats() noexcept { return {}; }
+boot_counts boot_heap_counts() noexcept { return {}; }  // no boot heap (Note [A short process's first requests])
 std::uint32_t front_thread_list_count(std::size_t) noexcept { return 0; }
 std::size_t thread_cache_max() noexcept { return std::size_t{128} << 10; }  // M_MMAP_THRESHOLD's default
 void zero_reused_by_memset() noexcept {}  // glibc's calloc memsets a reused chunk  // glibc's own thresholds (mallopt) stay the program's

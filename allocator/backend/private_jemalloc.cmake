@@ -5,9 +5,9 @@
 # (je_*) keep theirs. libreplayalloc.so links OUTPUT with --exclude-libs, so none of it is
 # visible outside the library, and only jemalloc_backend.cc (built with
 # REPLAYALLOC_PRIVATE_JEMALLOC) calls it, by those names.
-# Run as: cmake -DNM=nm -DOBJCOPY=objcopy -DARCHIVE=libjemalloc_pic.a -DOUTPUT=out.a -P this file
+# Run as: cmake -DNM=nm -DOBJCOPY=objcopy -DOBJDUMP=objdump -DARCHIVE=libjemalloc_pic.a -DOUTPUT=out.a -P this file
 cmake_minimum_required(VERSION 3.25)
-foreach(v NM OBJCOPY ARCHIVE OUTPUT)
+foreach(v NM OBJCOPY OBJDUMP ARCHIVE OUTPUT)
   if(NOT ${v})
     message(FATAL_ERROR "private_jemalloc.cmake: ${v} is not set")
   endif()
@@ -38,7 +38,21 @@ endif()
 # pthread_atfork goes to replayalloc's, which registers them only where they matter.
 string(APPEND map "pthread_atfork replayalloc_je_pthread_atfork\n")
 file(WRITE ${OUTPUT}.syms "${map}")
-execute_process(COMMAND ${OBJCOPY} --redefine-syms=${OUTPUT}.syms ${ARCHIVE} ${OUTPUT}.tmp RESULT_VARIABLE rc)
+# Note [A short process's first requests] (boot_heap.cc): jemalloc boots at its first
+# call, not at load. Its one constructor (jemalloc.c's jemalloc_constructor, which only
+# calls malloc_init, as every entry point does first) is dropped with the archive's
+# .init_array; any other member with one stops the build (its constructors would be lost).
+execute_process(COMMAND ${OBJDUMP} -h ${ARCHIVE} OUTPUT_VARIABLE headers RESULT_VARIABLE rc ERROR_QUIET)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "private_jemalloc.cmake: ${OBJDUMP} -h ${ARCHIVE} failed")
+endif()
+string(REGEX MATCHALL "\\.init_array" ctors "${headers}")
+list(LENGTH ctors n_ctors)
+if(n_ctors GREATER 1)
+  message(FATAL_ERROR "private_jemalloc.cmake: ${ARCHIVE} has ${n_ctors} .init_array sections, not jemalloc.c's one")
+endif()
+execute_process(COMMAND ${OBJCOPY} --redefine-syms=${OUTPUT}.syms --remove-section=.init_array
+  --remove-section=.rela.init_array ${ARCHIVE} ${OUTPUT}.tmp RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "private_jemalloc.cmake: ${OBJCOPY} --redefine-syms failed on ${ARCHIVE}")
 endif()

@@ -97,6 +97,8 @@ engine::engine()
   // Note [Below the minimum, narrowed], now or after the fallback's first requests.
   backend::start_fallback(front, small_limit, opts_.fallback_after);
   set_small_limit(small_limit);
+  op_names_.emplace_back("unknown");
+  op_ids_.emplace("unknown", 0);
 }
 
 namespace {

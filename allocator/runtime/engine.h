@@ -234,8 +234,10 @@ class engine {
   planner_thread planner_;
   std::mutex mu_;
   absl::flat_hash_map<std::string, key_entry*> keys_;
-  std::vector<std::string> op_names_{"unknown"};
-  absl::flat_hash_map<std::string, std::uint32_t> op_ids_{{"unknown", 0}};
+  // Op 0, "unknown", entered by the constructor once the fallback can serve it (Note [A
+  // short process's first requests]: nothing before may ask jemalloc).
+  std::vector<std::string> op_names_;
+  absl::flat_hash_map<std::string, std::uint32_t> op_ids_;
   // Note [Deferred op names]: op id -> token while unnamed; token -> op id.
   absl::flat_hash_map<std::uint32_t, std::uint64_t> op_pending_;
   absl::flat_hash_map<std::uint64_t, std::uint32_t> op_tokens_;

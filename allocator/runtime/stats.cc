@@ -19,6 +19,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/boot_heap.h"
 #include "backend/front_cache.h"
 #include "backend/slab_range.h"
 #include "replay/compiled_plan.h"
@@ -205,7 +206,8 @@ constexpr bool is_current_value(std::size_t offset) {
          offset == offsetof(Stats, plan_wait_us_max) || offset == offsetof(Stats, resident_bytes) ||
          offset == offsetof(Stats, resident_bytes_peak) || offset == offsetof(Stats, slab_resident_bytes) ||
          offset == offsetof(Stats, backend_resident_bytes) || offset == offsetof(Stats, front_depot_bytes) ||
-         offset == offsetof(Stats, front_run_bytes) || offset == offsetof(Stats, front_stashed_bytes);
+         offset == offsetof(Stats, front_run_bytes) || offset == offsetof(Stats, front_stashed_bytes) ||
+         offset == offsetof(Stats, boot_requests) || offset == offsetof(Stats, boot_bytes);
 }
 }  // namespace
 
@@ -386,6 +388,9 @@ Stats engine::stats(const domain_kind* only) {
   s.front_depot_bytes = front.depot_bytes[0] + front.depot_bytes[1] + front.depot_bytes[2];
   s.front_run_bytes = front.run_bytes;
   s.front_stashed_bytes = front.stashed_bytes;
+  const backend::boot_counts boot = backend::boot_heap_counts();
+  s.boot_requests = boot.requests;
+  s.boot_bytes = boot.bytes;
   apply_stats_reset(s, only == nullptr ? -1 : static_cast<int>(*only));
   return s;
 }

@@ -78,7 +78,9 @@
   X(front_threads_closed, engine, "front_threads_closed", 0)        \
   X(front_depot_bytes, engine, "front_depot_bytes", 0)              \
   X(front_run_bytes, engine, "front_run_bytes", 0)                  \
-  X(front_stashed_bytes, engine, "front_stashed_bytes", 0)
+  X(front_stashed_bytes, engine, "front_stashed_bytes", 0)          \
+  X(boot_requests, engine, "boot_requests", 0)                      \
+  X(boot_bytes, engine, "boot_bytes", 0)
 
 namespace replayalloc::detail {
 

@@ -8,6 +8,7 @@
 // before it. Each case runs in a fresh process (this binary again, whose constructor
 // below runs the case and exits), so that the start has not been made yet.
 #include <sys/wait.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/boot_heap.h"
 #include "backend/front_cache.h"
 #include "gtest/gtest.h"
 #include "replayalloc/replayalloc.hpp"
@@ -136,7 +138,12 @@ void case_threads() {
   g_live = new std::map<std::uintptr_t, std::size_t>();
   CHILD_EXPECT(!be::fallback_started(), "the start was made before its requests");
   void* before = std::malloc(64);
-  CHILD_EXPECT(!in_front_range(before), "the front cache served before the start");
+  std::size_t usable = 0;
+  // Note [A short process's first requests]: the boot heap's (the front cache's range's
+  // first MiB) where the cache is wanted, while the process has one thread; never a list's.
+  CHILD_EXPECT(be::boot_block(before, &usable) == front_wanted(), "a block before the start is %s the boot heap's",
+               be::boot_block(before, &usable) ? "" : "not");
+  CHILD_EXPECT(!in_front_range(before) || be::boot_block(before, &usable), "the front cache served before the start");
   std::free(before);
   if (front_wanted()) {
     CHILD_EXPECT(be::thread_cache_max() == (std::size_t{128} << 10), "auto mode's rule sees %zu bytes kept, not the cache's",
@@ -211,6 +218,122 @@ void case_count() {
   expect_served_as_wanted("after the start");
 }
 
+// Note [A short process's first requests] (backend/boot_heap.cc): before the start, in a
+// process of one thread, malloc, calloc and realloc of up to 256 KiB are the boot heap's;
+// its blocks keep their bytes through every entry point, a calloc is zeroed where a freed
+// block is reused, a second thread closes it, and a block it made, freed on that thread or
+// after, is never handed out again.
+bool boot(const void* p) {
+  std::size_t usable = 0;
+  return be::boot_block(p, &usable);
+}
+
+void case_boot() {
+  g_live = new std::map<std::uintptr_t, std::size_t>();
+  CHILD_EXPECT(!be::fallback_started(), "the start was made before its requests");
+  if (!front_wanted()) {  // off with the front cache
+    void* p = std::malloc(64);
+    CHILD_EXPECT(!be::boot_heap_open() && !boot(p), "the boot heap is open without the front cache");
+    std::free(p);
+    return;
+  }
+  CHILD_EXPECT(be::boot_heap_open(), "the boot heap is not open in a process of one thread");
+  const std::uint64_t served_at_entry = be::boot_heap_counts().requests;
+  CHILD_EXPECT(served_at_entry > 0, "the process's start (the engine's and libstdc++'s own blocks) was not served");
+  std::mt19937 rng(7);
+  std::vector<block> live;
+  for (int i = 0; i < 300; ++i) {  // a short command's requests: 16 B-16 KiB, some freed
+    const std::size_t n = (std::size_t{16} << (rng() % 11)) / 2 + rng() % 64 + 1;
+    live.push_back(made(rng() % 3 == 0 ? std::calloc(1, n) : std::malloc(n), n, static_cast<unsigned char>(i)));
+    CHILD_EXPECT(boot(live.back().p), "a request of %zu bytes was not the boot heap's", n);
+    if (rng() % 3 == 0) {
+      const std::size_t j = rng() % live.size();
+      release(live[j]);
+      live[j] = live.back();
+      live.pop_back();
+    }
+  }
+  // A calloc that reuses a freed block is zeroed (a small one: 200 bytes, from a list; one
+  // above 4 KiB: the last block made, given back to the bump pointer); malloc_usable_size
+  // says at least the request. (volatile: the compiler may not drop a pair.)
+  for (const std::size_t n : {std::size_t{200}, std::size_t{8000}}) {
+    unsigned char* volatile dirty = static_cast<unsigned char*>(std::malloc(n));
+    std::memset(dirty, 0x5a, n);
+    std::free(dirty);
+    unsigned char* volatile zeroed = static_cast<unsigned char*>(std::calloc(1, n));
+    CHILD_EXPECT(zeroed == dirty, "the freed block of %zu bytes was not reused", n);
+    bool all_zero = true;
+    for (std::size_t i = 0; i < n; ++i) all_zero = all_zero && zeroed[i] == 0;
+    CHILD_EXPECT(all_zero, "a calloc of %zu bytes reusing a freed block is not zeroed", n);
+    CHILD_EXPECT(malloc_usable_size(zeroed) >= n, "usable size %zu of a %zu-byte block", malloc_usable_size(zeroed), n);
+    std::free(zeroed);
+  }
+  // realloc: grows in place where the block is the last made, moves otherwise, the bytes kept.
+  auto* grow = static_cast<unsigned char*>(std::malloc(1000));
+  std::memset(grow, 0x11, 1000);
+  auto* grown = static_cast<unsigned char*>(std::realloc(grow, 40000));
+  CHILD_EXPECT(grown == grow, "the last block made did not grow in place");
+  void* after = std::malloc(5000);  // above the sizes kept on lists: made after it
+  auto* moved = static_cast<unsigned char*>(std::realloc(grown, 80000));
+  CHILD_EXPECT(moved != grown && boot(moved), "a block not the last made grew in place, or left the boot heap (%p, %p, %p)",
+               static_cast<void*>(grown), after, static_cast<void*>(moved));
+  bool kept = true;
+  for (int i = 0; i < 1000; ++i) kept = kept && moved[i] == 0x11;
+  CHILD_EXPECT(kept, "realloc lost the block's bytes");
+  std::free(after);
+  std::free(moved);
+  // A double free is ignored: the block is handed out once.
+  void* volatile twice = std::malloc(48);
+  std::free(twice);
+  std::free(twice);
+  void* volatile a = std::malloc(48);
+  void* volatile b = std::malloc(48);
+  CHILD_EXPECT(a != b, "a block freed twice was handed out twice");
+  std::free(a);
+  std::free(b);
+  // What it does not serve: above 256 KiB, and an alignment above malloc's.
+  void* large = std::malloc(std::size_t{300} << 10);
+  void* aligned = std::aligned_alloc(256, 512);
+  CHILD_EXPECT(!boot(large) && !boot(aligned), "the boot heap served a request above 256 KiB or aligned to 256");
+  std::free(large);
+  std::free(aligned);
+  // A child forked now frees, reallocs and allocates in its copy of the heap.
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (const block& k : live) release(k);
+    void* p = std::malloc(64);
+    _exit(g_failures == 0 && boot(p) ? 0 : 1);
+  }
+  int status = 0;
+  CHILD_EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+               "the forked child failed");
+  // A second thread closes it: its requests and this thread's go to jemalloc from then
+  // on, and the boot heap's blocks, freed on that thread, are never handed out again.
+  const std::uint64_t served = be::boot_heap_counts().requests;
+  CHILD_EXPECT(served > served_at_entry + 300, "the boot heap served %llu requests of this case's 300 and more",
+               static_cast<unsigned long long>(served - served_at_entry));
+  std::vector<block> half(live.begin(), live.begin() + static_cast<long>(live.size() / 2));
+  std::thread other([&] {
+    void* p = std::malloc(64);
+    CHILD_EXPECT(!boot(p), "another thread's request was the boot heap's");
+    std::free(p);
+    for (const block& k : half) release(k);
+  });
+  other.join();
+  CHILD_EXPECT(!be::boot_heap_open(), "the boot heap stays open beside a second thread");
+  const std::uint64_t closed_at = be::boot_heap_counts().requests;
+  std::vector<void*> later;
+  for (int i = 0; i < 2000; ++i) {
+    void* p = std::malloc(16 + (i % 64) * 16);
+    CHILD_EXPECT(!boot(p), "the boot heap served after it closed");
+    later.push_back(p);
+  }
+  for (void* p : later) std::free(p);
+  for (std::size_t i = live.size() / 2; i < live.size(); ++i) release(live[i]);
+  CHILD_EXPECT(be::boot_heap_counts().requests == closed_at, "the boot heap served after it closed");
+  CHILD_EXPECT(!be::fallback_started(), "the boot heap's close made the fallback's start");
+}
+
 // REPLAYALLOC_FALLBACK_AFTER=0: made with the engine, as before the deferral.
 void case_at_once() {
   CHILD_EXPECT(be::fallback_started(), "REPLAYALLOC_FALLBACK_AFTER=0 deferred the start");
@@ -225,6 +348,7 @@ void case_at_once() {
   if (std::strcmp(which, "threads") == 0) case_threads();
   else if (std::strcmp(which, "count") == 0) case_count();
   else if (std::strcmp(which, "at_once") == 0) case_at_once();
+  else if (std::strcmp(which, "boot") == 0) case_boot();
   else CHILD_EXPECT(false, "no case %s", which);
   std::fflush(stderr);
   _exit(g_failures == 0 ? 0 : 1);
@@ -260,6 +384,10 @@ TEST(FallbackStart, ThreadsAllocatingThroughTheStartNeverShareOrLoseABlock) {
 
 TEST(FallbackStart, ComesAfterItsRequestsAndNotBefore) {
   EXPECT_EQ(run_in_fresh_process("count", "20000"), 0) << "the child's messages above say what failed";
+}
+
+TEST(FallbackStart, AShortProcesssRequestsAreTheBootHeapsUntilASecondThread) {
+  EXPECT_EQ(run_in_fresh_process("boot", "1000000"), 0) << "the child's messages above say what failed";
 }
 
 TEST(FallbackStart, ZeroMakesItWithTheEngine) {

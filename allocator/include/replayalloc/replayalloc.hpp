@@ -111,6 +111,10 @@ struct Stats {
   std::uint64_t front_depot_bytes = 0;    ///< free blocks in the depot's lists
   std::uint64_t front_run_bytes = 0;      ///< runs of medium blocks (Note [Runs for medium blocks]), kept empty ones included
   std::uint64_t front_stashed_bytes = 0;  ///< of those, empty runs kept in stashes (Note [Empty runs kept])
+  // The boot heap (Note [A short process's first requests]): a process's first requests,
+  // served before jemalloc is booted (current values, not reset).
+  std::uint64_t boot_requests = 0;  ///< requests it served
+  std::uint64_t boot_bytes = 0;     ///< of its MiB, bytes used (headers included)
 };
 
 Stats stats();
