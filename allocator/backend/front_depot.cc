@@ -247,10 +247,11 @@ bool sweep_depot(std::uint64_t now) noexcept {
 void thread_opened() noexcept { raise_to(g_open_most, g_open_caches.fetch_add(1, std::memory_order_relaxed) + 1); }
 
 void forked_child(bool open) noexcept {
+  // Written only where they change (Note [Pages a fork leaves shared], runtime/lifecycle.cc).
   const std::size_t n = open ? 1 : 0;
-  g_open_caches.store(n, std::memory_order_relaxed);
-  g_open_most.store(n, std::memory_order_relaxed);
-  g_open_most_before.store(n, std::memory_order_relaxed);
+  for (std::atomic<std::size_t>* c : {&g_open_caches, &g_open_most, &g_open_most_before}) {
+    if (c->load(std::memory_order_relaxed) != n) c->store(n, std::memory_order_relaxed);
+  }
 }
 
 void thread_closed() noexcept {

@@ -38,7 +38,7 @@ std::atomic<bool> g_taken{false};
 
 void prepare() {
   const bool take = !process_has_one_thread();
-  g_taken.store(take, std::memory_order_relaxed);
+  if (g_taken.load(std::memory_order_relaxed) != take) g_taken.store(take, std::memory_order_relaxed);  // as prefork's
   if (take && g_prepare != nullptr) g_prepare();
 }
 void parent() {

@@ -77,6 +77,17 @@ void engine::start_lifecycle() {
 // thread's cache alone (forked_child). The private jemalloc's own handlers do the same
 // (Note [The private jemalloc's fork handlers], backend/private_fork.cc). Where this is
 // wrong: a thread made by a raw clone() (support/one_thread.h).
+// Note [Pages a fork leaves shared]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// After fork() parent and child share every written page copy-on-write: the first write
+// to one, in either process, copies it (a page fault), and a child faults in again every
+// page of the library's code and constants it touches (fork does not copy the page
+// tables of a file's mapping). A shell forks for every command, and its commands fork
+// from it again and again. So the fork handlers write a flag or a count only where its
+// value changes (prefork's and the private jemalloc's flags, forked_child's counts: the
+// same at every fork of a process of one thread), and the child skips the key table
+// where it is empty (its iteration reads a page of Abseil's constants). A fork and wait
+// under the library: bench/RESULTS.md, "Pages a fork leaves shared".
 namespace {
 // This fork's locks were taken (prefork), read after it. Threads that fork at once all
 // write true (a process of one thread has no other to fork beside it).
@@ -85,7 +96,9 @@ std::atomic<bool> g_fork_locked{false};
 
 void engine::prefork() {
   const bool locked = !process_has_one_thread();
-  g_fork_locked.store(locked, std::memory_order_relaxed);
+  // Written only when it changes: a page written before fork() is copied at the next
+  // write after it, in the parent, at every fork (Note [Pages a fork leaves shared]).
+  if (g_fork_locked.load(std::memory_order_relaxed) != locked) g_fork_locked.store(locked, std::memory_order_relaxed);
   if (!locked) return;  // Note [Fork in a process of one thread]
   mu_.lock();
   for (auto& [k, e] : keys_) e->mu.lock();
@@ -117,9 +130,11 @@ void engine::postfork_child() {
     unlock_versions_after_fork();
     planner_.postfork_child();
   }
-  for (auto& [k, e] : keys_) {
-    replayalloc::detail::abandon_recording(*e);  // whoever was recording is not in the child
-    if (locked) e->mu.unlock();
+  if (!keys_.empty()) {  // an empty table's iteration reads a page of Abseil's constants
+    for (auto& [k, e] : keys_) {
+      replayalloc::detail::abandon_recording(*e);  // whoever was recording is not in the child
+      if (locked) e->mu.unlock();
+    }
   }
   if (locked) mu_.unlock();
   // The forking thread's open iteration is abandoned: its blocks stay valid, its slab
