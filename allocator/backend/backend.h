@@ -56,9 +56,6 @@ void fallback_start_postfork_child() noexcept;
 // jemalloc would give a reused one's pages back to zero them: Note [Zeroing by memset]).
 inline constinit std::atomic<bool> g_start_pending{false};
 void note_calloc(std::size_t size) noexcept;
-// note_calloc, then the boot heap's zeroed block while it is open (Note [A short
-// process's first requests], boot_heap.cc); null where it does not serve.
-void* counting_calloc(std::size_t size) noexcept;
 
 // Keeps the pages of freed blocks of 8 MiB and more for the next block, as for every
 // other size (jemalloc: Note [The fallback's huge blocks] in jemalloc_backend.cc), unless

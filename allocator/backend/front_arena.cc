@@ -145,7 +145,7 @@ void* run(std::size_t bytes, unsigned slot) noexcept { return mallocx(bytes, fla
 void release(void* p) noexcept { dallocx(p, MALLOCX_TCACHE_NONE); }
 // jemalloc 5's size class of n bytes (16 <= n <= 2 MiB), without asking it (nallocx
 // boots it: Note [A short process's first requests]): a multiple of 16 up to 64, then four
-// classes a doubling. front_classes_agree() checks it against nallocx at the start.
+// classes a doubling. start_front_arena() checks it against nallocx at the start.
 std::size_t size_class_of(std::size_t n) noexcept {
   if (n <= 64) return n <= 16 ? 16 : (n + 15) & ~std::size_t{15};
   const std::size_t delta = std::size_t{1} << (std::bit_width(n - 1) - 3);

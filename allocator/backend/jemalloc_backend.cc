@@ -431,10 +431,8 @@ void* engine_alloc(std::size_t size, std::size_t align) noexcept {
 }
 
 void* fallback_calloc(std::size_t size) noexcept {
-  if (g_start_pending.load(std::memory_order_relaxed)) [[unlikely]] {
-    if (void* p = counting_calloc(size)) return p;  // Note [A short process's first requests]
-  }
-  return engine_calloc(size);
+  if (g_start_pending.load(std::memory_order_relaxed)) [[unlikely]] note_calloc(size);
+  return engine_calloc(size);  // the boot heap's while it is open (Note [A short process's first requests])
 }
 
 void* engine_calloc(std::size_t size) noexcept {

@@ -77,6 +77,7 @@ void engine::start_lifecycle() {
 // thread's cache alone (forked_child). The private jemalloc's own handlers do the same
 // (Note [The private jemalloc's fork handlers], backend/private_fork.cc). Where this is
 // wrong: a thread made by a raw clone() (support/one_thread.h).
+//
 // Note [Pages a fork leaves shared]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // After fork() parent and child share every written page copy-on-write: the first write
