@@ -51,7 +51,10 @@ list_free_fn g_release_list = nullptr;
 sweep_clock_fn g_now = nullptr;
 swept_fn g_swept = nullptr;
 constexpr std::uint64_t sweep_ms = 1000;
-std::atomic<std::uint64_t> g_next_sweep{0};  // ms: no sweep before
+// ms: no sweep before; 0 until the depot's first put, take or sweep, which sets it a
+// second on (configure_depot reads no clock: a clock read at start-up is two page faults
+// of every process's, libc's code and the vDSO's data, and the depot is empty until then).
+std::atomic<std::uint64_t> g_next_sweep{0};
 
 // The most caches open at once since the last sweep, and between the two sweeps before.
 alignas(64) std::atomic<std::size_t> g_open_most{0};
@@ -206,7 +209,7 @@ void configure_depot(const std::uint32_t* class_size, const std::uint8_t* part, 
   }
   g_release_list = release;
   g_swept = swept;
-  g_next_sweep.store(now != nullptr ? now() + sweep_ms : 0, std::memory_order_relaxed);
+  g_next_sweep.store(0, std::memory_order_relaxed);
   g_now = now;
 }
 
@@ -214,6 +217,10 @@ std::atomic<std::uint32_t> g_sweeps{0};
 
 bool sweep_depot(std::uint64_t now) noexcept {
   std::uint64_t next = g_next_sweep.load(std::memory_order_relaxed);
+  if (next == 0) {  // the first: the clock starts (another thread's start wins)
+    g_next_sweep.compare_exchange_strong(next, now + sweep_ms, std::memory_order_relaxed);
+    return false;
+  }
   if (now < next || !g_next_sweep.compare_exchange_strong(next, now + sweep_ms, std::memory_order_relaxed)) {
     return false;
   }
@@ -248,10 +255,14 @@ void thread_opened() noexcept { raise_to(g_open_most, g_open_caches.fetch_add(1,
 
 void forked_child(bool open) noexcept {
   // Written only where they change (Note [Pages a fork leaves shared], runtime/lifecycle.cc).
+  // The window before only comes down to the child's one thread: the budget takes the
+  // larger of the two windows, and the current one is n (a parent that has not swept yet
+  // has 0 there, which stays).
   const std::size_t n = open ? 1 : 0;
-  for (std::atomic<std::size_t>* c : {&g_open_caches, &g_open_most, &g_open_most_before}) {
+  for (std::atomic<std::size_t>* c : {&g_open_caches, &g_open_most}) {
     if (c->load(std::memory_order_relaxed) != n) c->store(n, std::memory_order_relaxed);
   }
+  if (g_open_most_before.load(std::memory_order_relaxed) > n) g_open_most_before.store(n, std::memory_order_relaxed);
 }
 
 void thread_closed() noexcept {

@@ -61,7 +61,9 @@ free_list take(unsigned k, bool counted = true) noexcept;
 void free_all(void* head) noexcept;
 // The lists every class held all through the last second (its stack's bottom ones) given
 // back as free_all does, then `swept` called; nothing (false) where `now` is less than a
-// second after the last sweep, or another thread sweeps. put and take call it.
+// second after the last sweep, or another thread sweeps. put and take call it. The
+// first call after configure_depot sweeps nothing: it starts the clock (the first sweep
+// a second after the depot's first use).
 bool sweep_depot(std::uint64_t now) noexcept;
 // The depot's sweeps so far (a thread's lists are swept once per sweep of the depot).
 extern std::atomic<std::uint32_t> g_sweeps;

@@ -40,13 +40,17 @@ void free_recorder(domain_state& d) {
 }  // namespace
 
 // The thread-exit key and the fork handlers, once, from the engine's constructor.
+// The process's start (or fork) is noted only where statistics are written at exit, the
+// one place that reads it (stats.cc): a clock read is three page faults of a forked
+// child's (libc's code, the vDSO's data, the page the time is written to).
 void engine::start_lifecycle() {
   pthread_key_create(&g_exit_key, thread_exit_hook);
-  note_process_start();
+  if (opts_.stats_path[0] != '\0') note_process_start();
   pthread_atfork([] { engine::get().prefork(); }, [] { engine::get().postfork_parent(); },
                  [] {
-                   note_process_start();
-                   engine::get().postfork_child();
+                   engine& e = engine::get();
+                   if (e.opts().stats_path[0] != '\0') note_process_start();
+                   e.postfork_child();
                  });
 }
 
@@ -86,9 +90,11 @@ void engine::start_lifecycle() {
 // tables of a file's mapping). A shell forks for every command, and its commands fork
 // from it again and again. So the fork handlers write a flag or a count only where its
 // value changes (prefork's and the private jemalloc's flags, forked_child's counts: the
-// same at every fork of a process of one thread), and the child skips the key table
-// where it is empty (its iteration reads a page of Abseil's constants). A fork and wait
-// under the library: bench/RESULTS.md, "Pages a fork leaves shared".
+// same at every fork of a process of one thread; the window before only lowered), and
+// the child skips the key table where it is empty (its iteration reads a page of
+// Abseil's constants) and reads no clock unless statistics are written at exit (libc's
+// code, the vDSO's data and the page written: three faults). A fork and wait under the
+// library: bench/RESULTS.md, "Pages a fork leaves shared", "A smaller LD_PRELOAD library".
 namespace {
 // This fork's locks were taken (prefork), read after it. Threads that fork at once all
 // write true (a process of one thread has no other to fork beside it).

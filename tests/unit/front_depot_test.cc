@@ -62,8 +62,8 @@ TEST(FrontDepot, AListNoThreadTookForASecondGoesBackAndOnePutWithinItStays) {
   front::put(kClass, b.at(0), 1);
   front::put(kClass, b.at(1), 1);
   front::put(kClass, b.at(2), 1);
-  // The first sweep, a second after the depot was configured: nothing was held all
-  // through the second before it (the lists came within it).
+  // The first sweep, a second after the depot's first use (the first put, at 10'000):
+  // nothing was held all through the second before it (the lists came within it).
   EXPECT_FALSE(front::sweep_depot(10'999)) << "a sweep before its second was up";
   EXPECT_TRUE(front::sweep_depot(11'000));
   EXPECT_TRUE(g_released.empty()) << "lists put within the second were swept";
@@ -152,6 +152,8 @@ TEST(FrontDepot, TheBudgetFollowsTheMostThreadsOpenInTheLastSeconds) {
   };
   blocks b;
   fresh_depot(50'000);
+  // The depot's first use starts its clock: no sweep then.
+  ASSERT_FALSE(front::sweep_depot(50'000));
   // Two sweeps with no thread opening: both windows hold the threads open now.
   ASSERT_TRUE(front::sweep_depot(51'000));
   ASSERT_TRUE(front::sweep_depot(52'000));
