@@ -36,6 +36,7 @@
 // thread whose block needs it, which claims the slot by a compare-
 // and-swap and makes it with no lock held (a thread that finds it being made, or failed,
 // uses slot 0's meanwhile; a child forked while it was being made keeps using slot 0's).
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -193,7 +194,12 @@ bool make_front_arena(front_backend* b) noexcept {
   if (g_base == 0) return false;  // reserve_front_range first
   // As many slots as CPUs, at most max_arenas; their arenas made when the fallback
   // starts (slot 0's: start_front_arena) or first used (Note [Arenas made when first used]).
-  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  // The CPUs the process may run on, as jemalloc counts them (one system call; the CPUs
+  // online are a file of sysfs opened, read and closed, at every process's start).
+  long cpus = 0;
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+  if (cpus < 1) cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   g_slots = cpus < 1 ? 1 : cpus > max_arenas ? max_arenas : static_cast<unsigned>(cpus);
   b->base = g_base;
   b->span = range_bytes;
