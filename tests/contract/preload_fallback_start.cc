@@ -7,6 +7,7 @@
 // corrupted or handed out twice across the switch, whichever thread frees a block made
 // before it. Each case runs in a fresh process (this binary again, whose constructor
 // below runs the case and exits), so that the start has not been made yet.
+#include <sched.h>
 #include <sys/wait.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -340,6 +341,15 @@ void case_at_once() {
   expect_served_as_wanted("at start-up");
 }
 
+// Note [Arenas made when first used] (front_arena.cc): the front cache has a slot, and in
+// time an arena, per CPU the process may run on, at most front_max_arenas: started on
+// one CPU (a container's cpuset, `taskset -c 0`), one, though the host has more online.
+void case_one_cpu() {
+  unsigned slots = 0, made = 0;
+  be::front_arena_counts(&slots, &made);
+  CHILD_EXPECT(slots == 1, "a process that may run on one CPU has %u slots", slots);
+}
+
 // The case named in the environment, in this fresh process, before main.
 [[gnu::constructor]] void run_case() {
   const char* which = std::getenv(kCaseVariable);
@@ -349,13 +359,15 @@ void case_at_once() {
   else if (std::strcmp(which, "count") == 0) case_count();
   else if (std::strcmp(which, "at_once") == 0) case_at_once();
   else if (std::strcmp(which, "boot") == 0) case_boot();
+  else if (std::strcmp(which, "one_cpu") == 0) case_one_cpu();
   else CHILD_EXPECT(false, "no case %s", which);
   std::fflush(stderr);
   _exit(g_failures == 0 ? 0 : 1);
 }
 
-// Runs this binary again with the case and REPLAYALLOC_FALLBACK_AFTER set; its exit status.
-int run_in_fresh_process(const char* which, const char* after) {
+// Runs this binary again with the case and REPLAYALLOC_FALLBACK_AFTER set (on CPU 0
+// alone where `one_cpu`); its exit status.
+int run_in_fresh_process(const char* which, const char* after, bool one_cpu = false) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     if (std::strncmp(*e, "REPLAYALLOC_FALLBACK_AFTER=", 27) != 0) env.emplace_back(*e);
@@ -370,6 +382,10 @@ int run_in_fresh_process(const char* which, const char* after) {
   char* argv[] = {self, filter, nullptr};
   const pid_t pid = fork();
   if (pid == 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    if (one_cpu && sched_setaffinity(0, sizeof one, &one) != 0) _exit(126);
     execve(self, argv, envp.data());
     _exit(127);
   }
@@ -388,6 +404,11 @@ TEST(FallbackStart, ComesAfterItsRequestsAndNotBefore) {
 
 TEST(FallbackStart, AShortProcesssRequestsAreTheBootHeapsUntilASecondThread) {
   EXPECT_EQ(run_in_fresh_process("boot", "1000000"), 0) << "the child's messages above say what failed";
+}
+
+TEST(FallbackStart, AProcessOnOneCpuHasOneSlot) {
+  if (!front_wanted()) GTEST_SKIP() << "the front cache is off in this environment";
+  EXPECT_EQ(run_in_fresh_process("one_cpu", "1024", true), 0) << "the child's messages above say what failed";
 }
 
 TEST(FallbackStart, ZeroMakesItWithTheEngine) {
