@@ -365,8 +365,8 @@ void case_one_cpu() {
   _exit(g_failures == 0 ? 0 : 1);
 }
 
-// Runs this binary again with the case and REPLAYALLOC_FALLBACK_AFTER set (on CPU 0
-// alone where `one_cpu`); its exit status.
+// Runs this binary again with the case and REPLAYALLOC_FALLBACK_AFTER set (where
+// `one_cpu`, on the first CPU this process may run on, alone); its exit status.
 int run_in_fresh_process(const char* which, const char* after, bool one_cpu = false) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -382,10 +382,17 @@ int run_in_fresh_process(const char* which, const char* after, bool one_cpu = fa
   char* argv[] = {self, filter, nullptr};
   const pid_t pid = fork();
   if (pid == 0) {
-    cpu_set_t one;
+    cpu_set_t allowed, one;
     CPU_ZERO(&one);
-    CPU_SET(0, &one);
-    if (one_cpu && sched_setaffinity(0, sizeof one, &one) != 0) _exit(126);
+    if (one_cpu && sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+      for (int c = 0; c < CPU_SETSIZE; ++c) {
+        if (CPU_ISSET(c, &allowed)) {
+          CPU_SET(c, &one);
+          break;
+        }
+      }
+    }
+    if (one_cpu && (CPU_COUNT(&one) != 1 || sched_setaffinity(0, sizeof one, &one) != 0)) _exit(126);
     execve(self, argv, envp.data());
     _exit(127);
   }
