@@ -56,6 +56,10 @@ void fallback_start_postfork_child() noexcept;
 // jemalloc would give a reused one's pages back to zero them: Note [Zeroing by memset]).
 inline constinit std::atomic<bool> g_start_pending{false};
 void note_calloc(std::size_t size) noexcept;
+// A request above the boot heap's largest while it is open and the start pending: pages
+// of its own (zero), counted as one request (Note [A short process's large requests],
+// boot_heap.cc); null where it cannot be, and the request goes on as before.
+void* large_before_start(std::size_t size) noexcept;
 
 // Keeps the pages of freed blocks of 8 MiB and more for the next block, as for every
 // other size (jemalloc: Note [The fallback's huge blocks] in jemalloc_backend.cc), unless

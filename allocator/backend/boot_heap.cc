@@ -39,6 +39,7 @@
 
 #include <cstring>
 
+#include "backend/front_cache.h"
 #include "support/one_thread.h"
 
 namespace replayalloc::detail::backend {
@@ -62,6 +63,48 @@ std::uintptr_t g_bump = 0;  // the next block's header
 std::uintptr_t g_high = 0;  // the most g_bump has been: the bytes above were never written
 std::uint64_t g_requests = 0;
 void* g_lists[list_limit / 16 + 1] = {};
+
+// Note [A short process's large requests]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A request above boot_largest made the fallback's start (1 MiB and more: Note [The
+// fallback made when first needed]) or booted jemalloc for itself. `sort` reading a pipe
+// asks 8.5 MB for its buffer at its first line, so each `sort` of a shell script paid
+// jemalloc's boot, its settings and the front cache's first arena: 333 page faults and
+// 2.07 ms of CPU against glibc's 159 and 1.56 ms (`tr`, which asks nothing that large,
+// 194 faults). So while the heap is open such a request gets pages of its own, as glibc's
+// malloc maps one of 128 KiB and more: the next pages of the front cache's range
+// (take_front_pages, after what the arenas took, never theirs), page-aligned, fresh. Its
+// free gives them back to the kernel at once (mapped PROT_NONE again; the addresses stay
+// the range's and are never handed out again), whichever thread frees it and whether or
+// not the heap is still open; a second free of it is ignored, as the heap's are. At most
+// big_most of them, 1 GiB in all, and none once one was freed: a program that frees a
+// large block and asks for another repeats them, and it makes the start as before (jemalloc
+// keeps such a block's pages for the next: Note [The fallback's huge blocks]). Their frees,
+// reallocs and sizes find them as the heap's (boot_block).
+constexpr unsigned big_most = 8;
+constexpr std::size_t big_bytes_most = std::size_t{1} << 30;
+struct big_block {
+  std::atomic<std::uintptr_t> start{0};  // 0 until made; never changes after
+  std::atomic<bool> live{false};
+  std::size_t bytes = 0;
+};
+big_block g_big[big_most];
+unsigned g_bigs = 0;  // made (while the heap is open: one thread)
+std::size_t g_big_bytes = 0;
+std::atomic<bool> g_big_freed{false};
+// The addresses the big blocks lie in (a block made after another is above it).
+std::atomic<std::uintptr_t> g_big_low{0};
+std::atomic<std::uintptr_t> g_big_high{0};
+
+big_block* big_at(const void* p) noexcept {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t low = g_big_low.load(std::memory_order_relaxed);
+  if (a - low >= g_big_high.load(std::memory_order_relaxed) - low) return nullptr;
+  for (big_block& b : g_big) {
+    if (b.start.load(std::memory_order_relaxed) == a) return &b;
+  }
+  return nullptr;
+}
 
 header* header_of(const void* p) noexcept {
   return reinterpret_cast<header*>(reinterpret_cast<std::uintptr_t>(p) - header_bytes);
@@ -131,13 +174,44 @@ void* boot_calloc(std::size_t size) noexcept {
   return p;
 }
 
+void* boot_big_malloc(std::size_t size) noexcept {
+  if (size <= boot_largest || g_bigs == big_most || !usable_now() || g_big_freed.load(std::memory_order_relaxed)) {
+    return nullptr;
+  }
+  const std::size_t bytes = (size + 4095) & ~std::size_t{4095};
+  if (bytes < size || bytes > big_bytes_most - g_big_bytes) return nullptr;
+  void* p = take_front_pages(bytes);
+  if (p == nullptr) return nullptr;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  big_block& b = g_big[g_bigs++];
+  b.bytes = bytes;
+  b.live.store(true, std::memory_order_relaxed);
+  b.start.store(a, std::memory_order_relaxed);
+  g_big_bytes += bytes;
+  if (g_big_low.load(std::memory_order_relaxed) == 0) g_big_low.store(a, std::memory_order_relaxed);
+  g_big_high.store(a + bytes, std::memory_order_relaxed);
+  ++g_requests;
+  return p;
+}
+
 bool boot_block(const void* p, std::size_t* usable) noexcept {
-  if (reinterpret_cast<std::uintptr_t>(p) - g_base >= boot_range_bytes || g_base == 0) return false;
+  if (reinterpret_cast<std::uintptr_t>(p) - g_base >= boot_range_bytes || g_base == 0) {
+    const big_block* b = big_at(p);
+    if (b == nullptr) return false;
+    *usable = b->bytes;
+    return true;
+  }
   *usable = header_of(p)->size;
   return true;
 }
 
 void boot_free(void* p) noexcept {
+  if (big_block* b = big_at(p)) {
+    if (!b->live.exchange(false, std::memory_order_acq_rel)) return;  // freed twice
+    g_big_freed.store(true, std::memory_order_relaxed);
+    ::mmap(p, b->bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return;
+  }
   if (!usable_now()) return;
   header* h = header_of(p);
   if (h->state != live) return;  // freed twice, or not a block's start
@@ -152,7 +226,7 @@ void boot_free(void* p) noexcept {
 }
 
 bool boot_resize(void* p, std::size_t size) noexcept {
-  if (size > boot_largest || !usable_now()) return false;
+  if (size > boot_largest || !usable_now() || big_at(p) != nullptr) return false;
   header* h = header_of(p);
   const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(p);
   if (h->state != live || start + h->size != g_bump) return false;

@@ -39,6 +39,10 @@ void* boot_calloc(std::size_t size) noexcept;
 
 // Whether p is (inside) the boot heap's range: then, for a block it handed out, *usable
 // is its size.
+// Note [A short process's large requests] (boot_heap.cc): a request above boot_largest,
+// pages of its own (fresh: zero) while the heap is open; null where it cannot be.
+void* boot_big_malloc(std::size_t size) noexcept;
+
 bool boot_block(const void* p, std::size_t* usable) noexcept;
 // pre: boot_block(p). Kept for the next request of its size while the heap is open;
 // nothing once it is closed (the block's bytes are never reused).

@@ -95,12 +95,18 @@ constexpr std::size_t large_calloc = std::size_t{16} << 10;
 // Note [A short process's first requests] (boot_heap.cc): the boot heap's blocks while it
 // is open (count() may make the start, which closes it).
 void* counting_plain(std::size_t size) noexcept {
+  if (size > boot_largest) [[unlikely]] {
+    if (void* p = large_before_start(size)) return p;
+  }
   count(size);
   if (void* p = boot_malloc(size)) return p;
   return g_plain_before(size);
 }
 
 void* counting_pass(std::size_t size) noexcept {
+  if (size > boot_largest) [[unlikely]] {
+    if (void* p = large_before_start(size)) return p;
+  }
   count(size);
   if (void* p = boot_malloc(size)) return p;
   return g_pass_before(size);
@@ -153,6 +159,15 @@ void start_fallback_now() noexcept {
   const std::uint64_t left = g_left.load(std::memory_order_relaxed);
   REPLAYALLOC_LOG(info, "fallback: started at request %llu of %llu%s", static_cast<unsigned long long>(g_after - left + 1),
                   static_cast<unsigned long long>(g_after), g_front ? " (front cache on)" : "");
+}
+
+// Note [A short process's large requests] (boot_heap.cc): pages of its own, counted as
+// one request, not as a large one (which would make the start).
+void* large_before_start(std::size_t size) noexcept {
+  if (g_start.load(std::memory_order_relaxed) != start_counting) return nullptr;
+  void* p = boot_big_malloc(size);
+  if (p != nullptr) count(1);
+  return p;
 }
 
 void note_calloc(std::size_t size) noexcept {

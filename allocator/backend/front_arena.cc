@@ -119,9 +119,7 @@ unsigned arena_of(unsigned slot) noexcept { return g_arena[slot % g_slots].load(
 // (jemalloc then fails the allocation, and the front cache's miss falls back to
 // jemalloc's own malloc). Never at an address jemalloc names (it asks that only to grow
 // an extent in place, which it may be refused).
-void* extent_alloc(extent_hooks_t*, void* new_addr, std::size_t size, std::size_t alignment, bool* zero,
-                   bool* commit, unsigned) {
-  if (new_addr != nullptr || size == 0) return nullptr;
+void* take_range(std::size_t size, std::size_t alignment) noexcept {
   if (alignment < 4096) alignment = 4096;
   std::uintptr_t cur = g_next.load(std::memory_order_relaxed);
   std::uintptr_t start = 0;
@@ -130,9 +128,16 @@ void* extent_alloc(extent_hooks_t*, void* new_addr, std::size_t size, std::size_
     if (start < cur || start + size < start || start + size > g_base + range_bytes) return nullptr;
   } while (!g_next.compare_exchange_weak(cur, start + size, std::memory_order_relaxed));
   if (::mprotect(reinterpret_cast<void*>(start), size, PROT_READ | PROT_WRITE) != 0) return nullptr;
+  return reinterpret_cast<void*>(start);
+}
+
+void* extent_alloc(extent_hooks_t*, void* new_addr, std::size_t size, std::size_t alignment, bool* zero,
+                   bool* commit, unsigned) {
+  if (new_addr != nullptr || size == 0) return nullptr;
+  void* p = take_range(size, alignment);
   *zero = true;  // fresh anonymous pages
   *commit = true;
-  return reinterpret_cast<void*>(start);
+  return p;
 }
 
 // Declined: jemalloc keeps the extent (retained) and reuses it; the range is never
@@ -162,6 +167,11 @@ void decay() noexcept {
 }
 
 }  // namespace
+
+void* take_front_pages(std::size_t bytes) noexcept {
+  if (g_base == 0 || bytes == 0 || (bytes & 4095) != 0) return nullptr;
+  return take_range(bytes, 4096);
+}
 
 void front_arena_counts(unsigned* slots, unsigned* made) noexcept {
   *slots = g_base == 0 ? 0 : g_slots;

@@ -53,6 +53,10 @@ inline constexpr std::size_t front_range_bytes = std::size_t{16} << 30;
 // fallback made when first needed], fallback_start.cc); its base. Idempotent; false
 // (logged) when no address space could be had. front_arena.cc.
 bool reserve_front_range(std::uintptr_t* base) noexcept;
+// `bytes` (a multiple of 4 KiB) of the range, page-aligned, after what the arenas took
+// and never theirs, made readable and writable; null when the range is spent or was not
+// reserved (Note [A short process's large requests], boot_heap.cc). front_arena.cc.
+void* take_front_pages(std::size_t bytes) noexcept;
 // The arenas the blocks come from, in the range reserved, filling base..decay with no
 // call into jemalloc; false when no range was reserved. front_arena.cc.
 bool make_front_arena(front_backend* b) noexcept;

@@ -292,10 +292,11 @@ void case_boot() {
   CHILD_EXPECT(a != b, "a block freed twice was handed out twice");
   std::free(a);
   std::free(b);
-  // What it does not serve: above 256 KiB, and an alignment above malloc's.
+  // Above 256 KiB, pages of its own (case_large); an alignment above malloc's, not its.
   void* large = std::malloc(std::size_t{300} << 10);
   void* aligned = std::aligned_alloc(256, 512);
-  CHILD_EXPECT(!boot(large) && !boot(aligned), "the boot heap served a request above 256 KiB or aligned to 256");
+  CHILD_EXPECT(boot(large), "a request of 300 KiB was not the boot heap's pages of its own");
+  CHILD_EXPECT(!boot(aligned), "the boot heap served a request aligned to 256");
   std::free(large);
   std::free(aligned);
   // A child forked now frees, reallocs and allocates in its copy of the heap.
@@ -335,6 +336,77 @@ void case_boot() {
   CHILD_EXPECT(!be::fallback_started(), "the boot heap's close made the fallback's start");
 }
 
+// The process's resident bytes (/proc/self/statm).
+std::size_t resident_bytes() {
+  unsigned long pages = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  if (std::fscanf(f, "%lu %lu", &pages, &resident) != 2) resident = 0;
+  std::fclose(f);
+  return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Note [A short process's large requests] (backend/boot_heap.cc): while the boot heap is
+// open, a malloc or calloc above 256 KiB gets pages of its own and makes no start; its
+// bytes are kept through realloc; its free gives its pages back to the kernel, whichever
+// thread frees it; after one was freed, the next such request makes the start.
+void case_large() {
+  g_live = new std::map<std::uintptr_t, std::size_t>();
+  if (!front_wanted()) return;  // no boot heap: the 1 MiB request makes the start, as case_threads checks
+  CHILD_EXPECT(be::boot_heap_open(), "the boot heap is not open in a process of one thread");
+  constexpr std::size_t big = std::size_t{8} << 20;  // `sort`'s buffer is 8.5 MB
+  const block a = made(std::malloc(big + 1234), big + 1234, 0x21);
+  CHILD_EXPECT(boot(a.p), "a request of 8 MiB was not the boot heap's");
+  CHILD_EXPECT(reinterpret_cast<std::uintptr_t>(a.p) % 4096 == 0, "a large block is not page-aligned");
+  CHILD_EXPECT(malloc_usable_size(a.p) >= a.n, "usable size %zu of a %zu-byte block", malloc_usable_size(a.p), a.n);
+  auto* zeroed = static_cast<unsigned char*>(std::calloc(1, std::size_t{2} << 20));
+  bool all_zero = zeroed != nullptr;
+  for (std::size_t i = 0; all_zero && i < (std::size_t{2} << 20); i += 512) all_zero = zeroed[i] == 0;
+  CHILD_EXPECT(boot(zeroed) && all_zero, "a calloc of 2 MiB was not the boot heap's, or not zeroed");
+  CHILD_EXPECT(!be::fallback_started() && be::boot_heap_open(), "a large request made the start");
+  // realloc: within the block, it stays; beyond it, it moves with its bytes.
+  const block b = made(std::malloc(std::size_t{600} << 10), std::size_t{600} << 10, 0x42);
+  CHILD_EXPECT(std::realloc(b.p, std::size_t{500} << 10) == b.p, "a large block shrunk within its pages moved");
+  g_live->erase(reinterpret_cast<std::uintptr_t>(b.p));
+  auto* moved = static_cast<unsigned char*>(std::realloc(b.p, std::size_t{4} << 20));
+  bool kept = moved != nullptr;
+  for (std::size_t i = 0; kept && i < (std::size_t{500} << 10); i += 61) kept = moved[i] == 0x42;
+  CHILD_EXPECT(kept && moved != b.p && boot(moved), "realloc of a large block lost its bytes, did not move or left the heap");
+  if (moved != nullptr) std::memset(moved, 0x43, std::size_t{4} << 20);
+  // A forked child frees its copy of a large block; the parent's stays.
+  const pid_t pid = fork();
+  if (pid == 0) {
+    release(a);
+    _exit(g_failures == 0 ? 0 : 1);
+  }
+  int status = 0;
+  CHILD_EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+               "the forked child failed");
+  // Its free gives the pages back; a second free is ignored.
+  std::size_t before = resident_bytes();
+  release(a);
+  std::size_t after = resident_bytes();
+  CHILD_EXPECT(after + (std::size_t{6} << 20) < before, "freeing 8 MiB written gave back %zu bytes",
+               before > after ? before - after : 0);
+  std::free(a.p);
+  // With a large block freed, the next request of 1 MiB makes the start (the program may
+  // repeat them: jemalloc keeps their pages).
+  CHILD_EXPECT(!be::fallback_started(), "a large block's free made the start");
+  void* next = std::malloc(std::size_t{1} << 20);
+  CHILD_EXPECT(!boot(next) && be::fallback_started(), "a request of 1 MiB after a large block's free made no start");
+  std::free(next);
+  // A large block made before the start, freed on another thread after it: its pages go back.
+  before = resident_bytes();
+  std::thread other([moved] { std::free(moved); });
+  other.join();
+  after = resident_bytes();
+  CHILD_EXPECT(after + (std::size_t{3} << 20) < before, "freeing 4 MiB written on another thread gave back %zu bytes",
+               before > after ? before - after : 0);
+  std::free(zeroed);
+  CHILD_EXPECT(g_live->empty(), "%zu blocks were never freed", g_live->size());
+  expect_served_as_wanted("after the start");
+}
+
 // REPLAYALLOC_FALLBACK_AFTER=0: made with the engine, as before the deferral.
 void case_at_once() {
   CHILD_EXPECT(be::fallback_started(), "REPLAYALLOC_FALLBACK_AFTER=0 deferred the start");
@@ -360,6 +432,7 @@ void case_one_cpu() {
   else if (std::strcmp(which, "at_once") == 0) case_at_once();
   else if (std::strcmp(which, "boot") == 0) case_boot();
   else if (std::strcmp(which, "one_cpu") == 0) case_one_cpu();
+  else if (std::strcmp(which, "large") == 0) case_large();
   else CHILD_EXPECT(false, "no case %s", which);
   std::fflush(stderr);
   _exit(g_failures == 0 ? 0 : 1);
@@ -411,6 +484,10 @@ TEST(FallbackStart, ComesAfterItsRequestsAndNotBefore) {
 
 TEST(FallbackStart, AShortProcesssRequestsAreTheBootHeapsUntilASecondThread) {
   EXPECT_EQ(run_in_fresh_process("boot", "1000000"), 0) << "the child's messages above say what failed";
+}
+
+TEST(FallbackStart, AShortProcesssLargeRequestsArePagesOfTheirOwn) {
+  EXPECT_EQ(run_in_fresh_process("large", "1000000"), 0) << "the child's messages above say what failed";
 }
 
 TEST(FallbackStart, AProcessOnOneCpuHasOneSlot) {
