@@ -43,6 +43,10 @@ void* boot_calloc(std::size_t size) noexcept;
 // pages of its own (fresh: zero) while the heap is open; null where it cannot be.
 void* boot_big_malloc(std::size_t size) noexcept;
 
+// Note [A short process's aligned requests] (boot_heap.cc): a request aligned to more
+// than 16 and at most 4096 bytes while the heap is open; null where it cannot be.
+void* boot_memalign(std::size_t size, std::size_t align) noexcept;
+
 bool boot_block(const void* p, std::size_t* usable) noexcept;
 // pre: boot_block(p). Kept for the next request of its size while the heap is open;
 // nothing once it is closed (the block's bytes are never reused).

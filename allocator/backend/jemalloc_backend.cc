@@ -398,6 +398,9 @@ void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
     if (malloc_fn m = g_pass_malloc.load(std::memory_order_acquire)) [[likely]] return m(at_least_min(size));
     if (malloc_fn m = g_je_malloc.load(std::memory_order_relaxed)) [[likely]] return fresh(m(at_least_min(size)));
   }
+  if (boot_heap_open()) [[unlikely]] {  // Note [A short process's aligned requests]
+    if (void* p = boot_memalign(size, align)) return p;
+  }
   return fresh(mallocx(at_least_min(size), align_flags(align)));
 }
 

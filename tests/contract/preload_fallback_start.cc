@@ -292,13 +292,30 @@ void case_boot() {
   CHILD_EXPECT(a != b, "a block freed twice was handed out twice");
   std::free(a);
   std::free(b);
-  // Above 256 KiB, pages of its own (case_large); an alignment above malloc's, not its.
+  // Above 256 KiB, pages of its own (case_large). Aligned to at most a page, the heap's
+  // (Note [A short process's aligned requests]: `cat`'s buffer, 128 KiB aligned to a
+  // page); to more, jemalloc's. Each keeps its bytes while the others are made and freed.
   void* large = std::malloc(std::size_t{300} << 10);
-  void* aligned = std::aligned_alloc(256, 512);
   CHILD_EXPECT(boot(large), "a request of 300 KiB was not the boot heap's pages of its own");
-  CHILD_EXPECT(!boot(aligned), "the boot heap served a request aligned to 256");
   std::free(large);
-  std::free(aligned);
+  void* buffer = nullptr;
+  CHILD_EXPECT(posix_memalign(&buffer, 4096, std::size_t{128} << 10) == 0, "posix_memalign failed");
+  const block paged = made(buffer, std::size_t{128} << 10, 0x61);
+  const block small = made(std::aligned_alloc(256, 512), 512, 0x62);
+  const block wide = made(std::aligned_alloc(8192, 8192), 8192, 0x63);
+  const block odd = made(memalign(64, 100), 100, 0x64);
+  CHILD_EXPECT(boot(paged.p) && boot(small.p) && boot(odd.p), "a request aligned to 64-4096 bytes was not the boot heap's");
+  CHILD_EXPECT(reinterpret_cast<std::uintptr_t>(paged.p) % 4096 == 0 && reinterpret_cast<std::uintptr_t>(small.p) % 256 == 0 &&
+                   reinterpret_cast<std::uintptr_t>(odd.p) % 64 == 0 && reinterpret_cast<std::uintptr_t>(wide.p) % 8192 == 0,
+               "an aligned request is not aligned");
+  CHILD_EXPECT(!boot(wide.p), "the boot heap served a request aligned to 8 KiB");
+  CHILD_EXPECT(malloc_usable_size(small.p) >= 512, "usable size %zu of an aligned 512-byte block", malloc_usable_size(small.p));
+  release(small);
+  const block after_small = made(std::malloc(500), 500, 0x65);  // may reuse it (a list of its size)
+  release(paged);
+  release(wide);
+  release(odd);
+  release(after_small);
   // A child forked now frees, reallocs and allocates in its copy of the heap.
   const pid_t pid = fork();
   if (pid == 0) {
