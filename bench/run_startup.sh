@@ -12,7 +12,7 @@
 # Usage: bench/run_startup.sh [ROUNDS] [N]   (default 11 300)
 # Environment: BUILD_DIR (default <repo>/build); BENCH_PREBUILT=1 (no build); BEFORE_LIB
 # (another build's preload library: a column "replayalloc-before"); PROGRAM (default
-# /bin/true); RESULTS_FILE, RESULTS_SECTION (default bench/RESULTS.md, startup).
+# /bin/true; a path and its arguments, split at spaces, its output to /dev/null); RESULTS_FILE, RESULTS_SECTION (default bench/RESULTS.md, startup).
 set -euo pipefail
 export LC_ALL=C
 # shellcheck source=lib.sh
@@ -51,7 +51,7 @@ for r in $(seq 1 "$rounds"); do
     i=$(((j + r) % k))
     lib=${libs[$i]}
     [[ $lib == none ]] && lib=
-    echo "${names[$i]} $("$tmp/spawn" "${libs[$i]}" "$n" "$program") $(env LD_PRELOAD="$lib" "$tmp/forks" "$n")"
+    echo "${names[$i]} $("$tmp/spawn" "${libs[$i]}" "$n" $program) $(env LD_PRELOAD="$lib" "$tmp/forks" "$n")"
   done
 done > "$tmp/samples"
 {

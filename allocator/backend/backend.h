@@ -60,6 +60,10 @@ void note_calloc(std::size_t size) noexcept;
 // of its own (zero), counted as one request (Note [A short process's large requests],
 // boot_heap.cc); null where it cannot be, and the request goes on as before.
 void* large_before_start(std::size_t size) noexcept;
+// A calloc of up to 256 KiB while the boot heap is open and the start pending: the heap's
+// block, zeroed, counted as one request (Note [A short process's callocs],
+// fallback_start.cc); null where the heap cannot serve it.
+void* calloc_before_start(std::size_t size) noexcept;
 
 // Keeps the pages of freed blocks of 8 MiB and more for the next block, as for every
 // other size (jemalloc: Note [The fallback's huge blocks] in jemalloc_backend.cc), unless

@@ -79,8 +79,9 @@ void* g_lists[list_limit / 16 + 1] = {};
 // not the heap is still open; a second free of it is ignored, as the heap's are. At most
 // big_most of them, 1 GiB in all, and none once one was freed: a program that frees a
 // large block and asks for another repeats them, and it makes the start as before (jemalloc
-// keeps such a block's pages for the next: Note [The fallback's huge blocks]). Their frees,
-// reallocs and sizes find them as the heap's (boot_block).
+// keeps such a block's pages for the next: Note [The fallback's huge blocks]); so does a
+// calloc that large (Note [A short process's callocs]). Their frees, reallocs and sizes
+// find them as the heap's (boot_block).
 constexpr unsigned big_most = 8;
 constexpr std::size_t big_bytes_most = std::size_t{1} << 30;
 struct big_block {

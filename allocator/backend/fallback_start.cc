@@ -19,9 +19,14 @@
 // use them; and it puts counting mallocs in place of the plain and passing ones
 // (g_plain_malloc, g_pass_malloc): jemalloc's own malloc behind one load, one compare
 // and one store (a calloc tells the count of itself). After REPLAYALLOC_FALLBACK_AFTER
-// requests (1,024), or at the first of 1 MiB or more (a block jemalloc would purge at
+// requests (4,096: at 1,024, `ls /usr/bin`, `find`, `tar` and `perl -e 1`, 1,100-4,000
+// requests each, made the start, ~130 page faults more than with 4,096; a process of more
+// requests than that, `ls -l /usr/bin`, took ~45 more, its boot heap's pages fuller), or at
+// the first of 1 MiB or more (a block jemalloc would purge at
 // its free without keep_huge_pages) or calloc of 16 KiB or more (one jemalloc would zero
-// by giving its pages back when reused, without zero_reused_by_memset), the thread that
+// by giving its pages back when reused, without zero_reused_by_memset; while the boot heap
+// serves them, neither: Note [A short process's large requests], Note [A short process's
+// callocs]), the thread that
 // counts the last makes the start: jemalloc's settings, the cache's first arena (Note
 // [Arenas made when first used]), then the cache's entry points, the frees before the
 // mallocs (use_front_cache): other threads may be allocating, and any free must know
@@ -166,6 +171,25 @@ void start_fallback_now() noexcept {
 void* large_before_start(std::size_t size) noexcept {
   if (g_start.load(std::memory_order_relaxed) != start_counting) return nullptr;
   void* p = boot_big_malloc(size);
+  if (p != nullptr) count(1);
+  return p;
+}
+
+// Note [A short process's callocs]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A calloc of 16 KiB or more made the start (note_calloc): jemalloc zeroes a reused block
+// of its large classes by giving its pages back, and zero_reused_by_memset, made at the
+// start, has it memset them instead. But while the boot heap is open the calloc is the
+// heap's, zeroed by memset where a freed block is reused (boot_calloc): jemalloc is not
+// asked, and the calloc counts as one request. Perl callocs 32 KiB (its string table) at
+// its 36th request: each `perl -e 1` made the start, 493 page faults against glibc's 288
+// and mimalloc's 345. Above 256 KiB a calloc still makes the start: pages of its own
+// (Note [A short process's large requests]) are given back at its free, and a program
+// that callocs such a block again would fault them in again, where jemalloc zeroes its
+// free pages in place (Entry.ALargeBlockCallocdAgainIsZeroedInPlace).
+void* calloc_before_start(std::size_t size) noexcept {
+  if (g_start.load(std::memory_order_relaxed) != start_counting || size > boot_largest) return nullptr;
+  void* p = boot_calloc(size == 0 ? 1 : size);
   if (p != nullptr) count(1);
   return p;
 }

@@ -435,9 +435,7 @@ void* engine_alloc(std::size_t size, std::size_t align) noexcept {
 
 void* fallback_calloc(std::size_t size) noexcept {
   if (g_start_pending.load(std::memory_order_relaxed)) [[unlikely]] {
-    if (size > boot_largest) {
-      if (void* p = large_before_start(size)) return p;  // fresh pages: zero
-    }
+    if (void* p = calloc_before_start(size)) return p;  // the boot heap's, zeroed (up to 256 KiB)
     note_calloc(size);
   }
   return engine_calloc(size);  // the boot heap's while it is open (Note [A short process's first requests])

@@ -72,7 +72,7 @@ struct options {
   bool front_cache = true;
   // Note [The fallback made when first needed]: requests the fallback serves with
   // jemalloc's own malloc and settings before it makes its front cache and settings.
-  std::uint32_t fallback_after = 1024;
+  std::uint32_t fallback_after = 4096;
   // CUDA (integrations/cuda): the device-memory budget for slabs, in bytes, or as a
   // fraction of the device's memory (exactly one of the two is non-zero, or neither:
   // no budget); allocations at least this large move out of a slab that would not fit.

@@ -131,9 +131,9 @@ int run(const config& c) {
   } else {
     // Warm the allocator's caches, as the replay warm-up does (below: the thread's
     // first call also registers it with the engine, which sets its minimum size), past
-    // the fallback's start (Note [The fallback made when first needed]: 1,024 requests),
+    // the fallback's start (Note [The fallback made when first needed]: 4,096 requests),
     // as a program that allocates much has it.
-    for (int done = 0; done < 4096; done += c.pairs) pairs<W>(c.size, c.pairs);
+    for (int done = 0; done < 8192; done += c.pairs) pairs<W>(c.size, c.pairs);
   }
   const replayalloc::Stats before = replayalloc::stats();
   for (int k = 0; k < c.iterations; ++k) measured_iteration<W>(c);

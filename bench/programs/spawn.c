@@ -4,7 +4,8 @@
 // for; prints the mean wall time of one, in microseconds, and its mean minor page faults
 // (wait4's rusage). The child's environment is LD_PRELOAD, PATH and this process's
 // REPLAYALLOC_* and MALLOC_CONF settings.
-// Usage: spawn LIB N [PROGRAM]
+// Usage: spawn LIB N [PROGRAM [ARGS...]]
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: spawn LIB|none N [PROGRAM]\n");
+    fprintf(stderr, "usage: spawn LIB|none N [PROGRAM [ARGS...]]\n");
     return 2;
   }
   const char* lib = argv[1];
@@ -33,13 +34,17 @@ int main(int argc, char** argv) {
       without[nwo++] = *e;
     }
   }
-  char* args[] = {prog, NULL};
+  char* args[64] = {prog, NULL};
+  for (int i = 4; i < argc && i - 3 < 63; ++i) args[i - 3] = argv[i];
+  posix_spawn_file_actions_t out;
+  posix_spawn_file_actions_init(&out);
+  posix_spawn_file_actions_addopen(&out, 1, "/dev/null", O_WRONLY, 0);
   struct timespec a, b;
   long faults = 0;
   clock_gettime(CLOCK_MONOTONIC, &a);
   for (int i = 0; i < n; ++i) {
     pid_t pid;
-    if (posix_spawn(&pid, prog, NULL, NULL, args, strcmp(lib, "none") != 0 ? with : without) != 0) {
+    if (posix_spawn(&pid, prog, &out, NULL, args, strcmp(lib, "none") != 0 ? with : without) != 0) {
       perror("posix_spawn");
       return 1;
     }
