@@ -75,6 +75,9 @@ plain_malloc_fn g_pass_before = nullptr;
 // A setting may have raised jemalloc's thread cache above its default (read once, by the
 // engine's constructor: getenv is not safe beside another thread's setenv).
 bool g_tcache_set = false;
+// The boot heap stopped serving (Note [The start once the boot heap stops serving]); a
+// race between threads only applies the limit twice.
+std::atomic<bool> g_boot_stopped{false};
 
 void make_start(bool front, std::uint64_t small_limit) noexcept {
   close_boot_heap();
@@ -99,12 +102,33 @@ constexpr std::size_t large_calloc = std::size_t{16} << 10;
 
 // Note [A short process's first requests] (boot_heap.cc): the boot heap's blocks while it
 // is open (count() may make the start, which closes it).
+// Note [The start once the boot heap stops serving]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The start waits for REPLAYALLOC_FALLBACK_AFTER requests (4,096) so that a short command,
+// served by the boot heap, never makes it. Once the heap no longer serves (a second thread
+// closed it, or its MiB is spent) jemalloc serves the requests with its defaults, booted
+// anyway, and waiting on is a cost: the blocks made meanwhile are arena 0's, whose pages
+// the front cache never reuses (larson, whose main thread makes every thread's first
+// blocks: peak RSS 101 -> 120 MiB with the start at 4,096 requests instead of 1,024). So
+// from that request on, the start comes within a quarter of the count (1,024 by default),
+// counted from the process's first request; at once where that many were made already.
+// Where there was no heap (the front cache off, check mode) the count is as set.
+void boot_heap_stopped() noexcept {
+  const std::uint64_t quarter = g_after / 4;
+  const std::uint64_t left = g_left.load(std::memory_order_relaxed);
+  const std::uint64_t made = g_after - left;
+  if (made >= quarter) return start_fallback_now();
+  if (left > quarter - made) g_left.store(quarter - made, std::memory_order_relaxed);
+  g_boot_stopped.store(true, std::memory_order_relaxed);
+}
+
 void* counting_plain(std::size_t size) noexcept {
   if (size > boot_largest) [[unlikely]] {
     if (void* p = large_before_start(size)) return p;
   }
   count(size);
   if (void* p = boot_malloc(size)) return p;
+  if (!g_boot_stopped.load(std::memory_order_relaxed)) [[unlikely]] boot_heap_stopped();
   return g_plain_before(size);
 }
 
@@ -114,6 +138,7 @@ void* counting_pass(std::size_t size) noexcept {
   }
   count(size);
   if (void* p = boot_malloc(size)) return p;
+  if (!g_boot_stopped.load(std::memory_order_relaxed)) [[unlikely]] boot_heap_stopped();
   return g_pass_before(size);
 }
 
@@ -141,7 +166,11 @@ void start_fallback(bool front, std::uint64_t small_limit, std::uint64_t after) 
     return;
   }
   // Note [A short process's first requests]: the frees first, as at the start.
-  if (g_front && open_boot_heap(front_boot_base())) use_front_frees();
+  if (g_front && open_boot_heap(front_boot_base())) {
+    use_front_frees();
+  } else {
+    g_boot_stopped.store(true, std::memory_order_relaxed);  // no heap to stop serving: the count as set
+  }
   g_left.store(after, std::memory_order_relaxed);
   g_start.store(start_counting, std::memory_order_release);
   g_start_pending.store(true, std::memory_order_relaxed);

@@ -421,6 +421,33 @@ void case_large() {
   expect_served_as_wanted("after the start");
 }
 
+// Note [The start once the boot heap stops serving] (backend/fallback_start.cc): with
+// REPLAYALLOC_FALLBACK_AFTER=4096, requests the boot heap serves do not make the start
+// before 4,096; once a second thread has closed the heap, the start comes within a
+// quarter of that (1,024) counted from the process's first request: at once where 2,000
+// were made, within the rest of the 1,024 where this case made 100 (the process's own
+// start made some before).
+void case_stopped(int before_thread) {
+  if (!front_wanted()) return;  // no boot heap
+  void* volatile sink = nullptr;  // the compiler may not drop a pair
+  for (int i = 0; i < before_thread; ++i) {
+    sink = std::malloc(48);
+    std::free(sink);
+  }
+  CHILD_EXPECT(!be::fallback_started(), "the start came within %d requests the boot heap served", before_thread);
+  std::thread([] {}).join();  // the process has had a second thread: the heap closes
+  int after_thread = 0;
+  while (!be::fallback_started() && after_thread < 4096) {
+    sink = std::malloc(48);
+    std::free(sink);
+    ++after_thread;
+  }
+  CHILD_EXPECT(be::fallback_started(), "no start in 4,096 requests after the boot heap closed");
+  const int most = before_thread >= 1024 ? 1 : 1024 - before_thread;
+  CHILD_EXPECT(after_thread <= most, "the start came %d requests after the boot heap closed, %d made before (at most %d)",
+               after_thread, before_thread, most);
+}
+
 // REPLAYALLOC_FALLBACK_AFTER=0: made with the engine, as before the deferral.
 void case_at_once() {
   CHILD_EXPECT(be::fallback_started(), "REPLAYALLOC_FALLBACK_AFTER=0 deferred the start");
@@ -447,6 +474,8 @@ void case_one_cpu() {
   else if (std::strcmp(which, "boot") == 0) case_boot();
   else if (std::strcmp(which, "one_cpu") == 0) case_one_cpu();
   else if (std::strcmp(which, "large") == 0) case_large();
+  else if (std::strcmp(which, "stopped_late") == 0) case_stopped(2000);
+  else if (std::strcmp(which, "stopped_early") == 0) case_stopped(100);
   else CHILD_EXPECT(false, "no case %s", which);
   std::fflush(stderr);
   _exit(g_failures == 0 ? 0 : 1);
@@ -502,6 +531,11 @@ TEST(FallbackStart, AShortProcesssRequestsAreTheBootHeapsUntilASecondThread) {
 
 TEST(FallbackStart, AShortProcesssLargeRequestsArePagesOfTheirOwn) {
   EXPECT_EQ(run_in_fresh_process("large", "1000000"), 0) << "the child's messages above say what failed";
+}
+
+TEST(FallbackStart, OnceTheBootHeapClosesItComesWithinAQuarterOfItsRequests) {
+  EXPECT_EQ(run_in_fresh_process("stopped_late", "4096"), 0) << "the child's messages above say what failed";
+  EXPECT_EQ(run_in_fresh_process("stopped_early", "4096"), 0) << "the child's messages above say what failed";
 }
 
 TEST(FallbackStart, AProcessOnOneCpuHasOneSlot) {
