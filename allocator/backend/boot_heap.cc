@@ -233,13 +233,14 @@ bool boot_block(const void* p, std::size_t* usable) noexcept {
   return true;
 }
 
-void boot_free(void* p) noexcept {
-  if (big_block* b = big_at(p)) {
-    if (!b->live.exchange(false, std::memory_order_acq_rel)) return;  // freed twice
-    g_big_freed.store(true, std::memory_order_relaxed);
-    ::mmap(p, b->bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-    return;
-  }
+namespace {
+void free_big(big_block& b, void* p) noexcept {
+  if (!b.live.exchange(false, std::memory_order_acq_rel)) return;  // freed twice
+  g_big_freed.store(true, std::memory_order_relaxed);
+  ::mmap(p, b.bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+}
+
+void free_small(void* p) noexcept {
   if (!usable_now()) return;
   header* h = header_of(p);
   if (h->state != live) return;  // freed twice, or not a block's start
@@ -252,6 +253,21 @@ void boot_free(void* p) noexcept {
     g_lists[h->size >> 4] = p;
   }
 }
+}  // namespace
+
+bool boot_release(void* p) noexcept {
+  if (reinterpret_cast<std::uintptr_t>(p) - g_base < boot_range_bytes && g_base != 0) {
+    free_small(p);
+    return true;
+  }
+  if (big_block* b = big_at(p)) {
+    free_big(*b, p);
+    return true;
+  }
+  return false;
+}
+
+void boot_free(void* p) noexcept { (void)boot_release(p); }
 
 bool boot_resize(void* p, std::size_t size) noexcept {
   if (size > boot_largest || !usable_now() || big_at(p) != nullptr) return false;

@@ -51,6 +51,9 @@ bool boot_block(const void* p, std::size_t* usable) noexcept;
 // pre: boot_block(p). Kept for the next request of its size while the heap is open;
 // nothing once it is closed (the block's bytes are never reused).
 void boot_free(void* p) noexcept;
+// boot_free where p is the heap's block (a small one or a large one): true; else false,
+// nothing done. One call where a free asks boot_block and then boot_free.
+bool boot_release(void* p) noexcept;
 // pre: boot_block(p). Grows or shrinks p in place to `size` bytes where it is the last
 // block the heap made and the range has room; false (nothing changes) otherwise.
 bool boot_resize(void* p, std::size_t size) noexcept;

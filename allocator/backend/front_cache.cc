@@ -273,7 +273,7 @@ inline void sweep_if_due() noexcept {
 // thread's cache not open yet or closed.
 [[gnu::noinline]] void free_slow(void* p, unsigned k) noexcept {
   if (k == 0) {
-    if (std::size_t boot = 0; boot_block(p, &boot)) return boot_free(p);  // Note [A short process's first requests]
+    if (boot_release(p)) return;  // Note [A short process's first requests]
     const std::size_t u = g_usable(p);
     if (u <= g_largest) {
       k = g_class_of[(u + 15) >> 4];
