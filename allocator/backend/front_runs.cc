@@ -342,16 +342,16 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
     g_run_bytes[k] = bytes;
     g_blocks[k] = static_cast<std::uint32_t>(bytes / c);
   }
+  // Each run class's next of its run size, in a cycle, found in one pass (by the size's width).
+  std::uint8_t first[32] = {}, last[32] = {};  // 0: none (class 0 is no run class)
   for (unsigned k = 0; k < max_classes; ++k) {
     g_same_size[k] = static_cast<std::uint8_t>(k);
-    for (unsigned d = 1; d < max_classes && g_size[k] != 0; ++d) {
-      const unsigned j = (k + d) % max_classes;
-      if (g_size[j] != 0 && g_run_bytes[j] == g_run_bytes[k]) {
-        g_same_size[k] = static_cast<std::uint8_t>(j);
-        break;
-      }
-    }
+    if (g_size[k] == 0) continue;
+    const int b = std::bit_width(g_run_bytes[k]);
+    (last[b] != 0 ? g_same_size[last[b]] : first[b]) = static_cast<std::uint8_t>(k);
+    last[b] = static_cast<std::uint8_t>(k);
   }
+  for (unsigned b = 0; b < 32; ++b) if (last[b] != 0) g_same_size[last[b]] = first[b];  // the cycle closed
   g_origin = base & ~(run_bytes_least - 1);
   g_memory = memory;
   g_idle = idle;
