@@ -122,6 +122,22 @@ bool usable_now() noexcept {
   return true;
 }
 
+// A block of n bytes from the bump pointer, aligned to `align` (16 to 4096), its header
+// right below it (the bytes skipped to align it are never used); *fresh when its bytes
+// were never written.
+void* bump(std::size_t n, std::size_t align, bool* fresh) noexcept {
+  const std::uintptr_t block = (g_bump + header_bytes + align - 1) & ~(std::uintptr_t{align} - 1);
+  if (block + n > g_base + boot_range_bytes) return nullptr;
+  auto* h = reinterpret_cast<header*>(block - header_bytes);
+  h->size = static_cast<std::uint32_t>(n);
+  h->state = live;
+  g_bump = block + n;
+  *fresh = block >= g_high;  // else a block freed last wrote there
+  if (g_bump > g_high) g_high = g_bump;
+  ++g_requests;
+  return h + 1;
+}
+
 // A block of n bytes (a multiple of 16, at most boot_largest); *fresh when its bytes were
 // never written (zero).
 void* take(std::size_t n, bool* fresh) noexcept {
@@ -134,15 +150,7 @@ void* take(std::size_t n, bool* fresh) noexcept {
       return p;
     }
   }
-  if (n + header_bytes > g_base + boot_range_bytes - g_bump) return nullptr;
-  auto* h = reinterpret_cast<header*>(g_bump);
-  h->size = static_cast<std::uint32_t>(n);
-  h->state = live;
-  g_bump += header_bytes + n;
-  *fresh = reinterpret_cast<std::uintptr_t>(h + 1) >= g_high;  // else a block freed last wrote there
-  if (g_bump > g_high) g_high = g_bump;
-  ++g_requests;
-  return h + 1;
+  return bump(n, header_bytes, fresh);
 }
 
 std::size_t rounded(std::size_t size) noexcept { return size <= 16 ? 16 : (size + 15) & ~std::size_t{15}; }
@@ -210,16 +218,8 @@ void* boot_big_malloc(std::size_t size) noexcept {
 void* boot_memalign(std::size_t size, std::size_t align) noexcept {
   if (align > 4096 || (align & (align - 1)) != 0 || !usable_now()) return nullptr;
   if (size > boot_largest) return boot_big_malloc(size);
-  const std::size_t n = rounded(size);
-  const std::uintptr_t block = (g_bump + header_bytes + align - 1) & ~(std::uintptr_t{align} - 1);
-  if (block + n > g_base + boot_range_bytes) return nullptr;
-  auto* h = reinterpret_cast<header*>(block - header_bytes);
-  h->size = static_cast<std::uint32_t>(n);
-  h->state = live;
-  g_bump = block + n;
-  if (g_bump > g_high) g_high = g_bump;
-  ++g_requests;
-  return reinterpret_cast<void*>(block);
+  bool fresh = false;
+  return bump(rounded(size), align < header_bytes ? header_bytes : align, &fresh);
 }
 
 bool boot_block(const void* p, std::size_t* usable) noexcept {
