@@ -14,8 +14,9 @@
 // for its exceptions' emergency pool. So, while the fallback waits for its start (Note
 // [The fallback made when first needed], fallback_start.cc) and the process has one
 // thread, requests of up to 256 KiB that take malloc's alignment are served here: a block
-// of the first MiB of the front cache's range (made readable once, at the engine's
-// start; a page touched as it is first used), after a 16-byte header with its size, by a
+// of the first MiB of the front cache's range (readable and writable with the range's
+// tables: Note [The front cache's tables in its range]; a page touched as it is first
+// used), after a 16-byte header with its size, by a
 // bump pointer; a block freed goes on a list of its size (sizes of up to 4 KiB, in steps
 // of 16) for the next request of it, or, the last block made, back to the bump pointer.
 // jemalloc is booted by the first request the heap does not serve (an aligned one, one
@@ -159,7 +160,6 @@ std::size_t rounded(std::size_t size) noexcept { return size <= 16 ? 16 : (size 
 
 bool open_boot_heap(std::uintptr_t base) noexcept {
   if (g_base != 0 || base == 0 || !process_has_one_thread()) return false;
-  if (::mprotect(reinterpret_cast<void*>(base), boot_range_bytes, PROT_READ | PROT_WRITE) != 0) return false;
   g_base = base;
   g_bump = base;
   g_high = base;

@@ -19,10 +19,10 @@ inline constexpr std::size_t boot_range_bytes = std::size_t{1} << 20;
 // The largest request it serves.
 inline constexpr std::size_t boot_largest = std::size_t{256} << 10;
 
-// Serves from [base, base + boot_range_bytes), reserved and not yet readable: made
-// readable and writable here (no page is touched). False (nothing changes) where it
-// cannot be, or where the process has had another thread. Once, from the engine's
-// constructor (start_fallback), before any block can be handed out.
+// Serves from [base, base + boot_range_bytes), readable and writable and never written
+// (the front cache's range's first MiB: Note [The front cache's tables in its range]).
+// False (nothing changes) where the process has had another thread. Once, from the
+// engine's constructor (start_fallback), before any block can be handed out.
 bool open_boot_heap(std::uintptr_t base) noexcept;
 // No more requests served, for good (the fallback's start, another thread seen); its
 // blocks stay valid, and their frees do nothing.

@@ -49,7 +49,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <sys/mman.h>
 
 #include <atomic>
 #include <cstdint>
@@ -120,8 +119,8 @@ pthread_key_t g_exit_key;
 // A free in the cache's range must know its block's class. jemalloc knows (sallocx, its
 // radix tree: 39 instructions and a walk of two levels of a tree the other threads
 // write), which was half of a passed-through 4 KiB pair's cost. The cache keeps its own
-// answer instead: one byte per 4 KiB page of the range (4 MiB of address space, reserved
-// with the range's cache enabled, its pages made as they are written), the class of the
+// answer instead: one byte per 4 KiB page of the range (4 MiB, in the range's first part:
+// Note [The front cache's tables in its range]; its pages made as they are written), the class of the
 // blocks that begin in that page, 0 where not known. A page holds the beginnings of
 // blocks of one class only: jemalloc's extents are whole pages, and a slab holds blocks
 // of one class, a large extent one block. The byte is written where a block enters the
@@ -439,15 +438,12 @@ bool enable_front_cache(const front_backend& b) noexcept {
   const unsigned first_large = cls.first_large;
   // Note [The front cache's page map]
   const std::size_t map_bytes = b.span >> map_shift;
-  void* map = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (map == MAP_FAILED) return false;
-  if (pthread_key_create(&g_exit_key, close_thread) != 0) {
-    ::munmap(map, map_bytes);
-    return false;
-  }
+  void* map = take_front_meta(map_bytes);  // Note [The front cache's tables in its range]
+  if (map == nullptr || pthread_key_create(&g_exit_key, close_thread) != 0) return false;
   g_page_class = static_cast<std::atomic<std::uint8_t>*>(map);
   // Note [Runs for medium blocks] (none without a table; give_back serves either way).
-  configure_runs(cls.class_size, b.base, b.span, g_page_class, b.run, b.release, &coarse_clock_ms, &idle_to_runs);
+  void* table = take_front_meta(run_table_bytes(b.span));  // Note [The front cache's tables in its range]
+  configure_runs(cls.class_size, b.base, b.span, g_page_class, table, b.run, b.release, &coarse_clock_ms, &idle_to_runs);
   for (unsigned k = 0; k < max_classes; ++k) {
     const std::uint32_t c = cls.class_size[k];
     g_class_size[k] = c;

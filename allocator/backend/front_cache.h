@@ -53,6 +53,14 @@ inline constexpr std::size_t front_range_bytes = std::size_t{16} << 30;
 // fallback made when first needed], fallback_start.cc); its base. Idempotent; false
 // (logged) when no address space could be had. front_arena.cc.
 bool reserve_front_range(std::uintptr_t* base) noexcept;
+// The part of the range the arenas never take (Note [The front cache's tables in its
+// range], front_arena.cc): the boot heap's MiB, then the page map and the runs' table,
+// made readable and writable with the range's reservation.
+inline constexpr std::size_t front_meta_bytes = std::size_t{14} << 20;
+// `bytes` of that part after the boot heap's MiB, in order, page-aligned, zero (never
+// written before); null when it is spent or the range was not reserved. Only while the
+// engine configures the cache (one thread). front_arena.cc.
+void* take_front_meta(std::size_t bytes) noexcept;
 // `bytes` (a multiple of 4 KiB) of the range, page-aligned, after what the arenas took
 // and never theirs, made readable and writable; null when the range is spent or was not
 // reserved (Note [A short process's large requests], boot_heap.cc). front_arena.cc.

@@ -62,8 +62,6 @@
 
 #include "backend/front_runs.h"
 
-#include <sys/mman.h>
-
 #include <bit>
 #include <iterator>
 
@@ -321,18 +319,17 @@ bool make_run(run_pool& pool, unsigned k, unsigned slot) noexcept {
 
 }  // namespace
 
+std::size_t run_table_bytes(std::size_t span) noexcept { return ((span >> table_shift) + 2) * sizeof(run_header); }
+
 bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::size_t span,
-                    std::atomic<std::uint8_t>* page_class, run_memory_fn memory, front_free_fn release,
-                    run_clock_fn now, run_idle_fn idle) noexcept {
+                    std::atomic<std::uint8_t>* page_class, void* table, run_memory_fn memory,
+                    front_free_fn release, run_clock_fn now, run_idle_fn idle) noexcept {
   // give_back needs these whether or not runs are made.
   g_base = base;
   g_span = span;
   g_page_class = page_class;
   g_release = release;
-  if (memory == nullptr || page_class == nullptr) return false;
-  const std::size_t table_bytes = ((span >> table_shift) + 2) * sizeof(run_header);
-  void* t = ::mmap(nullptr, table_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (t == MAP_FAILED) return false;
+  if (memory == nullptr || page_class == nullptr || table == nullptr) return false;
   for (unsigned k = 0; k < max_classes; ++k) {
     const std::size_t c = class_size[k];
     if (c < run_least || c > run_most) continue;
@@ -356,7 +353,7 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
   g_memory = memory;
   g_idle = idle;
   configure_stash(now, &give_back_run);
-  g_table = static_cast<run_header*>(t);
+  g_table = static_cast<run_header*>(table);
   return true;
 }
 

@@ -25,13 +25,16 @@ using run_idle_fn = void (*)(unsigned k) noexcept;
 // Once, as the cache is enabled (after its page map is made): the classes served from
 // runs are those of class_size in [run_least, run_most]; runs come from `memory` and go
 // back through `release`, as every other block give_back is handed; the range is
-// base..base+span and page_class its page map; `now` times the empty runs kept (null:
-// none kept but each pool's one); `idle` gives a class's waiting blocks back before a
-// run of 1 MiB is made of fresh memory (null: never). False (nothing served from runs)
-// when memory is null or the run table cannot be reserved.
+// base..base+span and page_class its page map; `table` the runs' table, run_table_bytes
+// of zeroes (Note [The front cache's tables in its range]); `now` times the empty runs
+// kept (null: none kept but each pool's one); `idle` gives a class's waiting blocks back
+// before a run of 1 MiB is made of fresh memory (null: never). False (nothing served
+// from runs) when memory or table is null.
 bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::size_t span,
-                    std::atomic<std::uint8_t>* page_class, run_memory_fn memory, front_free_fn release,
-                    run_clock_fn now, run_idle_fn idle = nullptr) noexcept;
+                    std::atomic<std::uint8_t>* page_class, void* table, run_memory_fn memory,
+                    front_free_fn release, run_clock_fn now, run_idle_fn idle = nullptr) noexcept;
+// The bytes of the runs' table of a range of `span` bytes.
+std::size_t run_table_bytes(std::size_t span) noexcept;
 
 // Whether class k's blocks come from runs (false for 0 and before configure_runs).
 bool run_class(unsigned k) noexcept;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -46,6 +47,7 @@ struct test_range {
   std::uintptr_t base = 0;
   std::size_t span = kArea / 2;
   std::vector<std::atomic<std::uint8_t>> page_map;
+  std::vector<std::byte> table;  // the runs' table
   std::uint32_t class_size[front::max_classes] = {};
 };
 test_range fresh_range(std::initializer_list<std::uint32_t> sizes, front::run_idle_fn idle = nullptr) {
@@ -61,7 +63,9 @@ test_range fresh_range(std::initializer_list<std::uint32_t> sizes, front::run_id
   r.page_map = std::vector<std::atomic<std::uint8_t>>(r.span >> front::page_map_shift);
   unsigned k = 1;
   for (std::uint32_t size : sizes) r.class_size[k++] = size;
-  if (!front::configure_runs(r.class_size, r.base, r.span, r.page_map.data(), &run_memory, &run_release, &clock_ms, idle)) {
+  r.table = std::vector<std::byte>(front::run_table_bytes(r.span));
+  if (!front::configure_runs(r.class_size, r.base, r.span, r.page_map.data(), r.table.data(), &run_memory, &run_release,
+                             &clock_ms, idle)) {
     ::munmap(r.area, kArea);
     return test_range{};
   }
@@ -85,7 +89,9 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
   class_size[5] = 163840;  // above
   class_size[6] = 24576;   // runs of 512 KiB, as class 3's
   g_ms = 0;  // stopped: no stash decays in this test
-  ASSERT_TRUE(front::configure_runs(class_size, base, span, page_map.data(), &run_memory, &run_release, &clock_ms));
+  std::vector<std::byte> table(front::run_table_bytes(span));
+  ASSERT_TRUE(
+      front::configure_runs(class_size, base, span, page_map.data(), table.data(), &run_memory, &run_release, &clock_ms));
   EXPECT_FALSE(front::run_class(0));
   EXPECT_TRUE(front::run_class(1));
   EXPECT_TRUE(front::run_class(2));
