@@ -3,11 +3,12 @@
 # preloaded (issue 41, programs nobody tuned on: a build or a shell script runs
 # thousands of short processes). bench/programs/spawn.c spawns /bin/true N times a
 # sample with LD_PRELOAD set, each waited for; ROUNDS samples per allocator, the order
-# rotated every round; medians of the mean wall time of one process and of its minor
-# page faults (a page's first touch is most of a start's cost). Beside it, fork():
+# rotated every round; medians of the mean wall time of one process, its CPU time and its
+# minor page faults (a page's first touch is most of a start's cost). Beside it, fork():
 # bench/programs/forks.c, preloaded, forks N times a sample (a shell forks for every
-# pipeline stage), each child exiting at once: the mean time of a fork and wait, and the
-# child's page faults (the pages the allocator's fork handlers write are copied).
+# pipeline stage), each child exiting at once: the mean time of a fork and wait, its CPU
+# time (the page tables fork copies are most of it), and the child's page faults (the
+# pages the allocator's fork handlers write are copied).
 # Rewrites the "startup" section of bench/RESULTS.md.
 # Usage: bench/run_startup.sh [ROUNDS] [N]   (default 11 300)
 # Environment: BUILD_DIR (default <repo>/build); BENCH_PREBUILT=1 (no build); BEFORE_LIB
@@ -59,29 +60,32 @@ done > "$tmp/samples"
   echo
   echo "- $(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average); commit $(git -C "$root" rev-parse --short HEAD)."
   echo "- Command: \`${BEFORE_LIB:+BEFORE_LIB=$BEFORE_LIB }bench/run_startup.sh $rounds $n\` (\`$program\` spawned and waited $n times a sample, $rounds samples per allocator, the order rotated every round; bench/programs/spawn.c)."
-  echo "- **µs a process**: the median over the samples of the mean wall time of one spawn and wait (range in brackets); **faults**: the median of the mean minor page faults of one."
-  echo "- **µs a fork**: bench/programs/forks.c preloaded, after 5,000 small allocations, forking $n times a sample, each child exiting at once: the median of the mean time of one fork and wait; **child's faults**: of the children's mean minor page faults."
+  echo "- **µs a process**: the median over the samples of the mean wall time of one spawn and wait (range in brackets); **CPU µs**: of the mean CPU time (user + system) of one process, which the host's other work moves less; **faults**: the median of the mean minor page faults of one."
+  echo "- **µs a fork**: bench/programs/forks.c preloaded, after 5,000 small allocations, forking $n times a sample, each child exiting at once: the median of the mean time of one fork and wait; **CPU µs**: of the mean CPU time of one fork and exit (the parent's and the child's); **child's faults**: of the children's mean minor page faults."
   echo
   python3 - "$tmp/samples" <<'PY'
 import collections, statistics, sys
-samples, faults = collections.defaultdict(list), collections.defaultdict(list)
-fork_us, fork_faults = collections.defaultdict(list), collections.defaultdict(list)
+samples, faults, cpu = collections.defaultdict(list), collections.defaultdict(list), collections.defaultdict(list)
+fork_us, fork_faults, fork_cpu = collections.defaultdict(list), collections.defaultdict(list), collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    name, us, f, fu, ff = line.split()
+    name, us, f, c, fu, ff, fc = line.split()
     samples[name].append(float(us))
     faults[name].append(float(f))
+    cpu[name].append(float(c))
     fork_us[name].append(float(fu))
     fork_faults[name].append(float(ff))
-fork_base = statistics.median(fork_us["glibc"])
-base = statistics.median(samples["glibc"])
-best = min(statistics.median(samples[a]) for a in ("glibc", "jemalloc", "tcmalloc", "mimalloc") if a in samples)
-print("| allocator | µs a process | ÷ glibc | ÷ best | faults | µs a fork | ÷ glibc | child's faults |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    fork_cpu[name].append(float(fc))
+med = statistics.median
+base, cpu_base = med(samples["glibc"]), med(cpu["glibc"])
+fork_base, fork_cpu_base = med(fork_us["glibc"]), med(fork_cpu["glibc"])
+best = min(med(samples[a]) for a in ("glibc", "jemalloc", "tcmalloc", "mimalloc") if a in samples)
+print("| allocator | µs a process | ÷ glibc | ÷ best | CPU µs | ÷ glibc | faults | µs a fork | ÷ glibc | CPU µs | ÷ glibc | child's faults |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for name, v in samples.items():
-    m = statistics.median(v)
-    fm = statistics.median(fork_us[name])
-    print(f"| {name} | {m:.0f} ({min(v):.0f}-{max(v):.0f}) | {m / base:.2f} | {m / best:.2f} | {statistics.median(faults[name]):.0f} "
-          f"| {fm:.0f} | {fm / fork_base:.2f} | {statistics.median(fork_faults[name]):.0f} |")
+    m, c = med(v), med(cpu[name])
+    fm, fc = med(fork_us[name]), med(fork_cpu[name])
+    print(f"| {name} | {m:.0f} ({min(v):.0f}-{max(v):.0f}) | {m / base:.2f} | {m / best:.2f} | {c:.0f} | {c / cpu_base:.2f} "
+          f"| {med(faults[name]):.0f} | {fm:.0f} | {fm / fork_base:.2f} | {fc:.0f} | {fc / fork_cpu_base:.2f} | {med(fork_faults[name]):.0f} |")
 PY
   echo
 } > "$tmp/section"

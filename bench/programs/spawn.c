@@ -1,8 +1,10 @@
 // bench/programs/spawn.c: the cost of a process's start and exit under a preloaded
 // allocator (bench/run_startup.sh). Spawns PROGRAM (default /bin/true) N times, one after
 // another, with LD_PRELOAD=LIB in its environment ("none": no LD_PRELOAD), each waited
-// for; prints the mean wall time of one, in microseconds, and its mean minor page faults
-// (wait4's rusage). The child's environment is LD_PRELOAD, PATH and this process's
+// for; prints the mean wall time of one, in microseconds, its mean minor page faults and
+// its mean CPU time (user + system), in microseconds (wait4's rusage: the CPU a process
+// took, which other work on a shared host moves less than the wall time). The child's
+// environment is LD_PRELOAD, PATH and this process's
 // REPLAYALLOC_* and MALLOC_CONF settings.
 // Usage: spawn LIB N [PROGRAM [ARGS...]]
 #include <fcntl.h>
@@ -41,6 +43,7 @@ int main(int argc, char** argv) {
   posix_spawn_file_actions_addopen(&out, 1, "/dev/null", O_WRONLY, 0);
   struct timespec a, b;
   long faults = 0;
+  double cpu_us = 0;
   clock_gettime(CLOCK_MONOTONIC, &a);
   for (int i = 0; i < n; ++i) {
     pid_t pid;
@@ -55,8 +58,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     faults += ru.ru_minflt;
+    cpu_us += (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
   }
   clock_gettime(CLOCK_MONOTONIC, &b);
-  printf("%.1f %.1f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n / 1e3, (double)faults / n);
+  printf("%.1f %.1f %.1f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n / 1e3, (double)faults / n,
+         cpu_us / n);
   return 0;
 }
