@@ -51,8 +51,19 @@ list(LENGTH ctors n_ctors)
 if(n_ctors GREATER 1)
   message(FATAL_ERROR "private_jemalloc.cmake: ${ARCHIVE} has ${n_ctors} .init_array sections, not jemalloc.c's one")
 endif()
+# Note [jemalloc's zeroed globals last]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# jemalloc's zeroed globals (its .bss, 2.2 MiB: the radix tree's root alone is 2 MiB)
+# lay between the library's own and libstdc++'s, so that the few pages a process's start
+# writes there (the library's state, and libstdc++'s exception pool, written by its
+# constructor at load) lay in two 2 MiB blocks, each with a page table that every
+# fork() copies and every exit frees, where jemalloc had not even booted. Renamed .lbss
+# here (the x86-64 linker's section for large zeroed data, placed after every other
+# object's .bss), they follow them: those pages lie in one block (VmPTE 52 -> 48 KiB
+# before the fallback's start; a fork and exit there 73.7 -> 71.1 us of CPU, by hand:
+# bench/RESULTS.md, "jemalloc's zeroed globals last").
 execute_process(COMMAND ${OBJCOPY} --redefine-syms=${OUTPUT}.syms --remove-section=.init_array
-  --remove-section=.rela.init_array ${ARCHIVE} ${OUTPUT}.tmp RESULT_VARIABLE rc)
+  --remove-section=.rela.init_array --rename-section .bss=.lbss ${ARCHIVE} ${OUTPUT}.tmp RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "private_jemalloc.cmake: ${OBJCOPY} --redefine-syms failed on ${ARCHIVE}")
 endif()
