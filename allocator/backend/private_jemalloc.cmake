@@ -61,7 +61,7 @@ endif()
 # here (the x86-64 linker's section for large zeroed data, placed after every other
 # object's .bss), they follow them: those pages lie in one block (VmPTE 52 -> 48 KiB
 # before the fallback's start; a fork and exit there 73.7 -> 71.1 us of CPU, by hand:
-# bench/RESULTS.md, "jemalloc's zeroed globals last").
+# bench/RESULTS.md, "The private jemalloc's zeroed globals last").
 execute_process(COMMAND ${OBJCOPY} --redefine-syms=${OUTPUT}.syms --remove-section=.init_array
   --remove-section=.rela.init_array --rename-section .bss=.lbss ${ARCHIVE} ${OUTPUT}.tmp RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
