@@ -177,7 +177,7 @@ void decay() noexcept {
 // its runs' table (8 MiB: Note [Runs for medium blocks]), and the boot heap's MiB (Note
 // [A short process's first requests]) are the first 14 MiB of the range
 // (front_meta_bytes), made readable and writable once, when the range is reserved, and
-// never taken by the arenas: one system call where each was a mapping of its own (three
+// never taken by the arenas: one system call where each was a mapping of its own (two
 // mmaps and an mprotect, in every process the LD_PRELOAD library enters), and one
 // mapping. The pages a process touches in them are the first few of each (the
 // range's first blocks are the ones in use): the boot heap's and the page map's first
