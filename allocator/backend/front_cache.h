@@ -48,10 +48,11 @@ struct front_backend {
 // reserved once, never committed but an extent at a time.
 inline constexpr std::size_t front_range_bytes = std::size_t{16} << 30;
 
-// The range the arena's blocks will come from, reserved (PROT_NONE) with no call into
-// jemalloc, so that it joins the gate's range before any thread's gate opens (Note [The
-// fallback made when first needed], fallback_start.cc); its base. Idempotent; false
-// (logged) when no address space could be had. front_arena.cc.
+// The range the arena's blocks will come from, reserved (PROT_NONE but its first
+// front_meta_bytes, made readable and writable) with no call into jemalloc, so that it
+// joins the gate's range before any thread's gate opens (Note [The fallback made when
+// first needed], fallback_start.cc); its base. Idempotent; false (logged) when no
+// address space could be had. front_arena.cc.
 bool reserve_front_range(std::uintptr_t* base) noexcept;
 // The part of the range the arenas never take (Note [The front cache's tables in its
 // range], front_arena.cc): the boot heap's MiB, then the page map and the runs' table,
