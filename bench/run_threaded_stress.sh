@@ -3,7 +3,8 @@
 # stress programs of classic allocator suites (issue 34, part 3; invariant 8 of
 # allocator/DESIGN.md): bench/micro/threaded_stress.cc's larson (short-lived threads
 # inheriting each other's blocks), rptest (batches freed by another thread), prodcons
-# (producer/consumer pairs) and small (a small-object loop), under glibc, jemalloc,
+# (producer/consumer pairs), small (a small-object loop) and aligned (posix_memalign(64),
+# as libtorch's and ONNX Runtime's tensors), under glibc, jemalloc,
 # tcmalloc, mimalloc and replayalloc preloaded (auto mode, its default; and
 # REPLAYALLOC_MODE=off: the interposition alone), each in its own process, the order
 # rotated every round; then one run of each under callgrind (user-space instructions,
@@ -24,7 +25,7 @@ build_targets "$build" threaded_stress replayalloc_preload
 prog=$build/bench/threaded_stress
 pre=$(preload_library "$build")
 [[ -z ${BEFORE_LIB:-} ]] || require_file "$BEFORE_LIB" "BEFORE_LIB: the preload library of another build"
-kinds=(larson rptest prodcons small)
+kinds=(larson rptest prodcons small aligned)
 names=(glibc jemalloc tcmalloc mimalloc replayalloc-auto replayalloc-off replayalloc-before)
 general=(glibc jemalloc tcmalloc mimalloc)
 # replayalloc-before: the same library with other jemalloc settings for its fallback:
@@ -83,7 +84,7 @@ fi
   echo
   echo "$(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average); commit $(git -C "$root" rev-parse --short HEAD)."
   echo "Command: \`${BEFORE_LIB:+BEFORE_LIB=$BEFORE_LIB }${BEFORE_ENV:+BEFORE_ENV=$BEFORE_ENV }bench/run_threaded_stress.sh $rounds $threads $ops\` ($rounds rounds, one process per program, allocator and round, order rotated; then one run of each under callgrind at half the operations)."
-  echo "Programs (\`bench/micro/threaded_stress.cc\`, $threads threads, $ops operations per thread, sizes log-uniform 16 B-64 KiB, so a third of them at or above REPLAYALLOC_MIN_SIZE and seen by auto mode's watcher): **larson** (each round of 10,000 operations run by new threads that take over their predecessors' blocks), **rptest** (batches of 64 freed by the next thread), **prodcons** (producer/consumer pairs through a queue), **small** (16-256 B blocks in a ring, one thread each)."
+  echo "Programs (\`bench/micro/threaded_stress.cc\`, $threads threads, $ops operations per thread, sizes log-uniform 16 B-64 KiB, so a third of them at or above REPLAYALLOC_MIN_SIZE and seen by auto mode's watcher): **larson** (each round of 10,000 operations run by new threads that take over their predecessors' blocks), **rptest** (batches of 64 freed by the next thread), **prodcons** (producer/consumer pairs through a queue), **small** (16-256 B blocks in a ring, one thread each), **aligned** (posix_memalign(64) of the same sizes in a window of 256 per thread, one replaced a step: libtorch's and ONNX Runtime's tensors are all so aligned)."
   echo "**CPU**: user + system seconds, median over the rounds, over jemalloc's (replayalloc's fallback). **Instructions**: callgrind's user-space instructions over jemalloc's (deterministic up to the threads' interleaving, about 1%). **RSS**: peak resident set, median. replayalloc-off is the preload library with REPLAYALLOC_MODE=off: the cost of interposing alone; replayalloc-before is auto mode as it was before a change (\`$before_what\`). **÷ best**: CPU over the lowest median of glibc, jemalloc, tcmalloc and mimalloc; **RSS ÷ leanest**: peak RSS over their lowest. Goal (issue 41): auto mode at most 1.03x the best general-purpose allocator's CPU, within 3% of its time where nothing repeats."
   echo
   echo "| program | allocator | CPU s | CPU ÷ jemalloc | CPU ÷ best | instructions ÷ jemalloc | peak RSS MiB | RSS ÷ leanest | checksum agrees |"

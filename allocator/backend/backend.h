@@ -51,11 +51,14 @@ void start_fallback_now() noexcept;
 bool fallback_started() noexcept;
 // In a child forked while another thread was making the start: jemalloc's mallocs back.
 void fallback_start_postfork_child() noexcept;
-// True while the start waits for its requests: a calloc, which no counting malloc sees,
-// tells it of itself (note_calloc: a large one, 16 KiB or more, makes the start, as
-// jemalloc would give a reused one's pages back to zero them: Note [Zeroing by memset]).
+// True while the start waits for its requests: a calloc or an aligned request, which no
+// counting malloc sees, tells it of itself (note_calloc: a large one, 16 KiB or more,
+// makes the start, as jemalloc would give a reused one's pages back to zero them: Note
+// [Zeroing by memset]; note_aligned: counted as a malloc is, so that a program whose
+// requests are all aligned gets the front cache: Note [Aligned requests in the front cache]).
 inline constinit std::atomic<bool> g_start_pending{false};
 void note_calloc(std::size_t size) noexcept;
+void note_aligned(std::size_t size) noexcept;
 // A request above the boot heap's largest while it is open and the start pending: pages
 // of its own (zero), counted as one request (Note [A short process's large requests],
 // boot_heap.cc); null where it cannot be, and the request goes on as before.

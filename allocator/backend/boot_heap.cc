@@ -213,8 +213,8 @@ void* boot_big_malloc(std::size_t size) noexcept {
 // never used again: at most a page a request), or, above boot_largest, pages of its own
 // (Note [A short process's large requests]: a page's alignment). Its free, realloc and
 // size are any block's of the heap (a list of its size may hand it to an unaligned
-// request later, never to an aligned one: those always take the bump pointer). Not
-// counted toward the start, as before (jemalloc's own served them uncounted).
+// request later, never to an aligned one: those always take the bump pointer). Counted
+// toward the start as a malloc is (Note [Aligned requests in the front cache]).
 void* boot_memalign(std::size_t size, std::size_t align) noexcept {
   if (align > 4096 || (align & (align - 1)) != 0 || !usable_now()) return nullptr;
   if (size > boot_largest) return boot_big_malloc(size);

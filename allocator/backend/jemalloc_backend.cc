@@ -398,8 +398,14 @@ void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
     if (malloc_fn m = g_pass_malloc.load(std::memory_order_acquire)) [[likely]] return m(at_least_min(size));
     if (malloc_fn m = g_je_malloc.load(std::memory_order_relaxed)) [[likely]] return fresh(m(at_least_min(size)));
   }
+  // Note [Aligned requests in the front cache] (front_classes.cc): counted toward the
+  // start, and the cache's once it serves.
+  if (g_start_pending.load(std::memory_order_relaxed)) [[unlikely]] note_aligned(size);
   if (boot_heap_open()) [[unlikely]] {  // Note [A short process's aligned requests]
     if (void* p = boot_memalign(size, align)) return p;
+  }
+  if (g_pass_malloc.load(std::memory_order_acquire) == &front_malloc) [[likely]] {
+    if (void* p = front_memalign(size, align)) return p;
   }
   return fresh(mallocx(at_least_min(size), align_flags(align)));
 }

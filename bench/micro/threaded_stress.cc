@@ -19,7 +19,11 @@
 //   prodcons  half the threads allocate and push through a queue (one per pair), the
 //             other half pop and free;
 //   small     each thread on its own: a loop of 16-256 B blocks allocated and freed in
-//             a ring of 64 (a small-object loop).
+//             a ring of 64 (a small-object loop);
+//   aligned   each thread on its own: blocks of random sizes (16 B to MAX_SIZE,
+//             log-uniform) from posix_memalign(64), as libtorch's CPU allocator and ONNX
+//             Runtime's make every tensor, in a window of 256 of which a random one is
+//             replaced per step (a framework's op-by-op loop).
 // MAX_SIZE defaults to 64 KiB (so that some requests are above REPLAYALLOC_MIN_SIZE and
 // reach auto mode's watcher). A fixed seed per thread: every allocator sees the same
 // requests. Each block has one byte written per 4 KiB. Prints the wall time, the CPU
@@ -45,6 +49,7 @@
 namespace {
 
 std::size_t g_max_size = 64 * 1024;
+std::size_t g_align = 0;  // aligned: posix_memalign's alignment
 
 std::size_t random_size(std::mt19937_64& rng) {
   // log-uniform from 16 B to g_max_size
@@ -54,7 +59,14 @@ std::size_t random_size(std::mt19937_64& rng) {
 }
 
 unsigned char* make(std::size_t size, std::uint64_t tag) {
-  auto* p = static_cast<unsigned char*>(std::malloc(size));
+  void* m = nullptr;
+  if (g_align == 0) {
+    m = std::malloc(size);
+  } else if (posix_memalign(&m, g_align, size) != 0 || reinterpret_cast<std::uintptr_t>(m) % g_align != 0) {
+    std::fprintf(stderr, "posix_memalign(%zu, %zu) failed or misaligned\n", g_align, size);
+    std::exit(1);
+  }
+  auto* p = static_cast<unsigned char*>(m);
   if (p == nullptr) {
     std::fprintf(stderr, "out of memory\n");
     std::exit(1);
@@ -222,11 +234,33 @@ void small(int threads, long ops, std::atomic<std::uint64_t>& sum) {
   for (auto& th : ts) th.join();
 }
 
+// aligned: each thread's own window of aligned blocks, one replaced per step.
+void aligned(int threads, long ops, std::atomic<std::uint64_t>& sum) {
+  g_align = 64;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      std::mt19937_64 rng(5000 + t);
+      std::vector<block> window(256);
+      std::uint64_t local = 0;
+      for (long i = 0; i < ops; ++i) {
+        block& b = window[rng() % 256];
+        local += consume(b);
+        b.size = random_size(rng);
+        b.p = make(b.size, i);
+      }
+      for (block& b : window) local += consume(b);
+      sum += local;
+    });
+  }
+  for (auto& th : ts) th.join();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: threaded_stress larson|rptest|prodcons|small THREADS OPS [MAX_SIZE]\n");
+    std::fprintf(stderr, "usage: threaded_stress larson|rptest|prodcons|small|aligned THREADS OPS [MAX_SIZE]\n");
     return 2;
   }
   const std::string kind = argv[1];
@@ -245,6 +279,8 @@ int main(int argc, char** argv) {
     prodcons(threads, ops, sum);
   } else if (kind == "small") {
     small(threads, ops, sum);
+  } else if (kind == "aligned") {
+    aligned(threads, ops, sum);
   } else {
     std::fprintf(stderr, "threaded_stress: unknown kind '%s'\n", kind.c_str());
     return 2;

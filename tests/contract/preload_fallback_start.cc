@@ -219,6 +219,31 @@ void case_count() {
   expect_served_as_wanted("after the start");
 }
 
+// Note [Aligned requests in the front cache] (backend/front_classes.cc): a program whose
+// requests are all aligned (posix_memalign(64), as libtorch's tensors) counts them as
+// malloc's, so it gets the front cache after as many; its aligned blocks then come from
+// the cache's runs, aligned as asked.
+void case_aligned() {
+  CHILD_EXPECT(!be::fallback_started(), "the start was made before its requests");
+  const long after = std::strtol(std::getenv("REPLAYALLOC_FALLBACK_AFTER"), nullptr, 10);
+  long made_here = 0;
+  while (!be::fallback_started() && made_here <= after) {
+    void* p = nullptr;
+    CHILD_EXPECT(posix_memalign(&p, 64, 200 + made_here % 3000) == 0 && p != nullptr, "no aligned block");
+    CHILD_EXPECT(reinterpret_cast<std::uintptr_t>(p) % 64 == 0, "a block of posix_memalign(64) at %p", p);
+    std::free(p);
+    ++made_here;
+  }
+  CHILD_EXPECT(be::fallback_started(), "no start after %ld aligned requests", made_here);
+  CHILD_EXPECT(made_here > after / 2, "the start came after %ld of %ld requests", made_here, after);
+  void* p = nullptr;
+  CHILD_EXPECT(posix_memalign(&p, 64, 1000) == 0 && reinterpret_cast<std::uintptr_t>(p) % 64 == 0,
+               "posix_memalign(64, 1000) after the start: %p", p);
+  CHILD_EXPECT(in_front_range(p) == front_wanted(), "an aligned block after the start %s the front cache's",
+               in_front_range(p) ? "is" : "is not");
+  std::free(p);
+}
+
 // Note [A short process's first requests] (backend/boot_heap.cc): before the start, in a
 // process of one thread, malloc, calloc and realloc of up to 256 KiB are the boot heap's;
 // its blocks keep their bytes through every entry point, a calloc is zeroed where a freed
@@ -470,6 +495,7 @@ void case_one_cpu() {
   (void)replayalloc::stats();  // the engine made
   if (std::strcmp(which, "threads") == 0) case_threads();
   else if (std::strcmp(which, "count") == 0) case_count();
+  else if (std::strcmp(which, "aligned") == 0) case_aligned();
   else if (std::strcmp(which, "at_once") == 0) case_at_once();
   else if (std::strcmp(which, "boot") == 0) case_boot();
   else if (std::strcmp(which, "one_cpu") == 0) case_one_cpu();
@@ -523,6 +549,10 @@ TEST(FallbackStart, ThreadsAllocatingThroughTheStartNeverShareOrLoseABlock) {
 
 TEST(FallbackStart, ComesAfterItsRequestsAndNotBefore) {
   EXPECT_EQ(run_in_fresh_process("count", "20000"), 0) << "the child's messages above say what failed";
+}
+
+TEST(FallbackStart, AlignedRequestsCountAsMallocsDo) {
+  EXPECT_EQ(run_in_fresh_process("aligned", "5000"), 0) << "the child's messages above say what failed";
 }
 
 TEST(FallbackStart, AShortProcesssRequestsAreTheBootHeapsUntilASecondThread) {

@@ -686,5 +686,120 @@ TEST(FrontRuns, CachesGrownByFourThreadsAtOnceNeverShareALiveBlock) {
   EXPECT_EQ(bad.load(), 0u) << "a cache lost its bytes (a live block handed out twice) or a request failed";
 }
 
+// Note [Aligned requests in the front cache] (front_classes.cc): the fallback's aligned
+// request (what posix_memalign passes on where no plan serves) of 1 B to 64 KiB aligned
+// to 32 B-4 KiB (libtorch's tensors are 64) is a run block, aligned as asked, of the
+// class of the size rounded up to the alignment (and at least it), whose whole class is
+// so aligned; freed, it serves the same request again. (The backend's entry, not
+// posix_memalign: auto mode may find this loop's period and serve it from a slab.)
+TEST(FrontRuns, AlignedRequestsTakeTheClassOfTheSizeRoundedToTheAlignment) {
+  REQUIRE_RUNS();
+  auto release = be::g_plain_free.load();
+  std::thread([&] {
+    for (std::size_t align = 32; align <= 4096; align *= 2) {
+      for (std::size_t n = 1; n <= 64 * 1024; n += n < 4096 ? 24 : 1000) {
+        void* p = be::fallback_alloc(n, align);
+        ASSERT_NE(p, nullptr) << align << " " << n;
+        ASSERT_EQ(reinterpret_cast<std::uintptr_t>(p) % align, 0u) << align << " " << n;
+        std::size_t usable = 0;
+        ASSERT_TRUE(be::front_run_block(p, &usable)) << n << " bytes aligned to " << align << " not from a run";
+        const std::size_t at_least = n < align ? align : n;
+        const std::size_t m = (at_least + align - 1) / align * align;
+        const bool header = (m > 4096 && m <= 4608) || (m > 8192 && m <= 9216);
+        ASSERT_EQ(usable, header ? (m <= 4608 ? 4608u : 9216u) : nallocx(m, 0)) << align << " " << n;
+        ASSERT_EQ(usable % align, 0u) << "a class not every block of which is aligned to " << align;
+        std::memset(p, 0x5a, usable);
+        release(p);
+        void* again = be::fallback_alloc(n, align);
+        EXPECT_EQ(again, p) << "the freed aligned block did not serve the same request";
+        release(again);
+      }
+    }
+    be::front_cache_release();
+  }).join();
+}
+
+// What no class of the cache's is aligned for stays jemalloc's, aligned as asked: an
+// alignment above a page, and blocks above 64 KiB (the cache's large classes there are
+// jemalloc's extents, whose offsets are cache lines); each freed by the fallback's free.
+TEST(FrontRuns, AlignedRequestsBeyondTheCachesClassesAreJemallocs) {
+  REQUIRE_RUNS();
+  auto release = be::g_plain_free.load();
+  std::thread([&] {
+    const std::pair<std::size_t, std::size_t> cases[] = {{8192, 100}, {65536, 5000}, {64, 100000}, {4096, 300000}};
+    for (const auto& [align, n] : cases) {
+      void* p = be::fallback_alloc(n, align);
+      ASSERT_NE(p, nullptr) << align << " " << n;
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % align, 0u) << align << " " << n;
+      std::size_t usable = 0;
+      EXPECT_FALSE(be::front_run_block(p, &usable)) << n << " bytes aligned to " << align << " from a run";
+      EXPECT_GE(malloc_usable_size(p), n);
+      std::memset(p, 0x33, n);
+      release(p);
+    }
+  }).join();
+}
+
+// Four threads each keep 300 blocks of posix_memalign(64) of 16 B-64 KiB live, replace
+// one at random each step, and free a third of what they replace on the next thread: no
+// block is handed out twice (each keeps its bytes until freed) or misaligned.
+TEST(FrontRuns, AlignedBlocksOfFourThreadsNeverShareALiveBlock) {
+  REQUIRE_RUNS();
+  constexpr unsigned kThreads = 4;
+  std::mutex handed_lock[kThreads];
+  std::vector<std::pair<void*, std::size_t>> handed[kThreads];
+  std::atomic<unsigned> bad{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(900 + t);
+      struct live {
+        void* p = nullptr;
+        std::size_t n = 0;
+        std::uint32_t tag = 0;
+      };
+      std::vector<live> window(300);
+      for (std::uint32_t step = 1; step <= 20000; ++step) {
+        live& b = window[rng() % window.size()];
+        if (b.p != nullptr) {
+          if (!intact(b.p, b.n, b.tag)) ++bad;
+          if (step % 3 == 0) {
+            std::lock_guard<std::mutex> g(handed_lock[(t + 1) % kThreads]);
+            handed[(t + 1) % kThreads].emplace_back(b.p, b.n);
+          } else {
+            std::free(b.p);
+          }
+        }
+        b.n = (std::size_t{16} << (rng() % 13)) / 2 + rng() % 512 + 1;
+        b.tag = t * 1000000 + step;
+        if (posix_memalign(&b.p, 64, b.n) != 0 || reinterpret_cast<std::uintptr_t>(b.p) % 64 != 0) {
+          ++bad;
+          b.p = nullptr;
+          continue;
+        }
+        fill(b.p, b.n, b.tag);
+        if (step % 64 == 0) {
+          std::vector<std::pair<void*, std::size_t>> mine;
+          {
+            std::lock_guard<std::mutex> g(handed_lock[t]);
+            mine.swap(handed[t]);
+          }
+          for (auto& [p, n] : mine) std::free(p);
+        }
+      }
+      for (live& b : window) {
+        if (b.p == nullptr) continue;
+        if (!intact(b.p, b.n, b.tag)) ++bad;
+        std::free(b.p);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (auto& h : handed) {
+    for (auto& [p, n] : h) std::free(p);
+  }
+  EXPECT_EQ(bad.load(), 0u) << "an aligned block lost its bytes (handed out twice), was misaligned, or was refused";
+}
+
 }  // namespace
 }  // namespace replayalloc::contract
