@@ -147,6 +147,12 @@ inline constinit std::atomic<plain_free_fn> g_plain_free{nullptr};
 // thread that gets a block of the cache's frees it, or hands it to one that does, with
 // the cache's free.
 inline constinit std::atomic<plain_malloc_fn> g_pass_malloc{nullptr};
+// An aligned request below the minimum, for the inline entry point to call (Note
+// [Aligned requests in the front cache], backend/front_classes.cc): the front cache's
+// front_memalign once it serves, null before and wherever it is off (check mode,
+// REPLAYALLOC_FRONT_CACHE=0); its null answer sends the request on to the slow path.
+using plain_memalign_fn = void* (*)(std::size_t, std::size_t) noexcept;
+inline constinit std::atomic<plain_memalign_fn> g_plain_memalign{nullptr};
 // The free of a block outside the gate's range (Note [The gate's range],
 // slab_range.h), for the inline free to call: g_plain_free's, or jemalloc's own when
 // the front cache's range lies inside the gate's, so no block outside it is the cache's.

@@ -275,7 +275,12 @@ void narrow_plain_malloc(std::uint64_t limit) noexcept {
 // jemalloc's large blocks (its cache-oblivious offsets: aligned to 64, not more), so
 // there A is at most 64; an alignment above 4 KiB stays jemalloc's. A block that is not
 // aligned after all (a run could not be made, and jemalloc's own malloc served the class)
-// goes back, and jemalloc's mallocx serves the request.
+// goes back, and jemalloc's mallocx serves the request. Below the minimum the entry
+// points call it inline (g_plain_memalign, as malloc calls the plain malloc; posix_memalign
+// before it saves errno): a pair of posix_memalign(64) of 16 B-2 KiB and free, with the
+// test's loop, 423 -> 141 instructions (malloc's 80, tcmalloc's aligned 129, mimalloc's
+// 248; callgrind). Above 64 KiB the cache's byte budgets held what jemalloc's one arena
+// shares between threads: BERT-like at 16 threads peaked 20 MiB higher.
 void* front_memalign(std::size_t size, std::size_t align) noexcept {
   if (align > 4096 || size > front::front_limit) return nullptr;
   const std::size_t n = ((size < align ? align : size) + align - 1) & ~(align - 1);

@@ -361,6 +361,7 @@ bool use_front_cache() noexcept {
   use_front_frees();
   g_pass_malloc.store(&front_malloc, std::memory_order_release);
   g_plain_malloc.store(&front_malloc, std::memory_order_release);  // Note [Small blocks in the front cache]
+  g_plain_memalign.store(&front_memalign, std::memory_order_release);  // Note [Aligned requests in the front cache]
   return true;
 }
 

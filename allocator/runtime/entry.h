@@ -77,6 +77,14 @@ REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align)
   if (small_request(size) && align <= malloc_align) [[likely]] {
     return backend::g_plain_malloc.load(std::memory_order_acquire)(size);
   }
+  // An aligned one below the minimum (posix_memalign's; nothing for malloc, whose align
+  // is malloc_align): the front cache's class aligned as asked (Note [Aligned requests in
+  // the front cache]), where it serves; else, or where it answers null, the slow path.
+  if (align > malloc_align && small_request(size)) {
+    if (backend::plain_memalign_fn m = backend::g_plain_memalign.load(std::memory_order_acquire)) {
+      if (void* p = m(size, align)) [[likely]] return p;
+    }
+  }
   // The cursor is closed outside a replaying iteration and inside the engine
   // (reentry_guard), so the hit asks nothing else.
   thread_state& t = tls_state;

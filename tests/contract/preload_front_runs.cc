@@ -23,6 +23,7 @@
 #include "backend/backend.h"
 #include "backend/front_cache.h"
 #include "gtest/gtest.h"
+#include "runtime/thread_state.h"
 #include "replayalloc/replayalloc.hpp"
 
 namespace replayalloc::contract {
@@ -713,6 +714,38 @@ TEST(FrontRuns, AlignedRequestsTakeTheClassOfTheSizeRoundedToTheAlignment) {
         void* again = be::fallback_alloc(n, align);
         EXPECT_EQ(again, p) << "the freed aligned block did not serve the same request";
         release(again);
+      }
+    }
+    be::front_cache_release();
+  }).join();
+}
+
+// The same through the program's own calls below the minimum (never recorded, planned
+// or watched, so never a slab's): posix_memalign, aligned_alloc and memalign of under
+// g_small_limit bytes take the front cache's aligned class inline, as malloc takes its
+// class, and free gives the block back to its list for the next such request.
+TEST(FrontRuns, AlignedRequestsBelowTheMinimumAreTheCachesInline) {
+  REQUIRE_RUNS();
+  const std::uint64_t limit = __atomic_load_n(&detail::g_small_limit, __ATOMIC_ACQUIRE);
+  if (limit <= 64) GTEST_SKIP() << "REPLAYALLOC_MIN_SIZE leaves no size below it";
+  ASSERT_NE(be::g_plain_memalign.load(), nullptr) << "the front cache serves, but not aligned requests inline";
+  std::thread([&] {
+    for (std::size_t align : {32u, 64u, 256u, 4096u}) {
+      for (std::size_t n = 1; n < limit && n <= 64 * 1024; n += 40) {
+        void* p = nullptr;
+        ASSERT_EQ(posix_memalign(&p, align, n), 0) << align << " " << n;
+        std::size_t usable = 0;
+        ASSERT_EQ(reinterpret_cast<std::uintptr_t>(p) % align, 0u) << align << " " << n;
+        ASSERT_TRUE(be::front_run_block(p, &usable)) << n << " bytes aligned to " << align << " not from a run";
+        ASSERT_GE(usable, n);
+        std::memset(p, 0x11, usable);
+        std::free(p);
+        void* q = aligned_alloc(align, (n + align - 1) / align * align);
+        EXPECT_EQ(q, p) << "aligned_alloc did not take the block posix_memalign freed";
+        std::free(q);
+        void* r = memalign(align, n);
+        EXPECT_EQ(r, p) << "memalign did not take the block posix_memalign freed";
+        std::free(r);
       }
     }
     be::front_cache_release();
