@@ -261,30 +261,33 @@ void narrow_plain_malloc(std::uint64_t limit) noexcept {
 // Runtime's CPU allocator aligns to 64 as well; such a request went past the front cache
 // to jemalloc's mallocx (one arena for every thread: Note [The fallback's shared arena]),
 // so everything a plan does not serve of those programs (warm-up, recordings, iterations
-// passed through, tensors below the minimum) was jemalloc's, its locks and its decay.
-// posix_memalign(64) of 16 B-64 KiB, alternately freed, ran 23x tcmalloc's CPU at one
-// thread and 86x at four (bench/RESULTS.md, "Aligned requests"). The cache's blocks are
-// aligned by their class already: a run is aligned to its size, a power of two of 64 KiB
-// or more (Note [Runs for medium blocks]), and its blocks lie at multiples of the class's
-// size from its start, so a block of class c is aligned to c's lowest set bit; every
-// class from 4A up (four a doubling, jemalloc's) is a multiple of A, and A, 2A and 3A are
-// classes, as are the headers' P + P/8 wherever a multiple of A falls on one (4,608 and
-// 9,216: aligned to 512 and 1,024). So a request of n bytes aligned to A takes the class
-// of n rounded up to a multiple of A (and at least A): for A = 64, sizes under 256 round
-// to 64, 128, 192 or 256, larger ones keep their class. The classes above 128 KiB are
-// jemalloc's large blocks (its cache-oblivious offsets: aligned to 64, not more), so
-// there A is at most 64; an alignment above 4 KiB stays jemalloc's. A block that is not
-// aligned after all (a run could not be made, and jemalloc's own malloc served the class)
-// goes back, and jemalloc's mallocx serves the request. Below the minimum the entry
-// points call it inline (g_plain_memalign, as malloc calls the plain malloc; posix_memalign
-// before it saves errno): a pair of posix_memalign(64) of 16 B-2 KiB and free, with the
-// test's loop, 423 -> 141 instructions (malloc's 80, tcmalloc's aligned 129, mimalloc's
-// 248; callgrind). Above 64 KiB the cache's byte budgets held what jemalloc's one arena
-// shares between threads: BERT-like at 16 threads peaked 20 MiB higher.
+// passed through, tensors below the minimum) was jemalloc's, its locks and its decay:
+// posix_memalign(64) of 16 B-64 KiB at 8 threads took 7.14x the best general-purpose
+// allocator's CPU (bench/RESULTS.md, "Threaded stress with aligned requests in the front
+// cache"). The cache's blocks are aligned by their class already: a run is aligned to its
+// size, a power of two of 64 KiB or more (Note [Runs for medium blocks]), and its blocks
+// lie at multiples of the class's size from its start, so a block of class c is aligned
+// to c's lowest set bit; every class from 4A up (four a doubling, jemalloc's) is a
+// multiple of A, and A, 2A and 3A are classes, as are the headers' P + P/8 wherever a
+// multiple of A falls on one (4,608 and 9,216: aligned to 512 and 1,024). So a request of
+// n bytes aligned to A (at most 4 KiB) takes the class of n rounded up to a multiple of A
+// (and at least A): for A = 64, sizes under 256 round to 64, 128, 192 or 256, larger ones
+// keep their class. A request above 64 KiB stays jemalloc's: the cache's classes there
+// are kept within byte budgets per thread and in the depot, which held what jemalloc's one
+// arena shares between threads (BERT-like at 16 threads peaked 20 MiB higher;
+// "End to end: T = 8 and 16, oversubscribed, with aligned requests in the front cache"),
+// and above 128 KiB they are jemalloc's extents, aligned to a cache line only. A block
+// that is not aligned after all (a run could not be made, and jemalloc's own malloc
+// served the class) goes back, and jemalloc's mallocx serves the request. Below the
+// minimum the entry points call this inline (g_plain_memalign, as malloc calls the plain
+// malloc; posix_memalign before it saves errno), and so does a pass granted ahead
+// (pass_granted_aligned, runtime/shortcuts.h): a 64 B pair of posix_memalign(64) and
+// free 235.2 -> 114.2 instructions, a 4 KiB pair passed through 254.2 -> 174.2
+// (tests/perf/instruction_budget.txt; jemalloc's own 192.2 and 222.6, tcmalloc's 109.2
+// and 112.2, mimalloc's 163.4 and 371.7).
 void* front_memalign(std::size_t size, std::size_t align) noexcept {
   if (align > 4096 || size > front::front_limit) return nullptr;
   const std::size_t n = ((size < align ? align : size) + align - 1) & ~(align - 1);
-  if (n > front::large_limit) return nullptr;
   void* p = front_malloc(n);
   if (p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & (align - 1)) == 0) return p;
   front_free(p);

@@ -162,6 +162,20 @@ REPLAYALLOC_ALWAYS_INLINE void* pass_granted(thread_state& t, std::size_t size) 
   return backend::g_pass_malloc.load(std::memory_order_acquire)(size);
 }
 
+// The same for an aligned request (entry_alloc; Note [Aligned requests in the front
+// cache]): the front cache's aligned class, the pass taken and counted only where it
+// serves one; null (nothing taken) otherwise. pre: t.pass_left != 0, align > malloc_align.
+REPLAYALLOC_ALWAYS_INLINE void* pass_granted_aligned(thread_state& t, std::size_t size, std::size_t align) {
+  backend::plain_memalign_fn m = backend::g_plain_memalign.load(std::memory_order_acquire);
+  void* p = m != nullptr ? m(size, align) : nullptr;
+  if (p != nullptr) [[likely]] {
+    --t.pass_left;
+    bump(t.host.backend_bytes, size);
+    bump(t.host.passthrough);
+  }
+  return p;
+}
+
 // A free of a backend block (outside the slab range) that only a recording or auto
 // mode's watcher might need to see (the plain-free gate holds gate_recording and/or
 // gate_watched, nothing else): when neither can hold p (Note [Live filters]),

@@ -158,6 +158,9 @@ measure() {  # NAME
       [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
     watched_one_size_4096)
       run_case "$1" "$library" "$program" 4096 $pairs $iterations malloc unmarked ;;
+    passed_memalign_4096)  # auto mode off: posix_memalign(64) pairs passed through (Note [Aligned requests in the front cache])
+      REPLAYALLOC_MODE=off run_case "$1" "$library" "$program" 4096 $pairs $iterations memalign unmarked
+      [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
     passed_4096 | passed_262144)  # auto mode off: every pair passed through (Note [Passes granted ahead])
       REPLAYALLOC_MODE=off run_case "$1" "$library" "$program" "${1##*_}" $pairs $iterations malloc unmarked
       [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
