@@ -288,6 +288,44 @@ TEST(Entry, PassesGrantedAheadServeUntilTheEnginesDoorAndNoFurther) {
   }).join();
 }
 
+// Note [Aligned requests in the front cache]: an aligned request at or above the minimum
+// with passes granted takes one inline where the front cache serves it (its class
+// aligned as asked), counted as a malloc's pass is: the statistics see every one, and
+// its block is aligned and keeps its bytes. Where the cache does not serve (off, or
+// AddressSanitizer's build), the slow path serves and counts them the same.
+TEST(Entry, AlignedPassesGrantedAheadAreCountedAsMallocsAre) {
+  std::thread([] {
+    auto pass_left = [] { return replayalloc::detail::tls_state.pass_left; };
+    auto churn = [](std::size_t align) {
+      std::vector<held> live;
+      for (std::size_t n : {kMin, std::size_t{6000}, std::size_t{40000}}) {
+        void* p = replayalloc_aligned_alloc(align, n);
+        EXPECT_NE(p, nullptr);
+        EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % align, 0u) << n << " B aligned to " << align;
+        fill(p, n, align + n);
+        live.push_back({p, n, align + n});
+      }
+      for (const held& h : live) {
+        EXPECT_TRUE(intact(h.p, h.size, h.tag)) << h.size << " B overwritten";
+        replayalloc_free(h.p);
+      }
+    };
+    churn(64);  // registers the thread, then grants passes (where the backend has a plain malloc)
+    const bool inline_aligned = replayalloc::detail::backend::g_plain_memalign.load() != nullptr;
+    const replayalloc::Stats before = replayalloc::stats();
+    void* first = replayalloc_malloc(kMin);  // the slow path's pass-through grants the others
+    replayalloc_free(first);
+    const std::uint64_t left = pass_left();
+    churn(64);
+    churn(4096);
+    if (inline_aligned) EXPECT_EQ(pass_left(), left - 6) << "the aligned requests did not take granted passes inline";
+    const replayalloc::Stats after = replayalloc::stats();
+    EXPECT_EQ(after.passthrough - before.passthrough, 7u) << "an aligned pass was not counted";
+    EXPECT_EQ(after.allocations - before.allocations, 7u);
+    EXPECT_EQ(after.bytes_from_backend - before.bytes_from_backend, 3 * kMin + 2 * (6000 + 40000));
+  }).join();
+}
+
 // Note [The plain-free gate]: while a key records, its frees take the slow path, which
 // records them, even below the minimum and beside the gate's shortcut: the plan that
 // follows reuses the bytes of blocks freed early, so the replayed iterations hit only
