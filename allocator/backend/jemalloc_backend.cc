@@ -492,13 +492,15 @@ void fallback_free(void* p) noexcept {
 }
 
 void fallback_free_sized(void* p, std::size_t size, std::size_t align) noexcept {
-  if (align <= malloc_align) {
-    free_fn f = g_plain_free.load(std::memory_order_relaxed);
-    if (f == nullptr) f = g_je_free.load(std::memory_order_relaxed);
-    if (f != nullptr) [[likely]] {
-      f(p);
-      return;
-    }
+  // The plain free at any alignment: an aligned block may be the front cache's or the
+  // boot heap's (Note [Aligned requests in the front cache], Note [A short process's
+  // aligned requests]), which jemalloc's sdallocx must never be given; it tells them
+  // from jemalloc's by their address.
+  free_fn f = g_plain_free.load(std::memory_order_relaxed);
+  if (f == nullptr && align <= malloc_align) f = g_je_free.load(std::memory_order_relaxed);
+  if (f != nullptr) [[likely]] {
+    f(p);
+    return;
   }
   sdallocx(p, at_least_min(size), align_flags(align));
 }
