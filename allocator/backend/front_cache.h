@@ -91,7 +91,7 @@ front_malloc_fn front_malloc_below(std::uint64_t limit) noexcept;
 void front_free(void* p) noexcept;
 // A block of `size` bytes aligned to `align` (a power of two above 16), of the class
 // whose blocks all are (Note [Aligned requests in the front cache], front_classes.cc);
-// null where the cache does not serve it (align above 4 KiB, size above 64 KiB), the
+// null where the cache does not serve it (align above 4 KiB, size of 64 KiB or more), the
 // block made was not aligned, or there is no memory. Only once the cache serves.
 void* front_memalign(std::size_t size, std::size_t align) noexcept;
 // front_free of a block known to be inside the range, `offset` bytes from its start
