@@ -400,11 +400,16 @@ void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
     if (malloc_fn m = g_je_malloc.load(std::memory_order_relaxed)) [[likely]] return fresh(m(at_least_min(size)));
   }
   // Note [Aligned requests in the front cache] (front_classes.cc): counted toward the
-  // start, and the cache's once it serves.
-  if (g_start_pending.load(std::memory_order_relaxed)) [[unlikely]] note_aligned(size);
+  // start, one request where the boot heap serves it (its pages of its own above 256 KiB,
+  // as a malloc's: a large one does not make the start there), and the cache's once it
+  // serves.
   if (boot_heap_open()) [[unlikely]] {  // Note [A short process's aligned requests]
-    if (void* p = boot_memalign(size, align)) return p;
+    if (void* p = boot_memalign(size, align)) {
+      if (g_start_pending.load(std::memory_order_relaxed)) note_aligned(0);
+      return p;
+    }
   }
+  if (g_start_pending.load(std::memory_order_relaxed)) [[unlikely]] note_aligned(size);
   if (g_pass_malloc.load(std::memory_order_acquire) == &front_malloc) [[likely]] {
     if (void* p = front_memalign(size, align)) return p;
   }

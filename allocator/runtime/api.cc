@@ -121,8 +121,9 @@ REPLAYALLOC_EXPORT void* replayalloc_aligned_alloc(size_t alignment, size_t size
 REPLAYALLOC_EXPORT int replayalloc_posix_memalign(void** out, size_t alignment, size_t size) {
   if (!valid_alignment(alignment) || alignment % sizeof(void*) != 0) return EINVAL;
   // Below the minimum, the front cache's class aligned as asked at once, as entry_alloc
-  // would (Note [Aligned requests in the front cache]; it never sets errno): libtorch's
-  // small tensors, without the errno saved for the way below.
+  // would (Note [Aligned requests in the front cache]): libtorch's small tensors, without
+  // the errno saved for the way below (a block served leaves it as it was but where a
+  // system call inside failed and the cache served all the same).
   if (alignment > malloc_align && alignment <= replayalloc::detail::max_slot_align &&
       replayalloc::detail::small_request(size)) [[likely]] {
     if (auto m = backend::g_plain_memalign.load(std::memory_order_acquire)) {

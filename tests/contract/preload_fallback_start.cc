@@ -226,6 +226,18 @@ void case_count() {
 void case_aligned() {
   CHILD_EXPECT(!be::fallback_started(), "the start was made before its requests");
   const long after = std::strtol(std::getenv("REPLAYALLOC_FALLBACK_AFTER"), nullptr, 10);
+  if (front_wanted()) {
+    // A large aligned request while the boot heap is open is its pages of their own,
+    // counted as one request, as a malloc's is: it does not make the start.
+    void* big = nullptr;
+    CHILD_EXPECT(posix_memalign(&big, 4096, std::size_t{8} << 20) == 0 && big != nullptr, "no 8 MiB aligned block");
+    CHILD_EXPECT(reinterpret_cast<std::uintptr_t>(big) % 4096 == 0, "an 8 MiB block of posix_memalign(4096) at %p", big);
+    std::size_t usable = 0;
+    CHILD_EXPECT(be::boot_block(big, &usable), "an aligned request of 8 MiB was not the boot heap's");
+    CHILD_EXPECT(!be::fallback_started() && be::boot_heap_open(), "a large aligned request made the start");
+    std::memset(big, 0x3c, std::size_t{8} << 20);
+    std::free(big);
+  }
   long made_here = 0;
   while (!be::fallback_started() && made_here <= after) {
     void* p = nullptr;

@@ -289,10 +289,10 @@ TEST(Entry, PassesGrantedAheadServeUntilTheEnginesDoorAndNoFurther) {
 }
 
 // Note [Aligned requests in the front cache]: an aligned request at or above the minimum
-// with passes granted takes one inline where the front cache serves it (its class
-// aligned as asked), counted as a malloc's pass is: the statistics see every one, and
-// its block is aligned and keeps its bytes. Where the cache does not serve (off, or
-// AddressSanitizer's build), the slow path serves and counts them the same.
+// with passes granted takes one (inline where the front cache serves it, its class
+// aligned as asked; the slow path elsewhere: off, or AddressSanitizer's build), counted as
+// a malloc's pass is: the statistics see every one, and its block is aligned and keeps its
+// bytes. (The inline way's cost is perf.instruction_counts' passed_memalign_4096.)
 TEST(Entry, AlignedPassesGrantedAheadAreCountedAsMallocsAre) {
   std::thread([] {
     auto pass_left = [] { return replayalloc::detail::tls_state.pass_left; };
