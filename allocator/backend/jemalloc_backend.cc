@@ -410,8 +410,8 @@ void* fallback_alloc(std::size_t size, std::size_t align) noexcept {
     }
   }
   if (g_start_pending.load(std::memory_order_relaxed)) [[unlikely]] note_aligned(size);
-  if (g_pass_malloc.load(std::memory_order_acquire) == &front_malloc) [[likely]] {
-    if (void* p = front_memalign(size, align)) return p;
+  if (plain_memalign_fn m = g_plain_memalign.load(std::memory_order_acquire)) [[likely]] {
+    if (void* p = m(size, align)) return p;
   }
   return fresh(mallocx(at_least_min(size), align_flags(align)));
 }

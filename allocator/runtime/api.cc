@@ -124,13 +124,10 @@ REPLAYALLOC_EXPORT int replayalloc_posix_memalign(void** out, size_t alignment, 
   // would (Note [Aligned requests in the front cache]): libtorch's small tensors, without
   // the errno saved for the way below (a block served leaves it as it was but where a
   // system call inside failed and the cache served all the same).
-  if (alignment > malloc_align && alignment <= replayalloc::detail::max_slot_align &&
-      replayalloc::detail::small_request(size)) [[likely]] {
-    if (auto m = backend::g_plain_memalign.load(std::memory_order_acquire)) {
-      if (void* p = m(size, alignment)) [[likely]] {
-        *out = p;
-        return 0;
-      }
+  if (alignment > malloc_align) {
+    if (void* p = replayalloc::detail::aligned_below_min(size, alignment)) [[likely]] {
+      *out = p;
+      return 0;
     }
   }
   const int saved = errno;

@@ -66,6 +66,16 @@ REPLAYALLOC_NOINLINE void entry_free_slow(void* ptr) noexcept;
 // (zero) and an alignment beyond max_slot_align. pre: align a power of two >= malloc_align.
 void* host_alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool zero) noexcept;
 
+// An aligned request (align > malloc_align) below the minimum: the front cache's class
+// aligned as asked (Note [Aligned requests in the front cache]), where it serves; null
+// where it does not (then the slow path). Never recorded, planned or watched, as
+// malloc's below the minimum. entry_alloc's, and posix_memalign's before it saves errno.
+REPLAYALLOC_ALWAYS_INLINE void* aligned_below_min(std::size_t size, std::size_t align) {
+  if (!small_request(size)) return nullptr;
+  backend::plain_memalign_fn m = backend::g_plain_memalign.load(std::memory_order_acquire);
+  return m != nullptr ? m(size, align) : nullptr;
+}
+
 // pre: align is a power of two >= malloc_align and <= max_slot_align.
 REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align) {
   // Below the minimum (Note [Below the minimum, inline], thread_state.h): never
@@ -77,13 +87,9 @@ REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align)
   if (small_request(size) && align <= malloc_align) [[likely]] {
     return backend::g_plain_malloc.load(std::memory_order_acquire)(size);
   }
-  // An aligned one below the minimum (posix_memalign's; nothing for malloc, whose align
-  // is malloc_align): the front cache's class aligned as asked (Note [Aligned requests in
-  // the front cache]), where it serves; else, or where it answers null, the slow path.
-  if (align > malloc_align && small_request(size)) {
-    if (backend::plain_memalign_fn m = backend::g_plain_memalign.load(std::memory_order_acquire)) {
-      if (void* p = m(size, align)) [[likely]] return p;
-    }
+  // An aligned one below the minimum (nothing for malloc, whose align is malloc_align).
+  if (align > malloc_align) {
+    if (void* p = aligned_below_min(size, align)) [[likely]] return p;
   }
   // The cursor is closed outside a replaying iteration and inside the engine
   // (reentry_guard), so the hit asks nothing else.
