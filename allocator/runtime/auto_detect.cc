@@ -81,13 +81,20 @@ bool period_detector::observe(std::uint64_t size, std::uint64_t live, std::uint3
   return detect_shape() || detect_quiet();
 }
 
+void period_detector::glance(std::uint64_t size) {
+  const std::size_t bit = absl::Hash<std::uint64_t>{}(size) % recur_bits;
+  recurred_ += seen_.test(bit);
+  seen_.set(bit);
+  ++sampled_;
+}
+
 void period_detector::settle(std::uint64_t pos) {
   if (pos < base_ || pos >= count_) return;
   const std::uint64_t lifetime = count_ - pos;  // later allocations observed meanwhile
   life_[pos - base_] = static_cast<std::uint8_t>(lifetime < max_life ? lifetime : max_life);
 }
 
-// Note [Blocks that never overlap] (auto_mode.cc), asked once the sample's last
+// Note [Blocks that never overlap] (auto_policy.h), asked once the sample's last
 // allocation is observed: every block of the sample freed by now, the newest aside, was
 // freed before the next allocation (a lifetime of 1); blocks still live (a start-up's
 // buffers, weights) say nothing of overlap and are left out, as long as they are at most

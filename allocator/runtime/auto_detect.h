@@ -177,7 +177,7 @@ class period_detector {
   // Note [Auto mode rests]: true when every allocation the history keeps has one size
   // (only a period of structure or of quiet points can be found there).
   bool one_size() const { return !sizes_.empty() && same_run_ >= sizes_.size(); }
-  // Note [Blocks that never overlap] (auto_mode.cc): true once the first recur_sample
+  // Note [Blocks that never overlap] (auto_policy.h): true once the first recur_sample
   // allocations since the last reset are observed, when each of them that was freed
   // by then was freed before the next (settle() says when), and none was larger than
   // the fallback's thread cache keeps.
@@ -188,6 +188,13 @@ class period_detector {
   // other sizes still live (period_detector::sample_of_one_size).
   bool sample_one_size() const { return sample_one_size_; }
   void reset();
+  // Note [A glance after a rest] (auto_mode.cc): tallies `size` as the sample does (a
+  // size seen before since the last reset?) and nothing else: no history, no search,
+  // count() unchanged. glanced(): sizes tallied since the last reset; glance_recurred():
+  // those seen before.
+  void glance(std::uint64_t size);
+  std::uint32_t glanced() const { return sampled_; }
+  std::uint32_t glance_recurred() const { return recurred_; }
   // The current period did not hold up (its iterations kept deviating): forget it and
   // never pick it again.
   void reject_current();
@@ -279,6 +286,10 @@ struct auto_state {
   std::uint64_t watch_start = 0;
   std::uint64_t resting = 0;
   std::uint32_t rests = 0;
+  // Note [A glance after a rest] (auto_mode.cc): whether the rest ends in a glance, and
+  // the glance's allocations still to tally.
+  bool glance_after_rest = false;
+  std::uint32_t glancing = 0;
   // Note [Iterations between quiet points]: slow-path allocations in a row made at
   // the quiet count, and the slab hits of the iteration when the last was counted (a
   // hit in between breaks the row).

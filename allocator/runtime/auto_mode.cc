@@ -40,7 +40,7 @@ std::atomic<std::uint64_t> g_rests{0};
 // are watched one rest later (16,384 allocations by default, a few inferences).
 std::atomic<std::uint32_t> g_rests_without_period{0};
 
-void rest(thread_state& t, auto_state& a, std::uint64_t budget) noexcept;
+void rest(thread_state& t, auto_state& a, std::uint64_t budget, bool glance = false) noexcept;
 
 // What auto_period_begins() asks of the thread's found period (the next boundary only
 // where it decides: it divides).
@@ -295,7 +295,7 @@ void rest_without_period(thread_state& t, auto_state& a, const options& opts) {
   w.cached_one_size = a.det.sample_one_size();  // Note [Blocks that never overlap]
   w.watched = a.det.count() - a.watch_start;
   if (const auto_rest r = auto_rest_after(w, opts.auto_history); r.rest) {
-    rest(t, a, r.budget);
+    rest(t, a, r.budget, w.rare);  // Note [A glance after a rest]
     g_rests_without_period.fetch_add(1, std::memory_order_relaxed);
     REPLAYALLOC_LOG(info, "auto: thread %u shows no period in %llu allocations%s; not watched for the next %llu",
                     t.thread_no, static_cast<unsigned long long>(w.watched),
@@ -305,6 +305,42 @@ void rest_without_period(thread_state& t, auto_state& a, const options& opts) {
                     : w.one_size ? " (all of one size)" : "",
                     static_cast<unsigned long long>(a.resting));
   }
+}
+
+// Note [A glance after a rest]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A watch whose sample showed rare sizes (Note [Auto mode rests]) rests, and the rest
+// ended in a watch as costly as the first: ~650 instructions per watched allocation in
+// the watcher alone (the table of live blocks, the history, the searches; callgrind,
+// threaded_stress prodcons) over another sample of 2,048, after which a stream of
+// random sizes rests again. On the threaded stress programs (bench/micro/
+// threaded_stress.cc), whose sizes never repeat, those second watches were half or more
+// of what auto mode cost over REPLAYALLOC_MODE=off. So a rest taken for rare sizes, and
+// the rest a new thread begins with (Note [A process whose threads show no period]),
+// ends in a glance instead: the next glance_sample (512) allocations are only tallied
+// for sizes seen before in the glance (period_detector::glance, the sample's table of
+// hashed sizes: a hash and a bit; nothing followed, no history, no search, their frees
+// unseen), and where fewer than a quarter of them recur (auto_glance_rare) the thread
+// rests again, twice as long, without watching; otherwise the detector starts afresh
+// and the thread is watched as after any rest. Any period of up to 256 allocations
+// repeats at least half of a glance's sizes, and a model's layers repeat their shapes
+// within a few dozen. Where this is wrong: a program that turns, after a rest, to a
+// period of more than 384 allocations nearly all of whose sizes differ is not found
+// (a thread's first watch, a full sample, finds one of up to 1,536 as before), and a
+// program that turns periodic during a rest is watched 512 allocations later.
+void glance_at(thread_state& t, auto_state& a, std::size_t size, const options& opts) {
+  a.det.glance(size);
+  if (--a.glancing > 0) return;
+  if (auto_glance_rare(a.det.glanced(), a.det.glance_recurred())) {
+    rest(t, a, opts.auto_history, true);
+    g_rests_without_period.fetch_add(1, std::memory_order_relaxed);
+    REPLAYALLOC_LOG(info, "auto: thread %u: few sizes recur in %u allocations after its rest; not watched for the next %llu",
+                    t.thread_no, glance_sample, static_cast<unsigned long long>(a.resting));
+    return;
+  }
+  a.det.reset();  // the glance's tally: the watch's sample begins afresh
+  a.watch_start = a.det.count();
+  refresh_watched_gate(t);
 }
 
 // before_alloc(), where the watcher's memory may not run out.
@@ -326,7 +362,7 @@ void watch(thread_state& t, std::size_t size) {
     const std::uint32_t r = g_rests_without_period.load(std::memory_order_relaxed);
     if (const auto_start start = auto_start_of_thread(r); start.rest) {
       t.autod->rests = start.rests;
-      rest(t, *t.autod, opts.auto_history);
+      rest(t, *t.autod, opts.auto_history, true);  // Note [A glance after a rest]
       REPLAYALLOC_LOG(info, "auto: thread %u begins resting (%llu allocations): the process's threads showed no "
                       "period in their last %u watches", t.thread_no,
                       static_cast<unsigned long long>(t.autod->resting), r);
@@ -336,9 +372,17 @@ void watch(thread_state& t, std::size_t size) {
   auto_state& a = *t.autod;
   if (a.resting > 0) {  // Note [Auto mode rests]
     if (--a.resting == 0) {
+      if (a.glance_after_rest) {  // Note [A glance after a rest]
+        a.glancing = glance_sample;
+        return;
+      }
       a.watch_start = a.det.count();
       refresh_watched_gate(t);
     }
+    return;
+  }
+  if (a.glancing > 0) {
+    glance_at(t, a, size, opts);
     return;
   }
   // Note [A dormant watcher]: a watched allocation wakes it.
@@ -367,52 +411,17 @@ void watch(thread_state& t, std::size_t size) {
   if (!a.det.found()) rest_without_period(t, a, opts);  // Note [Auto mode rests]
 }
 
-// Note [Blocks that never overlap]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A watch whose first recur_sample (2,048) allocations were each freed before the next
-// (those still live at the sample's end, a start-up's buffers, left out:
-// period_detector::sample_alone), none larger than the fallback's thread cache keeps
-// (backend::thread_cache_max(): 128 KiB under the library's settings, what its front
-// cache keeps), rests after those 2,048, for one history, as a stream of rare sizes
-// does: a plan of them could only put every block at offset 0, which the fallback's
-// thread cache already does for such blocks, at ~100 instructions a pair, and an
-// iteration's begin and end would cost more than that. A stream of 4 KiB malloc/free
-// pairs, one size recurring, was watched for four histories (65,536 allocations, ~1,000
-// instructions each) before its first rest: 673.8 instructions per pair over 256,000
-// pairs, now 215.3 (jemalloc's 111.0; bench/micro/preload_callgrind.cc 4096 unmarked,
-// RESULTS "Small path"). Where this is wrong: a program whose iteration begins with
-// 2,048 blocks made one at a time and only then holds several is watched again only
-// after each rest.
-// Blocks all still live at the sample's end overlap, whatever comes after: at least half
-// of the sample must have been freed (a burst's first 2,048 were said to be alone).
-//
-// A sample all of one size the fallback caches (period_detector::sample_of_one_size:
-// the newest's size, at most 32 blocks of other sizes, still live, left out) rests
-// after it too, for one history, whatever its blocks' lifetimes: a plan of one size
-// could only give each block a slot of that size, which the fallback's size class (the
-// thread cache, the front cache's runs) already does, and the searches could only find
-// a period of structure there (Note [Auto mode rests]). Bursts of 2,000 blocks of
-// 100,000 bytes, allocated and then all freed (bench/micro/bursts.cc), were watched for
-// one history first and for 7,231 more allocations after the rest, ~1,280 instructions
-// each (the searches ~350, the table of live blocks ~380, the history ~170): 67.5 M
-// instructions in 20 rounds, now 41.7 M (REPLAYALLOC_MODE=off 37.2 M, mimalloc 36.9 M).
-// Where this is wrong: a program that repeats rounds of one size (the detector finds
-// rounds of 64-700 blocks within a history: PeriodDetector.OneSizeInRoundsIsFound..)
-// no longer replays them, served by the fallback's class instead, ~100 instructions a
-// pair where the class keeps the round's blocks (~900 where, as above, its runs are made
-// and given back every round) against a replay's ~40 (RESULTS "Micro"); sizes above the
-// thread cache (jemalloc's extents, page faults and purges) are still watched for a
-// history.
-
 // Note [Auto mode rests]: the watcher drops its history and its table of live blocks
 // and skips the next `budget` allocations, doubled for each rest in a row (up to 64x).
 // Nothing watches the thread's frees meanwhile (tracking() below): the plain-free gate
 // loses gate_watched until the rest ends (watch() sets it again), so that a
 // resting thread's frees of backend blocks go from the inline entry point straight to
 // the backend's free, as its allocations go from the slow path's top.
-void rest(thread_state& t, auto_state& a, std::uint64_t budget) noexcept {
+void rest(thread_state& t, auto_state& a, std::uint64_t budget, bool glance) noexcept {
   a.resting = budget << std::min<std::uint32_t>(a.rests, 6);
   ++a.rests;
+  a.glancing = 0;
+  a.glance_after_rest = glance;
   forget_live(a);
   a.det.reset();
   set_free_gate(t, t.free_gate & ~gate_watched);
@@ -468,7 +477,7 @@ void go_dormant(thread_state& t) noexcept {
 // Outside auto iterations, and inside those between quiet points (Note [Iterations
 // between quiet points]: their ends are counted from `live`).
 bool tracking(const thread_state& t) {
-  return t.autod != nullptr && !t.marks_own && t.autod->resting == 0 &&
+  return t.autod != nullptr && !t.marks_own && t.autod->resting == 0 && t.autod->glancing == 0 &&
          (!t.autod->in_iteration || t.autod->det.quiet());
 }
 

@@ -108,7 +108,44 @@ inline bool auto_sizes_stopped(std::uint32_t seen, std::uint32_t members, std::u
   return 2 * std::uint64_t{seen} >= period && 2 * std::uint64_t{members} < seen;
 }
 
-// Note [Auto mode rests] and Note [Blocks that never overlap] (auto_mode.cc): a watch
+// Note [Blocks that never overlap]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A watch whose first recur_sample (2,048) allocations were each freed before the next
+// (those still live at the sample's end, a start-up's buffers, left out:
+// period_detector::sample_alone), none larger than the fallback's thread cache keeps
+// (backend::thread_cache_max(): 128 KiB under the library's settings, what its front
+// cache keeps), rests after those 2,048, for one history, as a stream of rare sizes
+// does: a plan of them could only put every block at offset 0, which the fallback's
+// thread cache already does for such blocks, at ~100 instructions a pair, and an
+// iteration's begin and end would cost more than that. A stream of 4 KiB malloc/free
+// pairs, one size recurring, was watched for four histories (65,536 allocations, ~1,000
+// instructions each) before its first rest: 673.8 instructions per pair over 256,000
+// pairs, now 215.3 (jemalloc's 111.0; bench/micro/preload_callgrind.cc 4096 unmarked,
+// RESULTS "Small path"). Where this is wrong: a program whose iteration begins with
+// 2,048 blocks made one at a time and only then holds several is watched again only
+// after each rest.
+// Blocks all still live at the sample's end overlap, whatever comes after: at least half
+// of the sample must have been freed (a burst's first 2,048 were said to be alone).
+//
+// A sample all of one size the fallback caches (period_detector::sample_of_one_size:
+// the newest's size, at most 32 blocks of other sizes, still live, left out) rests
+// after it too, for one history, whatever its blocks' lifetimes: a plan of one size
+// could only give each block a slot of that size, which the fallback's size class (the
+// thread cache, the front cache's runs) already does, and the searches could only find
+// a period of structure there (Note [Auto mode rests]). Bursts of 2,000 blocks of
+// 100,000 bytes, allocated and then all freed (bench/micro/bursts.cc), were watched for
+// one history first and for 7,231 more allocations after the rest, ~1,280 instructions
+// each (the searches ~350, the table of live blocks ~380, the history ~170): 67.5 M
+// instructions in 20 rounds, now 41.7 M (REPLAYALLOC_MODE=off 37.2 M, mimalloc 36.9 M).
+// Where this is wrong: a program that repeats rounds of one size (the detector finds
+// rounds of 64-700 blocks within a history: PeriodDetector.OneSizeInRoundsIsFound..)
+// no longer replays them, served by the fallback's class instead, ~100 instructions a
+// pair where the class keeps the round's blocks (~900 where, as above, its runs are made
+// and given back every round) against a replay's ~40 (RESULTS "Micro"); sizes above the
+// thread cache (jemalloc's extents, page faults and purges) are still watched for a
+// history.
+
+// Note [Auto mode rests] and Note [Blocks that never overlap] (above): a watch
 // that found no period rests once its sizes are rare, its blocks never overlap or its
 // sample is of one size the fallback caches, or after its budget of allocations (four
 // histories where sizes recur and differ, else one); the rest lasts that budget
@@ -129,6 +166,14 @@ inline auto_rest auto_rest_after(const auto_watch& w, std::uint64_t history) {
   const bool early = w.rare || w.alone || w.cached_one_size;
   const std::uint64_t budget = std::uint64_t{w.sizes_recur && !early && !w.one_size ? 4u : 1u} * history;
   return {early || w.watched >= budget, budget};
+}
+
+// Note [A glance after a rest] (auto_mode.cc): the allocations a rest for rare sizes
+// is followed by before watching, tallied for sizes seen before among them; fewer than a
+// quarter recurring rests again, as a watch's sample of rare sizes does.
+inline constexpr std::uint32_t glance_sample = 512;
+inline bool auto_glance_rare(std::uint32_t glanced, std::uint32_t recurred) {
+  return std::uint64_t{recurred} * 4 < glanced;
 }
 
 }  // namespace replayalloc::detail

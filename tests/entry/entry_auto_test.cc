@@ -84,16 +84,19 @@ void watched_frees_are_seen(how h) {
 // recur) stops being watched for a while; its allocations then pass through to
 // jemalloc, the first from the top of the slow path, which grants the rest's others
 // but its last to the inline entry point (Note [Passes granted ahead]); the rest must
-// still count down, one per allocation, so that watching resumes after it, and each
-// must count as pass-through.
-TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
+// still count down, one per allocation, and each must count as pass-through. Note [A
+// glance after a rest]: a rest taken for rare sizes ends in a glance, 512 allocations
+// tallied but not watched (no block followed, no free seen); sizes still rare rest
+// again, twice as long, without a watch; sizes that recur in a glance are watched again.
+TEST(EntryAuto, ARestingThreadCountsItsRestDownGlancesAndWatchesAgain) {
+  using replayalloc::detail::glance_sample;
   replayalloc::detail::auto_mode::forget_rests();
   std::thread([] {
     auto* const& a = replayalloc::detail::tls_state.autod;
     std::uint64_t salt = 0;
-    // One block at a time, sizes that never recur, until the watcher rests.
-    auto one = [&salt] {
-      const std::size_t n = kMin + 16 * static_cast<std::size_t>(salt % 100000);
+    // One block at a time, of `n` bytes (by default sizes that never recur).
+    auto one = [&salt](std::size_t n = 0) {
+      if (n == 0) n = kMin + 16 * static_cast<std::size_t>(salt % 100000);
       void* p = replayalloc_malloc(n);
       ASSERT_NE(p, nullptr);
       fill(p, 256, salt);  // (the first bytes: the blocks reach 1.5 MiB)
@@ -134,21 +137,46 @@ TEST(EntryAuto, ARestingThreadCountsItsRestDownAndWatchesAgain) {
     EXPECT_EQ(late.passthrough - mid.passthrough, rest - 1) << "resting allocations are pass-through";
     EXPECT_EQ(late.allocations - mid.allocations, rest - 1);
     EXPECT_EQ(a->det.count(), watched_count) << "the watcher observed an allocation while it rested";
-    one();  // the rest's last: watching resumes
+    one();  // the rest's last: the glance begins
     EXPECT_EQ(resting(), 0u);
-    EXPECT_EQ(replayalloc::detail::tls_state.pass_left, 0u) << "a watched thread kept passes granted ahead";
-    EXPECT_NE(gate() & replayalloc::detail::gate_watched, 0u) << "the watcher's gate stays open after its rest";
+    EXPECT_EQ(replayalloc::detail::tls_state.pass_left, 0u) << "a glancing thread kept passes granted ahead";
+    EXPECT_EQ(a->glancing, glance_sample) << "a rest for rare sizes did not end in a glance";
+    // The glance: its blocks are not followed, their frees not seen, nothing observed.
+    const replayalloc::Stats glance_before = replayalloc::stats();
+    for (std::uint32_t i = 1; i < glance_sample; ++i) {
+      void* p = replayalloc_malloc(kMin + 16 * static_cast<std::size_t>(salt++ % 100000));
+      ASSERT_NE(p, nullptr);
+      ASSERT_EQ(watched_live(), 0u) << "a glanced allocation was followed";
+      ASSERT_EQ(gate() & replayalloc::detail::gate_watched, 0u) << "a glancing thread's frees go to the watcher";
+      replayalloc_free(p);
+      ASSERT_EQ(a->glancing, glance_sample - i);
+    }
+    EXPECT_EQ(a->det.count(), watched_count) << "the watcher observed an allocation while it glanced";
+    one();  // the glance's last: its sizes never recurred, so it rests again, twice as long
+    EXPECT_EQ(a->glancing, 0u);
+    EXPECT_EQ(resting(), 2 * rest) << "a glance of rare sizes did not rest again, twice as long";
+    EXPECT_EQ(a->det.count(), watched_count) << "a glance of rare sizes watched";
+    EXPECT_EQ(replayalloc::stats().auto_rests - glance_before.auto_rests, 1u);
+    EXPECT_EQ(replayalloc::stats().passthrough - glance_before.passthrough, glance_sample)
+        << "glanced allocations are pass-through";
+    // Through the second rest, then a glance whose sizes recur (a cycle of 8): watched again.
+    for (std::uint64_t i = 0, n = resting(); i < n; ++i) one();
+    ASSERT_EQ(a->glancing, glance_sample);
+    for (std::uint32_t i = 0; i < glance_sample; ++i) one(kMin * (2 + i % 8));
+    EXPECT_EQ(a->glancing, 0u);
+    EXPECT_EQ(resting(), 0u) << "a glance whose sizes recur rested";
     // Watched again: the next block is followed, and its free (through either entry
     // point) is seen.
     for (how h : {how::plain, how::sized}) {
       const std::size_t n = kMin + 16 * static_cast<std::size_t>(salt++ % 100000);
       void* p = replayalloc_malloc(n);
       ASSERT_NE(p, nullptr);
-      EXPECT_EQ(watched_live(), 1u) << "the watcher does not watch again after its rest";
+      EXPECT_NE(gate() & replayalloc::detail::gate_watched, 0u) << "the watcher's gate stays closed after its glance";
+      EXPECT_EQ(watched_live(), 1u) << "the watcher does not watch again after its glance";
       release(p, n, h);
-      EXPECT_EQ(watched_live(), 0u) << "a free after the rest was not seen";
+      EXPECT_EQ(watched_live(), 0u) << "a free after the glance was not seen";
     }
-    EXPECT_GT(a->det.count(), watched_count) << "the watcher does not watch again after its rest";
+    EXPECT_EQ(a->det.count(), watched_count + 2) << "the watcher does not watch again after its glance";
     EXPECT_GE(replayalloc::stats().allocations - before.allocations, salt);
   }).join();
 }

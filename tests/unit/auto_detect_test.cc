@@ -323,6 +323,47 @@ TEST(PeriodDetector, SaysWhenFewSizesRecurInTheWatchsFirstAllocations) {
   EXPECT_FALSE(q.sizes_rare()) << "a model whose structure changes with the shape";
 }
 
+// Note [A glance after a rest] (runtime/auto_mode.cc): a glance tallies sizes seen
+// before in it and nothing else (no history, no count, no period), and says "rare" of
+// 512 random sizes but not of a period of 256 different sizes, nor of an encoder fed a
+// new sequence length per request or a model whose structure changes with the shape;
+// a reset starts the tally afresh.
+TEST(PeriodDetector, AGlanceTalliesSizesSeenBeforeAndNothingElse) {
+  std::mt19937_64 rng(12);
+  period_detector g;
+  for (std::uint32_t i = 0; i < glance_sample; ++i) g.glance(4096 + rng() % (1u << 20));
+  EXPECT_EQ(g.glanced(), glance_sample);
+  EXPECT_EQ(g.count(), 0u) << "a glance observed";
+  EXPECT_FALSE(g.found());
+  EXPECT_TRUE(auto_glance_rare(g.glanced(), g.glance_recurred())) << "512 random sizes in 1 MiB";
+  g.reset();
+  EXPECT_EQ(g.glanced(), 0u) << "a reset kept the glance's tally";
+  for (std::uint32_t i = 0; i < glance_sample; ++i) g.glance(4096 * (1 + i % 256));
+  EXPECT_EQ(g.glance_recurred(), glance_sample - 256);
+  EXPECT_FALSE(auto_glance_rare(g.glanced(), g.glance_recurred())) << "a period of 256 different sizes";
+  // The sizes of two programs whose sizes change by the request, glanced at.
+  auto glanced_rare = [](const period_detector& d) {
+    period_detector look;
+    for (std::size_t back = glance_sample; back-- > 0;) look.glance(d.size_back(back));
+    return auto_glance_rare(look.glanced(), look.glance_recurred());
+  };
+  period_detector d;
+  encoder_stream e{d};
+  while (d.count() < 4 * glance_sample) e.inference(16 + rng() % 241, 4);
+  EXPECT_FALSE(glanced_rare(d)) << "an encoder fed a new sequence length per request";
+  period_detector q;
+  shifting_model m{{q}};
+  m.weights(40);
+  while (q.count() < 4 * glance_sample) m.request(16 + rng() % 241, 4);
+  EXPECT_FALSE(glanced_rare(q)) << "a model whose structure changes with the shape";
+}
+
+TEST(AutoPolicy, AGlanceIsRareWhenFewerThanAQuarterOfItsSizesRecur) {
+  EXPECT_TRUE(auto_glance_rare(512, 127));
+  EXPECT_FALSE(auto_glance_rare(512, 128));
+  EXPECT_FALSE(auto_glance_rare(512, 511));
+}
+
 // Note [Blocks that never overlap]: a watch whose first 2,048 allocations were each
 // freed before the next, none above the thread cache's 128 KiB, says so; blocks still
 // live (a start-up's, the watch's first among them) are left out; a block of the sample
