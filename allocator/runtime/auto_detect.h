@@ -120,7 +120,27 @@ inline constexpr int quiet_lengths = 4;  // max_regimes (runtime/engine.h)
 inline constexpr std::size_t max_quiet_cuts = quiet_window / min_quiet_piece + 2;
 // Note [Auto mode rests]: a watch's first recur_sample allocations are tallied for
 // sizes seen before in it, in a table of recur_bits bits (one per hash of a size).
+//
+// Note [Rare sizes said early]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A watch's sample said whether its sizes are rare after 2,048 allocations (fewer than
+// a quarter seen before in it); on a stream of random sizes that watch costs ~650
+// instructions an allocation in the watcher, 1.3 M a thread, and the threaded stress
+// programs (bench/micro/threaded_stress.cc) start 4-8 threads watching at once: after
+// Note [A glance after a rest] (auto_mode.cc) those first watches were most of what
+// auto mode still cost over REPLAYALLOC_MODE=off (callgrind, 8 threads, 100,000
+// operations: rptest 303.9 -> 299.0 M, prodcons 205.9 -> 199.9 M, aligned 354.1 ->
+// 347.7 M, larson 344.2 -> 338.3 M; off 286-289, 198.0, 345.5 and 332.8 M). So from
+// the sample's 512th allocation (early_sample) on, fewer than a sixteenth seen before
+// (random sizes in 1 MiB: ~1%) says rare at once. Any period of up to 480 allocations
+// repeats more than a sixteenth of 512, a model's start-up repeats its layers' shapes
+// (a normalization's four vectors of one size), and the end-to-end models' threads
+// never rested (bench/e2e, ResNet-50 and the BERT-like encoder at T = 1 and 8: no
+// auto_rests). Where this is wrong: a program whose first 512 watched allocations
+// hardly repeat a size and whose period begins after them is found after one rest and
+// a glance (16,384 + 512 allocations), not within its first watch.
 inline constexpr std::uint32_t recur_sample = 2048;
+inline constexpr std::uint32_t early_sample = 512;  // Note [Rare sizes said early] (auto_mode.cc)
 inline constexpr std::uint32_t recur_bits = 32768;
 // Note [Blocks that never overlap]: the largest block the fallback keeps in its thread
 // cache or front cache under the library's settings (Note [The fallback's thread
@@ -171,9 +191,13 @@ class period_detector {
   bool sizes_recur() const { return sizes_recur_; }
   // Note [Auto mode rests]: true once the first recur_sample allocations since the last
   // reset are tallied and fewer than a quarter of them had a size seen before among
-  // them. Any period of up to recur_sample / 2 allocations repeats at least half of
-  // them; random sizes in 1 MiB repeat ~3% (the table's collisions).
-  bool sizes_rare() const { return sampled_ >= recur_sample && recurred_ * 4 < sampled_; }
+  // them, or, from the first early_sample on, fewer than a sixteenth (Note [Rare sizes
+  // said early], auto_mode.cc). Any period of up to recur_sample / 2 allocations
+  // repeats at least half of them; random sizes in 1 MiB repeat ~3% (the table's
+  // collisions).
+  bool sizes_rare() const {
+    return sampled_ >= early_sample && recurred_ * (sampled_ >= recur_sample ? 4 : 16) < sampled_;
+  }
   // Note [Auto mode rests]: true when every allocation the history keeps has one size
   // (only a period of structure or of quiet points can be found there).
   bool one_size() const { return !sizes_.empty() && same_run_ >= sizes_.size(); }

@@ -37,7 +37,8 @@ std::atomic<std::uint64_t> g_rests{0};
 // second, up to 32 times); a period found on any thread forgets them, and new threads
 // watch at once again. Where this is wrong: a process whose first threads show no
 // period and whose later ones would, each after its first rest: those later threads
-// are watched one rest later (16,384 allocations by default, a few inferences).
+// are watched one rest and a glance later (16,384 + 512 allocations by default, a few
+// inferences; Note [A glance after a rest]), if the glance shows sizes that recur.
 std::atomic<std::uint32_t> g_rests_without_period{0};
 
 void rest(thread_state& t, auto_state& a, std::uint64_t budget, bool glance = false) noexcept;
@@ -269,11 +270,13 @@ void begin_iterations(thread_state& t, auto_state& a, std::size_t size, engine& 
 // allocations (65,536 by default) most likely has none (shapes that change every
 // request, structures that never settle): the thread stops watching for as many
 // allocations again, doubling with each rest in a row up to 64 times, then watches
-// afresh. A stream in which no search of sizes ever found the newest size twice
+// afresh (after a glance where the rest was for rare sizes: Note [A glance after a
+// rest]). A stream in which no search of sizes ever found the newest size twice
 // before it (nothing recurs, so nothing can be planned) rests after one history's
 // worth already, and one in which fewer than a quarter of the watch's first 2,048
-// allocations have a size seen before in it (random sizes: ~3%) after those 2,048,
-// for one history: any program whose period is at most 1,024 allocations repeats at
+// allocations have a size seen before in it (random sizes: ~3%) after those 2,048
+// (fewer than a sixteenth after 512 already: Note [Rare sizes said early],
+// runtime/auto_detect.h), for one history: any program whose period is at most 1,024 allocations repeats at
 // least half of them, a program whose sizes change by the request repeats its layers'
 // shapes within one, and a watch of 2,048 allocations with a rest of 16,384 after it
 // costs an eighth of one of 16,384. (Where this is wrong: a period of more than 1,536
@@ -321,13 +324,16 @@ void rest_without_period(thread_state& t, auto_state& a, const options& opts) {
 // for sizes seen before in the glance (period_detector::glance, the sample's table of
 // hashed sizes: a hash and a bit; nothing followed, no history, no search, their frees
 // unseen), and where fewer than a quarter of them recur (auto_glance_rare) the thread
-// rests again, twice as long, without watching; otherwise the detector starts afresh
-// and the thread is watched as after any rest. Any period of up to 256 allocations
+// rests again, twice as long (up to 64x), without watching; otherwise the detector
+// starts afresh and the thread is watched as after any rest. A glanced allocation takes
+// the engine's slow path (no pass is granted ahead while glancing), ~150 instructions
+// more than a resting one's pass (Note [Pass-through]), 512 of them a rest. Any period of up to 256 allocations
 // repeats at least half of a glance's sizes, and a model's layers repeat their shapes
 // within a few dozen. Where this is wrong: a program that turns, after a rest, to a
 // period of more than 384 allocations nearly all of whose sizes differ is not found
-// (a thread's first watch, a full sample, finds one of up to 1,536 as before), and a
-// program that turns periodic during a rest is watched 512 allocations later.
+// (a thread's first watch finds one of up to 1,536 as before, but a new thread of a
+// process with no period begins with a rest and a glance, not a watch), and a program
+// that turns periodic during a rest is watched 512 allocations later.
 void glance_at(thread_state& t, auto_state& a, std::size_t size, const options& opts) {
   a.det.glance(size);
   if (--a.glancing > 0) return;
@@ -414,7 +420,8 @@ void watch(thread_state& t, std::size_t size) {
 // Note [Auto mode rests]: the watcher drops its history and its table of live blocks
 // and skips the next `budget` allocations, doubled for each rest in a row (up to 64x).
 // Nothing watches the thread's frees meanwhile (tracking() below): the plain-free gate
-// loses gate_watched until the rest ends (watch() sets it again), so that a
+// loses gate_watched until the rest ends (watch() sets it again, or glance_at() at
+// the end of a glance that shows sizes recurring), so that a
 // resting thread's frees of backend blocks go from the inline entry point straight to
 // the backend's free, as its allocations go from the slow path's top.
 void rest(thread_state& t, auto_state& a, std::uint64_t budget, bool glance) noexcept {

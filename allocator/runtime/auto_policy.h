@@ -170,7 +170,8 @@ inline auto_rest auto_rest_after(const auto_watch& w, std::uint64_t history) {
 
 // Note [A glance after a rest] (auto_mode.cc): the allocations a rest for rare sizes
 // is followed by before watching, tallied for sizes seen before among them; fewer than a
-// quarter recurring rests again, as a watch's sample of rare sizes does.
+// quarter recurring rests again (twice as long, up to 64x), as a watch's sample of rare
+// sizes does.
 inline constexpr std::uint32_t glance_sample = 512;
 inline bool auto_glance_rare(std::uint32_t glanced, std::uint32_t recurred) {
   return std::uint64_t{recurred} * 4 < glanced;

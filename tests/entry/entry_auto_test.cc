@@ -118,8 +118,8 @@ TEST(EntryAuto, ARestingThreadCountsItsRestDownGlancesAndWatchesAgain) {
     EXPECT_EQ(a->det.cached_max(), replayalloc::detail::backend::thread_cache_max());
     EXPECT_GE(a->det.cached_max(), std::uint64_t{16} << 10);
     const std::uint64_t watched_count = a->det.count();
-    EXPECT_EQ(watched_count, replayalloc::detail::recur_sample)
-        << "a stream whose sizes never recur rests after the watch's first 2,048 allocations";
+    EXPECT_EQ(watched_count, replayalloc::detail::early_sample)
+        << "a stream whose sizes never recur rests after the watch's first 512 allocations (Note [Rare sizes said early])";
     auto gate = [] { return replayalloc::detail::tls_state.free_gate; };
     EXPECT_EQ(gate() & replayalloc::detail::gate_watched, 0u) << "a resting thread's frees still go to the watcher";
     const replayalloc::Stats mid = replayalloc::stats();
@@ -165,6 +165,7 @@ TEST(EntryAuto, ARestingThreadCountsItsRestDownGlancesAndWatchesAgain) {
     for (std::uint32_t i = 0; i < glance_sample; ++i) one(kMin * (2 + i % 8));
     EXPECT_EQ(a->glancing, 0u);
     EXPECT_EQ(resting(), 0u) << "a glance whose sizes recur rested";
+    EXPECT_EQ(a->det.glanced(), 0u) << "the glance's tally was left in the watch's sample";
     // Watched again: the next block is followed, and its free (through either entry
     // point) is seen.
     for (how h : {how::plain, how::sized}) {
@@ -297,14 +298,17 @@ TEST(EntryAuto, NewThreadsOfAProcessWithNoPeriodBeginResting) {
   EXPECT_FALSE(aperiodic()) << "after two rests without a period, a new thread still watches its first allocations";
   EXPECT_GE(replayalloc::stats().auto_rests - before.auto_rests, 1u);
   // A thread that repeats a period of 64 allocations (of 64-127 KiB): it begins with a
-  // rest too, then watches, finds the period, and new threads watch at once again.
+  // rest too, then glances (Note [A glance after a rest]: its sizes recur), watches,
+  // finds the period, and new threads watch at once again.
   std::thread([] {
     const auto* const& a = replayalloc::detail::tls_state.autod;
+    bool glanced = false;
     for (int rep = 0; rep < 2000 && !(a != nullptr && a->in_iteration); ++rep) {
       std::vector<void*> held;
       for (int i = 0; i < 64; ++i) {
         const std::size_t n = 64 * 1024 + 1024 * static_cast<std::size_t>(i);
         held.push_back(replayalloc_malloc(n));
+        glanced = glanced || (a != nullptr && a->glancing == replayalloc::detail::glance_sample);
         if (held.size() > 2) {
           replayalloc_free(held[held.size() - 3]);
           held[held.size() - 3] = nullptr;
@@ -313,6 +317,7 @@ TEST(EntryAuto, NewThreadsOfAProcessWithNoPeriodBeginResting) {
       for (void* p : held) replayalloc_free(p);
     }
     ASSERT_NE(a, nullptr);
+    EXPECT_TRUE(glanced) << "the rest a new thread begins with did not end in a glance";
     EXPECT_TRUE(a->in_iteration) << "the periodic thread's period was not found";
   }).join();
   // Two more aperiodic rests are needed again before a new thread rests at once.

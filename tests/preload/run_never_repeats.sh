@@ -20,8 +20,10 @@ expect explicit "$out" iterations_set_aside -ge 2500
 
 out=$(LD_PRELOAD="$lib" REPLAYALLOC_VERBOSE=0 "$prog" 3000 2>&1)
 [ "$(grep '^checksum' <<<"$out")" = "$want" ] && echo "ok    auto: same output" || { echo "FAIL  auto: output differs"; fail=1; }
-# ~120,000 allocations in which no size recurs: the watcher rests after the first
-# 2,048 of each watch (16,384, then 32,768 and 65,536), not once after 65,536.
+# ~120,000 allocations in which no size recurs: the watcher rests after the first 512
+# of its watch (Note [Rare sizes said early]) and after each glance of 512 that follows
+# a rest (16,384, then 32,768 and 65,536: Note [A glance after a rest]), not once after
+# 65,536.
 expect auto "$out" auto_rests -ge 3
 expect auto "$out" plans -eq 0
 exit $fail

@@ -296,12 +296,28 @@ struct shifting_model : encoder_stream {
 TEST(PeriodDetector, SaysWhenFewSizesRecurInTheWatchsFirstAllocations) {
   std::mt19937_64 rng(11);
   period_detector random_sizes;
-  for (std::uint32_t i = 0; i + 1 < recur_sample; ++i) random_sizes.observe(4096 + rng() % (1u << 20), 0);
-  EXPECT_FALSE(random_sizes.sizes_rare()) << "said before its sample was complete";
+  for (std::uint32_t i = 0; i + 1 < early_sample; ++i) random_sizes.observe(4096 + rng() % (1u << 20), 0);
+  EXPECT_FALSE(random_sizes.sizes_rare()) << "said before its first 512";
   random_sizes.observe(4096 + rng() % (1u << 20), 0);
-  EXPECT_TRUE(random_sizes.sizes_rare()) << "2,048 random sizes in 1 MiB";
+  EXPECT_TRUE(random_sizes.sizes_rare()) << "512 random sizes in 1 MiB (Note [Rare sizes said early])";
   random_sizes.reset();
   EXPECT_FALSE(random_sizes.sizes_rare()) << "a rest starts the tally afresh";
+
+  // Note [Rare sizes said early]: one size in eight seen before (more than a sixteenth,
+  // fewer than a quarter) is not said rare at 512, but is once the sample of 2,048 is complete.
+  period_detector some;
+  for (std::uint32_t i = 0; i + 1 < recur_sample; ++i) {
+    some.observe(i % 8 == 7 ? 4096 : 8192 + rng() % (1u << 20), 0);
+    if (i + 1 == early_sample) EXPECT_FALSE(some.sizes_rare()) << "an eighth recurring said rare at 512";
+  }
+  EXPECT_FALSE(some.sizes_rare()) << "said before its sample was complete";
+  some.observe(8192 + rng() % (1u << 20), 0);
+  EXPECT_TRUE(some.sizes_rare()) << "an eighth recurring over 2,048";
+
+  // A period of 480 different sizes: more than a sixteenth of the first 512 recur.
+  period_detector p480;
+  for (std::uint32_t i = 0; i < early_sample; ++i) p480.observe(4096 * (1 + i % 480), 0);
+  EXPECT_FALSE(p480.sizes_rare()) << "a period of 480 different sizes";
 
   // 1,024 different sizes, then the same again: half the sample recurs.
   period_detector distinct;
@@ -339,7 +355,7 @@ TEST(PeriodDetector, AGlanceTalliesSizesSeenBeforeAndNothingElse) {
   g.reset();
   EXPECT_EQ(g.glanced(), 0u) << "a reset kept the glance's tally";
   for (std::uint32_t i = 0; i < glance_sample; ++i) g.glance(4096 * (1 + i % 256));
-  EXPECT_EQ(g.glance_recurred(), glance_sample - 256);
+  EXPECT_GE(g.glance_recurred(), glance_sample - 256);  // (more where two sizes share a bit)
   EXPECT_FALSE(auto_glance_rare(g.glanced(), g.glance_recurred())) << "a period of 256 different sizes";
   // The sizes of two programs whose sizes change by the request, glanced at.
   auto glanced_rare = [](const period_detector& d) {
