@@ -823,6 +823,20 @@ TEST(Entry, LiveFilterCountsLiveBlocks) {
   f->add(r);
   f->clear();
   EXPECT_FALSE(f->maybe_live(r));
+  // Note [Filters of one-byte counts]: 254 blocks of one bucket counted exactly; a count
+  // that reaches 255 stays "maybe" until clear(), never "no" while a block is live.
+  for (int i = 0; i < 254; ++i) f->add(p);
+  for (int i = 0; i < 253; ++i) f->remove(p);
+  EXPECT_TRUE(f->maybe_live(p)) << "one of 254 blocks still live";
+  f->remove(p);
+  EXPECT_FALSE(f->maybe_live(p));
+  for (int i = 0; i < 300; ++i) f->add(p);
+  for (int i = 0; i < 299; ++i) f->remove(p);
+  EXPECT_TRUE(f->maybe_live(p)) << "a bucket past 255 said no while one of its blocks was live";
+  f->remove(p);
+  EXPECT_TRUE(f->maybe_live(p)) << "a saturated count moved";
+  f->clear();
+  EXPECT_FALSE(f->maybe_live(p));
   delete f;
 }
 
@@ -845,8 +859,8 @@ TEST(Entry, WatchersFilterTouchesOnlyThePagesOfItsBuckets) {
   {
     zeroed_live_filter f(mem);
     EXPECT_EQ(resident(), 0);
-    // Blocks on pages 0x7f0000100..0x7f00001ff: buckets among the first 512 (their
-    // counts on the first page of 4 KiB), and two blocks on one page.
+    // Blocks on pages 0x7f0000100..0x7f00001ff: 256 buckets in a row (their counts of
+    // one byte on at most two pages of 4 KiB), and two blocks on one page.
     std::vector<const void*> blocks;
     for (std::uintptr_t pg = 0x7f0000100; pg < 0x7f0000200; ++pg) blocks.push_back(reinterpret_cast<const void*>(pg << 12));
     blocks.push_back(reinterpret_cast<const void*>(std::uintptr_t{0x7f0000100800}));
