@@ -297,6 +297,7 @@ void rest_without_period(thread_state& t, auto_state& a, const options& opts) {
   w.one_size = a.det.one_size();
   w.cached_one_size = a.det.sample_one_size();  // Note [Blocks that never overlap]
   w.watched = a.det.count() - a.watch_start;
+  w.rested = a.rests > 0;  // Note [A shorter watch after a rest]
   if (const auto_rest r = auto_rest_after(w, opts.auto_history); r.rest) {
     rest(t, a, r.budget, w.rare);  // Note [A glance after a rest]
     g_rests_without_period.fetch_add(1, std::memory_order_relaxed);

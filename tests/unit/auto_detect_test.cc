@@ -913,6 +913,16 @@ TEST(AutoPolicy, AWatchWithoutAPeriodRestsEarlyOnRareSizesLoneBlocksOrOneCachedS
   auto_rest r = auto_rest_after(w, history);
   EXPECT_TRUE(r.rest);
   EXPECT_EQ(r.budget, 4 * history);
+  // Note [A shorter watch after a rest]: after a rest without a period, one history, for
+  // the same budget.
+  w.rested = true;
+  w.watched = history - 1;
+  EXPECT_FALSE(auto_rest_after(w, history).rest);
+  w.watched = history;
+  r = auto_rest_after(w, history);
+  EXPECT_TRUE(r.rest) << "a watch after a rest waited four histories";
+  EXPECT_EQ(r.budget, 4 * history) << "a shorter watch rests as long as before";
+  w.rested = false;
   w.sizes_recur = false;
   w.watched = history - 1;
   EXPECT_FALSE(auto_rest_after(w, history).rest);
