@@ -905,38 +905,29 @@ TEST(AutoPolicy, APeriodOfSizesStopsWhenMostOfAnIterationsRequestsHaveOtherSizes
 
 TEST(AutoPolicy, AWatchWithoutAPeriodRestsEarlyOnRareSizesLoneBlocksOrOneCachedSizeElseAfterItsBudget) {
   const std::uint64_t history = 16384;
+  // The watch `v` rests at `n` watched allocations, not one before; its rest's budget.
+  const auto rests_at = [history](auto_watch v, std::uint64_t n) {
+    v.watched = n - 1;
+    EXPECT_FALSE(auto_rest_after(v, history).rest) << "rested before " << n;
+    v.watched = n;
+    const auto_rest r = auto_rest_after(v, history);
+    EXPECT_TRUE(r.rest) << "did not rest at " << n;
+    return r.budget;
+  };
   auto_watch w;
   w.sizes_recur = true;
-  w.watched = 4 * history - 1;
-  EXPECT_FALSE(auto_rest_after(w, history).rest) << "sizes recur: four histories' worth";
-  w.watched = 4 * history;
-  auto_rest r = auto_rest_after(w, history);
-  EXPECT_TRUE(r.rest);
-  EXPECT_EQ(r.budget, 4 * history);
+  EXPECT_EQ(rests_at(w, 4 * history), 4 * history) << "sizes recur: four histories' worth";
   // Note [A shorter watch after a rest]: after a rest without a period, one history, for
   // the same budget.
   w.rested = true;
-  w.watched = history - 1;
-  EXPECT_FALSE(auto_rest_after(w, history).rest);
-  w.watched = history;
-  r = auto_rest_after(w, history);
-  EXPECT_TRUE(r.rest) << "a watch after a rest waited four histories";
-  EXPECT_EQ(r.budget, 4 * history) << "a shorter watch rests as long as before";
+  EXPECT_EQ(rests_at(w, history), 4 * history) << "a shorter watch rests as long as before";
   w.rested = false;
   w.sizes_recur = false;
-  w.watched = history - 1;
-  EXPECT_FALSE(auto_rest_after(w, history).rest);
-  w.watched = history;
-  EXPECT_EQ(auto_rest_after(w, history).budget, history) << "no size ever recurred: one history";
-  EXPECT_TRUE(auto_rest_after(w, history).rest);
+  EXPECT_EQ(rests_at(w, history), history) << "no size ever recurred: one history";
   w.sizes_recur = true;
   w.one_size = true;
-  w.watched = history - 1;
-  EXPECT_FALSE(auto_rest_after(w, history).rest);
-  w.watched = history;
-  r = auto_rest_after(w, history);
-  EXPECT_TRUE(r.rest) << "one size throughout: no period of sizes to wait for, one history";
-  EXPECT_EQ(r.budget, history);
+  EXPECT_EQ(rests_at(w, history), history) << "one size throughout: no period of sizes to wait for, one history";
+  auto_rest r;
   for (int kind = 0; kind < 3; ++kind) {
     auto_watch early;
     early.sizes_recur = true;
