@@ -53,9 +53,7 @@ bool period_detector::observe(std::uint64_t size, std::uint64_t live, std::uint3
   ++count_;
   // Note [Auto mode rests]: a size seen before? Note [A size never seen before]: kept
   // for every allocation, not only the sample's.
-  const std::size_t bit = absl::Hash<std::uint64_t>{}(size) % recur_bits;
-  newest_seen_ = seen_.test(bit);
-  seen_.set(bit);
+  newest_seen_ = mark_seen(size);
   if (sampled_ < recur_sample) {
     recurred_ += newest_seen_;
     ++sampled_;
@@ -81,10 +79,15 @@ bool period_detector::observe(std::uint64_t size, std::uint64_t live, std::uint3
   return detect_shape() || detect_quiet();
 }
 
-void period_detector::glance(std::uint64_t size) {
+bool period_detector::mark_seen(std::uint64_t size) {
   const std::size_t bit = absl::Hash<std::uint64_t>{}(size) % recur_bits;
-  recurred_ += seen_.test(bit);
+  const bool was = seen_.test(bit);
   seen_.set(bit);
+  return was;
+}
+
+void period_detector::glance(std::uint64_t size) {
+  recurred_ += mark_seen(size);
   ++sampled_;
 }
 

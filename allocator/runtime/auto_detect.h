@@ -244,6 +244,8 @@ class period_detector {
   bool rejected(std::size_t p) const;
   bool sample_alone() const;
   bool sample_of_one_size() const;
+  // Sets the bit of `size` in seen_; whether it was set (a size seen since the last reset).
+  bool mark_seen(std::uint64_t size);
   std::vector<std::uint32_t, backend::internal_allocator<std::uint32_t>> rejected_;
   std::uint32_t history_;
   std::uint64_t cached_max_;

@@ -79,8 +79,9 @@ inline void* alloc_below_min(std::size_t size, std::size_t align, bool zero) {
 // thread marks its own iterations (auto mode is off there), or its watcher rests
 // (Note [Auto mode rests]) outside any iteration, whose count this takes one off. The
 // rest's last allocation (resting == 1) goes the engine's way, which starts watching
-// again (or glancing: Note [A glance after a rest], auto_mode.cc); so does a thread's first in auto mode, which makes its watcher
-// (auto_mode::before_alloc counts the rest down the same way). Here, with the
+// again (or glancing: Note [A glance after a rest], auto_mode.cc); so does a thread's
+// first in auto mode, which makes its watcher (auto_mode::before_alloc counts the rest
+// down the same way). Here, with the
 // engine's other inline shortcuts; used by the slow path's top
 // (runtime/host_slow_path.cc), which grants the passes that follow ahead (Note
 // [Passes granted ahead]). pre: not in the engine, size at or above the minimum.
