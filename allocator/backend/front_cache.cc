@@ -22,11 +22,13 @@
 //    before the cache or by jemalloc's calloc and realloc, go to jemalloc's free). A
 //    free in the range learns its block's class from the page map (Note [The front
 //    cache's page map]), not from jemalloc;
-//  * a list that reaches its length (64 KiB of blocks, at least four) goes whole to the
-//    depot, a stack of lists per class under a spin lock; a thread whose list is empty
-//    takes a whole list from there before it asks the arena for a block of exactly the
-//    class's size (so every block the cache holds is of its class: a block that
-//    jemalloc's realloc resized goes back to the arena at its free);
+//  * a list that reaches its length (64 KiB of blocks, at least four) goes to the
+//    depot (whole, or its older half where the thread also allocates the class: Note
+//    [Half a list handed on], front_depot.cc), a stack of lists per class under a spin
+//    lock; a thread whose list is empty takes a whole list from there before it asks
+//    the arena for a block of exactly the class's size (so every block the cache holds
+//    is of its class: a block that jemalloc's realloc resized goes back to the arena at
+//    its free);
 //  * a thread's lists go to the depot when it exits (a pthread key's destructor), so its
 //    successors reuse its blocks; the arena has no thread to leave it, so nothing purges
 //    its pages but jemalloc's decay.
@@ -184,6 +186,7 @@ void close_thread(void* arg) noexcept {
   for (unsigned k = 0; k < max_classes; ++k) {
     c->lists[k] = free_list{nullptr, 0, g_list_max[k]};
     c->burst[k] = false;
+    c->handed[k] = whole_after;  // lists handed on whole until the thread allocates the class
     c->large_missed_at[k] = 0;
     c->large_streak[k] = 0;
   }
@@ -243,6 +246,7 @@ inline void sweep_if_due() noexcept {
   if (k == 0) return g_malloc(size);
   sweep_if_due();
   if (t_state == cache_open || open_cache()) {
+    t_cache->handed[k] = 0;  // it allocates the class: Note [Half a list handed on]
     free_list l = take(k);
     if (l.head != nullptr) {
       free_list& mine = t_cache->lists[k];
@@ -257,13 +261,12 @@ inline void sweep_if_due() noexcept {
   return arena_block(k, size);
 }
 
-// The thread's full list of class k to the depot (Note [Idle lists given back]: its idle lists first, once a sweep).
+// The thread's full list of class k to the depot, whole or its older half (Note [Half a
+// list handed on], front_depot.cc; Note [Idle lists given back]: its idle lists first,
+// once a sweep).
 [[gnu::noinline]] void hand_on(unsigned k) noexcept {
   sweep_if_due();
-  free_list& mine = t_cache->lists[k];
-  put(k, mine.head, mine.count);
-  mine.head = nullptr;
-  mine.count = 0;
+  hand_on_list(k, t_cache->lists[k], t_cache->handed[k]);
   t_cache->burst[k] = false;
 }
 

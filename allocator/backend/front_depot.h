@@ -55,6 +55,12 @@ void thread_closed() noexcept;
 // cache's. `counted` false: a list taken with take(k, false) and put back, which
 // the statistics (depot_puts, depot_takes) never saw move.
 void put(unsigned k, void* head, std::uint32_t count, bool counted = true) noexcept;
+// A thread's full list of class k to the depot (put): its older half, where the thread
+// handed on fewer than whole_after lists of it since it last missed on it (`handed`,
+// counted here; the thread sets it to 0 at a miss), else the whole list (Note [Half a
+// list handed on]).
+inline constexpr std::uint8_t whole_after = 4;
+void hand_on_list(unsigned k, free_list& mine, std::uint8_t& handed) noexcept;
 // A whole list of class k from the depot; {nullptr, 0, 0} when it has none.
 free_list take(unsigned k, bool counted = true) noexcept;
 // Every block of a list back to the arena.

@@ -23,6 +23,9 @@ struct thread_cache {
   // Note [Runs for medium blocks]: a class whose list missed into the runs since it last
   // overflowed (a burst): its next miss fills the whole list.
   bool burst[max_classes];
+  // Note [Half a list handed on] (front_depot.cc): the class's lists handed on since the
+  // thread last missed on it, up to whole_after (whole lists from there).
+  std::uint8_t handed[max_classes];
   // Note [Large blocks in the front cache]: the thread's frees of the classes above 64
   // KiB, and their count + 1 at each such class's last miss into its runs.
   std::uint32_t large_frees;

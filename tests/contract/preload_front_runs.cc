@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "backend/backend.h"
 #include "backend/front_cache.h"
 #include "gtest/gtest.h"
@@ -263,11 +264,80 @@ TEST(FrontRuns, ABurstFillsWholeListsAndAnOverflowGoesBackToHalf) {
     std::sort(at.begin(), at.end());
     for (std::size_t i = 1; i < at.size(); ++i) EXPECT_GE(at[i] - at[i - 1], 1024u) << "two blocks overlap";
     for (int i = 0; i < 17; ++i) release(held[--n]);  // 16 fill the list, the 17th overflows it
-    EXPECT_EQ(be::front_thread_list_count(kSize), 1u);
+    // Note [Half a list handed on]: the thread allocates the class, so half the list
+    // stays (8) and the 17th goes on it.
+    EXPECT_EQ(be::front_thread_list_count(kSize), 9u);
     be::front_cache_release();
     held[n++] = pass(kSize);
     EXPECT_EQ(be::front_thread_list_count(kSize), 7u) << "a list that overflowed did not go back to half";
     while (n > 0) release(held[--n]);
+  }).join();
+}
+
+// Note [Half a list handed on]: a thread that allocates a class and frees as many keeps
+// half its list where the list overflows (the older half goes to the depot, whole and
+// intact); a thread that only frees the class (a consumer of another's blocks) hands on
+// whole lists, and so does one that has handed on four since it last allocated the
+// class. 1,000-byte requests: jemalloc's class of 1 KiB, lists of 16.
+TEST(FrontRuns, AnOverflowKeepsHalfWhereTheThreadAllocatesTheClass) {
+  REQUIRE_RUNS();
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  constexpr std::size_t kSize = 1000;
+  std::thread([&] {
+    release(pass(100));  // the thread's cache made first
+    be::front_cache_release();
+    std::vector<void*> made;
+    while (made.size() < 64 || be::front_thread_list_count(kSize) != 0) {
+      made.push_back(pass(kSize));
+      std::memset(made.back(), static_cast<int>(made.size()), kSize);
+    }
+    std::vector<void*> freed;
+    const auto free_one = [&] {
+      freed.push_back(made.back());
+      made.pop_back();
+      release(freed.back());
+    };
+    const auto overflow = [&] {
+      while (be::front_thread_list_count(kSize) != 16) free_one();
+      free_one();
+    };
+    overflow();  // 16 fill its list, the 17th overflows it: half stays, the 17th on it
+    EXPECT_EQ(be::front_thread_list_count(kSize), 9u) << "an allocating thread's overflow kept no half";
+    const std::uint64_t puts = be::front_cache_stats().depot_puts;
+    for (int i = 2; i <= 4; ++i) {
+      overflow();
+      EXPECT_EQ(be::front_thread_list_count(kSize), 9u) << "overflow " << i;
+    }
+    overflow();  // the fifth since it last allocated the class: the whole list
+    EXPECT_EQ(be::front_thread_list_count(kSize), 1u) << "a thread that only freed since kept half";
+    EXPECT_EQ(be::front_cache_stats().depot_puts - puts, 4u);
+    // The depot's lists, halves and whole, come back with every block once.
+    const absl::flat_hash_set<void*> was_freed(freed.begin(), freed.end());
+    std::vector<void*> again;
+    for (std::size_t i = 0; i < freed.size(); ++i) again.push_back(pass(kSize));
+    const absl::flat_hash_set<void*> unique(again.begin(), again.end());
+    EXPECT_EQ(unique.size(), again.size()) << "a block handed out twice";
+    int reused = 0;
+    for (void* p : again) reused += was_freed.contains(p) ? 1 : 0;
+    EXPECT_EQ(reused, static_cast<int>(freed.size())) << "blocks the halves held did not come back";
+    for (void* p : made) {
+      EXPECT_FALSE(unique.contains(p)) << "a live block handed out";
+      release(p);
+    }
+    for (void* p : again) release(p);
+    be::front_cache_release();
+  }).join();
+  // A thread that never allocated the class hands on whole lists.
+  std::vector<void*> blocks;
+  std::thread([&] {
+    for (int i = 0; i < 17; ++i) blocks.push_back(pass(kSize));
+  }).join();
+  std::thread([&] {
+    release(pass(100));
+    for (void* p : blocks) release(p);
+    EXPECT_EQ(be::front_thread_list_count(kSize), 1u) << "a consumer's overflow kept half its list";
+    be::front_cache_release();
   }).join();
 }
 
