@@ -286,7 +286,8 @@ void narrow_plain_malloc(std::uint64_t limit) noexcept {
 // minimum the entry points call this inline (g_plain_memalign, as malloc calls the plain
 // malloc; posix_memalign before it saves errno), and so does a pass granted ahead
 // (pass_granted_aligned, runtime/shortcuts.h): a 64 B pair of posix_memalign(64) and
-// free 235.2 -> 114.2 instructions, a 4 KiB pair passed through 254.2 -> 176.2
+// free 235.2 -> 114.2 instructions, a 4 KiB pair passed through 254.2 -> 176.2 (and
+// 124.2 since Note [posix_memalign's two ways], runtime/api.cc)
 // (tests/perf/instruction_budget.txt; jemalloc's own 192.2 and 222.6, tcmalloc's 109.2
 // and 112.2, mimalloc's 163.4 and 371.7).
 void* front_memalign(std::size_t size, std::size_t align) noexcept {

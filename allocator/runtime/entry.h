@@ -69,7 +69,8 @@ void* host_alloc_slow(thread_state& t, std::size_t size, std::size_t align, bool
 // An aligned request (align > malloc_align) below the minimum: the front cache's class
 // aligned as asked (Note [Aligned requests in the front cache]), where it serves; null
 // where it does not (then the slow path). Never recorded, planned or watched, as
-// malloc's below the minimum. entry_alloc's, and posix_memalign's before it saves errno.
+// malloc's below the minimum. entry_alloc's, and posix_memalign's inline way's (Note
+// [posix_memalign's two ways], api.cc).
 REPLAYALLOC_ALWAYS_INLINE void* aligned_below_min(std::size_t size, std::size_t align) {
   if (!small_request(size)) return nullptr;
   backend::plain_memalign_fn m = backend::g_plain_memalign.load(std::memory_order_acquire);

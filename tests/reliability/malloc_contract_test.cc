@@ -174,8 +174,10 @@ TEST_P(MallocContract, ImpossibleSizesFailWithEnomem) {
     EXPECT_EQ(replayalloc_realloc(nullptr, n), nullptr) << n;
     EXPECT_EQ(errno, ENOMEM) << "realloc(NULL, " << n << ")";
     void* out = &out;
+    errno = 0;
     EXPECT_EQ(replayalloc_posix_memalign(&out, 64, n), ENOMEM) << n;
     EXPECT_EQ(out, &out) << "posix_memalign changed *memptr on failure";
+    EXPECT_EQ(errno, 0) << "posix_memalign(64, " << n << ") set errno (posix_memalign(3): it is not set)";
   }
   // calloc: count * size overflows.
   const std::pair<std::size_t, std::size_t> overflow[] = {
