@@ -234,6 +234,20 @@ TEST(FrontRuns, ABurstsEmptiedRunsServeTheNextBurstWithoutJemalloc) {
   }).join();
 }
 
+// 1,000-byte requests: jemalloc's class of 1 KiB, lists of 16.
+constexpr std::size_t kKiBRequest = 1000;
+
+// fn on a new thread, its cache made, then its lists and the depot emptied: the counts of
+// its lists start from nothing.
+template <class F>
+void on_an_emptied_cache(F fn) {
+  std::thread([&] {
+    be::g_plain_free.load()(be::g_pass_malloc.load()(100));
+    be::front_cache_release();
+    fn();
+  }).join();
+}
+
 // A list's miss into the runs takes half a list; a second miss with no overflow of the
 // list between (a burst) the whole list; a list that overflowed goes back to half.
 // 1,000-byte requests: jemalloc's class of 1 KiB, lists of 16.
@@ -241,24 +255,21 @@ TEST(FrontRuns, ABurstFillsWholeListsAndAnOverflowGoesBackToHalf) {
   REQUIRE_RUNS();
   auto pass = be::g_pass_malloc.load();
   auto release = be::g_plain_free.load();
-  constexpr std::size_t kSize = 1000;
-  std::thread([&] {
-    release(pass(100));  // the thread's cache made first
-    be::front_cache_release();  // its lists and the depot empty
+  on_an_emptied_cache([&] {
     void* held[64];
     int n = 0;
-    held[n++] = pass(kSize);
-    EXPECT_EQ(be::front_thread_list_count(kSize), 7u) << "the first miss takes half a list";
-    while (be::front_thread_list_count(kSize) != 0) held[n++] = pass(kSize);
+    held[n++] = pass(kKiBRequest);
+    EXPECT_EQ(be::front_thread_list_count(kKiBRequest), 7u) << "the first miss takes half a list";
+    while (be::front_thread_list_count(kKiBRequest) != 0) held[n++] = pass(kKiBRequest);
     EXPECT_EQ(n, 8);
-    held[n++] = pass(kSize);
-    EXPECT_EQ(be::front_thread_list_count(kSize), 15u) << "a burst's second miss takes the whole list";
-    while (be::front_thread_list_count(kSize) != 0) held[n++] = pass(kSize);
+    held[n++] = pass(kKiBRequest);
+    EXPECT_EQ(be::front_thread_list_count(kKiBRequest), 15u) << "a burst's second miss takes the whole list";
+    while (be::front_thread_list_count(kKiBRequest) != 0) held[n++] = pass(kKiBRequest);
     ASSERT_EQ(n, 24);
     std::vector<std::uintptr_t> at;
     at.reserve(64);
     for (int i = 0; i < n; ++i) {
-      std::memset(held[i], i, kSize);
+      std::memset(held[i], i, kKiBRequest);
       at.push_back(reinterpret_cast<std::uintptr_t>(held[i]));
     }
     std::sort(at.begin(), at.end());
@@ -266,12 +277,12 @@ TEST(FrontRuns, ABurstFillsWholeListsAndAnOverflowGoesBackToHalf) {
     for (int i = 0; i < 17; ++i) release(held[--n]);  // 16 fill the list, the 17th overflows it
     // Note [Half a list handed on]: the thread allocates the class, so half the list
     // stays (8) and the 17th goes on it.
-    EXPECT_EQ(be::front_thread_list_count(kSize), 9u);
+    EXPECT_EQ(be::front_thread_list_count(kKiBRequest), 9u);
     be::front_cache_release();
-    held[n++] = pass(kSize);
-    EXPECT_EQ(be::front_thread_list_count(kSize), 7u) << "a list that overflowed did not go back to half";
+    held[n++] = pass(kKiBRequest);
+    EXPECT_EQ(be::front_thread_list_count(kKiBRequest), 7u) << "a list that overflowed did not go back to half";
     while (n > 0) release(held[--n]);
-  }).join();
+  });
 }
 
 // Note [Half a list handed on]: a thread that allocates a class and frees as many keeps
@@ -283,14 +294,11 @@ TEST(FrontRuns, AnOverflowKeepsHalfWhereTheThreadAllocatesTheClass) {
   REQUIRE_RUNS();
   auto pass = be::g_pass_malloc.load();
   auto release = be::g_plain_free.load();
-  constexpr std::size_t kSize = 1000;
-  std::thread([&] {
-    release(pass(100));  // the thread's cache made first
-    be::front_cache_release();
+  on_an_emptied_cache([&] {
     std::vector<void*> made;
-    while (made.size() < 64 || be::front_thread_list_count(kSize) != 0) {
-      made.push_back(pass(kSize));
-      std::memset(made.back(), static_cast<int>(made.size()), kSize);
+    while (made.size() < 64 || be::front_thread_list_count(kKiBRequest) != 0) {
+      made.push_back(pass(kKiBRequest));
+      std::memset(made.back(), static_cast<int>(made.size()), kKiBRequest);
     }
     std::vector<void*> freed;
     const auto free_one = [&] {
@@ -299,23 +307,23 @@ TEST(FrontRuns, AnOverflowKeepsHalfWhereTheThreadAllocatesTheClass) {
       release(freed.back());
     };
     const auto overflow = [&] {
-      while (be::front_thread_list_count(kSize) != 16) free_one();
+      while (be::front_thread_list_count(kKiBRequest) != 16) free_one();
       free_one();
     };
     overflow();  // 16 fill its list, the 17th overflows it: half stays, the 17th on it
-    EXPECT_EQ(be::front_thread_list_count(kSize), 9u) << "an allocating thread's overflow kept no half";
+    EXPECT_EQ(be::front_thread_list_count(kKiBRequest), 9u) << "an allocating thread's overflow kept no half";
     const std::uint64_t puts = be::front_cache_stats().depot_puts;
     for (int i = 2; i <= 4; ++i) {
       overflow();
-      EXPECT_EQ(be::front_thread_list_count(kSize), 9u) << "overflow " << i;
+      EXPECT_EQ(be::front_thread_list_count(kKiBRequest), 9u) << "overflow " << i;
     }
     overflow();  // the fifth since it last allocated the class: the whole list
-    EXPECT_EQ(be::front_thread_list_count(kSize), 1u) << "a thread that only freed since kept half";
+    EXPECT_EQ(be::front_thread_list_count(kKiBRequest), 1u) << "a thread that only freed since kept half";
     EXPECT_EQ(be::front_cache_stats().depot_puts - puts, 4u);
     // The depot's lists, halves and whole, come back with every block once.
     const absl::flat_hash_set<void*> was_freed(freed.begin(), freed.end());
     std::vector<void*> again;
-    for (std::size_t i = 0; i < freed.size(); ++i) again.push_back(pass(kSize));
+    for (std::size_t i = 0; i < freed.size(); ++i) again.push_back(pass(kKiBRequest));
     const absl::flat_hash_set<void*> unique(again.begin(), again.end());
     EXPECT_EQ(unique.size(), again.size()) << "a block handed out twice";
     int reused = 0;
@@ -327,16 +335,16 @@ TEST(FrontRuns, AnOverflowKeepsHalfWhereTheThreadAllocatesTheClass) {
     }
     for (void* p : again) release(p);
     be::front_cache_release();
-  }).join();
+  });
   // A thread that never allocated the class hands on whole lists.
   std::vector<void*> blocks;
   std::thread([&] {
-    for (int i = 0; i < 17; ++i) blocks.push_back(pass(kSize));
+    for (int i = 0; i < 17; ++i) blocks.push_back(pass(kKiBRequest));
   }).join();
   std::thread([&] {
     release(pass(100));
     for (void* p : blocks) release(p);
-    EXPECT_EQ(be::front_thread_list_count(kSize), 1u) << "a consumer's overflow kept half its list";
+    EXPECT_EQ(be::front_thread_list_count(kKiBRequest), 1u) << "a consumer's overflow kept half its list";
     be::front_cache_release();
   }).join();
 }
