@@ -36,10 +36,9 @@
 // lists of 16 KiB, one block above 16 KiB, made 8 threads on 2 cores wait on the arena:
 // RESULTS "The fallback's front cache"), 16 KiB below 4 KiB (at most 64 blocks; 64 KiB
 // there took larson's peak RSS at 2 threads from 36 to 40 MiB); the depot at most 1-32
-// MiB for the classes of 4-64 KiB (Note [The depot's budget follows the threads]), 256
-// KiB below (1 MiB in all released a list in four at 8 threads on 2 cores, each of whose
-// blocks the arena then made again: RESULTS "Small blocks in the front cache"),
-// 8 MiB for those above 64 KiB; what does not fit goes back to the arena, whose dirty
+// MiB for the classes of 4-64 KiB (Note [The depot's budget follows the threads]),
+// 256 KiB-4 MiB below (Note [The small classes' budget follows the threads]), 8 MiB for
+// those above 64 KiB; what does not fit goes back to the arena, whose dirty
 // pages decay as jemalloc's others do. Before a slab is made (Note [Purging what a slab
 // replaces]) the thread's lists and the depot go back to the arena, so that its purge
 // finds their pages. Fork: the depot's locks are held across fork() (engine::prefork).

@@ -322,31 +322,39 @@ TEST(FrontCache, AConsumersFreesServeItsProducer) {
   }
 }
 
-// The depot is bounded (Note [Small blocks in the front cache]): threads that exit
-// holding full lists of a small class hand them to the depot until its budget for the
-// classes below 4 KiB is spent, and the lists after that go back to the arena, whatever
-// the number of threads. 24 threads, each with a full list of 1 KiB blocks (16 KiB: a
-// small class's list), against a budget of 256 KiB (16 such lists).
+// The depot is bounded (Note [Small blocks in the front cache], Note [The small classes'
+// budget follows the threads]): its budget for the classes below 4 KiB is 256 KiB with
+// one thread and grows by 128 KiB for each thread open at once beyond the first, up to 4
+// MiB; threads that exit holding full lists of small classes hand them to the depot
+// until the budget is spent, and the lists after that go back to the arena. 24 threads
+// open at once, each with lists of sixteen small classes of 256 B-3.5 KiB (16 KiB each:
+// 6 MiB in all), against a budget of at most 3.25 MiB.
 TEST(FrontCache, TheDepotKeepsNoMoreThanItsBudget) {
   REQUIRE_FRONT_CACHE();
   namespace be = detail::backend;
-  constexpr std::size_t kSize = 1000;  // jemalloc's class of 1 KiB
+  constexpr std::size_t kKiB = 1024;
+  constexpr std::size_t kSizes[] = {256, 320, 384, 448, 512, 640, 768, 896,
+                                    1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584};
   constexpr int kThreads = 24;
   const be::front_cache_counts before = be::front_cache_stats();
-  ASSERT_EQ(before.depot_budget[0], std::size_t{256} << 10);
+  ASSERT_EQ(before.depot_budget[0], 256 * kKiB) << "one thread's budget";
   ASSERT_EQ(before.depot_bytes[0], 0u) << "expect_on() released the depot";
-  // All hold their blocks at once (a thread would otherwise take its predecessor's list
+  // All hold their blocks at once (a thread would otherwise take its predecessor's lists
   // from the depot), then free them and exit one after another.
   std::latch allocated(kThreads);
   std::mutex turn;
   std::size_t most = 0;
+  std::size_t budget = 0;
   std::vector<std::thread> threads;
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&] {
       std::vector<void*> mine;
-      for (int b = 0; b < 16; ++b) mine.push_back(std::malloc(kSize));
+      for (std::size_t size : kSizes) {
+        for (std::size_t b = 0; b < 16 * kKiB / size; ++b) mine.push_back(std::malloc(size));
+      }
       allocated.arrive_and_wait();
       std::lock_guard<std::mutex> one(turn);
+      budget = std::max(budget, be::front_cache_stats().depot_budget[0]);
       for (void* p : mine) std::free(p);
     });
   }
@@ -356,10 +364,13 @@ TEST(FrontCache, TheDepotKeepsNoMoreThanItsBudget) {
     most = std::max(most, now.depot_bytes[0]);
     EXPECT_LE(now.depot_bytes[0], now.depot_budget[0]);
   }
+  // 24 threads and this one open at once (or 24, where this one's cache is not open).
+  EXPECT_GE(budget, (256 + 23 * 128) * kKiB) << "the budget did not follow the threads";
+  EXPECT_LE(budget, (256 + 24 * 128) * kKiB);
   const be::front_cache_counts after = be::front_cache_stats();
-  EXPECT_GE(most, std::size_t{128} << 10) << "the exiting threads' lists did not reach the depot";
-  // 24 lists of 16 KiB against 256 KiB: at least 8 went back to the arena.
-  EXPECT_GE(after.depot_frees - before.depot_frees, 8u);
+  EXPECT_GE(most, budget - 64 * kKiB) << "the exiting threads' lists did not fill the depot";
+  // 6 MiB of lists against at most 3.25 MiB: at least 2.75 MiB of them went back.
+  EXPECT_GE(after.depot_frees - before.depot_frees, (6144 - 3328) / 16) << "the depot kept more than its budget";
   detail::backend::front_cache_release();
   EXPECT_EQ(be::front_cache_stats().depot_bytes[0], 0u) << "the depot's count of its bytes drifted";
 }
