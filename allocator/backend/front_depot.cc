@@ -93,9 +93,10 @@ std::size_t depot_budget() noexcept {
 // of replayalloc's samples in perf). So the small classes' budget follows the threads as
 // the others' does (the same window of the most caches open at once): 256 KiB, and 128
 // KiB for each thread beyond the first, up to 4 MiB (29 threads). A program of one thread
-// keeps what it kept. producer/consumer at 8 threads: lists given back 9,000 -> ~400;
-// measured side by side in bench/RESULTS.md ("The small classes' budget follows the
-// threads").
+// keeps what it kept. producer/consumer at 8 threads: lists given back 9,576 -> 207, CPU
+// 1.169x -> 1.150x mimalloc's, peak RSS as before (bench/RESULTS.md, "Threaded stress
+// with the small classes' budget following the threads"; at T = 8 and 16 end to end, "...
+// with the session's three changes").
 std::size_t small_budget() noexcept {
   const std::size_t most = open_most();
   const std::size_t b = small_budget_least + small_budget_per_thread * (most > 1 ? most - 1 : 0);
@@ -228,7 +229,8 @@ void put(unsigned k, void* head, std::uint32_t count, bool counted) noexcept {
 // takes as many blocks a lock as before: halves there made producer/consumer's lists
 // twice as many (72,000 -> 143,000). A thread's bound (one list's length) is unchanged.
 // threaded_stress, 8 threads, mode off: puts 67,000 -> 44,000 (aligned), 72,000 ->
-// 38,000 (rptest); measured side by side in bench/RESULTS.md ("Half a list handed on").
+// 38,000 (rptest), rptest 1.089x -> 0.985x the best's CPU (bench/RESULTS.md, "Threaded
+// stress with half a list handed on").
 void hand_on_list(unsigned k, free_list& mine, std::uint8_t& handed) noexcept {
   const std::uint32_t keep = handed < whole_after ? mine.count / 2 : 0;
   if (handed < whole_after) ++handed;
