@@ -328,7 +328,7 @@ TEST(FrontCache, AConsumersFreesServeItsProducer) {
 // MiB; threads that exit holding full lists of small classes hand them to the depot
 // until the budget is spent, and the lists after that go back to the arena. 24 threads
 // open at once, each with lists of sixteen small classes of 256 B-3.5 KiB (16 KiB each:
-// 6 MiB in all), against a budget of at most 3.25 MiB.
+// 6 MiB in all), against a budget of 3.25 MiB (4 MiB at most).
 TEST(FrontCache, TheDepotKeepsNoMoreThanItsBudget) {
   REQUIRE_FRONT_CACHE();
   namespace be = detail::backend;
@@ -337,14 +337,17 @@ TEST(FrontCache, TheDepotKeepsNoMoreThanItsBudget) {
                                     1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584};
   constexpr int kThreads = 24;
   const be::front_cache_counts before = be::front_cache_stats();
-  ASSERT_EQ(before.depot_budget[0], 256 * kKiB) << "one thread's budget";
+  // 256 KiB alone; more where the tests before, in the same process (ctest's
+  // synchronous_planning run), had threads open within the last two seconds.
+  ASSERT_GE(before.depot_budget[0], 256 * kKiB) << "less than one thread's budget";
   ASSERT_EQ(before.depot_bytes[0], 0u) << "expect_on() released the depot";
   // All hold their blocks at once (a thread would otherwise take its predecessor's lists
   // from the depot), then free them and exit one after another.
   std::latch allocated(kThreads);
   std::mutex turn;
   std::size_t most = 0;
-  std::size_t budget = 0;
+  std::size_t budget = 0;  // the most the threads saw (under `turn`)
+  std::size_t budget_joined = 0;
   std::vector<std::thread> threads;
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&] {
@@ -362,15 +365,18 @@ TEST(FrontCache, TheDepotKeepsNoMoreThanItsBudget) {
     t.join();
     const be::front_cache_counts now = be::front_cache_stats();
     most = std::max(most, now.depot_bytes[0]);
+    budget_joined = std::max(budget_joined, now.depot_budget[0]);
     EXPECT_LE(now.depot_bytes[0], now.depot_budget[0]);
   }
-  // 24 threads and this one open at once (or 24, where this one's cache is not open).
+  budget = std::max(budget, budget_joined);  // every thread joined: no race on it
+  // At least 24 threads open at once (and this one, where its cache is open); at most 4 MiB.
   EXPECT_GE(budget, (256 + 23 * 128) * kKiB) << "the budget did not follow the threads";
-  EXPECT_LE(budget, (256 + 24 * 128) * kKiB);
+  EXPECT_LE(budget, 4096 * kKiB);
   const be::front_cache_counts after = be::front_cache_stats();
   EXPECT_GE(most, budget - 64 * kKiB) << "the exiting threads' lists did not fill the depot";
-  // 6 MiB of lists against at most 3.25 MiB: at least 2.75 MiB of them went back.
-  EXPECT_GE(after.depot_frees - before.depot_frees, (6144 - 3328) / 16) << "the depot kept more than its budget";
+  // 6 MiB of lists of at most 16 KiB against the budget: the rest went back.
+  EXPECT_GE(after.depot_frees - before.depot_frees, (6144 * kKiB - budget) / (16 * kKiB))
+      << "the depot kept more than its budget";
   detail::backend::front_cache_release();
   EXPECT_EQ(be::front_cache_stats().depot_bytes[0], 0u) << "the depot's count of its bytes drifted";
 }
