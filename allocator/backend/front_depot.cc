@@ -69,17 +69,18 @@ void raise_to(std::atomic<std::size_t>& most, std::size_t n) noexcept {
   }
 }
 
-// The most caches open at once of the window (Note [The depot's budget follows the threads]).
-std::size_t open_most() noexcept {
+// `least`, and `per_thread` for each thread beyond the first of the most caches open at
+// once of the window (Note [The depot's budget follows the threads]), up to `most`.
+std::size_t follow_threads(std::size_t least, std::size_t per_thread, std::size_t most) noexcept {
   const std::size_t now = g_open_most.load(std::memory_order_relaxed);
   const std::size_t before = g_open_most_before.load(std::memory_order_relaxed);
-  return now > before ? now : before;
+  const std::size_t open = now > before ? now : before;
+  const std::size_t b = least + per_thread * (open > 1 ? open - 1 : 0);
+  return b > most ? most : b;
 }
 
 std::size_t depot_budget() noexcept {
-  const std::size_t most = open_most();
-  const std::size_t b = depot_budget_least + depot_budget_per_thread * (most > 1 ? most - 1 : 0);
-  return b > depot_budget_most ? depot_budget_most : b;
+  return follow_threads(depot_budget_least, depot_budget_per_thread, depot_budget_most);
 }
 
 // Note [The small classes' budget follows the threads]
@@ -98,9 +99,7 @@ std::size_t depot_budget() noexcept {
 // with the small classes' budget following the threads"; at T = 8 and 16 end to end, "...
 // with the session's three changes").
 std::size_t small_budget() noexcept {
-  const std::size_t most = open_most();
-  const std::size_t b = small_budget_least + small_budget_per_thread * (most > 1 ? most - 1 : 0);
-  return b > small_budget_most ? small_budget_most : b;
+  return follow_threads(small_budget_least, small_budget_per_thread, small_budget_most);
 }
 
 // Note [The depot's counts]

@@ -168,13 +168,9 @@ REPLAYALLOC_EXPORT int replayalloc_posix_memalign(void** out, size_t alignment, 
     }
     // At or above the minimum, a pass granted ahead (none while the thread replays, so
     // no replay hit is passed over), as entry_alloc takes it.
-    thread_state& t = tls_state;
-    if (t.pass_left != 0 && !replayalloc::detail::small_request(size) &&
-        size < replayalloc::detail::pass_inline_max && alignment <= replayalloc::detail::max_slot_align) {
-      if (void* p = replayalloc::detail::pass_granted_aligned(t, size, alignment)) [[likely]] {
-        *out = p;
-        return 0;
-      }
+    if (void* p = replayalloc::detail::aligned_pass(tls_state, size, alignment)) [[likely]] {
+      *out = p;
+      return 0;
     }
   }
   return posix_memalign_rest(out, alignment, size);

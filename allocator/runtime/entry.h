@@ -107,8 +107,8 @@ REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align)
   // class where it serves one (Note [Aligned requests in the front cache]), counted as the
   // pass above is; else the slow path, which grants it there. (One below the minimum the
   // cache did not serve above is never counted: the slow path's.)
-  if (align > malloc_align && t.pass_left != 0 && !small_request(size) && size < pass_inline_max) {
-    if (void* p = pass_granted_aligned(t, size, align)) [[likely]] return p;
+  if (align > malloc_align) {
+    if (void* p = aligned_pass(t, size, align)) [[likely]] return p;
   }
   return entry_alloc_slow(size, align);
 }

@@ -177,6 +177,16 @@ REPLAYALLOC_ALWAYS_INLINE void* pass_granted_aligned(thread_state& t, std::size_
   return p;
 }
 
+// An aligned request at or above the minimum with passes granted (entry_alloc's, and
+// posix_memalign's inline way's: Note [posix_memalign's two ways], api.cc): the front
+// cache's aligned class, the pass counted; null (nothing taken) where the thread has no
+// pass, the request is below the minimum or of pass_inline_max or more, or the cache does
+// not serve it. pre: align > malloc_align.
+REPLAYALLOC_ALWAYS_INLINE void* aligned_pass(thread_state& t, std::size_t size, std::size_t align) {
+  if (t.pass_left == 0 || small_request(size) || size >= pass_inline_max) return nullptr;
+  return pass_granted_aligned(t, size, align);
+}
+
 // A free of a backend block (outside the slab range) that only a recording or auto
 // mode's watcher might need to see (the plain-free gate holds gate_recording and/or
 // gate_watched, nothing else): when neither can hold p (Note [Live filters]),
