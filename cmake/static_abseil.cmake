@@ -105,6 +105,13 @@ if(NOT REPLAYALLOC_STATIC_ABSEIL STREQUAL "OFF")
       POSITION_INDEPENDENT_CODE ON CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
     target_include_directories(replayalloc_abseil_pic SYSTEM PRIVATE ${abseil_src})
     target_compile_options(replayalloc_abseil_pic PRIVATE -w)
+    # Its zeroed tables of 4 KiB and more (the mutexes' 8 KiB synch_event, never used
+    # unless a mutex is named for debugging) go after every .bss, as the library's own do:
+    # Note [Large zeroed tables last] (support/config.h). Abseil's code reaches them through
+    # the GOT (medium model); none of it is on an allocation's path.
+    if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+      target_compile_options(replayalloc_abseil_pic PRIVATE -mcmodel=medium -mlarge-data-threshold=4096)
+    endif()
     target_link_libraries(replayalloc_abseil_pic PUBLIC Threads::Threads)
   endif()
 endif()

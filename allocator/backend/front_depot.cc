@@ -6,6 +6,8 @@
 
 #include <sched.h>
 
+#include "support/config.h"
+
 namespace replayalloc::detail::backend::front {
 namespace {
 
@@ -130,12 +132,12 @@ void bump(std::atomic<std::uint64_t>& c) noexcept {  // under the depot's lock: 
 // Constant-initialized (zeros in .bss): the front cache is used from the first static
 // constructor that allocates, which may run before this file's own would (a dynamic
 // initializer here once emptied a depot holding a list, leaving its bytes counted).
-constinit depot g_depot[max_classes];
+REPLAYALLOC_LARGE_ZEROED constinit depot g_depot[max_classes];
 // The lists, apart from the locks: fork() writes every lock (lock_depot), and each page
 // it writes is copied in the parent and in the child; with the lists beside them the
 // locks spanned 19 pages (a shell script forks hundreds of times: 36 of a fork's page
 // faults were those), now 2. Each lock still has a line of its own.
-constinit free_list g_depot_lists[max_classes][depot_lists] = {};
+REPLAYALLOC_LARGE_ZEROED constinit free_list g_depot_lists[max_classes][depot_lists] = {};
 free_list* depot::lists() noexcept { return g_depot_lists[this - g_depot]; }
 
 // The depot's bytes of the classes below 4 KiB, up to 64 KiB, and above.

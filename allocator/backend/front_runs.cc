@@ -114,7 +114,7 @@ run_memory_fn g_memory = nullptr;
 run_idle_fn g_idle = nullptr;
 front_free_fn g_release = nullptr;
 run_header* g_table = nullptr;
-run_pool g_pools[front_max_arenas][max_classes];
+REPLAYALLOC_LARGE_ZEROED constinit run_pool g_pools[front_max_arenas][max_classes];
 std::atomic<std::uint64_t> g_made{0};
 std::atomic<std::uint64_t> g_given_back{0};
 std::atomic<std::size_t> g_bytes{0};

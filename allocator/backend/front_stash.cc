@@ -34,6 +34,7 @@
 #include <bit>
 
 #include "backend/front_depot.h"
+#include "support/config.h"
 
 namespace replayalloc::detail::backend::front {
 namespace {
@@ -49,7 +50,7 @@ struct alignas(64) run_stash {
   std::uint64_t since = 0;   // ms, the clock's
   std::atomic<std::uint32_t> count{0};  // written under the lock, peeked without it
 };
-run_stash g_stash[front_max_arenas][run_sizes];
+REPLAYALLOC_LARGE_ZEROED constinit run_stash g_stash[front_max_arenas][run_sizes];
 run_clock_fn g_now = nullptr;
 run_give_fn g_give = nullptr;
 std::atomic<std::uint64_t> g_reused{0};

@@ -229,7 +229,7 @@ std::atomic<std::size_t> g_cached_max{0};
 // stay in jemalloc's arena for them, which purges them at the free: fresh zero pages.
 std::atomic<std::size_t> g_large_max{std::numeric_limits<std::size_t>::max()};
 constexpr unsigned max_calloc_arenas = 256;
-std::atomic<unsigned> g_calloc_arena[max_calloc_arenas] = {};
+REPLAYALLOC_LARGE_ZEROED constinit std::atomic<unsigned> g_calloc_arena[max_calloc_arenas] = {};
 // The mallocx flags of this thread's large callocs: -1 not chosen yet, 0 jemalloc's
 // calloc (no arena of ours), else MALLOCX_ZERO | its arena | MALLOCX_TCACHE_NONE.
 constinit thread_local int t_calloc_flags REPLAYALLOC_TLS_IE = -1;

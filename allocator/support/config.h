@@ -32,6 +32,23 @@
 #define REPLAYALLOC_NOINLINE __attribute__((noinline))
 #define REPLAYALLOC_ALWAYS_INLINE inline __attribute__((always_inline))
 #define REPLAYALLOC_COLD __attribute__((cold, noinline))
+// Note [Large zeroed tables last]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A process's start writes a few dozen of the library's small zeroed globals (the
+// engine, the boot heap's pointers, the front cache's settings), and each page of .bss it
+// writes is a page fault (15-30 us on a virtual machine: bench/RESULTS.md, "Large zeroed
+// tables last"). The front cache's tables of 1 KiB and more (the depot's lists, the runs'
+// pools and stashes), which a short command never writes, lay between those globals and
+// spread them over nine pages. Marked with this they go to .lbss, the x86-64 linker's
+// section for large zeroed data, placed after every object's .bss (where the private
+// jemalloc's already go: private_jemalloc.cmake), so the small ones lie together.
+// Zero-initialized objects only (the section is NOBITS); the code that reads them is the
+// same (the library is one image: its addresses are within reach of a RIP-relative load).
+#if defined(__x86_64__) && defined(__ELF__)
+#define REPLAYALLOC_LARGE_ZEROED __attribute__((section(".lbss.replayalloc")))
+#else
+#define REPLAYALLOC_LARGE_ZEROED
+#endif
 // Initial-exec TLS (no __tls_get_addr call on the hot path) unless this build of the
 // core is meant to be loaded with dlopen (REPLAYALLOC_DLOPEN), where static TLS may
 // be unavailable.
@@ -45,6 +62,7 @@
 #define REPLAYALLOC_ALWAYS_INLINE inline
 #define REPLAYALLOC_COLD
 #define REPLAYALLOC_TLS_IE
+#define REPLAYALLOC_LARGE_ZEROED
 #endif
 
 // The library's version (CMake's project version), written into plan files: a plan
