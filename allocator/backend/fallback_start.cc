@@ -231,7 +231,7 @@ void note_aligned(std::size_t size) noexcept {
   if (g_start.load(std::memory_order_relaxed) == start_counting) count(size);
 }
 
-void fallback_start_postfork_child() noexcept {
+REPLAYALLOC_FORK_CHILD_CODE void fallback_start_postfork_child() noexcept {
   // Forked while another thread was making the start: it is never made here, and the
   // counting mallocs would ask for it at every request.
   if (g_start.load(std::memory_order_relaxed) != start_making) return;

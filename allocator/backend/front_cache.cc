@@ -566,7 +566,7 @@ void front_cache_prefork() noexcept {
   lock_runs(g_slots);
 }
 
-void front_cache_postfork(bool child, bool locked) noexcept {
+REPLAYALLOC_FORK_CHILD_CODE void front_cache_postfork(bool child, bool locked) noexcept {
   if (!g_enabled) return;
   if (locked) {
     unlock_runs(g_slots);

@@ -325,7 +325,7 @@ bool sweep_depot(std::uint64_t now) noexcept {
 
 void thread_opened() noexcept { raise_to(g_open_most, g_open_caches.fetch_add(1, std::memory_order_relaxed) + 1); }
 
-void forked_child(bool open) noexcept {
+REPLAYALLOC_FORK_CHILD_CODE void forked_child(bool open) noexcept {
   // Written only where they change (Note [Pages a fork leaves shared], runtime/lifecycle.cc).
   // The window before only comes down to the child's one thread: the budget takes the
   // larger of the two windows, and the current one is n (a parent that has not swept yet

@@ -15,6 +15,7 @@
 #include "replay/slab_pool.h"
 #include "runtime/auto_mode.h"
 #include "runtime/engine.h"
+#include "support/config.h"
 #include "support/one_thread.h"
 #include "support/reentry.h"
 #include "trace/recorder.h"
@@ -37,6 +38,16 @@ void free_recorder(domain_state& d) {
   d.recorder = nullptr;
 }
 
+// The engine whose lifecycle started (the one), for the child's handler: engine::get()
+// lies in another window of code (Note [A forked child's code together]).
+engine* g_lifecycle_engine = nullptr;
+
+REPLAYALLOC_FORK_CHILD_CODE void child_after_fork() {
+  engine& e = *g_lifecycle_engine;
+  if (e.opts().stats_path[0] != '\0') note_process_start();
+  e.postfork_child();
+}
+
 }  // namespace
 
 // The thread-exit key and the fork handlers, once, from the engine's constructor.
@@ -46,12 +57,8 @@ void free_recorder(domain_state& d) {
 void engine::start_lifecycle() {
   pthread_key_create(&g_exit_key, thread_exit_hook);
   if (opts_.stats_path[0] != '\0') note_process_start();
-  pthread_atfork([] { engine::get().prefork(); }, [] { engine::get().postfork_parent(); },
-                 [] {
-                   engine& e = engine::get();
-                   if (e.opts().stats_path[0] != '\0') note_process_start();
-                   e.postfork_child();
-                 });
+  g_lifecycle_engine = this;
+  pthread_atfork([] { engine::get().prefork(); }, [] { engine::get().postfork_parent(); }, child_after_fork);
 }
 
 // Note [Fork]
@@ -127,7 +134,7 @@ void engine::postfork_parent() {
   mu_.unlock();
 }
 
-void engine::postfork_child() {
+REPLAYALLOC_FORK_CHILD_CODE void engine::postfork_child() {
   const bool locked = g_fork_locked.load(std::memory_order_relaxed);
   backend::front_cache_postfork(true, locked);
   backend::fallback_start_postfork_child();  // Note [The fallback made when first needed]

@@ -49,6 +49,22 @@
 #else
 #define REPLAYALLOC_LARGE_ZEROED
 #endif
+// Note [A forked child's code together]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// fork() copies the page tables of the memory a process wrote, not those of its code: the
+// child faults at the first instruction it runs in each 64 KiB window of the library's
+// code (the kernel maps a window's cached pages at one fault; ~20 us a fault on a virtual
+// machine), and a shell forks for every command and pipeline stage. The fork child
+// handler ran code in three windows (runtime/lifecycle.cc's handler and
+// engine::postfork_child, engine::get, the front cache's and the fallback's postfork in
+// backend/). Marked with this, that code lies in one place: the linker's default script
+// gathers every object's .text.sorted.* sections together, sorted by name, ahead of the
+// rest of .text (GNU ld 2.36 and later; elsewhere they are .text as any other).
+#if defined(__ELF__)
+#define REPLAYALLOC_FORK_CHILD_CODE __attribute__((section(".text.sorted.replayalloc_fork_child")))
+#else
+#define REPLAYALLOC_FORK_CHILD_CODE
+#endif
 // Initial-exec TLS (no __tls_get_addr call on the hot path) unless this build of the
 // core is meant to be loaded with dlopen (REPLAYALLOC_DLOPEN), where static TLS may
 // be unavailable.
@@ -63,6 +79,7 @@
 #define REPLAYALLOC_COLD
 #define REPLAYALLOC_TLS_IE
 #define REPLAYALLOC_LARGE_ZEROED
+#define REPLAYALLOC_FORK_CHILD_CODE
 #endif
 
 // The library's version (CMake's project version), written into plan files: a plan
