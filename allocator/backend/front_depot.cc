@@ -129,9 +129,10 @@ struct alignas(64) depot {
 void bump(std::atomic<std::uint64_t>& c) noexcept {  // under the depot's lock: no locked add
   c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
-// Constant-initialized (zeros in .bss): the front cache is used from the first static
-// constructor that allocates, which may run before this file's own would (a dynamic
-// initializer here once emptied a depot holding a list, leaving its bytes counted).
+// Constant-initialized (zeros, in .lbss: Note [Large zeroed tables last]): the front
+// cache is used from the first static constructor that allocates, which may run before
+// this file's own would (a dynamic initializer here once emptied a depot holding a list,
+// leaving its bytes counted).
 REPLAYALLOC_LARGE_ZEROED constinit depot g_depot[max_classes];
 // The lists, apart from the locks: fork() writes every lock (lock_depot), and each page
 // it writes is copied in the parent and in the child; with the lists beside them the
