@@ -33,6 +33,10 @@ COMMANDS = [
     ["sed", "s/root/x/", "/etc/passwd"],
     ["cut", "-c1-12", "/etc/passwd"],
     ["sh", "-c", "n=$(expr 1 + 2); printf '%s\\n' \"$n\" line | sort -r | cut -c1-4; true & wait"],
+    # Commands that make more requests, some past the boot heap (jemalloc's start, whose
+    # own code is one section an object and stays where it is).
+    ["ls", "-l", "/usr/bin"],
+    ["perl", "-e", "my %h; $h{$_} = 'x' x $_ for 1 .. 2000; print scalar(keys %h), qq(\\n)"],
 ]
 # Sections gathered whatever the profile says: the forked child's code (Note [A forked
 # child's code together]: it and the PLT it calls through in one window), the static
@@ -45,6 +49,17 @@ FIXED = [
     "*(.text._ZN11replayalloc6detail12_GLOBAL__N_1L5table*)",
     "*crtbeginS.o(.text .text.*)",
     "*libc_nonshared.a:pthread_atfork.oS(.text)",
+]
+
+# The rest of GNU ld's default .text statement (ld --verbose), in its order.
+DEFAULT_TEXT = [
+    "*(.text.unlikely .text.*_unlikely .text.unlikely.*)",
+    "*(.text.exit .text.exit.*)",
+    "*(.text.startup .text.startup.*)",
+    "*(.text.hot .text.hot.*)",
+    "*(SORT(.text.sorted.*))",
+    "*(.text .stub .text.* .gnu.linkonce.t.*)",
+    "*(.gnu.warning)",
 ]
 
 
@@ -83,9 +98,19 @@ def aliases(library):
     return lambda n: sorted(by_address[names[n]]) if n in names else [n]
 
 
+def jemalloc_names(library):
+    """The functions of the private jemalloc beside the library's build (allocator/): its
+    archive has one .text an object, so no name of its can be placed alone."""
+    archive = os.path.join(os.path.dirname(os.path.dirname(library)), "allocator", "libreplayalloc_jemalloc.a")
+    if not os.path.exists(archive):
+        return set()
+    nm = subprocess.run(["nm", "--defined-only", archive], capture_output=True, text=True, check=True)
+    return {p[2] for p in (line.split() for line in nm.stdout.splitlines()) if len(p) == 3 and p[1] in "tTwW"}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("library", help="the LD_PRELOAD library (build/hooks/libreplayalloc_preload.so)")
+    parser.add_argument("library", help="the LD_PRELOAD library of a build (BUILD/hooks/libreplayalloc_preload.so)")
     parser.add_argument("--out", default=os.path.join(ROOT, "hooks", "start_code.ld"))
     args = parser.parse_args()
     library = os.path.abspath(args.library)
@@ -97,11 +122,12 @@ def main():
                      % (os.path.basename(library), " ".join(command)))
         counts.update(ran)
     names_of = aliases(library)
+    jemalloc = jemalloc_names(library)
     lines, seen = [], set()
     # The functions most commands run first, so that the rarer ones are those that spill over.
     for name, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        if re.match(r"_GLOBAL__sub_I|0x", name):
-            continue  # in .text.startup, gathered above; code without a symbol (the PLT's)
+        if re.match(r"_GLOBAL__sub_I|0x", name) or name in jemalloc:
+            continue  # in .text.startup, gathered above; code without a symbol (the PLT's); jemalloc's
         for alias in names_of(name):
             if alias in seen or alias.endswith(".cold"):
                 continue  # a function's cold part is where its error paths go: left apart
@@ -109,12 +135,19 @@ def main():
             lines.append("    *(.text.%s .text.hot.%s .text.startup.%s)" % (alias, alias, alias))
     with open(args.out, "w") as f:
         f.write("/* Note [The start's code together] (hooks/CMakeLists.txt): the LD_PRELOAD library's\n"
-                "   functions that a short process's start and exit run, ahead of the rest of its code.\n"
-                "   Written by scripts/start_order.py from %d commands; do not edit by hand. */\n"
-                "SECTIONS\n{\n  .text.replayalloc_start :\n  {\n" % len(COMMANDS))
+                "   functions that a short process's start and exit run, first in its .text.\n"
+                "   Written by scripts/start_order.py from %d commands; do not edit by hand.\n"
+                "   Inserted into the linker's default script, this .text statement takes every input\n"
+                "   section the default one would (the patterns at its end are GNU ld's own), so that\n"
+                "   one .text holds all the code (tools that read the library, valgrind among them,\n"
+                "   know its functions by the .text section), the default statement left empty. */\n"
+                "SECTIONS\n{\n  .text :\n  {\n" % len(COMMANDS))
         for fixed in FIXED:
             f.write("    %s\n" % fixed)
-        f.write("\n".join(lines) + "\n  }\n}\nINSERT BEFORE .text;\n")
+        f.write("\n".join(lines) + "\n")
+        for rest in DEFAULT_TEXT:
+            f.write("    %s\n" % rest)
+        f.write("  }\n}\nINSERT AFTER .plt.sec;\n")
     print("start_order.py: %d functions (%d names) into %s" % (len(counts), len(lines), os.path.relpath(args.out)))
 
 

@@ -60,8 +60,8 @@
 // backend/). Marked with this, that code lies in one place: the linker's default script
 // gathers every object's .text.sorted.* sections together, sorted by name, ahead of the
 // rest of .text (GNU ld 2.36 and later; elsewhere they are .text as any other), and the
-// LD_PRELOAD library's hooks/start_code.ld puts them first in its start's code, next to
-// the PLT the handler calls through (Note [The start's code together]).
+// LD_PRELOAD library's hooks/start_code.ld puts them first in its .text, next to the PLT
+// the handler calls through (Note [The start's code together]).
 #if defined(__ELF__)
 #define REPLAYALLOC_FORK_CHILD_CODE __attribute__((section(".text.sorted.replayalloc_fork_child")))
 #else
