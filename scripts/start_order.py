@@ -1,20 +1,20 @@
 #!/usr/bin/env python3
 """Writes hooks/start_code.ld: the LD_PRELOAD library's functions that a short process's
-start and exit run, gathered ahead of the rest of its code (Note [The start's code
-together], hooks/CMakeLists.txt).
+start and exit run, first in its .text (Note [The start's code together],
+hooks/CMakeLists.txt).
 
 Runs each command below under callgrind with the library preloaded, takes every function
 of the library that ran, and lists the input sections that hold them (the build compiles
 every function into a section of its own: Note [A smaller LD_PRELOAD library]). Run it
 again when ctest's preload.start_code fails (a function the start runs lies outside the
-gathered code), from a build of the same compiler:
+gathered code), from an optimized g++ build (the names are that compiler's):
 
     python3 scripts/start_order.py build/hooks/libreplayalloc_preload.so
 
-Needs valgrind and binutils' nm. The commands are a shell script's (Note: what
-bench/programs/commands.sh runs, a fork and a command substitution), each a process of its
-own; what they run is the same whatever the library's layout, so the list can be made from
-a library linked with or without it.
+Needs valgrind and binutils' nm. The commands are those bench/programs/commands.sh runs, a
+shell's command substitution, pipe and background job, and two that go past the boot heap
+(`ls -l`, a Perl hash), each a process of its own; what they run is the same whatever the
+library's layout, so the list can be made from a library linked with or without it.
 """
 import argparse
 import collections
