@@ -85,16 +85,19 @@ def functions_run(library, command):
         return names
 
 
+def defined_functions(path):
+    """(address, name) of each function a library or an archive defines, by nm."""
+    nm = subprocess.run(["nm", "--defined-only", path], capture_output=True, text=True, check=True)
+    return [(p[0], p[2]) for p in (line.split() for line in nm.stdout.splitlines()) if len(p) == 3 and p[1] in "tTwW"]
+
+
 def aliases(library):
     """Every name of each address: a constructor's C1 and C2 share one body and section."""
     by_address = collections.defaultdict(set)
     names = {}
-    nm = subprocess.run(["nm", "--defined-only", library], capture_output=True, text=True, check=True)
-    for line in nm.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[1] in "tTwW":
-            by_address[parts[0]].add(parts[2])
-            names[parts[2]] = parts[0]
+    for address, name in defined_functions(library):
+        by_address[address].add(name)
+        names[name] = address
     return lambda n: sorted(by_address[names[n]]) if n in names else [n]
 
 
@@ -102,10 +105,7 @@ def jemalloc_names(library):
     """The functions of the private jemalloc beside the library's build (allocator/): its
     archive has one .text an object, so no name of its can be placed alone."""
     archive = os.path.join(os.path.dirname(os.path.dirname(library)), "allocator", "libreplayalloc_jemalloc.a")
-    if not os.path.exists(archive):
-        return set()
-    nm = subprocess.run(["nm", "--defined-only", archive], capture_output=True, text=True, check=True)
-    return {p[2] for p in (line.split() for line in nm.stdout.splitlines()) if len(p) == 3 and p[1] in "tTwW"}
+    return {name for _, name in defined_functions(archive)} if os.path.exists(archive) else set()
 
 
 def main():

@@ -79,28 +79,31 @@ static long huge_kib(uintptr_t addr, int file) {
 // The runs of present pages in the library's code, and the faults they take at most
 // 64 KiB a fault (the kernel maps up to 16 cached pages around a fault, within the
 // mapping: one fault's pages may straddle two aligned windows), listed; exit as main's.
-static int code_windows(const char* name, long limit) {
+static int code_faults(const char* name, long limit) {
   struct zeroed z = {name, 0, 0, 0, 0, 0};
   dl_iterate_phdr(find, &z);
   const int fd = open("/proc/self/pagemap", O_RDONLY);
   const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), window = 64 * 1024;
-  uintptr_t run_start[32], run_end[32];
+  uintptr_t shown[32][2], run_start = 0;  // the first 32 runs, [start, end)
   long runs = 0, faults = 0;
+  int in_run = 0;
   for (uintptr_t a = z.code_low; fd >= 0 && a <= z.code_high; a += page) {
-    const int p = a < z.code_high ? present(fd, a, page) : 0;
+    const int p = a < z.code_high ? present(fd, a, page) : 0;  // a page past the end closes a run
     if (p < 0) {
       perror("FAIL: reading /proc/self/pagemap");
       return 1;
     }
-    const int in_run = runs > 0 && run_end[(runs - 1) % 32] == a;
-    if (p == 1 && in_run) {
-      run_end[(runs - 1) % 32] = a + page;
-    } else if (p == 1) {
-      run_start[runs % 32] = a;
-      run_end[runs % 32] = a + page;
+    if (p == 1 && !in_run) {
+      run_start = a;
+      in_run = 1;
+    } else if (p == 0 && in_run) {
+      in_run = 0;
+      faults += (long)((a - run_start + window - 1) / window);
+      if (runs < 32) {
+        shown[runs][0] = run_start;
+        shown[runs][1] = a;
+      }
       ++runs;
-    } else if (in_run) {
-      faults += (long)((run_end[(runs - 1) % 32] - run_start[(runs - 1) % 32] + window - 1) / window);
     }
   }
   if (fd < 0 || z.code_low >= z.code_high) {
@@ -117,18 +120,18 @@ static int code_windows(const char* name, long limit) {
   printf("%s: this process's start mapped %ld runs of its code, %ld faults' worth at 64 KiB a fault (at most %ld):",
          name, runs, faults, limit);
   for (long i = 0; i < runs && i < 32; ++i) {
-    printf(" 0x%lx-0x%lx", (unsigned long)(run_start[i] - base), (unsigned long)(run_end[i] - base));
+    printf(" 0x%lx-0x%lx", (unsigned long)(shown[i][0] - base), (unsigned long)(shown[i][1] - base));
   }
   printf("\n");
   if (faults > limit) {
-    printf("FAIL: a function the start runs lies outside hooks/start_code.ld's section: run scripts/start_order.py\n");
+    printf("FAIL: a function the start runs lies outside those hooks/start_code.ld gathers: run scripts/start_order.py\n");
     return 1;
   }
   return 0;
 }
 
 int main(int argc, char** argv) {
-  if (argc == 4 && strcmp(argv[1], "--code") == 0) return code_windows(argv[2], atol(argv[3]));
+  if (argc == 4 && strcmp(argv[1], "--code") == 0) return code_faults(argv[2], atol(argv[3]));
   if (argc != 3) {
     fprintf(stderr, "usage: start_pages LIBRARY_NAME LIMIT_KIB | start_pages --code LIBRARY_NAME LIMIT\n");
     return 1;
