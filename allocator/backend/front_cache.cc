@@ -252,7 +252,6 @@ inline void sweep_if_due() noexcept {
       void* p = l.head;
       mine.head = *static_cast<void**>(p);
       mine.count = l.count - 1;
-      __builtin_prefetch(mine.head);  // Note [The next block fetched ahead] (front_depot.cc)
       return p;
     }
   }
@@ -488,7 +487,6 @@ void* malloc_sized(std::size_t size) noexcept {
   if (void* p = l.head) [[likely]] {
     l.head = *static_cast<void**>(p);
     --l.count;
-    __builtin_prefetch(l.head);  // Note [The next block fetched ahead] (front_depot.cc)
     return p;
   }
   return malloc_miss(k, size);

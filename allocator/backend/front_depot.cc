@@ -118,46 +118,14 @@ std::size_t small_budget() noexcept {
 // Threaded stress, 8 threads on 2 cores, two batches of 8 and 10 rounds alternated
 // (bench/RESULTS.md, "Threaded stress: the depot's counts and budget"): producer/consumer
 // 0.95-0.99x the CPU of the counts before, rptest 0.97-0.98x, larson 0.98-0.99x.
-//
-// Note [The next block fetched ahead]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// front_cache.cc's pops. A block that another thread freed (a consumer's, rptest's next
-// thread's: lists handed on through the depot) was last written by that thread's core,
-// its first word the list's link, and the pop that read the link missed: on
-// producer/consumer, 8 threads on 2 cores, 96% of malloc_sized's perf samples were the
-// instruction after that load (and 97% of front_malloc's; the two were a third of
-// replayalloc's samples). So a pop prefetches the block that is its list's head now, as
-// gperftools' SLL_Pop does, and the class's next pop finds its link in the cache
-// (malloc_sized's samples 1,357 -> 464); a list taken from the depot prefetches its
-// second block. One instruction a pop, and nothing else: a prefetch of the null that
-// ends a list is dropped. Per pair +1 everywhere the lists serve
-// (perf.instruction_counts: 64 B 52.1 -> 53.1); 30-40 rounds alternated with Note [The
-// depot's first lists beside its lock] (below), against the library before:
-// producer/consumer 0.967x its CPU, rptest 0.951x, aligned 0.989-1.001x, and the small
-// loop, whose blocks are its own and hot, 1.012x (bench/RESULTS.md, "Threaded stress
-// with the next block fetched ahead").
-//
-// Note [The depot's first lists beside its lock]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A take read its list from g_depot_lists, a line apart from its lock's that the thread
-// which put the list wrote last: two misses a take, the lock's and the list's (perf,
-// producer/consumer at 8 threads: 37% and 47% of take's samples). A class whose lists go
-// from the threads that free it to those that allocate it as they come holds one or two
-// at a time, so the stack's first two lists are in the lock's line (a depot's 64 bytes
-// had 32 unused), the others apart as before; fork writes the same two pages of locks
-// (below). With Note [The next block fetched ahead] (above): producer/consumer
-// 0.967x the CPU of the library before, rptest 0.951x (30 rounds alternated).
-constexpr unsigned near_lists = 2;
 struct alignas(64) depot {
   std::atomic<bool> locked{false};
   std::atomic<unsigned> n{0};  // written under the lock, peeked without it
   unsigned low = 0;  // the fewest lists held since the last sweep (Note [Idle lists given back])
   std::atomic<std::uint64_t> puts{0};   // lists put (counted) and kept
   std::atomic<std::uint64_t> takes{0};  // lists taken (counted)
-  free_list near[near_lists];
-  free_list& list(unsigned i) noexcept;  // the stack's i-th list (0 its bottom)
+  free_list* lists() noexcept;          // its lists, apart (g_depot_lists)
 };
-static_assert(sizeof(depot) == 64, "a depot is its lock's line");
 void bump(std::atomic<std::uint64_t>& c) noexcept {  // under the depot's lock: no locked add
   c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
@@ -169,12 +137,9 @@ REPLAYALLOC_LARGE_ZEROED constinit depot g_depot[max_classes];
 // The lists, apart from the locks: fork() writes every lock (lock_depot), and each page
 // it writes is copied in the parent and in the child; with the lists beside them the
 // locks spanned 19 pages (a shell script forks hundreds of times: 36 of a fork's page
-// faults were those), now 2. Each lock still has a line of its own, with the stack's
-// first two lists (Note [The depot's first lists beside its lock]): the same two pages.
-REPLAYALLOC_LARGE_ZEROED constinit free_list g_depot_lists[max_classes][depot_lists - near_lists] = {};
-free_list& depot::list(unsigned i) noexcept {
-  return i < near_lists ? near[i] : g_depot_lists[this - g_depot][i - near_lists];
-}
+// faults were those), now 2. Each lock still has a line of its own.
+REPLAYALLOC_LARGE_ZEROED constinit free_list g_depot_lists[max_classes][depot_lists] = {};
+free_list* depot::lists() noexcept { return g_depot_lists[this - g_depot]; }
 
 // The depot's bytes of the classes below 4 KiB, up to 64 KiB, and above.
 // Each on a line of its own (Note [The depot's counts]).
@@ -232,7 +197,7 @@ void put(unsigned k, void* head, std::uint32_t count, bool counted) noexcept {
     const unsigned n = d.n.load(std::memory_order_relaxed);
     kept = n < depot_lists;
     if (kept) {
-      d.list(n) = free_list{head, count, 0};
+      d.lists()[n] = free_list{head, count, 0};
       d.n.store(n + 1, std::memory_order_relaxed);
       if (counted) bump(d.puts);
     }
@@ -294,7 +259,7 @@ free_list take(unsigned k, bool counted) noexcept {
   lock(d);
   free_list l{nullptr, 0, 0};
   if (const unsigned n = d.n.load(std::memory_order_relaxed); n != 0) {
-    l = d.list(n - 1);
+    l = d.lists()[n - 1];
     d.n.store(n - 1, std::memory_order_relaxed);
     if (n - 1 < d.low) d.low = n - 1;
     if (counted) bump(d.takes);
@@ -339,8 +304,8 @@ bool sweep_depot(std::uint64_t now) noexcept {
     lock(d);
     const unsigned n = d.n.load(std::memory_order_relaxed);
     const unsigned m = d.low < n ? d.low : n;
-    for (unsigned i = 0; i < m; ++i) idle[i] = d.list(i);
-    for (unsigned i = m; i < n; ++i) d.list(i - m) = d.list(i);
+    for (unsigned i = 0; i < m; ++i) idle[i] = d.lists()[i];
+    for (unsigned i = m; i < n; ++i) d.lists()[i - m] = d.lists()[i];
     d.n.store(n - m, std::memory_order_relaxed);
     d.low = n - m;
     unlock(d);
@@ -385,7 +350,7 @@ void release_depot() noexcept {
     const unsigned n = d.n.load(std::memory_order_relaxed);
     free_list lists[depot_lists];
     for (unsigned i = 0; i < n; ++i) {
-      lists[i] = d.list(i);
+      lists[i] = d.lists()[i];
       depot_bytes(static_cast<unsigned>(&d - g_depot))
           .fetch_sub(std::size_t{lists[i].count} * g_class_size[&d - g_depot], std::memory_order_relaxed);
     }
