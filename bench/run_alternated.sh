@@ -43,7 +43,7 @@ raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 for ((r = 0; r < rounds; ++r)); do
   for i in "${!names[@]}"; do
-    out=$( { /usr/bin/time -f "TIME %R" env ${paths[i]:+LD_PRELOAD=${paths[i]}} \
+    out=$( { /usr/bin/time -f "TIME %R" env ${paths[i]:+"LD_PRELOAD=${paths[i]}"} \
       "$stress" "$program" "${THREADS:-8}" "${OPS:-200000}"; } 2>&1 < /dev/null) ||
       die "${names[i]}: threaded_stress $program failed: $out"
     awk -v n="$i" '/^cpu_s/ { c = $2 } /^maxrss_kib/ { m = $2 } /^TIME/ { f = $2 }
@@ -51,20 +51,13 @@ for ((r = 0; r < rounds; ++r)); do
   done
 done
 
-printf '%s\n' "${names[@]}" | python3 -c '
-import statistics as st, sys
-names = sys.stdin.read().split("\n")
-rows = {}
-for line in open(sys.argv[1]):
-    i, cpu, rss, faults = line.split()
-    rows.setdefault(int(i), []).append((float(cpu), int(rss), int(faults)))
-print("| library | rounds | CPU s | ÷ first | faults | peak RSS MiB |")
-print("|---|---:|---:|---:|---:|---:|")
-first = None
-for i in sorted(rows):
-    v = rows[i]
-    cpu = st.median(x[0] for x in v)
-    first = first or cpu
-    print("| %s | %d | %.4f | %.3f | %d | %.1f |" % (names[i], len(v), cpu, cpu / first,
-          st.median(x[2] for x in v), st.median(x[1] for x in v) / 1024))
-' "$raw"
+echo "| library | rounds | CPU s | ÷ first | faults | peak RSS MiB |"
+echo "|---|---:|---:|---:|---:|---:|"
+first=''
+for i in "${!names[@]}"; do
+  col() { awk -v n="$i" -v c="$1" '$1 == n { print $c }' "$raw" | median; }
+  cpu=$(col 2)
+  first=${first:-$cpu}
+  printf '| %s | %d | %.4f | %.3f | %d | %.1f |\n' "${names[i]}" "$rounds" "$cpu" \
+    "$(awk -v a="$cpu" -v b="$first" 'BEGIN { print a / b }')" "$(col 4)" "$(awk -v k="$(col 3)" 'BEGIN { print k / 1024 }')"
+done
