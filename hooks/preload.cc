@@ -171,6 +171,14 @@ __attribute__((constructor(101))) void make_engine_at_load() {
 RA_HOOK void* malloc(size_t size) noexcept {
   return replayalloc::detail::entry_alloc(size, replayalloc::detail::malloc_align);
 }
+#if defined(REPLAYALLOC_PRELOAD_OWN_RUNTIME)
+// The copy of libstdc++'s and of the unwinder's own calls of malloc (--wrap=malloc):
+// the library's memory, never watched (Note [The LD_PRELOAD library's own runtime]).
+extern "C" __attribute__((visibility("hidden"))) void* __wrap_malloc(size_t size) noexcept {
+  replayalloc::detail::reentry_guard guard;
+  return replayalloc::detail::entry_alloc(size, replayalloc::detail::malloc_align);
+}
+#endif
 RA_HOOK void free(void* p) noexcept { replayalloc::detail::entry_free(p); }
 RA_HOOK void* calloc(size_t n, size_t size) noexcept { return replayalloc_calloc(n, size); }
 RA_HOOK void* realloc(void* p, size_t size) noexcept { return replayalloc_realloc(p, size); }
