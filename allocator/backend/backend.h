@@ -165,6 +165,7 @@ void* fallback_calloc(std::size_t size) noexcept;
 void fallback_free(void* p) noexcept;
 // pre: size and align as passed to fallback_alloc.
 void fallback_free_sized(void* p, std::size_t size, std::size_t align) noexcept;
+// Null with errno ENOMEM where no block is had (p stays valid), as realloc(3).
 void* fallback_realloc(void* p, std::size_t size) noexcept;
 std::size_t fallback_usable_size(const void* p) noexcept;
 // Whether p is a block the fallback knows, without asking jemalloc, to be smaller than

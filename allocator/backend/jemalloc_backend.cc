@@ -16,6 +16,7 @@
 #include "backend/jemalloc_names.h"
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -514,20 +515,30 @@ void* fallback_realloc(void* p, std::size_t size) noexcept {
   // Note [Runs for medium blocks]: jemalloc does not know a run's block. It stays where
   // the new size is of its class (the cache's: Note [A class for a page and a header]),
   // and moves otherwise; so does a block of the boot heap's, where it cannot grow in place
-  // (Note [A short process's first requests]).
+  // (Note [A short process's first requests]). A run's block is asked first, the common
+  // case once the cache is made (the boot heap's pages say class 0 in the page map).
+  // errno is ENOMEM where no block is had (realloc(3)), so that the C API's realloc
+  // tail-calls this.
   std::size_t usable = 0, below = 0;
-  const bool boot = boot_block(p, &usable);
-  if (boot || front_run_block(p, &usable, &below)) {
+  const bool run = front_run_block(p, &usable, &below);
+  const bool boot = !run && boot_block(p, &usable);
+  void* q;
+  if (run || boot) {
     const std::size_t n = at_least_min(size);
     if ((n <= usable && n > below) || (boot && boot_resize(p, n))) return p;
-    void* q = fallback_alloc(n, malloc_align);
-    if (q == nullptr) return nullptr;  // p stays valid
-    std::memcpy(q, p, n < usable ? n : usable);
-    fallback_free(p);
-    return q;
+    q = fallback_alloc(n, malloc_align);
+    if (q != nullptr) [[likely]] {
+      std::memcpy(q, p, n < usable ? n : usable);
+      fallback_free(p);
+      return q;
+    }
+  } else {
+    front_resizing(p);  // Note [The front cache's page map]
+    q = fresh(rallocx(p, at_least_min(size), 0));
+    if (q != nullptr) [[likely]] return q;
   }
-  front_resizing(p);  // Note [The front cache's page map]
-  return fresh(rallocx(p, at_least_min(size), 0));
+  errno = ENOMEM;  // p stays valid
+  return nullptr;
 }
 
 std::size_t fallback_usable_size(const void* p) noexcept {

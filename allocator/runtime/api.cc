@@ -197,27 +197,37 @@ REPLAYALLOC_EXPORT size_t replayalloc_usable_size(const void* ptr) {
   return backend::fallback_usable_size(ptr);
 }
 
-REPLAYALLOC_EXPORT void* replayalloc_realloc(void* ptr, size_t size) {
+namespace {
+// realloc's other ways, out of line, so that the backend's way in front of them saves no
+// register for them (as posix_memalign_rest).
+[[gnu::noinline]] void* realloc_rest(void* ptr, size_t size) {
   if (ptr == nullptr) return replayalloc_malloc(size);
   if (size == 0) {  // glibc: frees the block and returns NULL
     replayalloc_free(ptr);
     return nullptr;
   }
-  thread_state& t = tls_state;
-  const bool in_slab = backend::in_slab_range(ptr);
-  if (!in_slab && t.host.ph == phase::none && !replayalloc::detail::check::enabled()) {
-    void* p = backend::fallback_realloc(ptr, size);
-    if (p == nullptr) errno = ENOMEM;
-    return p;
-  }
   // A slab block cannot grow in place, and inside an iteration the move must be seen
   // as an allocation and a free so recording and replay agree.
+  const bool in_slab = backend::in_slab_range(ptr);
   const std::size_t old = in_slab ? slab_usable(ptr) : backend::fallback_usable_size(ptr);
   void* p = replayalloc_malloc(size);
   if (p == nullptr) return nullptr;  // the old block stays valid, as the contract says
   std::memcpy(p, ptr, old < size ? old : size);
   replayalloc_free(ptr);
   return p;
+}
+}  // namespace
+
+REPLAYALLOC_EXPORT void* replayalloc_realloc(void* ptr, size_t size) {
+  // A backend block outside any iteration (a program's reallocs, where nothing is
+  // recorded or replayed on the thread): the backend's own realloc, which may keep it in
+  // place. Every other case (null, size 0, a slab block, an iteration, check mode) moves
+  // it through malloc and free, out of line.
+  if (ptr != nullptr && size != 0 && !backend::in_slab_range(ptr) && tls_state.host.ph == phase::none &&
+      !replayalloc::detail::check::enabled()) [[likely]] {
+    return backend::fallback_realloc(ptr, size);  // errno ENOMEM where it fails
+  }
+  return realloc_rest(ptr, size);
 }
 
 REPLAYALLOC_EXPORT unsigned replayalloc_op_id(const char* name) {

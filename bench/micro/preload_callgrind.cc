@@ -6,12 +6,13 @@
 // REPLAYALLOC_MIN_SIZE, the path to jemalloc's thread cache.
 //
 //   valgrind --tool=callgrind --collect-atstart=no env LD_PRELOAD=libreplayalloc_preload.so
-//     ./preload_callgrind SIZE [PAIRS] [ITERATIONS] [new|malloc|calloc|memalign] [unmarked]
+//     ./preload_callgrind SIZE [PAIRS] [ITERATIONS] [new|malloc|calloc|memalign|realloc] [unmarked]
 //
 // K iterations of M pairs `p = malloc(size); <p escapes>; free(p);` (with `new`:
 // `p = operator new(size); ...; operator delete(p, size);`, C++'s sized delete; with
 // `calloc`: `p = calloc(1, size); ...; free(p);`; with `memalign`: `posix_memalign(&p,
-// 64, size); ...; free(p);`, as libtorch makes every tensor); when
+// 64, size); ...; free(p);`, as libtorch makes every tensor; with `realloc`: `p =
+// malloc(size); p = realloc(p, 2 * size); ...; free(p);`, a string that grows); when
 // the preloaded library exports replayalloc_iteration_begin/end (found with dlsym),
 // each iteration is marked with them (outside the collected part), so pairs of at
 // least the minimum size replay from the slab after the warm-up. Prints pairs=K*M and, under replayalloc,
@@ -63,11 +64,23 @@ unsigned long long slab_hits(stats_fn stats) {
   }
 }
 
+// The growing pairs (a malloc, a realloc to twice the size, a free), out of line.
+[[gnu::noinline]] void realloc_pairs(std::size_t size, int m) {
+  for (int i = 0; i < m; ++i) {
+    void* p = std::malloc(size);
+    escape(p);
+    p = std::realloc(p, 2 * size);
+    if (p == nullptr) std::abort();
+    escape(p);
+    std::free(p);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s SIZE [PAIRS=256] [ITERATIONS=100] [new|malloc|calloc|memalign] [unmarked]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s SIZE [PAIRS=256] [ITERATIONS=100] [new|malloc|calloc|memalign|realloc] [unmarked]\n", argv[0]);
     return 2;
   }
   const std::size_t size = std::strtoull(argv[1], nullptr, 10);
@@ -76,6 +89,7 @@ int main(int argc, char** argv) {
   const bool cxx = argc > 4 && std::strcmp(argv[4], "new") == 0;
   const bool zeroed = argc > 4 && std::strcmp(argv[4], "calloc") == 0;
   const bool aligned = argc > 4 && std::strcmp(argv[4], "memalign") == 0;
+  const bool grown = argc > 4 && std::strcmp(argv[4], "realloc") == 0;
   const bool unmarked = argc > 5 && std::strcmp(argv[5], "unmarked") == 0;
   if (size == 0 || m <= 0 || k <= 0) {
     std::fprintf(stderr, "preload_callgrind: size, pairs and iterations must be positive\n");
@@ -105,6 +119,8 @@ int main(int argc, char** argv) {
       calloc_pairs(size, m);
     } else if (aligned) {
       memalign_pairs(size, m);
+    } else if (grown) {
+      realloc_pairs(size, m);
     } else {
       for (int i = 0; i < m; ++i) {
         void* p = std::malloc(size);

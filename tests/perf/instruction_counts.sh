@@ -144,6 +144,9 @@ measure() {  # NAME
     below_min_preload_calloc_64)  # Note [Small callocs zeroed by memset]
       run_case "$1" "$library" "$program" 64 $pairs $iterations calloc
       [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
+    realloc_preload_64)  # a malloc, a realloc to twice the size (another class: the block moves), a free; unmarked
+      run_case "$1" "$library" "$program" 64 $pairs $iterations realloc unmarked
+      [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
     below_min_preload_memalign_64)  # Note [Aligned requests in the front cache]
       run_case "$1" "$library" "$program" 64 $pairs $iterations memalign
       [[ $in_slab == 0 ]] || fail "$1: ${in_slab:-?} of $npairs pairs came from a slab (expected none)" ;;
