@@ -58,6 +58,6 @@ for i in "${!names[@]}"; do
   col() { awk -v n="$i" -v c="$1" '$1 == n { print $c }' "$raw" | median; }
   cpu=$(col 2)
   first=${first:-$cpu}
-  printf '| %s | %d | %.4f | %.3f | %d | %.1f |\n' "${names[i]}" "$rounds" "$cpu" \
+  printf '| %s | %d | %.4f | %.3f | %.0f | %.1f |\n' "${names[i]}" "$rounds" "$cpu" \
     "$(awk -v a="$cpu" -v b="$first" 'BEGIN { print a / b }')" "$(col 4)" "$(awk -v k="$(col 3)" 'BEGIN { print k / 1024 }')"
 done
