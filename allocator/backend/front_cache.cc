@@ -82,7 +82,7 @@ std::size_t thread_large_budget() noexcept {
 
 // Every thread starts with (and an exited one returns to) this cache, whose lists are empty
 // and full at once (max 0): both fast paths miss into the slow ones, which make its own.
-constinit thread_cache g_closed{};
+REPLAYALLOC_LARGE_ZEROED constinit thread_cache g_closed{};
 constinit thread_local thread_cache* t_cache REPLAYALLOC_TLS_IE = &g_closed;
 enum : std::uint8_t { cache_none, cache_making, cache_open, cache_exited };
 constinit thread_local std::uint8_t t_state REPLAYALLOC_TLS_IE = cache_none;

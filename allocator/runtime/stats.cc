@@ -193,7 +193,7 @@ void note_process_start() { g_started_ns = realtime_ns(); }
 // were taken or reset; the fallback allocator keeps no peak of its own to ask.
 namespace {
 std::mutex g_reset_mu;
-Stats g_baseline[3];  // [0] all domains, [1] host, [2] device
+REPLAYALLOC_LARGE_ZEROED Stats g_baseline[3];  // [0] all domains, [1] host, [2] device
 bool g_have_baseline = false;
 std::uint64_t g_plan_wait_max_base = 0;  // plan_wait_us_max as it was at the reset
 std::atomic<std::uint64_t> g_backend_peak{0};

@@ -41,7 +41,11 @@
 // pools and stashes), which a short command never writes, lay between those globals and
 // spread them over nine pages. Marked with this they go to .lbss, the x86-64 linker's
 // section for large zeroed data, placed after every object's .bss (where the private
-// jemalloc's already go: private_jemalloc.cmake), so the small ones lie together.
+// jemalloc's already go: private_jemalloc.cmake), so the small ones lie together. So do
+// the closed threads' empty cache (2,336 bytes, only read, and only once the front cache
+// serves) and the statistics' baseline (1,440 bytes, written by reset_stats): the .bss a
+// start writes 5 -> 4 pages (`/bin/true`: 78 -> 75 page-fault events, 78.7 -> 77.8 minor
+// faults in rusage: bench/RESULTS.md, "The closed cache and the baseline last").
 // Zero-initialized objects only (the section is NOBITS); the code that reads them is the
 // same (the library is one image: its addresses are within reach of a RIP-relative load).
 #if defined(__x86_64__) && defined(__ELF__)
