@@ -97,6 +97,15 @@ std::size_t front_range_wanted() noexcept;
 // fallback's start, under the reentry guard.
 void narrow_plain_malloc(std::uint64_t limit) noexcept;
 
+// Note [Thread caches left to the front cache] (jemalloc_backend.cc): the backend's own
+// per-thread caches turned off from its boot on, where the front cache will serve; false
+// where there is no such setting (glibc, the C API library). Before the backend boots
+// (the engine's constructor); a backend booted already keeps its caches.
+bool leave_thread_caches_to_front() noexcept;
+// Whether the backend keeps per-thread caches (jemalloc: opt.tcache; glibc: its tcache,
+// true). After the fallback's start (it asks jemalloc's controls).
+bool fallback_thread_caches_on() noexcept;
+
 // Makes the backend zero a reused large block it callocs by memset, not by giving its
 // pages back and faulting them in again (jemalloc: Note [Zeroing by memset] in
 // jemalloc_backend.cc; glibc memsets already). At the fallback's start.

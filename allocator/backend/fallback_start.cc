@@ -75,6 +75,9 @@ plain_malloc_fn g_pass_before = nullptr;
 // A setting may have raised jemalloc's thread cache above its default (read once, by the
 // engine's constructor: getenv is not safe beside another thread's setenv).
 bool g_tcache_set = false;
+// Note [Thread caches left to the front cache]: jemalloc's thread caches, off from its
+// boot (read at the start).
+bool g_caches_off = false;
 // The boot heap stopped serving (Note [The start once the boot heap stops serving]); a
 // race between threads only applies the limit twice.
 std::atomic<bool> g_boot_stopped{false};
@@ -83,6 +86,7 @@ void make_start(bool front, std::uint64_t small_limit) noexcept {
   close_boot_heap();
   keep_huge_pages();
   zero_reused_by_memset();
+  g_caches_off = !fallback_thread_caches_on();
   if (front && !use_front_cache()) g_front = false;
   narrow_plain_malloc(small_limit);
 }
@@ -156,6 +160,7 @@ void start_fallback(bool front, std::uint64_t small_limit, std::uint64_t after) 
   const char* conf = std::getenv("MALLOC_CONF");
   g_tcache_set = conf != nullptr && std::strstr(conf, "tcache_max") != nullptr;
   g_front = front && reserve_front_cache();
+  if (g_front) leave_thread_caches_to_front();  // before jemalloc boots (at the start)
   g_small_limit = small_limit;
   g_after = after;
   g_plain_before = g_plain_malloc.load(std::memory_order_relaxed);
@@ -191,8 +196,9 @@ void start_fallback_now() noexcept {
   g_start.store(start_made, std::memory_order_release);
   g_start_pending.store(false, std::memory_order_relaxed);
   const std::uint64_t left = g_left.load(std::memory_order_relaxed);
-  REPLAYALLOC_LOG(info, "fallback: started at request %llu of %llu%s", static_cast<unsigned long long>(g_after - left + 1),
-                  static_cast<unsigned long long>(g_after), g_front ? " (front cache on)" : "");
+  REPLAYALLOC_LOG(info, "fallback: started at request %llu of %llu%s%s", static_cast<unsigned long long>(g_after - left + 1),
+                  static_cast<unsigned long long>(g_after), g_front ? " (front cache on)" : " (front cache off)",
+                  g_caches_off ? ", jemalloc's thread caches off" : "");
 }
 
 // Note [A short process's large requests] (boot_heap.cc): pages of its own, counted as
@@ -262,6 +268,7 @@ void keep_huge_pages() noexcept {
 std::size_t thread_cache_max() noexcept {
   const std::size_t front = front_thread_kept_max();
   if (!fallback_started() && front != 0 && !g_tcache_set) return front;
+  if (fallback_started() && g_caches_off) return front;  // jemalloc keeps none
   std::size_t max = 0;
   std::size_t len = sizeof max;
   return mallctl("arenas.tcache_max", &max, &len, nullptr, 0) == 0 && len == sizeof max && max > front ? max : front;

@@ -115,7 +115,10 @@ void replayalloc_je_free(void* p) noexcept;
 // 3.4-3.5; the models at 1-16 threads within their spread; the same notes). So callocs
 // above 32 KiB are the arenas' of Note [Zeroing by memset], freed back to them.
 // thread_cache_max() counts the front cache too (auto mode's rule).
-// MALLOC_CONF=tcache_max:131072 restores 128 KiB.
+// MALLOC_CONF=tcache_max:131072 restores 128 KiB. Where the front cache runs, the LD_PRELOAD
+// library's jemalloc keeps no thread cache at all (Note [Thread caches left to the front
+// cache]); this default is the C API library's, and the LD_PRELOAD library's without the
+// front cache (REPLAYALLOC_FRONT_CACHE=0, check mode).
 #define REPLAYALLOC_JE_AT_LEAST(major, minor) \
   (JEMALLOC_VERSION_MAJOR > (major) || (JEMALLOC_VERSION_MAJOR == (major) && JEMALLOC_VERSION_MINOR >= (minor)))
 //
@@ -167,6 +170,10 @@ void replayalloc_je_free(void* p) noexcept;
 #endif
 #if defined(REPLAYALLOC_JE_CONF) && defined(REPLAYALLOC_PRIVATE_JEMALLOC)
 extern "C" { __attribute__((visibility("hidden"))) const char* replayalloc_je_malloc_conf = REPLAYALLOC_JE_CONF; }
+#if defined(REPLAYALLOC_PRELOAD_DEFAULTS)
+// Note [Thread caches left to the front cache]: the settings where the front cache will run.
+#define REPLAYALLOC_JE_FRONT_CONF REPLAYALLOC_JE_CONF ",tcache:false"
+#endif
 #elif defined(REPLAYALLOC_JE_CONF)
 extern "C" { __attribute__((weak, visibility("default"))) const char* malloc_conf = REPLAYALLOC_JE_CONF; }
 #endif
@@ -366,6 +373,37 @@ bool use_front_cache() noexcept {
   return true;
 }
 
+// Note [Thread caches left to the front cache]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// jemalloc makes a thread's cache at the thread's first call, whatever it is (a mallocx
+// with MALLOCX_TCACHE_NONE, as the front cache's arenas are asked, too): 32 KiB of
+// stacks, a large block zeroed, which an exited thread's stacks, dirty in arena 0, are
+// zeroed for by giving their pages back (MADV_DONTNEED, Note [Zeroing by memset]): a
+// TLB shootdown of every other thread and 4-8 faults for each new thread. Where the front
+// cache serves 16 B-2 MiB that cache holds next to nothing (the engine's own requests,
+// large callocs to 32 KiB, alignments the front cache leaves), so the engine's
+// constructor, where the cache will run (on, not check mode, its range reserved), gives
+// the private jemalloc `tcache:false` before it boots (at the fallback's start); a
+// program's MALLOC_CONF still wins (read after). Large callocs then all go to the arenas
+// of Note [Zeroing by memset]. Threads that come and go (larson) and each thread's first
+// requests (small, rptest) take fewer faults and less CPU (RESULTS "Thread caches left to
+// the front cache"). Where the cache's arena is refused at the start after all, jemalloc
+// serves without thread caches (REPLAYALLOC_VERBOSE=2 says so).
+bool leave_thread_caches_to_front() noexcept {
+#if defined(REPLAYALLOC_JE_FRONT_CONF)
+  replayalloc_je_malloc_conf = REPLAYALLOC_JE_FRONT_CONF;
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool fallback_thread_caches_on() noexcept {
+  bool on = true;
+  std::size_t len = sizeof on;
+  return mallctl("opt.tcache", &on, &len, nullptr, 0) != 0 || len != sizeof on || on;
+}
+
 void zero_reused_by_memset() noexcept {
   if (g_large_min.load(std::memory_order_relaxed) != std::numeric_limits<std::size_t>::max()) return;
   extent_hooks_t* hooks = nullptr;
@@ -381,7 +419,8 @@ void zero_reused_by_memset() noexcept {
   // and memset here.
   std::size_t tcache_max = 0;
   std::size_t tcache_len = sizeof tcache_max;
-  if (mallctl("arenas.tcache_max", &tcache_max, &tcache_len, nullptr, 0) == 0 && tcache_max >= large) {
+  if (fallback_thread_caches_on() && mallctl("arenas.tcache_max", &tcache_max, &tcache_len, nullptr, 0) == 0 &&
+      tcache_max >= large) {
     g_cached_max.store(tcache_max, std::memory_order_relaxed);
   }
   std::size_t oversize = 0;

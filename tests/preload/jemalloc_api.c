@@ -109,6 +109,16 @@ int main(void) {
   size_t threshold = 1, len = sizeof threshold;
   CHECK(mallctl("opt.oversize_threshold", &threshold, &len, NULL, 0) == 0 && threshold == 0,
         "opt.oversize_threshold is %zu, not the preload library's 0", threshold);
+  /* Note [Thread caches left to the front cache] (allocator/backend/jemalloc_backend.cc):
+   * jemalloc's thread caches off where the front cache serves, on where it does not
+   * (EXPECT_TCACHE, 0 or 1; unset: not checked). */
+  const char* expect_tcache = getenv("EXPECT_TCACHE");
+  if (expect_tcache != NULL) {
+    _Bool tcache = !(expect_tcache[0] == '1');
+    len = sizeof tcache;
+    CHECK(mallctl("opt.tcache", &tcache, &len, NULL, 0) == 0 && tcache == (expect_tcache[0] == '1'),
+          "opt.tcache is %d, not %s", (int)tcache, expect_tcache);
+  }
   uint64_t before = 0, after = 0;
   len = sizeof before;
   CHECK(mallctl("thread.allocated", &before, &len, NULL, 0) == 0, "thread.allocated unreadable");
