@@ -132,10 +132,6 @@ std::size_t thread_cache_max() noexcept;
 // MobileNetV3: ~3,000 page faults for a 0.2 MiB slab): they are left to the backend's
 // own decay. Slow when it purges (madvise).
 void release_free_memory(std::size_t slab_bytes) noexcept;
-// Note [The pages from before the start given back] (jemalloc_purge.cc): the free pages
-// of the backend's arena that served the requests before the fallback's start, given
-// back once the front cache serves; nothing for glibc.
-void purge_before_start() noexcept;
 
 // The backend's own malloc and free for ordinary requests (alignment <= malloc_align;
 // a request under malloc_align bytes is served as malloc_align: Note [Below the

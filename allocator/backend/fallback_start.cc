@@ -88,7 +88,6 @@ void make_start(bool front, std::uint64_t small_limit) noexcept {
   zero_reused_by_memset();
   g_caches_off = !fallback_thread_caches_on();
   if (front && !use_front_cache()) g_front = false;
-  if (g_front) purge_before_start();  // Note [The pages from before the start given back]
   narrow_plain_malloc(small_limit);
 }
 
@@ -117,9 +116,7 @@ constexpr std::size_t large_calloc = std::size_t{16} << 10;
 // blocks: peak RSS 101 -> 120 MiB with the start at 4,096 requests instead of 1,024). So
 // from that request on, the start comes within a quarter of the count (1,024 by default),
 // counted from the process's first request; at once where that many were made already.
-// Where there was no heap (the front cache off, check mode) the count is as set. The pages
-// of the blocks arena 0 served meanwhile: Note [The pages from before the start given
-// back] (jemalloc_purge.cc).
+// Where there was no heap (the front cache off, check mode) the count is as set.
 void boot_heap_stopped() noexcept {
   const std::uint64_t quarter = g_after / 4;
   const std::uint64_t left = g_left.load(std::memory_order_relaxed);

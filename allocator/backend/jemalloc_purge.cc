@@ -70,21 +70,6 @@ void purge(unsigned arena) noexcept {
 }
 }  // namespace
 
-// Note [The pages from before the start given back]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Before the fallback's start (Note [The fallback made when first needed]) the requests
-// the boot heap does not serve are jemalloc's own, from arena 0: up to 1,024 of them once
-// the heap stopped serving, 4,096 where there was none. Once the front cache serves,
-// blocks of 16 B-2 MiB never come from arena 0 again, so the pages of those freed there
-// lie dirty, for no request to reuse but a block above 2 MiB, until jemalloc's decay gives
-// them back (10 s, as the arena is used). So the start, once the front cache serves,
-// purges arena 0's free pages (blocks still held stay; those freed later decay as before):
-// a stream of 4 KiB-1 MiB blocks that never repeats (bench/micro/never_repeats 2000, one
-// thread) peaked at 68.9 MiB, 62.0 with the purge; 49.2 with the start at once
-// (REPLAYALLOC_FALLBACK_AFTER=0), the rest being blocks held at the start and freed after
-// (RESULTS "The pages from before the start given back").
-void purge_before_start() noexcept { purge(0); }
-
 void release_free_memory(std::size_t slab_bytes) noexcept {
   front_cache_release();  // Note [The fallback's front cache]: its blocks' pages too
   mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);

@@ -28,7 +28,6 @@ void fallback_start_postfork_child() noexcept {}
 bool reserve_front_cache() noexcept { return false; }
 bool leave_thread_caches_to_front() noexcept { return false; }  // no front cache
 bool fallback_thread_caches_on() noexcept { return true; }      // glibc's tcache
-void purge_before_start() noexcept {}                            // no start
 bool use_front_cache() noexcept { return false; }
 std::size_t front_range_wanted() noexcept { return 0; }
 void narrow_plain_malloc(std::uint64_t) noexcept {}  // no plain malloc

@@ -24,8 +24,6 @@
 #include <thread>
 #include <vector>
 
-#include <jemalloc/jemalloc.h>
-
 #include "backend/backend.h"
 #include "backend/boot_heap.h"
 #include "backend/front_cache.h"
@@ -487,42 +485,6 @@ void case_stopped(int before_thread) {
                after_thread, before_thread, most);
 }
 
-// Note [The pages from before the start given back] (backend/jemalloc_purge.cc): blocks
-// jemalloc's arena 0 served and took back before the start (the boot heap closed by a
-// second thread) leave no dirty pages there once the start is made.
-std::size_t arena0_dirty_pages() {
-  std::uint64_t epoch = 1;
-  std::size_t len = sizeof epoch;
-  std::size_t dirty = 0;
-  std::size_t dlen = sizeof dirty;
-  if (mallctl("epoch", &epoch, &len, &epoch, len) != 0 || mallctl("stats.arenas.0.pdirty", &dirty, &dlen, nullptr, 0) != 0) {
-    return SIZE_MAX;
-  }
-  return dirty;
-}
-
-void case_purged() {
-  g_live = new std::map<std::uintptr_t, std::size_t>();
-  if (!front_wanted()) return;  // jemalloc serves all along: nothing to give back
-  std::thread([] {}).join();  // the heap closes: jemalloc's arena 0 serves until the start
-  constexpr std::size_t n = std::size_t{64} << 10;
-  static block held[100];
-  for (int i = 0; i < 100; ++i) held[i] = made(std::malloc(n), n, static_cast<unsigned char>(i));
-  CHILD_EXPECT(!be::fallback_started(), "100 requests after the heap closed made the start (the test needs fewer)");
-  for (const block& b : held) release(b);
-  const std::size_t before = arena0_dirty_pages();
-  CHILD_EXPECT(before != SIZE_MAX && before >= 1000, "arena 0 holds %zu dirty pages after 6.4 MiB freed", before);
-  void* volatile sink = nullptr;
-  for (int i = 0; i < 4096 && !be::fallback_started(); ++i) {
-    sink = std::malloc(48);
-    std::free(sink);
-  }
-  CHILD_EXPECT(be::fallback_started(), "no start in 4,096 requests after the boot heap closed");
-  const std::size_t after = arena0_dirty_pages();
-  CHILD_EXPECT(after <= 64, "arena 0 still holds %zu dirty pages after the start (%zu before it)", after, before);
-  expect_served_as_wanted("after the start");
-}
-
 // REPLAYALLOC_FALLBACK_AFTER=0: made with the engine, as before the deferral.
 void case_at_once() {
   CHILD_EXPECT(be::fallback_started(), "REPLAYALLOC_FALLBACK_AFTER=0 deferred the start");
@@ -552,7 +514,6 @@ void case_one_cpu() {
   else if (std::strcmp(which, "large") == 0) case_large();
   else if (std::strcmp(which, "stopped_late") == 0) case_stopped(2000);
   else if (std::strcmp(which, "stopped_early") == 0) case_stopped(100);
-  else if (std::strcmp(which, "purged") == 0) case_purged();
   else CHILD_EXPECT(false, "no case %s", which);
   std::fflush(stderr);
   _exit(g_failures == 0 ? 0 : 1);
@@ -617,10 +578,6 @@ TEST(FallbackStart, AShortProcesssLargeRequestsArePagesOfTheirOwn) {
 TEST(FallbackStart, OnceTheBootHeapClosesItComesWithinAQuarterOfItsRequests) {
   EXPECT_EQ(run_in_fresh_process("stopped_late", "4096"), 0) << "the child's messages above say what failed";
   EXPECT_EQ(run_in_fresh_process("stopped_early", "4096"), 0) << "the child's messages above say what failed";
-}
-
-TEST(FallbackStart, ItGivesBackThePagesFreedBeforeIt) {
-  EXPECT_EQ(run_in_fresh_process("purged", "4096"), 0) << "the child's messages above say what failed";
 }
 
 TEST(FallbackStart, AProcessOnOneCpuHasOneSlot) {
