@@ -1,14 +1,16 @@
 /* The LD_PRELOAD library's own unwinder (Note [The LD_PRELOAD library's own runtime],
  * hooks/CMakeLists.txt): in a C program, where nothing loads libgcc_s, the engine
  * throws std::bad_alloc inside itself when its tables cannot grow and catches it there.
- * Run with REPLAYALLOC_MODE=record under the library: one iteration records 300,000
- * blocks while the address space is limited to what the process has plus 64 MiB. The
- * blocks come from ranges the library reserved at its start, the recording's tables
- * need new mappings: their growth fails, the engine catches the bad_alloc ("out of
- * memory while recording"), the iteration passes through, and every block stays the
- * program's. Checks that libgcc_s was never loaded, that the message came (the
- * exception was thrown and caught by the copy), that every block kept its bytes, and
- * that the process allocates again once the limit is lifted.
+ * Run with REPLAYALLOC_MODE=record under the library. A ring of 1,024 blocks is made
+ * first; then one iteration frees and makes them again, the same sizes, up to 8 million
+ * times, while the address space is limited to what the process has plus 64 MiB. The
+ * blocks reuse the pages of the ones freed (no new mapping, wherever the allocator put
+ * them), but the recording's tables grow by one entry a request and need new mappings:
+ * their growth fails, the engine catches the bad_alloc ("out of memory while recording"),
+ * the iteration passes through, and every block stays the program's. Checks that
+ * libgcc_s was never loaded, that the message came (the exception was thrown and caught
+ * by the copy), that every block kept its bytes to its free, and that the process
+ * allocates again once the limit is lifted.
  * Prints "own_unwinder: ok" and exits 0, or says what failed and exits 1. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -48,8 +50,16 @@ static int loaded(const char* name) {
   return found;
 }
 
-enum { blocks = 300000 };
-static unsigned char* block[blocks];
+enum { ring = 1024, most_requests = 8000000, look_every = 65536 };
+static unsigned char* block[ring];
+static size_t block_size(long request) { return 4096 + 16 * (size_t)(request % 64); }
+
+/* Whether the engine's messages, read back from fd, say the recording ran out. */
+static int said_out_of_memory(int fd, char* log, size_t capacity) {
+  const ssize_t n = pread(fd, log, capacity - 1, 0);
+  log[n > 0 ? n : 0] = '\0';
+  return strstr(log, "out of memory while recording 'own-unwinder'") != NULL;
+}
 
 int main(void) {
   int (*begin)(const char*) = (int (*)(const char*))dlsym(RTLD_DEFAULT, "replayalloc_iteration_begin");
@@ -65,37 +75,62 @@ int main(void) {
   const int saved_stderr = dup(2);
   dup2(log_fd, 2);
 
+  /* Request r's block is ring slot r % ring, of block_size(r) bytes, stamped r & 0xff. */
+  for (long r = 0; r < ring; ++r) {
+    block[r] = malloc(block_size(r));
+    CHECK(block[r] != NULL, "no memory for the ring");
+    memset(block[r], (int)(r & 0xff), 64);
+  }
   CHECK(begin("own-unwinder") == 0, "replayalloc_iteration_begin failed");
   struct rlimit limit = {(rlim_t)(status_kb("VmSize:") + 64 * 1024) * 1024, RLIM_INFINITY};
   CHECK(setrlimit(RLIMIT_AS, &limit) == 0, "setrlimit");
-  int made = 0;
-  for (; made < blocks; ++made) {
-    const size_t size = 4096 + 16 * (size_t)(made % 64);
-    block[made] = malloc(size);
-    if (block[made] == NULL) break;
-    memset(block[made], made & 0xff, 64);
-  }
+  static char log[65536];
   int kept = 1;
-  for (int i = 0; i < made; ++i) {
-    for (int j = 0; j < 64; ++j) kept &= block[i][j] == (unsigned char)(i & 0xff);
-    free(block[i]);
+  long request = ring;
+  long failed_at = -1;
+  for (; request < most_requests; ++request) {
+    unsigned char* old = block[request % ring];
+    for (int j = 0; j < 64; ++j) kept &= old[j] == (unsigned char)((request - ring) & 0xff);
+    free(old);
+    unsigned char* p = malloc(block_size(request));
+    if (p == NULL) {
+      failed_at = request;
+      break;
+    }
+    memset(p, (int)(request & 0xff), 64);
+    block[request % ring] = p;
+    /* Once the recording gave up, a ring's worth more passes through. */
+    if (request % look_every == 0 && said_out_of_memory(log_fd, log, sizeof log)) {
+      const long last = request + ring;
+      for (++request; request <= last; ++request) {
+        unsigned char* q = block[request % ring];
+        for (int j = 0; j < 64; ++j) kept &= q[j] == (unsigned char)((request - ring) & 0xff);
+        free(q);
+        block[request % ring] = malloc(block_size(request));
+        CHECK(block[request % ring] != NULL, "no block after the recording gave up (request %ld)", request);
+        memset(block[request % ring], (int)(request & 0xff), 64);
+      }
+      break;
+    }
   }
   end();
   limit.rlim_cur = RLIM_INFINITY;
   setrlimit(RLIMIT_AS, &limit);
   dup2(saved_stderr, 2);
 
-  char log[65536];
-  const ssize_t n = pread(log_fd, log, sizeof log - 1, 0);
-  log[n > 0 ? n : 0] = '\0';
-  CHECK(strstr(log, "out of memory while recording 'own-unwinder'") != NULL,
-        "the recording's tables never failed to grow (%d blocks made); the engine said:\n%s", made, log);
+  CHECK(failed_at < 0, "request %ld found no memory: the blocks, not the recording's tables, met the limit", failed_at);
+  CHECK(said_out_of_memory(log_fd, log, sizeof log),
+        "the recording's tables never failed to grow (%ld requests); the engine said:\n%s", request, log);
+  for (long r = request; r < request + ring; ++r) {
+    unsigned char* q = block[r % ring];
+    for (int j = 0; j < 64; ++j) kept &= q[j] == (unsigned char)((r - ring) & 0xff);
+    free(q);
+  }
   CHECK(kept, "a block lost its bytes");
-  CHECK(made > 1000, "only %d blocks made", made);
   CHECK(!loaded("libgcc_s"), "libgcc_s was loaded to unwind");
   void* p = malloc(1 << 20);
   CHECK(p != NULL, "no allocation after the limit was lifted");
   free(p);
-  printf("own_unwinder: ok (%d blocks; the engine's bad_alloc caught inside it)\n", made);
+  printf("own_unwinder: ok (%ld requests; the engine's bad_alloc caught inside it)\n", request);
   return 0;
 }
