@@ -441,11 +441,13 @@ void case_large() {
   CHILD_EXPECT(after + (std::size_t{6} << 20) < before, "freeing 8 MiB written gave back %zu bytes",
                before > after ? before - after : 0);
   std::free(a.p);
-  // With a large block freed, the next request of 1 MiB makes the start (the program may
-  // repeat them: jemalloc keeps their pages).
+  // With a large block freed, the next request above 256 KiB makes the start (the program
+  // may repeat them: the front cache keeps their pages) and is the front cache's
+  // (Note [The start once the boot heap stops serving]).
   CHILD_EXPECT(!be::fallback_started(), "a large block's free made the start");
-  void* next = std::malloc(std::size_t{1} << 20);
-  CHILD_EXPECT(!boot(next) && be::fallback_started(), "a request of 1 MiB after a large block's free made no start");
+  void* next = std::malloc(std::size_t{512} << 10);
+  CHILD_EXPECT(!boot(next) && be::fallback_started(), "a request of 512 KiB after a large block's free made no start");
+  CHILD_EXPECT(in_front_range(next), "a request of 512 KiB after a large block's free is not the front cache's");
   std::free(next);
   // A large block made before the start, freed on another thread after it: its pages go back.
   before = resident_bytes();
@@ -485,6 +487,40 @@ void case_stopped(int before_thread) {
                after_thread, before_thread, most);
 }
 
+// Note [The start once the boot heap stops serving]: where the boot heap's MiB is spent
+// by the process's one thread, the start comes at that request, and that request and
+// every one after it are the front cache's (none jemalloc's arena 0, whose pages the
+// cache never reuses); the boot heap's blocks keep their bytes and are freed after.
+void case_spent() {
+  if (!front_wanted()) return;  // no boot heap
+  g_live = new std::map<std::uintptr_t, std::size_t>();
+  static block kept[8192];  // not a vector: its growth would be a large request of its own
+  std::size_t n = 0;
+  std::size_t usable = 0;
+  block first_after{};
+  while (n < std::size(kept)) {
+    const std::size_t size = 200 + n % 300;
+    const block b = made(std::malloc(size), size, static_cast<unsigned char>(n % 251));
+    if (!be::boot_block(b.p, &usable)) {
+      first_after = b;
+      break;
+    }
+    kept[n++] = b;
+    CHILD_EXPECT(!be::fallback_started(), "the start came while the boot heap served (%zu blocks)", n);
+  }
+  CHILD_EXPECT(first_after.p != nullptr, "the boot heap served %zu blocks of 200-500 bytes", n);
+  CHILD_EXPECT(be::fallback_started(), "no start at the request the spent boot heap did not serve (%zu blocks)", n);
+  CHILD_EXPECT(in_front_range(first_after.p), "the first request after the boot heap was spent is not the front cache's");
+  for (int i = 0; i < 64; ++i) {
+    const block b = made(std::malloc(64 + 97 * i), 64 + 97 * i, 0x5a);
+    CHILD_EXPECT(in_front_range(b.p), "a block of %d bytes after the start is not the front cache's", 64 + 97 * i);
+    release(b);
+  }
+  release(first_after);
+  for (std::size_t i = 0; i < n; ++i) release(kept[i]);
+  CHILD_EXPECT(g_live->empty(), "%zu blocks were never freed", g_live->size());
+}
+
 // REPLAYALLOC_FALLBACK_AFTER=0: made with the engine, as before the deferral.
 void case_at_once() {
   CHILD_EXPECT(be::fallback_started(), "REPLAYALLOC_FALLBACK_AFTER=0 deferred the start");
@@ -514,6 +550,7 @@ void case_one_cpu() {
   else if (std::strcmp(which, "large") == 0) case_large();
   else if (std::strcmp(which, "stopped_late") == 0) case_stopped(2000);
   else if (std::strcmp(which, "stopped_early") == 0) case_stopped(100);
+  else if (std::strcmp(which, "spent") == 0) case_spent();
   else CHILD_EXPECT(false, "no case %s", which);
   std::fflush(stderr);
   _exit(g_failures == 0 ? 0 : 1);
@@ -578,6 +615,10 @@ TEST(FallbackStart, AShortProcesssLargeRequestsArePagesOfTheirOwn) {
 TEST(FallbackStart, OnceTheBootHeapClosesItComesWithinAQuarterOfItsRequests) {
   EXPECT_EQ(run_in_fresh_process("stopped_late", "4096"), 0) << "the child's messages above say what failed";
   EXPECT_EQ(run_in_fresh_process("stopped_early", "4096"), 0) << "the child's messages above say what failed";
+}
+
+TEST(FallbackStart, OnceItsOneThreadHasSpentTheBootHeapItComesAtOnce) {
+  EXPECT_EQ(run_in_fresh_process("spent", "1000000"), 0) << "the child's messages above say what failed";
 }
 
 TEST(FallbackStart, AProcessOnOneCpuHasOneSlot) {
