@@ -58,6 +58,7 @@
 #include "backend/boot_heap.h"
 #include "backend/front_classes.h"
 #include "backend/front_depot.h"
+#include "backend/front_inline.h"
 #include "backend/front_runs.h"
 #include "backend/front_thread.h"
 #include "support/config.h"
@@ -83,7 +84,9 @@ std::size_t thread_large_budget() noexcept {
 // Every thread starts with (and an exited one returns to) this cache, whose lists are empty
 // and full at once (max 0): both fast paths miss into the slow ones, which make its own.
 REPLAYALLOC_LARGE_ZEROED constinit thread_cache g_closed{};
-constinit thread_local thread_cache* t_cache REPLAYALLOC_TLS_IE = &g_closed;
+}  // namespace
+constinit thread_local thread_cache* front::t_cache REPLAYALLOC_TLS_IE = &g_closed;
+namespace {
 enum : std::uint8_t { cache_none, cache_making, cache_open, cache_exited };
 constinit thread_local std::uint8_t t_state REPLAYALLOC_TLS_IE = cache_none;
 
@@ -99,7 +102,6 @@ std::uint8_t g_large_class_of[(large_limit >> large_shift) + 1];  // size / 16 K
   return g_large_class_of[(size + (std::size_t{1} << large_shift) - 1) >> large_shift];
 }
 bool g_enabled = false;
-std::uint8_t g_class_of[front_limit / 16 + 1];  // (size + 15) / 16 -> class
 std::uint32_t g_class_size[max_classes];
 std::uint32_t g_list_max[max_classes];
 std::uint32_t g_fill[max_classes];  // blocks asked of the arena at a miss
@@ -134,7 +136,7 @@ pthread_key_t g_exit_key;
 // no block begins there before that. The free of a block whose byte is 0 asks jemalloc,
 // as every free in the range did before the map (a block made before the cache or by
 // jemalloc's own realloc).
-std::atomic<std::uint8_t>* g_page_class = nullptr;
+// (g_page_class: front_inline.h)
 
 // The page map's byte of block p, class k; nothing for a block outside the range (the
 // arena's jemalloc may serve one from another arena: at a thread's exit, once
@@ -241,7 +243,9 @@ inline void sweep_if_due() noexcept {
   return p != nullptr ? p : g_malloc(size);  // no run: jemalloc's own block, outside the range
 }
 
-[[gnu::noinline]] void* malloc_miss(unsigned k, std::size_t size) noexcept {
+}  // namespace
+
+[[gnu::noinline]] void* front::malloc_miss(unsigned k, std::size_t size) noexcept {
   if (k == 0) return g_malloc(size);
   sweep_if_due();
   if (t_state == cache_open || open_cache()) {
@@ -260,6 +264,7 @@ inline void sweep_if_due() noexcept {
   return arena_block(k, size);
 }
 
+namespace {
 // The thread's full list of class k to the depot, whole or its older half (Note [Half a
 // list handed on], front_depot.cc; Note [Idle lists given back]: its idle lists first,
 // once a sweep).
@@ -272,7 +277,9 @@ inline void sweep_if_due() noexcept {
 // A free in the range that the list cannot take: its class unknown (0; the boot heap's,
 // or asked of jemalloc: Note [The front cache's page map]), its list full, or the
 // thread's cache not open yet or closed.
-[[gnu::noinline]] void free_slow(void* p, unsigned k) noexcept {
+}  // namespace
+
+[[gnu::noinline]] void front::free_slow(void* p, unsigned k) noexcept {
   if (k == 0) {
     if (boot_release(p)) return;  // Note [A short process's first requests]
     const std::size_t u = g_usable(p);
@@ -321,6 +328,7 @@ inline void sweep_if_due() noexcept {
   ++mine.count;
 }
 
+namespace {
 // Note [Idle blocks before a new run] (front_runs.cc): class k's blocks on the thread's
 // list and in the depot back to their runs where they are all of a run's out of it (a
 // large class's only where the thread has left it: Note [Classes a stream has left]).
@@ -477,42 +485,14 @@ bool enable_front_cache(const front_backend& b) noexcept {
   return true;
 }
 
-namespace {
-// front_malloc; without its test for a size <= g_largest (Note [Below the minimum, narrowed]).
-template <bool any_size>
-void* malloc_sized(std::size_t size) noexcept {
-  if (any_size && size > g_largest) [[unlikely]] return large_malloc(size);
-  const unsigned k = g_class_of[(size + 15) >> 4];
-  free_list& l = t_cache->lists[k];
-  if (void* p = l.head) [[likely]] {
-    l.head = *static_cast<void**>(p);
-    --l.count;
-    return p;
-  }
-  return malloc_miss(k, size);
+void* front_malloc(std::size_t size) noexcept {
+  if (size > g_largest) [[unlikely]] return large_malloc(size);
+  return list_malloc(size);
 }
-}  // namespace
-
-void* front_malloc(std::size_t size) noexcept { return malloc_sized<true>(size); }
+void* front_malloc_narrowed(std::size_t size) noexcept { return list_malloc(size); }
 front_malloc_fn front_malloc_below(std::uint64_t limit) noexcept {
-  return g_enabled && limit - 1 <= g_largest ? &malloc_sized<false> : &front_malloc;
+  return g_enabled && limit - 1 <= g_largest ? &front_malloc_narrowed : &front_malloc;
 }
-
-namespace {
-[[gnu::always_inline]] inline void free_in_range(void* p, std::uintptr_t offset) noexcept {
-  // Class 0 (not known) has lists empty and full: to free_slow.
-  const unsigned k = g_page_class[offset >> map_shift].load(std::memory_order_relaxed);
-  free_list& l = t_cache->lists[k];
-  if (l.count < l.max) [[likely]] {
-    *static_cast<void**>(p) = l.head;
-    l.head = p;
-    ++l.count;
-    return;
-  }
-  free_slow(p, k);
-}
-
-}  // namespace
 
 void front_free(void* p) noexcept {
   const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
@@ -520,10 +500,10 @@ void front_free(void* p) noexcept {
   // one test they pay for the cache (Note [The front cache's arena]), unless the
   // inline free asked it already (Note [The gate's range]).
   if (offset >= g_span) [[likely]] return g_free(p);
-  free_in_range(p, offset);
+  list_free(p, offset);
 }
 
-void front_free_at(void* p, std::uintptr_t offset) noexcept { free_in_range(p, offset); }
+void front_free_at(void* p, std::uintptr_t offset) noexcept { list_free(p, offset); }
 
 void front_resizing(const void* p) noexcept {
   const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;

@@ -38,7 +38,10 @@
 // was asked apart, in the backend's free). A block of the front cache's (every small
 // block where it is on: Note [Small blocks in the front cache]) asks the same two
 // tests, then goes to its list: 3 fewer than while the predicted free was asked before
-// the front cache's part. Nothing is counted on this path (each count was one
+// the front cache's part. Where the front cache serves, both list hits run here (Note
+// [The front cache's lists inline], backend/front_inline.h): the malloc's tail jump is
+// a compare of the plain malloc with the narrowed one's address and the list's pop, the
+// free's the list's push. Nothing is counted on this path (each count was one
 // instruction more): not the request, its bytes or its free. The slab's part is asked
 // before the predicted free, which costs the replayed free those 4 instructions; the
 // replayed pair pays for them with one-instruction cursor steps and state compare
@@ -48,6 +51,7 @@
 #include <cstddef>
 
 #include "backend/front_cache.h"
+#include "backend/front_inline.h"
 #include "backend/slab_range.h"
 #include "replay/fast_path.h"
 #include "runtime/check.h"
@@ -86,7 +90,8 @@ REPLAYALLOC_ALWAYS_INLINE void* entry_alloc(std::size_t size, std::size_t align)
   // tail call, before the TLS block is looked at. One compare for size < the minimum:
   // the plain malloc serves a request under malloc_align bytes as glibc aligns it.
   if (small_request(size) && align <= malloc_align) [[likely]] {
-    return backend::g_plain_malloc.load(std::memory_order_acquire)(size);
+    // Note [The front cache's lists inline] (backend/front_inline.h).
+    return backend::plain_malloc_inline(backend::g_plain_malloc.load(std::memory_order_acquire), size);
   }
   // An aligned one below the minimum (nothing for malloc, whose align is malloc_align).
   if (align > malloc_align) {
@@ -126,8 +131,8 @@ REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
     // from + look_front, the offset from the front cache's part's start, wraps below
     // look_front exactly there (look_front is 0 while the gate is not).
     const std::uintptr_t in_front = from + t.look_front;
-    if (in_front >= t.look_front) return backend::g_outside_free.load(std::memory_order_relaxed)(ptr);
-    return backend::front_free_at(ptr, in_front);
+    if (in_front >= t.look_front) [[unlikely]] return backend::g_outside_free.load(std::memory_order_relaxed)(ptr);
+    return backend::front_free_inline(ptr, in_front);  // Note [The front cache's lists inline]
   }
   // The predicted free: it matches only the block of the free cursor's rank.
   if (replay_try_free(t.host.cursor, ptr)) [[likely]] return;
@@ -154,7 +159,7 @@ REPLAYALLOC_ALWAYS_INLINE void entry_free_sized(void* ptr, std::size_t size) {
   if (small_request(size)) [[likely]] {
     const std::uintptr_t from = reinterpret_cast<std::uintptr_t>(ptr) - backend::g_gate_range.from;
     if (from >= backend::g_gate_range.span) [[likely]] return backend::g_outside_free.load(std::memory_order_relaxed)(ptr);
-    if (from < backend::g_gate_range.front) return backend::front_free_at(ptr, from);
+    if (from < backend::g_gate_range.front) return backend::front_free_inline(ptr, from);
   }
   entry_free(ptr);
 }

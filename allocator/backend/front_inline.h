@@ -1,0 +1,112 @@
+// replayalloc/backend/front_inline.h: the front cache's list hits, inline in the entry
+// points (Note [The front cache's lists inline], below).
+//
+// Layer: backend. Included by front_cache.cc and runtime/entry.h; the rest of the front
+// cache stays behind front_cache.h.
+//
+// Note [The front cache's lists inline]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Below the minimum the inline malloc jumped through g_plain_malloc to the front cache's
+// narrowed malloc and the inline free called front_free_at: a pair of 51-52 instructions,
+// fewer than tcmalloc's 76, took 1.07-1.18x the best general-purpose allocator's time on
+// one thread (bench/RESULTS.md, "Small path"). With no hardware counters on the hosts the
+// likely cause is the front end, not the instructions: a pair ran eleven taken branches
+// (the program's call and PLT jump of each, the indirect jump, the jumps to the front
+// cache's part and to front_free_at, the two returns, the loop), tcmalloc's seven or
+// eight. So the hits are here, inline in the entry points (runtime/entry.h): the malloc
+// compares the plain malloc with front_malloc_narrowed's address (the state
+// narrow_plain_malloc keeps already, no second flag to keep in step with it; any other
+// plain malloc is still called through the pointer) and pops the list itself; the free,
+// in the front cache's part of the gate's range, pushes onto it. The misses stay calls
+// (malloc_miss, free_slow), as front_malloc and front_free, which the other paths call,
+// run the same code. The popped block is pinned to the return register (an empty asm):
+// without it the compiler joined this return with the replayed hit's and copied that
+// one's pointer through another register, one instruction more on the replayed pair.
+// Per pair (tests/perf/instruction_budget.txt): below the minimum 52.1 -> 51.1, new +
+// sized delete 60.1 -> 58.1, passed 4 KiB 70.1 -> 68.1; the replayed pairs unchanged;
+// two taken branches fewer. The libc backend's builds (the dlopen library) have no front
+// cache and keep the calls.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/front_thread.h"
+#include "support/config.h"
+
+namespace replayalloc::detail::backend {
+namespace front {
+
+// The calling thread's cache: g_closed (front_cache.cc, its lists empty and full) until
+// the thread opens one, and again once it exited.
+extern constinit thread_local thread_cache* t_cache REPLAYALLOC_TLS_IE;
+// Written once, as the cache is enabled, before any malloc can reach these; defined here
+// (inline, so hidden in the libraries) for the entry points to read with one instruction.
+// (size + 15) / 16 -> class, for the sizes up to front_limit.
+inline constinit std::uint8_t g_class_of[front_limit / 16 + 1] = {};
+// Note [The front cache's page map] (front_cache.cc): one byte per page of the range.
+inline constinit std::atomic<std::uint8_t>* g_page_class = nullptr;
+
+// The misses (front_cache.cc): an empty list (class 0: a size the lists do not serve),
+// and a free the list cannot take (class 0: not known; the list full; no cache open).
+void* malloc_miss(unsigned k, std::size_t size) noexcept;
+void free_slow(void* p, unsigned k) noexcept;
+
+// A block of a size up to front_limit from the thread's list of its class.
+[[gnu::always_inline]] inline void* list_malloc(std::size_t size) noexcept {
+  const unsigned k = g_class_of[(size + 15) >> 4];
+  free_list& l = t_cache->lists[k];
+  if (void* p = l.head) [[likely]] {
+    l.head = *static_cast<void**>(p);
+    --l.count;
+#if defined(__x86_64__)
+    asm("" : "+a"(p));  // in the return register: Note [The front cache's lists inline]
+#endif
+    return p;
+  }
+  return malloc_miss(k, size);
+}
+
+// Block p, `offset` bytes into the cache's range, onto the thread's list of its class.
+[[gnu::always_inline]] inline void list_free(void* p, std::uintptr_t offset) noexcept {
+  // Class 0 (not known) has lists empty and full: to free_slow.
+  const unsigned k = g_page_class[offset >> page_map_shift].load(std::memory_order_relaxed);
+  free_list& l = t_cache->lists[k];
+  if (l.count < l.max) [[likely]] {
+    *static_cast<void**>(p) = l.head;
+    l.head = p;
+    ++l.count;
+    return;
+  }
+  free_slow(p, k);
+}
+
+}  // namespace front
+
+// The plain malloc below the minimum where every such size is one of the lists' (Note
+// [Below the minimum, narrowed], front_classes.cc): front::list_malloc. The entry points
+// compare g_plain_malloc with its address and run it inline.
+void* front_malloc_narrowed(std::size_t size) noexcept;
+
+// What the entry points call below the minimum (`plain`: g_plain_malloc) and for a block
+// `offset` bytes into the front cache's part of the gate's range: the list hits inline,
+// or, in the libc backend's builds (the dlopen library), which have no front cache, the
+// calls (front_free_at is never reached there).
+#if defined(REPLAYALLOC_DLOPEN) && REPLAYALLOC_DLOPEN
+[[gnu::always_inline]] inline void* plain_malloc_inline(plain_malloc_fn plain, std::size_t size) noexcept {
+  return plain(size);
+}
+[[gnu::always_inline]] inline void front_free_inline(void* p, std::uintptr_t offset) noexcept { front_free_at(p, offset); }
+#else
+[[gnu::always_inline]] inline void* plain_malloc_inline(plain_malloc_fn plain, std::size_t size) noexcept {
+  if (plain == &front_malloc_narrowed) [[likely]] return front::list_malloc(size);
+  return plain(size);
+}
+[[gnu::always_inline]] inline void front_free_inline(void* p, std::uintptr_t offset) noexcept {
+  front::list_free(p, offset);
+}
+#endif
+
+}  // namespace replayalloc::detail::backend
