@@ -93,7 +93,7 @@ constinit thread_local std::uint8_t t_state REPLAYALLOC_TLS_IE = cache_none;
 // Read only once enabled. The classes served are 1..n; class 0 (its size 0, its lists
 // empty and full) stands for the requests of sizes whose class the cache does not serve,
 // and in the page map for a page whose blocks' class is not known.
-std::size_t g_largest = 0;  // the largest size class served by the lists' fast paths
+// (g_largest, the largest size class served by the lists' fast paths: front_inline.h)
 std::size_t g_large_largest = 0;  // the largest served (Note [Large blocks in the front cache])
 unsigned g_first_large = max_classes;  // the first class above front_limit
 std::uint8_t g_large_class_of[(large_limit >> large_shift) + 1];  // size / 16 KiB -> class
@@ -404,7 +404,9 @@ void* take_larger(thread_cache& c, unsigned k) noexcept {
   return nullptr;
 }
 
-[[gnu::noinline]] void* large_malloc(std::size_t size) noexcept {
+}  // namespace
+
+[[gnu::noinline]] void* front::large_malloc(std::size_t size) noexcept {
   if (size > g_large_largest) return g_malloc(size);
   const unsigned k = large_class(size);
   const std::size_t bytes = g_class_size[k];
@@ -435,8 +437,6 @@ void* take_larger(thread_cache& c, unsigned k) noexcept {
   if (run_class(k)) return large_run_miss(k, size);
   return arena_block(k, size);
 }
-
-}  // namespace
 
 bool enable_front_cache(const front_backend& b) noexcept {
   if (g_enabled || b.malloc == nullptr || b.free == nullptr || b.block == nullptr || b.release == nullptr ||

@@ -17,15 +17,21 @@
 // compares the plain malloc with front_malloc_narrowed's address (the state
 // narrow_plain_malloc keeps already, no second flag to keep in step with it; any other
 // plain malloc is still called through the pointer) and pops the list itself; the free,
-// in the front cache's part of the gate's range, pushes onto it. The misses stay calls
+// in the front cache's part of the gate's range, pushes onto it; a request passed through
+// with a pass granted ahead (runtime/shortcuts.h) of a size the lists serve (4-64 KiB
+// in the LD_PRELOAD library) pops its list the same way where the passing malloc is
+// front_malloc. The misses stay calls
 // (malloc_miss, free_slow), as front_malloc and front_free, which the other paths call,
 // run the same code. The popped block is pinned to the return register (an empty asm):
 // without it the compiler joined this return with the replayed hit's and copied that
 // one's pointer through another register, one instruction more on the replayed pair.
 // Per pair (tests/perf/instruction_budget.txt): below the minimum 52.1 -> 51.1, new +
-// sized delete 60.1 -> 58.1, passed 4 KiB 70.1 -> 68.1; the replayed pairs unchanged;
-// two taken branches fewer. The libc backend's builds (the dlopen library) have no front
-// cache and keep the calls.
+// sized delete 60.1 -> 58.1; the replayed pairs unchanged; two taken branches fewer: one
+// thread's 64 B-1 KiB pair 0.86-0.88x its time, 0.99-1.01x tcmalloc's (bench/RESULTS.md,
+// "Small path with the front cache's lists inline"). A 4 KiB pass: 70.1 -> 68.1 with the
+// free's push inline, 69.1 with the malloc's pop too (a compare more, the jump through
+// the pointer gone), 0.89-0.96x its time ("Passes popped inline"). The libc backend's
+// builds (the dlopen library) have no front cache and keep the calls.
 #pragma once
 
 #include <atomic>
@@ -33,6 +39,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/front_cache.h"
 #include "backend/front_thread.h"
 #include "support/config.h"
 
@@ -48,11 +55,16 @@ extern constinit thread_local thread_cache* t_cache REPLAYALLOC_TLS_IE;
 inline constinit std::uint8_t g_class_of[front_limit / 16 + 1] = {};
 // Note [The front cache's page map] (front_cache.cc): one byte per page of the range.
 inline constinit std::atomic<std::uint8_t>* g_page_class = nullptr;
+// The largest size class the lists serve (front_limit; the classes above are the large
+// ones of Note [Large blocks in the front cache]).
+inline constinit std::size_t g_largest = 0;
 
 // The misses (front_cache.cc): an empty list (class 0: a size the lists do not serve),
 // and a free the list cannot take (class 0: not known; the list full; no cache open).
 void* malloc_miss(unsigned k, std::size_t size) noexcept;
 void free_slow(void* p, unsigned k) noexcept;
+// A request above g_largest (Note [Large blocks in the front cache], front_cache.cc).
+void* large_malloc(std::size_t size) noexcept;
 
 // A block of a size up to front_limit from the thread's list of its class.
 [[gnu::always_inline]] inline void* list_malloc(std::size_t size) noexcept {
@@ -98,11 +110,23 @@ void* front_malloc_narrowed(std::size_t size) noexcept;
 [[gnu::always_inline]] inline void* plain_malloc_inline(plain_malloc_fn plain, std::size_t size) noexcept {
   return plain(size);
 }
+[[gnu::always_inline]] inline void* pass_malloc_inline(plain_malloc_fn pass, std::size_t size) noexcept {
+  return pass(size);
+}
 [[gnu::always_inline]] inline void front_free_inline(void* p, std::uintptr_t offset) noexcept { front_free_at(p, offset); }
 #else
 [[gnu::always_inline]] inline void* plain_malloc_inline(plain_malloc_fn plain, std::size_t size) noexcept {
   if (plain == &front_malloc_narrowed) [[likely]] return front::list_malloc(size);
   return plain(size);
+}
+// A request passed through (`pass`: g_pass_malloc; Note [Passes granted ahead],
+// runtime/shortcuts.h): where it is front_malloc, its two ways without the call.
+[[gnu::always_inline]] inline void* pass_malloc_inline(plain_malloc_fn pass, std::size_t size) noexcept {
+  if (pass == &front_malloc) [[likely]] {
+    if (size <= front::g_largest) [[likely]] return front::list_malloc(size);
+    return front::large_malloc(size);
+  }
+  return pass(size);
 }
 [[gnu::always_inline]] inline void front_free_inline(void* p, std::uintptr_t offset) noexcept {
   front::list_free(p, offset);

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "backend/front_inline.h"
 #include "runtime/auto_detect.h"
 #include "runtime/check.h"
 #include "runtime/thread_state.h"
@@ -160,7 +161,8 @@ REPLAYALLOC_ALWAYS_INLINE void* pass_granted(thread_state& t, std::size_t size) 
   --t.pass_left;
   bump(t.host.backend_bytes, size);
   bump(t.host.passthrough);
-  return backend::g_pass_malloc.load(std::memory_order_acquire)(size);
+  // Note [The front cache's lists inline] (backend/front_inline.h).
+  return backend::pass_malloc_inline(backend::g_pass_malloc.load(std::memory_order_acquire), size);
 }
 
 // The same for an aligned request (entry_alloc; Note [Aligned requests in the front
