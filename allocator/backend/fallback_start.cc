@@ -115,14 +115,13 @@ constexpr std::size_t large_calloc = std::size_t{16} << 10;
 // the front cache never reuses (larson, whose main thread makes every thread's first
 // blocks: peak RSS 101 -> 120 MiB with the start at 4,096 requests instead of 1,024;
 // never_repeats, whose one thread asks blocks of 4 KiB-1 MiB, 48.9 -> 68.9 MiB when the
-// start waited). Where the heap, still open (the
-// process has one thread), refuses a request (its MiB spent, or one above 256 KiB after
-// its pages of their own: Note [A short process's large requests]), the start comes at
-// that request, which the front cache then serves: a process that asked that much is no
-// short command. Where a second thread closed it, the start comes within a quarter of
-// the count (1,024 by default), counted from the process's first request; at once where
-// that many were made already. Where there was no heap (the front cache off, check mode)
-// the count is as set.
+// start waited). Where the heap, still open (the process has one thread), refuses a
+// request (its MiB spent, or one above 256 KiB after its pages of their own: Note [A
+// short process's large requests]), the start comes at that request, which the front
+// cache then serves: a process that asked that much is no short command. Where a second
+// thread closed it, the start comes within a quarter of the count (1,024 by default),
+// counted from the process's first request; at once where that many were made already.
+// Where there was no heap (the front cache off, check mode) the count is as set.
 void boot_heap_stopped() noexcept {
   if (boot_heap_open()) return start_fallback_now();
   const std::uint64_t quarter = g_after / 4;

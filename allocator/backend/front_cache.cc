@@ -485,10 +485,7 @@ bool enable_front_cache(const front_backend& b) noexcept {
   return true;
 }
 
-void* front_malloc(std::size_t size) noexcept {
-  if (size > g_largest) [[unlikely]] return large_malloc(size);
-  return list_malloc(size);
-}
+void* front_malloc(std::size_t size) noexcept { return any_malloc(size); }
 void* front_malloc_narrowed(std::size_t size) noexcept { return list_malloc(size); }
 front_malloc_fn front_malloc_below(std::uint64_t limit) noexcept {
   return g_enabled && limit - 1 <= g_largest ? &front_malloc_narrowed : &front_malloc;

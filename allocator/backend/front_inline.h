@@ -81,6 +81,13 @@ void* large_malloc(std::size_t size) noexcept;
   return malloc_miss(k, size);
 }
 
+// A block of any size the cache serves (front_malloc's, and a pass's inline): the
+// thread's list of its class, or above g_largest its large class.
+[[gnu::always_inline]] inline void* any_malloc(std::size_t size) noexcept {
+  if (size <= g_largest) [[likely]] return list_malloc(size);
+  return large_malloc(size);
+}
+
 // Block p, `offset` bytes into the cache's range, onto the thread's list of its class.
 [[gnu::always_inline]] inline void list_free(void* p, std::uintptr_t offset) noexcept {
   // Class 0 (not known) has lists empty and full: to free_slow.
@@ -120,12 +127,9 @@ void* front_malloc_narrowed(std::size_t size) noexcept;
   return plain(size);
 }
 // A request passed through (`pass`: g_pass_malloc; Note [Passes granted ahead],
-// runtime/shortcuts.h): where it is front_malloc, its two ways without the call.
+// runtime/shortcuts.h): where it is front_malloc, front_malloc's body without the call.
 [[gnu::always_inline]] inline void* pass_malloc_inline(plain_malloc_fn pass, std::size_t size) noexcept {
-  if (pass == &front_malloc) [[likely]] {
-    if (size <= front::g_largest) [[likely]] return front::list_malloc(size);
-    return front::large_malloc(size);
-  }
+  if (pass == &front_malloc) [[likely]] return front::any_malloc(size);
   return pass(size);
 }
 [[gnu::always_inline]] inline void front_free_inline(void* p, std::uintptr_t offset) noexcept {
