@@ -136,7 +136,7 @@ pthread_key_t g_exit_key;
 // no block begins there before that. The free of a block whose byte is 0 asks jemalloc,
 // as every free in the range did before the map (a block made before the cache or by
 // jemalloc's own realloc).
-// (g_page_class: front_inline.h)
+// (g_page_class: front_inline.h, and Note [The page map's bytes off their pages' starts] there)
 
 // The page map's byte of block p, class k; nothing for a block outside the range (the
 // arena's jemalloc may serve one from another arena: at a thread's exit, once
@@ -448,9 +448,11 @@ bool enable_front_cache(const front_backend& b) noexcept {
   const unsigned first_large = cls.first_large;
   // Note [The front cache's page map]
   const std::size_t map_bytes = b.span >> map_shift;
-  void* map = take_front_meta(map_bytes);  // Note [The front cache's tables in its range]
+  // Note [The front cache's tables in its range]; Note [The page map's bytes off their pages' starts] (front_inline.h).
+  void* map = take_front_meta(map_bytes + 4096);
   if (map == nullptr || pthread_key_create(&g_exit_key, close_thread) != 0) return false;
-  g_page_class = static_cast<std::atomic<std::uint8_t>*>(map);
+  const std::uintptr_t skew = ((b.base >> map_shift) + page_map_skew) & 4095;  // the map's pages begin pages
+  g_page_class = reinterpret_cast<std::atomic<std::uint8_t>*>(static_cast<char*>(map) + skew);
   // Note [Runs for medium blocks] (none without a table; give_back serves either way).
   void* table = take_front_meta(run_table_bytes(b.span));  // Note [The front cache's tables in its range]
   configure_runs(cls.class_size, b.base, b.span, g_page_class, table, b.run, b.release, &coarse_clock_ms, &idle_to_runs);

@@ -53,8 +53,37 @@ extern constinit thread_local thread_cache* t_cache REPLAYALLOC_TLS_IE;
 // (inline, so hidden in the libraries) for the entry points to read with one instruction.
 // (size + 15) / 16 -> class, for the sizes up to front_limit.
 inline constinit std::uint8_t g_class_of[front_limit / 16 + 1] = {};
-// Note [The front cache's page map] (front_cache.cc): one byte per page of the range.
+// Note [The front cache's page map] (front_cache.cc): one byte per page of the range,
+// that of the page at address a at ((a >> 12) + page_map_skew) mod 4096 in the map's
+// pages (below).
 inline constinit std::atomic<std::uint8_t>* g_page_class = nullptr;
+//
+// Note [The page map's bytes off their pages' starts]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A free reads its block's byte, then writes the block's first word (the list's link);
+// a pair on one block in a loop reads the byte while the last pair's write of the link
+// may still wait to be committed. The processor tells a load from the stores before it
+// by the addresses' low 12 bits first: where the byte and the link agree in them, the
+// load waits as if it read what the store wrote (4K aliasing). With the map at the
+// start of its pages, the byte of page i lay at offset i mod 4096 of the map's page, so
+// the first page of every 16 MiB of the range had its byte at offset 0, where a block
+// that begins the page writes its link; and the arenas' first runs begin at 16 MiB
+// (the range's 14 MiB of tables rounded up), where a process's first blocks are. So
+// whatever size a process used first ran 8-9% slower a pair than the same size after
+// (bench/micro/pair_bench, its first benchmark, by hand: 1 KiB first 2.77 ns against
+// tcmalloc's 2.54; the same size measured later, or with the fallback started at the
+// first request, whose blocks begin elsewhere, 2.5), "the first size measured" of
+// RESULTS' small-path sections. So the map is taken 4 KiB longer and g_page_class set
+// into its first page so that the byte of the page at address a lies at ((a >> 12) +
+// page_map_skew) mod 4096 in the map's pages (2,088: wherever the range begins): the
+// page that begins each 16 MiB, and each 2 MiB, has its byte at 40 mod 64, and each 64
+// KiB (a run's start: runs are aligned to their size) at 8, 24, 40 or 56 mod 64, past
+// every 32 bytes that a block of 32 B or more begins at; the pages whose byte lies in
+// the first 32 bytes of a page are those 7.8 MiB into each 16 MiB. No instruction is
+// added: the offset is in g_page_class. Measured side by side in bench/RESULTS.md ("The
+// page map's bytes off their pages' starts").
+inline constexpr std::uintptr_t page_map_skew = 2048 + 40;
+
 // The largest size class the lists serve (front_limit; the classes above are the large
 // ones of Note [Large blocks in the front cache]).
 inline constinit std::size_t g_largest = 0;
