@@ -68,20 +68,20 @@ inline constinit std::atomic<std::uint8_t>* g_page_class = nullptr;
 // start of its pages, the byte of page i lay at offset i mod 4096 of the map's page, so
 // the first page of every 16 MiB of the range had its byte at offset 0, where a block
 // that begins the page writes its link; and the arenas' first runs begin at 16 MiB
-// (the range's 14 MiB of tables rounded up), where a process's first blocks are. So
-// whatever size a process used first ran 8-9% slower a pair than the same size after
-// (bench/micro/pair_bench, its first benchmark, by hand: 1 KiB first 2.77 ns against
-// tcmalloc's 2.54; the same size measured later, or with the fallback started at the
-// first request, whose blocks begin elsewhere, 2.5), "the first size measured" of
-// RESULTS' small-path sections. So the map is taken 4 KiB longer and g_page_class set
-// into its first page so that the byte of the page at address a lies at ((a >> 12) +
+// (the range's 14 MiB of tables rounded up), where a process's first blocks are. So a
+// size a process used first could run 8-9% slower a pair than after (bench/micro/
+// pair_bench with 1 KiB measured first, by hand: 2.77 ns against tcmalloc's 2.54; 2.55
+// with the byte off the page's start, as with the fallback started at the first
+// request, whose first runs begin 256 KiB further on; pair_bench's 8 B, slow as its
+// first size too, has another cause, not found: RESULTS "The page map's bytes off their
+// pages' starts"). So the map is taken 4 KiB longer and g_page_class set into its
+// first page so that the byte of the page at address a lies at ((a >> 12) +
 // page_map_skew) mod 4096 in the map's pages (2,088: wherever the range begins): the
 // page that begins each 16 MiB, and each 2 MiB, has its byte at 40 mod 64, and each 64
 // KiB (a run's start: runs are aligned to their size) at 8, 24, 40 or 56 mod 64, past
 // every 32 bytes that a block of 32 B or more begins at; the pages whose byte lies in
 // the first 32 bytes of a page are those 7.8 MiB into each 16 MiB. No instruction is
-// added: the offset is in g_page_class. Measured side by side in bench/RESULTS.md ("The
-// page map's bytes off their pages' starts").
+// added: the offset is in g_page_class.
 inline constexpr std::uintptr_t page_map_skew = 2048 + 40;
 
 // The largest size class the lists serve (front_limit; the classes above are the large
