@@ -30,8 +30,12 @@
 // thread's 64 B-1 KiB pair 0.86-0.88x its time, 0.99-1.01x tcmalloc's (bench/RESULTS.md,
 // "Small path with the front cache's lists inline"). A 4 KiB pass: 70.1 -> 68.1 with the
 // free's push inline, 69.1 with the malloc's pop too (a compare more, the jump through
-// the pointer gone), 0.89-0.96x its time ("Passes popped inline"). The libc backend's
-// builds (the dlopen library) have no front cache and keep the calls.
+// the pointer gone), 0.89-0.96x its time ("Passes popped inline"). The two pops were
+// one code, the pass's a taken jump back into the plain malloc's (GCC joins identical
+// tails): the pass's has an asm of another text (a comment, no instruction), so it runs on to its own return,
+// the instructions the same (4 KiB passed: 3.276 -> 3.168 ns a pair, tcmalloc 2.950,
+// bench/RESULTS.md, "A pass's pop apart"). The libc backend's builds (the dlopen
+// library) have no front cache and keep the calls.
 #pragma once
 
 #include <atomic>
@@ -95,7 +99,9 @@ void free_slow(void* p, unsigned k) noexcept;
 // A request above g_largest (Note [Large blocks in the front cache], front_cache.cc).
 void* large_malloc(std::size_t size) noexcept;
 
-// A block of a size up to front_limit from the thread's list of its class.
+// A block of a size up to front_limit from the thread's list of its class. `Apart`:
+// the pop of a pass (any_malloc), kept from being merged with the plain one's.
+template <bool Apart = false>
 [[gnu::always_inline]] inline void* list_malloc(std::size_t size) noexcept {
   const unsigned k = g_class_of[(size + 15) >> 4];
   free_list& l = t_cache->lists[k];
@@ -103,7 +109,13 @@ void* large_malloc(std::size_t size) noexcept;
     l.head = *static_cast<void**>(p);
     --l.count;
 #if defined(__x86_64__)
-    asm("" : "+a"(p));  // in the return register: Note [The front cache's lists inline]
+    // In the return register; a pass's pop with an asm text of its own (no instruction):
+    // Note [The front cache's lists inline].
+    if constexpr (Apart) {
+      asm("# pass" : "+a"(p));
+    } else {
+      asm("" : "+a"(p));
+    }
 #endif
     return p;
   }
@@ -113,7 +125,7 @@ void* large_malloc(std::size_t size) noexcept;
 // A block of any size the cache serves (front_malloc's, and a pass's inline): the
 // thread's list of its class, or above g_largest its large class.
 [[gnu::always_inline]] inline void* any_malloc(std::size_t size) noexcept {
-  if (size <= g_largest) [[likely]] return list_malloc(size);
+  if (size <= g_largest) [[likely]] return list_malloc<true>(size);
   return large_malloc(size);
 }
 
