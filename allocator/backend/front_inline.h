@@ -32,10 +32,10 @@
 // free's push inline, 69.1 with the malloc's pop too (a compare more, the jump through
 // the pointer gone), 0.89-0.96x its time ("Passes popped inline"). The two pops were
 // one code, the pass's a taken jump back into the plain malloc's (GCC joins identical
-// tails): the pass's has an asm of another text (a comment, no instruction), so it runs on to its own return,
-// the instructions the same (4 KiB passed: 3.276 -> 3.168 ns a pair, tcmalloc 2.950,
-// bench/RESULTS.md, "A pass's pop apart"). The libc backend's builds (the dlopen
-// library) have no front cache and keep the calls.
+// tails): the pass's has an asm of another text (a comment, no instruction), so it
+// runs on to its own return, the instructions the same (4 KiB passed: 3.276 -> 3.168
+// ns a pair, tcmalloc 2.950; bench/RESULTS.md, "A pass's pop apart"). The libc
+// backend's builds (the dlopen library) have no front cache and keep the calls.
 #pragma once
 
 #include <atomic>
@@ -71,8 +71,8 @@ inline constinit std::atomic<std::uint8_t>* g_page_class = nullptr;
 // load waits as if it read what the store wrote (4K aliasing). With the map at the
 // start of its pages, the byte of page i lay at offset i mod 4096 of the map's page, so
 // the first page of every 16 MiB of the range had its byte at offset 0, where a block
-// that begins the page writes its link; and the arenas' first runs begin at 16 MiB
-// (the range's 14 MiB of tables rounded up), where a process's first blocks are. So a
+// that begins the page writes its link; and the arenas' first runs began there, 16 MiB
+// past the range's start (after its 14 MiB of tables), with a process's first blocks. So a
 // size a process used first could run 8-9% slower a pair than after (bench/micro/
 // pair_bench with 1 KiB measured first, by hand: 2.77 ns against tcmalloc's 2.54; 2.55
 // with the byte off the page's start, as with the fallback started at the first

@@ -477,7 +477,7 @@ TEST(Entry, BelowAMinimumUnderTheListsThePlainMallocIsNarrowed) {
   }
 }
 
-// Note [The page map's bytes off their pages' starts] (backend/front_cache.cc): a free
+// Note [The page map's bytes off their pages' starts] (backend/front_inline.h): a free
 // reads its block's byte of the page map and then writes the block's first word, so the
 // byte must not share its low 12 bits with that word (4K aliasing: a pair on one block
 // ran 8-9% slower). The blocks a process has first, those of the arenas' first runs at
@@ -511,8 +511,8 @@ TEST(Entry, AFreesPageMapByteNeverSharesTheLowBitsOfTheBlocksLink) {
   }
   EXPECT_GT(page_starts, 64) << "the 4 and 16 KiB blocks begin pages";
   for (void* p : held_blocks) be::front_free(p);
-  // Every run's start (a multiple of 64 KiB from the range's start): its byte past the
-  // first 32 bytes of every 64, where no block of 32 B or more begins.
+  // Every run's start (a multiple of 64 KiB: runs are aligned to their size): its byte
+  // past the first 32 bytes of every 64, where no block of 32 B or more begins.
   const std::uintptr_t first = (cache.base + 0xffff) & ~std::uintptr_t{0xffff};
   for (std::uintptr_t at = first; at < cache.base + (std::size_t{256} << 20); at += 0x10000) {
     ASSERT_GE(byte_offset(at) % 64, 8u) << "the page " << ((at - cache.base) >> 20) << " MiB into the range";
