@@ -51,6 +51,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <new>
@@ -105,6 +106,8 @@ bool g_enabled = false;
 std::uint32_t g_class_size[max_classes];
 std::uint32_t g_list_max[max_classes];
 std::uint32_t g_fill[max_classes];  // blocks asked of the arena at a miss
+// Note [A burst's lists twice as long] (front_classes.cc): a list's length in a burst.
+std::uint32_t g_burst_max[max_classes];
 front_malloc_fn g_malloc = nullptr;
 front_free_fn g_free = nullptr;
 std::uintptr_t g_base = 0;
@@ -187,6 +190,7 @@ void close_thread(void* arg) noexcept {
   for (unsigned k = 0; k < max_classes; ++k) {
     c->lists[k] = free_list{nullptr, 0, g_list_max[k]};
     c->burst[k] = false;
+    c->frees_too[k] = false;
     c->handed[k] = whole_after;  // lists handed on whole until the thread allocates the class
     c->large_missed_at[k] = 0;
     c->large_streak[k] = 0;
@@ -236,7 +240,11 @@ inline void sweep_if_due() noexcept {
 [[gnu::noinline]] void* run_miss(unsigned k, std::size_t size) noexcept {
   unsigned want = 1;
   if (t_state == cache_open) {
-    want = g_fill[k] > 1 && t_cache->burst[k] ? g_list_max[k] : g_fill[k];
+    // Note [A burst's lists twice as long]: the list is empty here, so its max may change.
+    free_list& mine = t_cache->lists[k];
+    const bool burst = g_fill[k] > 1 && t_cache->burst[k];
+    mine.max = burst && t_cache->frees_too[k] ? g_burst_max[k] : g_list_max[k];
+    want = burst ? mine.max : g_fill[k];
     t_cache->burst[k] = true;
   }
   void* p = run_take(k, t_cache->slot, &t_cache->lists[k], want);
@@ -272,6 +280,7 @@ namespace {
   sweep_if_due();
   hand_on_list(k, t_cache->lists[k], t_cache->handed[k]);
   t_cache->burst[k] = false;
+  t_cache->frees_too[k] = true;  // Note [A burst's lists twice as long]
 }
 
 // A free in the range that the list cannot take: its class unknown (0; the boot heap's,
@@ -322,7 +331,7 @@ namespace {
     t_cache->large_bytes -= std::size_t{n - 1} * bytes;
     return put(k, p, n);
   }
-  if (mine.count == mine.max) hand_on(k);
+  if (mine.count >= mine.max) hand_on(k);  // above it: a longer list from the depot
   *static_cast<void**>(p) = mine.head;
   mine.head = p;
   ++mine.count;
@@ -462,6 +471,8 @@ bool enable_front_cache(const front_backend& b) noexcept {
     g_list_max[k] = cls.list_max_of[k];
     const bool halves = c != 0 && (c < fill_below || (run_class(k) && k < first_large));
     g_fill[k] = halves ? cls.list_max_of[k] / 2 : 1;
+    const std::uint32_t m = std::min({2 * g_list_max[k], list_max, run_class(k) ? run_blocks(k) : list_max});
+    g_burst_max[k] = std::max(m, g_list_max[k]);
   }
   for (std::size_t i = 0; i <= front_limit / 16; ++i) g_class_of[i] = cls.class_of[i];
   for (std::size_t i = 0; i <= (large_limit >> large_shift); ++i) g_large_class_of[i] = cls.large_class_of[i];

@@ -35,6 +35,30 @@ namespace replayalloc::detail::backend::front {
 // jemalloc's. REPLAYALLOC_FRONT_CACHE=0 leaves small requests to jemalloc's malloc, as
 // before. Measured side by side in bench/RESULTS.md ("Small blocks in the front cache").
 
+// Note [A burst's lists twice as long]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A burst (a batch's blocks allocated together, then freed together) moves its blocks
+// between the thread's list and its runs a list at a time: a list's miss takes a list
+// from the depot or the runs, an overflow hands one on, and past the depot's budget it
+// goes back to its runs, each under a lock of a line the other threads share. Lists of
+// 64 KiB of blocks (eight of 8 KiB, four of 16 KiB) made that a visit every four to
+// eight blocks, and a burst's blocks (each on a page of its own, written just before)
+// stalled there: 40,000 blocks of 8 KiB cost 25.6 ns a malloc and 25.0 a free past the
+// first round against mimalloc's 19.3 and 14.9, though fewer instructions (perf, 8 KiB:
+// the depot's put 18% of the samples). So where a thread bursts a class it also frees
+// (its second miss into the runs with no overflow between, Note [Runs for medium
+// blocks], and a list of the class handed on before: `frees_too`), its list of the
+// class holds twice as many (at most 64, and at most a run's blocks) until its next
+// miss into the runs that is not a burst's: the miss takes that many, and the frees
+// that follow hand on lists that long. A thread that only allocates the class (a
+// producer) or only frees it (a consumer) keeps its lists as they were, and a list the
+// depot hands a thread may be longer than its own (a free hands such a list on at once,
+// as one full). Lists longer than a run were slower where tried (4 KiB: 32 blocks, runs
+// of 16, 18.4 -> 28.4 ns a malloc: a list took from two runs, and the stash's runs were
+// taken in another order), so none is; four times as long was not faster at 8 KiB (its
+// runs' 16) and would hold 256 KiB of 64 KiB blocks a thread. Measured side by side in
+// bench/RESULTS.md ("A burst's lists twice as long").
+
 // Note [Large blocks in the front cache]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Above 64 KiB jemalloc's interface was the fallback's floor: a large block is an

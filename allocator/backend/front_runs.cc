@@ -358,6 +358,7 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
 }
 
 bool run_class(unsigned k) noexcept { return g_size[k] != 0; }
+std::uint32_t run_blocks(unsigned k) noexcept { return g_blocks[k]; }
 
 void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want, unsigned fresh) noexcept {
   void* out[most_taken];

@@ -38,6 +38,8 @@ std::size_t run_table_bytes(std::size_t span) noexcept;
 
 // Whether class k's blocks come from runs (false for 0 and before configure_runs).
 bool run_class(unsigned k) noexcept;
+// Blocks in a run of class k (0 for the others); Note [A burst's lists twice as long].
+std::uint32_t run_blocks(unsigned k) noexcept;
 
 // A block of run class k from the runs of the arena `slot`, and up to want - 1 more
 // (at most 64 in all) onto *list, linked through their first words (list may be null

@@ -23,6 +23,9 @@ struct thread_cache {
   // Note [Runs for medium blocks]: a class whose list missed into the runs since it last
   // overflowed (a burst): its next miss fills the whole list.
   bool burst[max_classes];
+  // Note [A burst's lists twice as long] (front_classes.cc): a class the thread has
+  // handed a list of on (it frees the class in numbers, not only allocates it).
+  bool frees_too[max_classes];
   // Note [Half a list handed on] (front_depot.cc): the class's lists handed on since the
   // thread last missed on it, up to whole_after (whole lists from there).
   std::uint8_t handed[max_classes];

@@ -349,6 +349,109 @@ TEST(FrontRuns, AnOverflowKeepsHalfWhereTheThreadAllocatesTheClass) {
   }).join();
 }
 
+// Note [A burst's lists twice as long]: a thread that bursts a class it also frees
+// takes lists twice as long (1,000-byte requests: jemalloc's class of 1 KiB, lists of
+// 16, runs of 64 blocks: 32) and its frees hand them on only when that long; before it
+// has handed a list of the class on (a producer), its bursts take lists as before; a
+// list longer than a thread's own, from the depot, goes on at its next free. Every
+// block is handed out once, keeps what was written in it, and comes back.
+TEST(FrontRuns, ABurstOfAClassTheThreadAlsoFreesTakesListsTwiceAsLong) {
+  REQUIRE_RUNS();
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  std::vector<void*> held;  // live blocks (each with its index written in it)
+  const auto intact_at = [&](std::size_t i) {
+    const auto* b = static_cast<const unsigned char*>(held[i]);
+    return std::all_of(b, b + kKiBRequest, [&](unsigned char c) { return c == static_cast<unsigned char>(i); });
+  };
+  const auto free_last = [&] {
+    ASSERT_TRUE(intact_at(held.size() - 1)) << "a live block's contents changed";
+    release(held.back());
+    held.pop_back();
+  };
+  const auto list = [] { return be::front_thread_list_count(kKiBRequest); };
+  on_an_emptied_cache([&] {
+    const auto drain = [&] {  // a miss, then the list's blocks, all taken
+      held.push_back(pass(kKiBRequest));
+      const std::uint32_t took = list();
+      while (list() != 0) held.push_back(pass(kKiBRequest));
+      return took;
+    };
+    EXPECT_EQ(drain(), 7u) << "the first miss takes half a list";
+    EXPECT_EQ(drain(), 15u) << "a burst of a class the thread never freed took a longer list";
+    EXPECT_EQ(drain(), 15u);
+    for (int i = 0; i < 17; ++i) {  // 16 fill the list, the 17th overflows it: half stays
+      release(held.back());
+      held.pop_back();
+    }
+    EXPECT_EQ(list(), 9u);
+    while (list() != 0) held.push_back(pass(kKiBRequest));
+    be::front_cache_release();  // the depot's half given back: the next misses go to the runs
+    EXPECT_EQ(drain(), 7u) << "the miss after an overflow is not a burst's";
+    // A burst's take is as many as its run has left, up to 32 (here 24 of the first run).
+    const std::uint32_t took = drain();
+    EXPECT_GT(took, 15u) << "a burst of a class the thread frees took no list longer than 16";
+    EXPECT_LE(took, 31u);
+    while (held.size() < 128) EXPECT_LE(drain(), 31u);
+    for (std::size_t i = 0; i < held.size(); ++i) std::memset(held[i], static_cast<int>(i), kKiBRequest);
+    const absl::flat_hash_set<void*> unique(held.begin(), held.end());
+    ASSERT_EQ(unique.size(), held.size()) << "a block handed out twice";
+    // Its frees: the list holds 32 before a list goes to the depot; the overflow keeps
+    // half (the thread allocated the class since it last handed one on).
+    const std::uint64_t puts = be::front_cache_stats().depot_puts;
+    for (int i = 0; i < 32; ++i) free_last();
+    EXPECT_EQ(list(), 32u) << "the longer list did not hold 32";
+    EXPECT_EQ(be::front_cache_stats().depot_puts, puts) << "a list went to the depot before 32";
+    free_last();
+    EXPECT_EQ(list(), 17u) << "the overflow of a longer list kept no half";
+    // Four hand-ons with no miss between, then whole lists (Note [Half a list handed on]).
+    for (int overflow = 2; overflow <= 4; ++overflow) {
+      while (list() != 32) free_last();
+      free_last();
+      EXPECT_EQ(list(), 17u) << "overflow " << overflow;
+    }
+    while (list() != 32) free_last();
+    free_last();
+    EXPECT_EQ(list(), 1u) << "the fifth overflow did not hand the whole list of 32 on";
+    EXPECT_EQ(be::front_cache_stats().depot_puts - puts, 5u);
+    held.push_back(pass(kKiBRequest));  // its list emptied: the depot's top list is the 32
+    std::memset(held.back(), static_cast<int>(held.size() - 1), kKiBRequest);
+  });
+  // A new thread takes that list of 32 from the depot (its own lists hold 16): its next
+  // free hands it on, and no block of it is handed out twice.
+  std::thread([&] {
+    std::vector<void*> got;
+    got.push_back(pass(kKiBRequest));
+    const std::uint32_t had = list();
+    EXPECT_EQ(had, 31u) << "the depot's list was not the longer one";
+    while (list() + 4 > had) got.push_back(pass(kKiBRequest));
+    release(got.back());
+    got.pop_back();
+    EXPECT_LE(list(), 16u) << "a list longer than the thread's was kept whole";
+    const absl::flat_hash_set<void*> unique(got.begin(), got.end());
+    EXPECT_EQ(unique.size(), got.size());
+    for (void* p : got) EXPECT_FALSE(std::find(held.begin(), held.end(), p) != held.end()) << "a live block handed out";
+    for (void* p : got) release(p);
+    be::front_cache_release();
+  }).join();
+  // A producer: bursts of the class, never a free of it, take lists of 16.
+  std::vector<void*> produced;
+  std::thread([&] {
+    be::g_plain_free.load()(be::g_pass_malloc.load()(100));
+    be::front_cache_release();
+    for (int burst = 0; burst < 4; ++burst) {
+      produced.push_back(pass(kKiBRequest));
+      EXPECT_LE(list(), 15u) << "a producer's burst took a longer list";
+      while (list() != 0) produced.push_back(pass(kKiBRequest));
+    }
+  }).join();
+  for (std::size_t i = 0; i < held.size(); ++i) EXPECT_TRUE(intact_at(i)) << "a live block's contents changed";
+  for (void* p : produced) EXPECT_FALSE(std::find(held.begin(), held.end(), p) != held.end()) << "a live block handed out";
+  for (void* p : produced) release(p);
+  while (!held.empty()) free_last();
+  be::front_cache_release();
+}
+
 // Note [Empty runs kept] under threads: four threads allocate bursts of blocks of run
 // classes (1 KiB-128 KiB), each handing half of every burst to the next thread to free,
 // while another gives the stashes back over and over (front_cache_release, as before a
