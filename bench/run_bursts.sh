@@ -42,7 +42,7 @@ for ((r = 0; r < rounds; ++r)); do
       setup "$name"
       # shellcheck disable=SC2086  # the case's three numbers
       out=$(env "${envs[@]}" /usr/bin/time -f 'maxrss_kib %M' "$prog" ${cases[$c]} 2>&1)
-      echo "$(sed -n 's/^cpu_us_per_pair //p' <<<"$out") $(sed -n 's/^maxrss_kib //p' <<<"$out") $(sed -n 's/^faults_per_round //p' <<<"$out") $(sed -n 's/^checksum //p' <<<"$out")" \
+      echo "$(sed -n 's/^cpu_us_per_pair //p' <<<"$out") $(sed -n 's/^maxrss_kib //p' <<<"$out") $(sed -n 's/^faults_per_round //p' <<<"$out") $(sed -n 's/^checksum //p' <<<"$out") $(sed -n 's/^later_rounds_ns_per_malloc //p' <<<"$out") $(sed -n 's/^later_rounds_ns_per_free //p' <<<"$out")" \
         >> "$tmp/$c.$name"
     done
   done
@@ -51,10 +51,10 @@ done
   echo "## Bursts: large blocks allocated and freed together"
   echo
   echo "$(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average); commit $(git -C "$root" rev-parse --short HEAD)."
-  echo "Command: \`${BEFORE_ENV:+BEFORE_ENV=\"$BEFORE_ENV\" }bench/run_bursts.sh $rounds\` ($rounds rounds, one process per case, allocator and round, order rotated). \`bench/micro/bursts.cc COUNT SIZE ROUNDS\`: each round allocates COUNT blocks of SIZE bytes, writes the first byte of each, and frees them all. **CPU**: user + system microseconds per malloc+free pair (the page faults' included), median; **÷ best**: over the lowest median of glibc, jemalloc, tcmalloc and mimalloc; **faults**: page faults per round, median; **peak RSS**: median. replayalloc-before: the same library with \`$before_env\`."
+  echo "Command: \`${BEFORE_ENV:+BEFORE_ENV=\"$BEFORE_ENV\" }bench/run_bursts.sh $rounds\` ($rounds rounds, one process per case, allocator and round, order rotated). \`bench/micro/bursts.cc COUNT SIZE ROUNDS\`: each round allocates COUNT blocks of SIZE bytes, writes the first byte of each, and frees them all. **CPU**: user + system microseconds per malloc+free pair (the page faults' included), median; **÷ best**: over the lowest median of glibc, jemalloc, tcmalloc and mimalloc; **faults**: page faults per round, median; **peak RSS**: median; **malloc / free ns, later rounds**: the thread's CPU nanoseconds per malloc and per free in the rounds after the first (their pages made), medians. replayalloc-before: the same library with \`$before_env\`."
   echo
-  echo "| case | allocator | CPU us/pair | ÷ best | faults/round | peak RSS MiB | RSS ÷ leanest | checksum agrees |"
-  echo "|---|---|---:|---:|---:|---:|---:|---|"
+  echo "| case | allocator | CPU us/pair | ÷ best | faults/round | peak RSS MiB | RSS ÷ leanest | malloc / free ns, later rounds | checksum agrees |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---|"
   for c in "${!cases[@]}"; do
     read -r count size _ <<<"${cases[$c]}"
     want=$(cut -d' ' -f4 "$tmp/$c.glibc" | sort -u | paste -sd/)
@@ -65,9 +65,10 @@ done
       rss=$(cut -d' ' -f2 "$tmp/$c.$name" | median)
       faults=$(cut -d' ' -f3 "$tmp/$c.$name" | median)
       sums=$(cut -d' ' -f4 "$tmp/$c.$name" | sort -u | paste -sd/)
-      printf '| %s x %s B | %s | %.3f | %.2f | %.0f | %.1f | %.2f | %s |\n' "$count" "$size" "$name" "$cpu" \
+      later=$(printf '%.1f / %.1f' "$(cut -d' ' -f5 "$tmp/$c.$name" | median)" "$(cut -d' ' -f6 "$tmp/$c.$name" | median)")
+      printf '| %s x %s B | %s | %.3f | %.2f | %.0f | %.1f | %.2f | %s | %s |\n' "$count" "$size" "$name" "$cpu" \
         "$(awk -v a="$cpu" -v b="$best" 'BEGIN { print a / b }')" "$faults" "$(awk -v k="$rss" 'BEGIN { print k / 1024 }')" \
-        "$(awk -v a="$rss" -v b="$leanest" 'BEGIN { print a / b }')" "$([ "$sums" = "$want" ] && echo yes || echo "NO ($sums vs $want)")"
+        "$(awk -v a="$rss" -v b="$leanest" 'BEGIN { print a / b }')" "$later" "$([ "$sums" = "$want" ] && echo yes || echo "NO ($sums vs $want)")"
     done
   done
   echo
