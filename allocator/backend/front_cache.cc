@@ -33,6 +33,7 @@
 //    successors reuse its blocks; the arena has no thread to leave it, so nothing purges
 //    its pages but jemalloc's decay.
 // Bounded: a thread holds at most 64 KiB per class (four blocks of the classes above;
+// twice that in a burst of a class it also frees, Note [A burst's lists twice as long];
 // lists of 16 KiB, one block above 16 KiB, made 8 threads on 2 cores wait on the arena:
 // RESULTS "The fallback's front cache"), 16 KiB below 4 KiB (at most 64 blocks; 64 KiB
 // there took larson's peak RSS at 2 threads from 36 to 40 MiB); the depot at most 1-32

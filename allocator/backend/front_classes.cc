@@ -47,17 +47,19 @@ namespace replayalloc::detail::backend::front {
 // first round against mimalloc's 19.3 and 14.9, though fewer instructions (perf, 8 KiB:
 // the depot's put 18% of the samples). So where a thread bursts a class it also frees
 // (its second miss into the runs with no overflow between, Note [Runs for medium
-// blocks], and a list of the class handed on before: `frees_too`), its list of the
-// class holds twice as many (at most 64, and at most a run's blocks) until its next
-// miss into the runs that is not a burst's: the miss takes that many, and the frees
-// that follow hand on lists that long. A thread that only allocates the class (a
-// producer) or only frees it (a consumer) keeps its lists as they were, and a list the
-// depot hands a thread may be longer than its own (a free hands such a list on at once,
-// as one full). Lists longer than a run were slower where tried (4 KiB: 32 blocks, runs
-// of 16, 18.4 -> 28.4 ns a malloc: a list took from two runs, and the stash's runs were
-// taken in another order), so none is; four times as long was not faster at 8 KiB (its
-// runs' 16) and would hold 256 KiB of 64 KiB blocks a thread. Measured side by side in
-// bench/RESULTS.md ("A burst's lists twice as long").
+// blocks], and a list of the class handed on at any time before: `frees_too`, kept for
+// the thread's life), its list of the class holds twice as many (at most 64, and at most
+// a run's blocks) until its next miss into the runs that is not a burst's: the miss
+// takes up to that many (what its runs have left), and the frees that follow hold that
+// many before a list goes on (halves first: Note [Half a list handed on]). A thread that
+// only allocates the class (a producer) or only frees it (a consumer) keeps its own
+// lists' length, and a list the depot hands a thread may be longer than its own (its
+// next free hands it on, as a full one's). Lists of 32 blocks of 4 KiB were slower where
+// tried, whether a list took from two runs of 16 (18.4 -> 28.4 ns a malloc) or from runs
+// made twice as large (23.1; not found why), so no list's length is more than a run's
+// blocks (4 KiB's 16 are one's; a take may still span two partly used runs). Four times
+// as long was not faster at 8 KiB (its runs' 16) and would hold 1 MiB of 64 KiB blocks a
+// thread. Measured side by side in bench/RESULTS.md ("A burst's lists twice as long").
 
 // Note [Large blocks in the front cache]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

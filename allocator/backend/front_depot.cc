@@ -229,7 +229,8 @@ void put(unsigned k, void* head, std::uint32_t count, bool counted) noexcept {
 // blocks the thread has just freed. A thread that only frees the class (a consumer of
 // another thread's blocks) hands on whole lists, so that the thread that takes them
 // takes as many blocks a lock as before: halves there made producer/consumer's lists
-// twice as many (72,000 -> 143,000). A thread's bound (one list's length) is unchanged.
+// twice as many (72,000 -> 143,000). A thread's bound (one list's length) is unchanged
+// (Note [A burst's lists twice as long] changes it).
 // threaded_stress, 8 threads, mode off: puts 67,000 -> 44,000 (aligned), 72,000 ->
 // 38,000 (rptest), rptest 1.089x -> 0.985x the best's CPU (bench/RESULTS.md, "Threaded
 // stress with half a list handed on").

@@ -33,7 +33,8 @@
 //    after a sweep of the depot (one load and one compare there), gives back its lists
 //    of the classes above 64 KiB it did not ask for since its own last sweep
 //    (sweep_thread: a consumer's blocks, freed but never asked for, included; its next
-//    frees keep others). The smaller classes' lists (at most 64 KiB a class) are not
+//    frees keep others). The smaller classes' lists (at most 64 KiB a class, twice that in
+//    a burst: Note [A burst's lists twice as long]) are not
 //    swept: their blocks go back to runs whose other blocks are mostly out, which frees
 //    no page.
 // A program that hands lists all the time keeps them (its low marks stay 0), and a
