@@ -372,7 +372,8 @@ void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want, unsign
     got = pop_blocks(pool, k, out, want, fresh);
     spin_unlock(pool.locked);
   }
-  for (unsigned i = 1; i < got; ++i) {
+  // Last first: the list goes out in out's order (Note [A run's blocks in address order]).
+  for (unsigned i = got; i-- > 1;) {
     *static_cast<void**>(out[i]) = list->head;
     list->head = out[i];
     ++list->count;

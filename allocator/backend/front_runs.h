@@ -49,6 +49,19 @@ std::uint32_t run_blocks(unsigned k) noexcept;
 // that is not all used would fault in for nothing.
 void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want, unsigned fresh = ~0u) noexcept;
 
+// Note [A run's blocks in address order]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// run_take's blocks go out in the order the run gave them: its blocks given back first
+// (the last given back first), then those never carved, by their addresses. The first is
+// the request's; the others go onto the list last first, so that its pops follow on. A
+// burst carved from fresh runs goes out a class's size apart, forwards, and a program
+// that walks its blocks in the order it got them (writes each, reads each, frees each)
+// walks its memory forwards, as the hardware's prefetchers follow. Pushed first first (as
+// before), a list went out 0, n-1, n-2, ..., 1, and those walks missed at every block:
+// bursts' later rounds of 8 KiB blocks 1.34x mimalloc's, 1.04x now (RESULTS "A run's
+// blocks in address order"). Frees stay last in, first out: the block freed last, its
+// line still in the cache, is the next one out.
+
 // A block of the cache back to where it came from, by its page's byte (every block the
 // cache holds has it): its run, or the arena through `release`.
 void give_back(void* p) noexcept;

@@ -506,7 +506,16 @@ void case_spent() {
       break;
     }
     kept[n++] = b;
-    CHILD_EXPECT(!be::fallback_started(), "the start came while the boot heap served (%zu blocks)", n);
+    if (be::fallback_started()) {
+      // The request the heap refused was made()'s own, its map's node (48 bytes, a
+      // header besides) after the block: so the heap had less room than that left, and
+      // the next request is the first after the start.
+      const std::size_t used = be::boot_heap_counts().bytes;
+      CHILD_EXPECT(used + 64 > be::boot_range_bytes, "the start came while the boot heap served (%zu blocks, %zu bytes used)",
+                   n, used);
+      first_after = made(std::malloc(size), size, 0x3c);
+      break;
+    }
   }
   CHILD_EXPECT(first_after.p != nullptr, "the boot heap served %zu blocks of 200-500 bytes", n);
   CHILD_EXPECT(be::fallback_started(), "no start at the request the spent boot heap did not serve (%zu blocks)", n);

@@ -497,6 +497,43 @@ TEST(FrontRuns, ALongerListGoesBackToItsLengthAtAMissThatIsNotABursts) {
   });
 }
 
+// Note [A run's blocks in address order]: blocks carved from fresh runs go out one after
+// another by their addresses, each a class's size past the one before, whatever the
+// lists' lengths (half a list, a burst's whole and twice as long ones): a program that
+// walks a burst's blocks in the order it got them walks its memory forwards, as the
+// hardware's prefetchers follow. Order breaks only where a new run begins (before, each
+// list went out first block, then its last to its second: 0, 15, 14, ..., 1).
+TEST(FrontRuns, ARunsFreshBlocksGoOutInAddressOrder) {
+  REQUIRE_RUNS();
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  for (const std::size_t size : {std::size_t{1000}, std::size_t{8192}, std::size_t{20000}, std::size_t{100000}}) {
+    on_an_emptied_cache([&] {
+      const std::size_t cls = nallocx(size, 0);
+      constexpr int kBlocks = 300;
+      std::vector<void*> got;
+      got.reserve(kBlocks);  // made before the counts
+      const std::uint64_t runs_before = be::front_cache_stats().runs_made;
+      for (int i = 0; i < kBlocks; ++i) {
+        void* p = pass(size);
+        ASSERT_NE(p, nullptr);
+        got.push_back(p);
+      }
+      const std::uint64_t runs = be::front_cache_stats().runs_made - runs_before;
+      ASSERT_GT(runs, 0u) << size << " B: no run made";
+      int breaks = 0;  // consecutive blocks not a class's size apart
+      for (int i = 1; i < kBlocks; ++i) {
+        breaks += static_cast<char*>(got[i]) - static_cast<char*>(got[i - 1]) != static_cast<std::ptrdiff_t>(cls);
+      }
+      EXPECT_LE(breaks, static_cast<int>(runs)) << size << " B: " << runs << " runs made, blocks out of order";
+      const absl::flat_hash_set<void*> unique(got.begin(), got.end());
+      EXPECT_EQ(static_cast<int>(unique.size()), kBlocks) << "a block handed out twice";
+      for (void* p : got) release(p);
+      be::front_cache_release();
+    });
+  }
+}
+
 // Note [Empty runs kept] under threads: four threads allocate bursts of blocks of run
 // classes (1 KiB-128 KiB), each handing half of every burst to the next thread to free,
 // while another gives the stashes back over and over (front_cache_release, as before a
