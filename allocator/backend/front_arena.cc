@@ -149,8 +149,11 @@ bool extent_dalloc(extent_hooks_t*, void*, std::size_t, bool, unsigned) { return
 void extent_destroy(extent_hooks_t*, void*, std::size_t, bool, unsigned) {}
 
 void* block(std::size_t size, unsigned slot) noexcept { return mallocx(size, flags_of(slot)); }
-// Note [Runs for medium blocks]: a run, aligned to its size (a power of two).
-void* run(std::size_t bytes, unsigned slot) noexcept { return mallocx(bytes, flags_of(slot) | MALLOCX_ALIGN(bytes)); }
+// Note [Runs for medium blocks]: a run, aligned to its slot's size (a power of two), a
+// size step short of it from 256 KiB (Note [A run a size step short of its slot]).
+void* run(std::size_t bytes, unsigned slot) noexcept {
+  return mallocx(run_extent_bytes(bytes), flags_of(slot) | MALLOCX_ALIGN(bytes));
+}
 void release(void* p) noexcept { dallocx(p, MALLOCX_TCACHE_NONE); }
 // jemalloc 5's size class of n bytes (16 <= n <= 2 MiB), without asking it (nallocx
 // boots it: Note [A short process's first requests]): a multiple of 16 up to 64, then four

@@ -35,7 +35,7 @@ struct front_backend {
   std::uintptr_t base = 0;
   std::size_t span = 0;
   front_block_fn block = nullptr;    // a block of a class served, from the range's arena `slot`
-  front_block_fn run = nullptr;      // a run (Note [Runs for medium blocks]): aligned to its size
+  front_block_fn run = nullptr;      // a run's slot of `bytes`: run_extent_bytes(bytes), aligned to bytes
   unsigned slots = 1;                // its arenas (Note [The front cache's arena])
   front_free_fn release = nullptr;   // a block from the range given back
   unsigned (*arena)(unsigned slot) noexcept = nullptr;  // a slot's jemalloc arena, 0 while none is made
@@ -43,6 +43,24 @@ struct front_backend {
   std::size_t (*usable)(const void*) noexcept = nullptr;      // the class of a block
   void (*decay)() noexcept = nullptr;  // the arenas' dirty pages decayed now (Note [Idle lists given back])
 };
+
+// Note [A run a size step short of its slot]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A run lies in a slot of its size, aligned to it (Note [Runs for medium blocks]), and
+// is one of jemalloc's large extents, each of which jemalloc makes a page longer than
+// its size, aligned ones too (its cache-oblivious offset; Debian's jemalloc 5.3 takes no
+// setting for it). So a run of its slot's whole size took one page of the next slot, and
+// the next run the slot after: runs lay one every two slots, their address space and
+// jemalloc's radix tree (a page of it per MiB) twice their size. A run of 256 KiB or more
+// is its slot less an eighth (a size jemalloc has: four a doubling), which with that
+// page fits the slot, and holds the blocks that fit in that: the runs of a burst lie one
+// after another. Below 256 KiB a run keeps its whole slot: the 4 KiB class's lists of 16
+// would span two runs of 14 (its bursts' later rounds 32.1 -> 41.6 ns a malloc and a
+// free, tried). Bursts' later rounds, RESULTS "A run a size step short of its slot".
+inline constexpr std::size_t run_short_least = std::size_t{256} << 10;
+constexpr std::size_t run_extent_bytes(std::size_t bytes) noexcept {
+  return bytes >= run_short_least ? bytes - bytes / 8 : bytes;
+}
 
 // The address space the arena's blocks come from (Note [The front cache's arena]):
 // reserved once, never committed but an extent at a time.

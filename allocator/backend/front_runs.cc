@@ -142,7 +142,7 @@ std::uintptr_t start_of(const void* p, unsigned k) noexcept {
 void mark(std::uintptr_t start, unsigned k, std::uint8_t v) noexcept {
   const std::size_t first = (start - g_base) >> page_map_shift;
   if (g_size[k] <= (std::size_t{1} << page_map_shift)) {
-    for (std::size_t i = 0; i < (g_run_bytes[k] >> page_map_shift); ++i) {
+    for (std::size_t i = 0; i < (run_extent_bytes(g_run_bytes[k]) >> page_map_shift); ++i) {
       g_page_class[first + i].store(v, std::memory_order_relaxed);
     }
     return;
@@ -337,7 +337,7 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
     bytes = bytes < run_bytes_least ? run_bytes_least : bytes > run_bytes_most ? run_bytes_most : bytes;
     g_size[k] = static_cast<std::uint32_t>(c);
     g_run_bytes[k] = bytes;
-    g_blocks[k] = static_cast<std::uint32_t>(bytes / c);
+    g_blocks[k] = static_cast<std::uint32_t>(run_extent_bytes(bytes) / c);  // its extent's blocks
   }
   // Each run class's next of its run size, in a cycle, found in one pass (by the size's width).
   std::uint8_t first[32] = {}, last[32] = {};  // 0: none (class 0 is no run class)

@@ -15,8 +15,8 @@
 
 namespace replayalloc::detail::backend::front {
 
-// A run's memory from the cache's arena `slot`, `bytes` long and aligned to `bytes`;
-// null when it cannot be had.
+// A run's memory from the cache's arena `slot`, run_extent_bytes(bytes) long (at least)
+// and aligned to `bytes`; null when it cannot be had.
 using run_memory_fn = void* (*)(std::size_t bytes, unsigned slot) noexcept;
 // Note [Idle blocks before a new run] (front_runs.cc): class k's blocks that wait on the
 // calling thread's list and in the depot, given back to their runs.

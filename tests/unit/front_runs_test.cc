@@ -84,8 +84,8 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
   std::uint32_t class_size[front::max_classes] = {};
   class_size[1] = 2048;    // a small class: runs of 64 KiB, 32 blocks
   class_size[2] = 5120;    // runs of 128 KiB, 25 blocks
-  class_size[3] = 20480;   // 512 KiB, 25 blocks
-  class_size[4] = 131072;  // 1 MiB, 8 blocks
+  class_size[3] = 20480;   // 512 KiB, 22 blocks (Note [A run a size step short of its slot]: 448 KiB of them)
+  class_size[4] = 131072;  // 1 MiB, 7 blocks (896 KiB)
   class_size[5] = 163840;  // above
   class_size[6] = 24576;   // runs of 512 KiB, as class 3's
   g_ms = 0;  // stopped: no stash decays in this test
@@ -112,14 +112,16 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
       blocks.push_back(p);
       for (void* q = more.head; q != nullptr; q = *static_cast<void**>(q)) blocks.push_back(q);
     }
-    const std::size_t per_run = run_bytes[k] / size;
+    const std::size_t per_run = replayalloc::detail::backend::run_extent_bytes(run_bytes[k]) / size;
+    EXPECT_EQ(per_run, front::run_blocks(k)) << size;
     EXPECT_EQ(g_made.size(), (blocks.size() + per_run - 1) / per_run) << size;
     std::vector<std::uintptr_t> sorted;
     for (void* p : blocks) {
       const auto a = reinterpret_cast<std::uintptr_t>(p);
       const std::uintptr_t run = a & ~(run_bytes[k] - 1);
       ASSERT_TRUE(std::find(g_made.begin(), g_made.end(), run) != g_made.end()) << size << ": a block outside every run";
-      ASSERT_LE(a + size, run + run_bytes[k]) << size << ": a block past its run's end";
+      ASSERT_LE(a + size, run + replayalloc::detail::backend::run_extent_bytes(run_bytes[k]))
+          << size << ": a block past its run's extent";
       EXPECT_EQ(page_map[(a - base) >> front::page_map_shift].load(), k);
       std::memset(p, static_cast<int>(k), size);
       sorted.push_back(a);
@@ -345,8 +347,9 @@ TEST(FrontRuns, EmptiedRunsServeTheNextBurstAndThoseIdleForASecondGoBack) {
 // before, in this run's earlier life or another class's; without it (~0u), every block
 // asked for, whatever was written, and never none.
 TEST(FrontRuns, ABatchCarvesAtMostItsFreshBlocksWhereNothingWasWritten) {
-  // Runs of 1 MiB (25 blocks), 1 MiB (21) and 128 KiB (16).
-  test_range range = fresh_range({40960, 49152, 8192});
+  // Runs of 1 MiB (25 blocks of 35 KiB in its 896 KiB: Note [A run a size step short of
+  // its slot]), 1 MiB (21 of 42 KiB) and 128 KiB (16).
+  test_range range = fresh_range({35840, 43008, 8192});
   ASSERT_NE(range.area, nullptr);
   void* area = range.area;
   const auto& class_size = range.class_size;
@@ -376,7 +379,7 @@ TEST(FrontRuns, ABatchCarvesAtMostItsFreshBlocksWhereNothingWasWritten) {
   EXPECT_EQ(g_made.size(), 1u);
   for (void* p : blocks) front::run_give(p, 1);
   // Another class of the same run size takes the empty run, and what class 1 wrote of it
-  // (10 blocks of 40 KiB: 400 KiB) counts for it: 9 blocks of 48 KiB begin there.
+  // (10 blocks of 35 KiB: 350 KiB) counts for it: 9 blocks of 42 KiB begin there.
   blocks = take(2, 16, 1);
   EXPECT_EQ(g_made.size(), 1u) << "the empty run of class 1 was not taken";
   EXPECT_EQ(blocks.size(), 10u);
@@ -430,8 +433,9 @@ void wait(void* p, unsigned k) {
 // and a run they leave empty serves the new class; a run they do not leave empty keeps
 // them for its own class's next requests; the smaller runs never ask.
 TEST(FrontRuns, BlocksWaitingOnListsGoBackBeforeARunIsMadeOfFreshMemory) {
-  // Runs of 1 MiB: 25 blocks of 40 KiB, 21 of 48 KiB; of 128 KiB: 16 of 8 KiB, 21 of 6 KiB.
-  test_range range = fresh_range({40960, 49152, 8192, 6144}, &idle);
+  // Runs of 1 MiB: 25 blocks of 35 KiB, 21 of 42 KiB (in their 896 KiB: Note [A run a
+  // size step short of its slot]); of 128 KiB: 16 of 8 KiB, 21 of 6 KiB.
+  test_range range = fresh_range({35840, 43008, 8192, 6144}, &idle);
   ASSERT_NE(range.area, nullptr);
   std::fill(std::begin(g_waiting), std::end(g_waiting), nullptr);
   g_idled.clear();
@@ -445,8 +449,8 @@ TEST(FrontRuns, BlocksWaitingOnListsGoBackBeforeARunIsMadeOfFreshMemory) {
     return out;
   };
   const auto run_of = [](void* p) { return reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{(1 << 20) - 1}; };
-  // 24 caches of 40 KiB, then each a row longer: 48 KiB taken, the 40 KiB block freed to
-  // a list. The first 21 fill a new run (the 40 KiB blocks still out of theirs).
+  // 24 caches of 35 KiB, then each a row longer: 42 KiB taken, the 35 KiB block freed to
+  // a list. The first 21 fill a new run (the 35 KiB blocks still out of theirs).
   const std::vector<void*> forty = take(1, 24);
   ASSERT_EQ(forty.size(), 24u);
   ASSERT_EQ(g_made.size(), 1u);
@@ -473,7 +477,7 @@ TEST(FrontRuns, BlocksWaitingOnListsGoBackBeforeARunIsMadeOfFreshMemory) {
       g_idled.clear();
     }
   }
-  // The 22nd block of 48 KiB needed a run: the 21 blocks of 40 KiB waiting then went
+  // The 22nd block of 42 KiB needed a run: the 21 blocks of 35 KiB waiting then went
   // back to their run, which three still out of it kept (so a run was made), and those
   // three, freed to the list after, wait there still.
   EXPECT_EQ(g_idled, std::vector<unsigned>{1});
@@ -483,7 +487,7 @@ TEST(FrontRuns, BlocksWaitingOnListsGoBackBeforeARunIsMadeOfFreshMemory) {
   EXPECT_EQ(g_made.size(), 3u) << "the blocks given back did not serve their class";
   for (void* p : again) EXPECT_EQ(run_of(p), run_of(forty[0]));
   for (void* p : again) wait(p, 1);
-  // The next step (56 KiB: class 2 again here): every block of 40 KiB waits, their run
+  // The next step (49 KiB: class 2 again here): every block of 35 KiB waits, their run
   // goes empty and serves class 2's new blocks, of no fresh memory.
   g_idled.clear();
   const std::vector<void*> more = take(2, 21 - 3);  // the second run of class 2 full
