@@ -15,9 +15,10 @@
 // (its thread cache batches the slab work, which MALLOCX_TCACHE_NONE does not).
 // mimalloc and tcmalloc carve such blocks from pages or spans of many blocks. So the
 // front cache does, for its classes from 4 KiB to 128 KiB:
-//  * a run is one block of the cache's arena (Note [The front cache's arena]) of the
-//    smallest power of two holding 16 blocks, at least 64 KiB and at most 1 MiB (8-64
-//    blocks), aligned to its size, so that a block's run is its address rounded down;
+//  * a run is one block of the cache's arena (Note [The front cache's arena]) in a slot
+//    of the smallest power of two holding 16 blocks, at least 64 KiB and at most 1 MiB
+//    (7-64 blocks; from 256 KiB a size step short of it: Note [A run a size step short
+//    of its slot]), aligned to its size, so that a block's run is its address rounded down;
 //    the page map's bytes (Note [The front cache's page map]) of the pages its blocks
 //    begin in (all of its pages for blocks of up to 4 KiB) are its class from its
 //    making to its giving back, and a page's byte of a run class says that the block
