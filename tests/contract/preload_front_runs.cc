@@ -498,6 +498,35 @@ TEST(FrontRuns, ALongerListGoesBackToItsLengthAtAMissThatIsNotABursts) {
   });
 }
 
+// On a thread with an emptied cache, a burst of `count` blocks of `size` bytes (each
+// filled with its index, fill()) made through the fallback's malloc, handed to `check`
+// with the runs made meanwhile; then every block checked intact, freed, and the cache
+// released.
+template <typename F>
+void burst_on_an_emptied_cache(std::size_t size, int count, F check) {
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  on_an_emptied_cache([&] {
+    std::vector<void*> got;
+    got.reserve(static_cast<std::size_t>(count));  // made before the counts
+    const std::uint64_t runs_before = be::front_cache_stats().runs_made;
+    for (int i = 0; i < count; ++i) {
+      void* p = pass(size);
+      ASSERT_NE(p, nullptr);
+      fill(p, size, static_cast<std::uint32_t>(i));
+      got.push_back(p);
+    }
+    check(got, be::front_cache_stats().runs_made - runs_before);
+    const absl::flat_hash_set<void*> unique(got.begin(), got.end());
+    EXPECT_EQ(unique.size(), got.size()) << size << " B: a block handed out twice";
+    for (int i = 0; i < count; ++i) {
+      EXPECT_TRUE(intact(got[i], size, static_cast<std::uint32_t>(i))) << size << " B: " << i;
+    }
+    for (void* p : got) release(p);
+    be::front_cache_release();
+  });
+}
+
 // Note [A run's blocks in address order]: blocks carved from fresh runs go out one after
 // another by their addresses, each a class's size past the one before, whatever the
 // lists' lengths (half a list, a burst's whole and twice as long ones): a program that
@@ -506,31 +535,15 @@ TEST(FrontRuns, ALongerListGoesBackToItsLengthAtAMissThatIsNotABursts) {
 // list went out first block, then its last to its second: 0, 15, 14, ..., 1).
 TEST(FrontRuns, ARunsFreshBlocksGoOutInAddressOrder) {
   REQUIRE_RUNS();
-  auto pass = be::g_pass_malloc.load();
-  auto release = be::g_plain_free.load();
   for (const std::size_t size : {std::size_t{1000}, std::size_t{8192}, std::size_t{20000}, std::size_t{100000}}) {
-    on_an_emptied_cache([&] {
-      const std::size_t cls = nallocx(size, 0);
-      constexpr int kBlocks = 300;
-      std::vector<void*> got;
-      got.reserve(kBlocks);  // made before the counts
-      const std::uint64_t runs_before = be::front_cache_stats().runs_made;
-      for (int i = 0; i < kBlocks; ++i) {
-        void* p = pass(size);
-        ASSERT_NE(p, nullptr);
-        got.push_back(p);
-      }
-      const std::uint64_t runs = be::front_cache_stats().runs_made - runs_before;
+    const std::size_t cls = nallocx(size, 0);
+    burst_on_an_emptied_cache(size, 300, [&](const std::vector<void*>& got, std::uint64_t runs) {
       ASSERT_GT(runs, 0u) << size << " B: no run made";
       int breaks = 0;  // consecutive blocks not a class's size apart
-      for (int i = 1; i < kBlocks; ++i) {
+      for (std::size_t i = 1; i < got.size(); ++i) {
         breaks += static_cast<char*>(got[i]) - static_cast<char*>(got[i - 1]) != static_cast<std::ptrdiff_t>(cls);
       }
       EXPECT_LE(breaks, static_cast<int>(runs)) << size << " B: " << runs << " runs made, blocks out of order";
-      const absl::flat_hash_set<void*> unique(got.begin(), got.end());
-      EXPECT_EQ(static_cast<int>(unique.size()), kBlocks) << "a block handed out twice";
-      for (void* p : got) release(p);
-      be::front_cache_release();
     });
   }
 }
@@ -542,24 +555,11 @@ TEST(FrontRuns, ARunsFreshBlocksGoOutInAddressOrder) {
 // extent, never overlap, and keep what is written in them.
 TEST(FrontRuns, ABurstsRunsLieInAdjacentSlots) {
   REQUIRE_RUNS();
-  auto pass = be::g_pass_malloc.load();
-  auto release = be::g_plain_free.load();
   for (const std::size_t size : {std::size_t{20000}, std::size_t{100000}}) {
-    on_an_emptied_cache([&] {
-      const std::size_t cls = nallocx(size, 0);
-      const std::size_t slot = size == 20000 ? std::size_t{512} << 10 : std::size_t{1} << 20;
-      const std::size_t extent = slot - slot / 8;
-      constexpr int kBlocks = 160;
-      std::vector<void*> got;
-      got.reserve(kBlocks);  // made before the counts
-      const std::uint64_t runs_before = be::front_cache_stats().runs_made;
-      for (int i = 0; i < kBlocks; ++i) {
-        void* p = pass(size);
-        ASSERT_NE(p, nullptr);
-        fill(p, size, static_cast<std::uint32_t>(i));
-        got.push_back(p);
-      }
-      const std::uint64_t runs = be::front_cache_stats().runs_made - runs_before;
+    const std::size_t cls = nallocx(size, 0);
+    const std::size_t slot = size == 20000 ? std::size_t{512} << 10 : std::size_t{1} << 20;
+    const std::size_t extent = slot - slot / 8;
+    burst_on_an_emptied_cache(size, 160, [&](const std::vector<void*>& got, std::uint64_t runs) {
       ASSERT_GE(runs, 4u) << size << " B: a burst across runs";
       std::vector<std::uintptr_t> starts;
       for (void* p : got) {
@@ -571,16 +571,15 @@ TEST(FrontRuns, ABurstsRunsLieInAdjacentSlots) {
       std::sort(starts.begin(), starts.end());
       starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
       int adjacent = 0;  // runs whose next run begins at the next slot
-      for (std::size_t i = 1; i < starts.size(); ++i) adjacent += starts[i] - starts[i - 1] == slot;
       std::string gaps;
-      for (std::size_t i = 1; i < starts.size(); ++i) gaps += " " + std::to_string((starts[i] - starts[i - 1]) >> 10);
+      for (std::size_t i = 1; i < starts.size(); ++i) {
+        adjacent += starts[i] - starts[i - 1] == slot;
+        gaps += " " + std::to_string((starts[i] - starts[i - 1]) >> 10);
+      }
       // (not every one: the runs of the 20 KB burst given back before leave jemalloc's free
       // extents in pieces that a run of 1 MiB may skip; before, none was adjacent)
       EXPECT_GE(2 * adjacent, static_cast<int>(starts.size()) - 1)
           << size << " B: " << starts.size() << " runs, " << adjacent << " next to the one before; KiB apart:" << gaps;
-      for (int i = 0; i < kBlocks; ++i) ASSERT_TRUE(intact(got[i], size, static_cast<std::uint32_t>(i))) << i;
-      for (void* p : got) release(p);
-      be::front_cache_release();
     });
   }
 }
