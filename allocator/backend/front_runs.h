@@ -58,7 +58,7 @@ void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want, unsign
 // that walks its blocks in the order it got them (writes each, reads each, frees each)
 // walks its memory forwards, as the hardware's prefetchers follow. Pushed first first (as
 // before), a list went out 0, n-1, n-2, ..., 1, and those walks missed at every block:
-// bursts' later rounds of 8 KiB blocks 1.34x mimalloc's, 1.04x now (RESULTS "A run's
+// bursts' later rounds of 8 KiB blocks 1.36x mimalloc's, 0.98x now (RESULTS "A run's
 // blocks in address order"). Frees stay last in, first out: the block freed last, its
 // line still in the cache, is the next one out.
 
