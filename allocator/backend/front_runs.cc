@@ -292,9 +292,9 @@ bool make_run(run_pool& pool, unsigned k, unsigned slot) noexcept {
     marked = g_table[index_of(start)].klass;
     touched = g_table[index_of(start)].touched;
   } else {
-    // Note [Empty runs kept]: the runs the arena's other stashes keep go back to it
-    // first, for it to make this run of their pages.
-    empty_stashes(slot, bytes);
+    // Note [Empty runs kept]: stashed runs of other sizes go back to the arena first
+    // (one larger, else the smaller ones), for it to make this run of their pages.
+    stash_room_for(slot, bytes);
     void* m = g_memory(bytes, slot);
     if (m == nullptr) return false;
     start = reinterpret_cast<std::uintptr_t>(m);
@@ -545,7 +545,7 @@ void release_empty_runs() noexcept {
 }
 
 void release_stashed_runs(unsigned slot) noexcept {
-  empty_stashes(slot, 0);
+  empty_stashes(slot);
 }
 
 void lock_runs(unsigned slots) noexcept {

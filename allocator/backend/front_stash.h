@@ -34,9 +34,13 @@ std::uintptr_t unstash(unsigned slot, std::size_t bytes) noexcept;
 // runs that stash held all through the last second go to `give`.
 void stash(std::uintptr_t start, unsigned slot, std::size_t bytes) noexcept;
 
-// Every run the stashes of arena `slot` keep, but those of `except` bytes (0: none
-// spared), to `give`.
-void empty_stashes(unsigned slot, std::size_t except) noexcept;
+// Every run the stashes of arena `slot` keep, to `give`.
+void empty_stashes(unsigned slot) noexcept;
+
+// Before arena `slot` makes a run of `bytes` (none of that size stashed): the stashed
+// runs whose pages it could be made of, to `give`: one of the smallest stashed size
+// above it, else every run of the smaller sizes (Note [Empty runs kept]).
+void stash_room_for(unsigned slot, std::size_t bytes) noexcept;
 
 // Fork: the stashes' locks of the `slots` arenas held (lock_runs / unlock_runs).
 void lock_stashes(unsigned slots) noexcept;

@@ -234,7 +234,8 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
 // Note [Empty runs kept]: a burst's emptied runs serve the next burst without the arena
 // (a class of the same run size takes them too); a stash gives back to the arena, once a
 // second, the runs it held all through the last second, and none it needed; a run of
-// another size has the arena's stashed runs given back first, and release_stashed_runs
+// another size has the arena's stashed runs whose pages could hold it given back first
+// (one of a larger size, else the smaller ones), and release_stashed_runs
 // (before a block above the runs' classes) and release_empty_runs give back every one.
 TEST(FrontRuns, EmptiedRunsServeTheNextBurstAndThoseIdleForASecondGoBack) {
   // Runs of 64 KiB (32 blocks), 128 KiB (25) and 64 KiB (64).
@@ -322,15 +323,27 @@ TEST(FrontRuns, EmptiedRunsServeTheNextBurstAndThoseIdleForASecondGoBack) {
   EXPECT_EQ(g_given.size(), given + 1) << "the stashed run of 64 KiB was not given back first";
   EXPECT_EQ(g_made.size(), 5u);
   EXPECT_EQ(counts().stashed_bytes, 0u);
-  // Two runs of 128 KiB freed (one kept, one stashed), then the arena's stashes given
-  // back (as before a block above the runs' classes is made), then every kept run.
-  const std::vector<void*> wider = take(2, 2 * 25 - 1);
+  // Three runs of 128 KiB freed (one kept, two stashed). A run of 64 KiB the arena makes
+  // (class 1's kept run and class 3's taken first) has one of them given back before
+  // it, whose pages hold it, not both: the other serves the next burst of 128 KiB.
+  const std::vector<void*> wider = take(2, 3 * 25 - 1);
   give(wide);
   give(wider);
-  EXPECT_EQ(counts().stashed_bytes, std::size_t{128} << 10);
+  EXPECT_EQ(counts().stashed_bytes, std::size_t{256} << 10);
+  const std::size_t made = g_made.size();
+  std::vector<void*> narrow;
+  while (g_made.size() == made) {
+    const std::vector<void*> one = take(1, 1);
+    ASSERT_EQ(one.size(), 1u);
+    narrow.push_back(one[0]);
+  }
+  EXPECT_EQ(g_given.size(), given + 2) << "not one stashed run of 128 KiB given back for the run of 64 KiB";
+  EXPECT_EQ(counts().stashed_bytes, std::size_t{128} << 10) << "the stash of 128 KiB emptied for a run of 64 KiB";
+  give(narrow);
+  // The arena's stashes given back (as before a block above the runs' classes is made),
+  // then every kept run.
   front::release_stashed_runs(0);
   EXPECT_EQ(counts().stashed_bytes, 0u);
-  EXPECT_EQ(g_given.size(), given + 2);
   front::release_empty_runs();
   std::sort(g_made.begin(), g_made.end());
   std::sort(g_given.begin(), g_given.end());
