@@ -58,7 +58,7 @@ bool period_detector::observe(std::uint64_t size, std::uint64_t live, std::uint3
     recurred_ += newest_seen_;
     ++sampled_;
     sample_largest_ = std::max(sample_largest_, size);
-    if (sampled_ == recur_sample) {  // Note [Blocks that never overlap]
+    if (sampled_ == early_sample || sampled_ == recur_sample) {  // Note [Blocks that never overlap]
       blocks_alone_ = sample_alone();
       sample_one_size_ = sample_of_one_size();
     }
@@ -114,7 +114,7 @@ bool period_detector::sample_alone() const {
 }
 
 // Note [Blocks that never overlap], asked there too: the sample's blocks all of one size
-// the fallback caches (the newest's), but at most recur_sample / 64 of other sizes still
+// the fallback caches (the newest's), but at most a 64th of them of other sizes still
 // live (a start-up's pool or buffers, made once: they say nothing of the stream).
 bool period_detector::sample_of_one_size() const {
   if (watched_from_ < base_ || sizes_.empty() || sizes_.back() > cached_max_) return false;
@@ -122,7 +122,7 @@ bool period_detector::sample_of_one_size() const {
   std::size_t others = 0;
   for (std::size_t i = watched_from_ - base_; i < sizes_.size(); ++i) {
     if (sizes_[i] == size) continue;
-    if (life_[i] != 0 || ++others > recur_sample / 64) return false;
+    if (life_[i] != 0 || ++others > sampled_ / 64) return false;
   }
   return true;
 }

@@ -201,15 +201,16 @@ class period_detector {
   // Note [Auto mode rests]: true when every allocation the history keeps has one size
   // (only a period of structure or of quiet points can be found there).
   bool one_size() const { return !sizes_.empty() && same_run_ >= sizes_.size(); }
-  // Note [Blocks that never overlap] (auto_policy.h): true once the first recur_sample
-  // allocations since the last reset are observed, when each of them that was freed
-  // by then was freed before the next (settle() says when), and none was larger than
-  // the fallback's thread cache keeps.
+  // Note [Blocks that never overlap] (auto_policy.h): true once the first early_sample
+  // or recur_sample allocations since the last reset are observed (said early: Note
+  // [Blocks that never overlap]), when each of them that was freed by then was freed
+  // before the next (settle() says when), and none was larger than the fallback's
+  // thread cache keeps.
   bool blocks_alone() const { return blocks_alone_; }
-  // Note [Blocks that never overlap]: true once the first recur_sample allocations since
-  // the last reset are observed, when all of them had one size, no larger than
-  // cached_max() (a size the fallback keeps blocks of), but at most recur_sample / 64 of
-  // other sizes still live (period_detector::sample_of_one_size).
+  // Note [Blocks that never overlap]: true once the first early_sample or recur_sample
+  // allocations since the last reset are observed, when all of them had one size, no
+  // larger than cached_max() (a size the fallback keeps blocks of), but at most a 64th
+  // of them of other sizes still live (period_detector::sample_of_one_size).
   bool sample_one_size() const { return sample_one_size_; }
   void reset();
   // Note [A glance after a rest] (auto_mode.cc): tallies `size` as the sample does (a

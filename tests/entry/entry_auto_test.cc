@@ -183,8 +183,8 @@ TEST(EntryAuto, ARestingThreadCountsItsRestDownGlancesAndWatchesAgain) {
 }
 
 // Note [Blocks that never overlap]: a thread that makes one block at a time, all of one
-// size (malloc/free pairs of 4 KiB), rests after the watch's first 2,048 allocations,
-// as a stream of sizes that never recur does (it watched 65,536 before: four
+// size (malloc/free pairs of 4 KiB), rests after the watch's first 512 allocations
+// (said early), as a stream of sizes that never recur does (it watched 65,536 before: four
 // histories, its sizes recurring); the same stream with its first block held across
 // the next 100 overlaps, and is watched past them. Every block is handed out whole.
 TEST(EntryAuto, AStreamOfBlocksThatNeverOverlapRestsAfterTheSample) {
@@ -211,8 +211,8 @@ TEST(EntryAuto, AStreamOfBlocksThatNeverOverlapRestsAfterTheSample) {
         EXPECT_EQ(a->resting, 0u) << "blocks made while another is live rested after " << i;
       } else {
         EXPECT_GT(a->resting, 0u) << "blocks that never overlap were watched past the sample";
-        EXPECT_EQ(a->det.count(), replayalloc::detail::recur_sample);
-        EXPECT_EQ(i, replayalloc::detail::recur_sample);
+        EXPECT_EQ(a->det.count(), replayalloc::detail::early_sample);
+        EXPECT_EQ(i, replayalloc::detail::early_sample);
       }
     }).join();
   }

@@ -402,13 +402,24 @@ TEST(PeriodDetector, SaysWhenTheWatchsFirstBlocksNeverOverlap) {
   };
   const auto four_k = [](std::uint32_t) { return std::uint64_t{4096}; };
   period_detector alone;
-  stream(alone, recur_sample - 1, four_k, 0);  // the first: a start-up block, live for good
-  EXPECT_FALSE(alone.blocks_alone()) << "said before its sample was complete";
+  stream(alone, early_sample - 1, four_k, 0);  // the first: a start-up block, live for good
+  EXPECT_FALSE(alone.blocks_alone()) << "said before its first 512 were observed";
   stream(alone, 1, four_k);
-  EXPECT_TRUE(alone.blocks_alone()) << "2,048 malloc/free pairs of 4 KiB";
+  EXPECT_TRUE(alone.blocks_alone()) << "512 malloc/free pairs of 4 KiB, said early";
   EXPECT_FALSE(alone.sizes_rare()) << "one size recurs";
   alone.reset();
   EXPECT_FALSE(alone.blocks_alone()) << "a rest starts the tally afresh";
+
+  // A start-up's 300 buffers, live for good, then pairs: more than half of the first 512
+  // still live says nothing yet; of the 2,048, a seventh: said then.
+  period_detector after_startup;
+  for (std::uint32_t i = 0; i < 300; ++i) after_startup.observe(8192, std::uint64_t{i} * 8192, i);
+  stream(after_startup, early_sample - 300, four_k);
+  EXPECT_FALSE(after_startup.blocks_alone()) << "said early of a sample mostly still live";
+  stream(after_startup, recur_sample - early_sample - 1, four_k);
+  EXPECT_FALSE(after_startup.blocks_alone()) << "said before its sample was complete";
+  stream(after_startup, 1, four_k);
+  EXPECT_TRUE(after_startup.blocks_alone()) << "1,748 pairs after 300 start-up buffers";
 
   period_detector one_held;
   stream(one_held, recur_sample, four_k, 1000, 500);
@@ -477,10 +488,10 @@ TEST(PeriodDetector, SaysWhetherTheSampleIsOfOneSizeTheFallbackCaches) {
     }
   };
   period_detector bursts;
-  run(bursts, 100000, 2000, recur_sample - 1);
-  EXPECT_FALSE(bursts.sample_one_size()) << "said before its sample was complete";
+  run(bursts, 100000, 2000, early_sample - 1);
+  EXPECT_FALSE(bursts.sample_one_size()) << "said before its first 512 were observed";
   run(bursts, 100000, 2000, 1);
-  EXPECT_TRUE(bursts.sample_one_size()) << "bursts of 2,000 blocks of 100,000 bytes";
+  EXPECT_TRUE(bursts.sample_one_size()) << "bursts of 2,000 blocks of 100,000 bytes, said early";
   EXPECT_FALSE(bursts.found());
   bursts.reset();
   EXPECT_FALSE(bursts.sample_one_size()) << "a rest starts the tally afresh";
@@ -494,7 +505,9 @@ TEST(PeriodDetector, SaysWhetherTheSampleIsOfOneSizeTheFallbackCaches) {
   run(pool, 100000, 2000, recur_sample - 1, {72704});
   EXPECT_TRUE(pool.sample_one_size()) << "one start-up block of another size, still live";
   period_detector startup;
-  run(startup, 100000, 2000, recur_sample - 32, std::vector<std::uint64_t>(32, 8192));
+  run(startup, 100000, 2000, early_sample - 32, std::vector<std::uint64_t>(32, 8192));
+  EXPECT_FALSE(startup.sample_one_size()) << "32 of the first 512 (at most 8 there) said early";
+  run(startup, 100000, 2000, recur_sample - early_sample);
   EXPECT_TRUE(startup.sample_one_size()) << "32 of them";
   period_detector many;
   run(many, 100000, 2000, recur_sample - 33, std::vector<std::uint64_t>(33, 8192));
