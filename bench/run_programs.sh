@@ -11,7 +11,8 @@
 # Usage: bench/run_programs.sh [ROUNDS]   (default 7)
 # Environment: BUILD_DIR (default <repo>/build); BENCH_PREBUILT=1 (no build); BEFORE_LIB
 # (the preload library of another build: a column "replayalloc-before"); PROGRAMS_ONLY
-# (a comma-separated subset of perl, sqlite, sqlite-8k, python, shell, g++: the section then
+# (a comma-separated subset of perl, sqlite, sqlite-8k, python, shell, g++, sort, awk, jq,
+# git, clang: the section then
 # holds the subset's tables alone); RESULTS_FILE and RESULTS_SECTION (default
 # bench/RESULTS.md, programs).
 set -euo pipefail
@@ -47,7 +48,11 @@ for i in "${!allocators[@]}"; do
 done
 python3 "$root/bench/programs/measure.py" "$rounds" "$tmp/tables" "${allocators[@]}"
 {
-  echo "## Programs nobody tuned on: Perl, SQLite, CPython, a shell script and g++ under every allocator"
+  if [[ -n ${PROGRAMS_ONLY:-} ]]; then
+    echo "## Programs nobody tuned on ($PROGRAMS_ONLY) under every allocator"
+  else
+    echo "## Programs nobody tuned on: Perl, SQLite, CPython, a shell script and g++ under every allocator"
+  fi
   echo
   echo "- $(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average); commit $(git -C "$root" rev-parse --short HEAD)."
   echo "- Command: \`${BEFORE_LIB:+BEFORE_LIB=$BEFORE_LIB }${PROGRAMS_ONLY:+PROGRAMS_ONLY=$PROGRAMS_ONLY }bench/run_programs.sh $rounds\` ($rounds rounds, one process per program, allocator and round, the order rotated each round and reversed every other; bench/programs/)."

@@ -45,7 +45,36 @@ PROGRAMS = {
     "g++": (["g++", "-O2", "-std=c++20", "-c", os.path.join(ROOT, "bench", "micro", "threaded_stress.cc"),
              "-o", OBJECT], None,
             "g++ -O2 compiling bench/micro/threaded_stress.cc (cc1plus and as; the object file's hash compared)"),
+    # Five more, each tried first by hand on 2026-12-06 (bench/RESULTS.md, "Five more
+    # programs nobody tuned on"); TEXT and DATA are made in the scratch folder (make_inputs).
+    "sort": (["sort", "text.txt"], None, "sort: 600,000 lines of 3-15 words (45 MB, TEXT)"),
+    "awk": (["mawk", "{for (i = 1; i <= NF; i++) c[$i]++} END {for (w in c) n++; print n}", "text.txt"], None,
+            "mawk: the words of TEXT counted in an associative array"),
+    "jq": (["jq", "[.[] | select(.score > 0.5) | {id, name, n: (.tags | length)}] | length", "data.json"], None,
+           "jq: 150,000 records parsed (16 MB, DATA), filtered and reshaped"),
+    "git": (["git", "-C", ROOT, "log", "-p", "-n", "400", "--stat"], None,
+            "git log -p --stat of this repository's last 400 commits"),
+    "clang": (["clang++", "-O2", "-std=c++20", "-c", os.path.join(ROOT, "bench", "micro", "threaded_stress.cc"),
+               "-o", OBJECT], None,
+              "clang++ -O2 compiling bench/micro/threaded_stress.cc (the object file's hash compared)"),
 }
+
+
+def make_inputs(scratch):
+    """TEXT (text.txt: 600,000 lines of words drawn from 50,000) and DATA (data.json:
+    150,000 records) in the scratch folder, the same every run (a seeded generator)."""
+    import json
+    import random
+    rng = random.Random(7)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(rng.choice(letters) for _ in range(rng.randint(3, 12))) for _ in range(50000)]
+    with open(os.path.join(scratch, "text.txt"), "w") as f:
+        for _ in range(600000):
+            f.write(" ".join(rng.choice(words) for _ in range(rng.randint(3, 15))) + "\n")
+    records = [{"id": i, "name": rng.choice(words), "tags": [rng.choice(words) for _ in range(rng.randint(0, 6))],
+                "score": rng.random()} for i in range(150000)]
+    with open(os.path.join(scratch, "data.json"), "w") as f:
+        json.dump(records, f)
 
 
 def measure(argv, stdin, env, scratch):
@@ -78,7 +107,9 @@ def measure(argv, stdin, env, scratch):
         chunks.append(b)
     os.close(r)
     _, status, ru = os.wait4(pid, 0)
-    out = b"".join(chunks).decode(errors="replace")
+    data = b"".join(chunks)
+    # a long output (sort's) kept as its hash
+    out = data.decode(errors="replace") if len(data) <= 65536 else "sha256 " + hashlib.sha256(data).hexdigest()
     if OBJECT in argv and os.path.exists(obj):
         with open(obj, "rb") as f:
             out += "object " + hashlib.sha256(f.read()).hexdigest()
@@ -105,8 +136,13 @@ def main():
     if unknown:
         sys.exit(f"measure.py: PROGRAMS_ONLY names no program {', '.join(unknown)} (there are {', '.join(PROGRAMS)})")
     programs = [p for p in PROGRAMS if not only or p in only]
+    missing = sorted({PROGRAMS[p][0][0] for p in programs if shutil.which(PROGRAMS[p][0][0]) is None})
+    if missing:
+        sys.exit(f"measure.py: {', '.join(missing)} missing (scripts/setup.sh installs them)")
     scratch = tempfile.mkdtemp(prefix="replayalloc_programs_")
     try:
+        if any(f in PROGRAMS[p][0] for p in programs for f in ("text.txt", "data.json")):
+            make_inputs(scratch)
         results, outputs = run_all(rounds, programs, allocators, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
