@@ -60,7 +60,10 @@ enum class miss_reason : unsigned {
 // What a closed cursor points at: a slot that serves nothing, and a free that matches
 // no block (replay/slot_record.h).
 inline constinit slot_record g_closed_slot{unservable_least, 0, nullptr, UINTPTR_MAX, {0}, 0};
-inline constinit free_entry g_closed_free{reinterpret_cast<const std::uint8_t*>(1), &g_closed_slot};
+// The closed free's block: this byte's address, which no allocation returns (the
+// pointer 1 it was is no constant expression: clang refuses the constinit).
+inline constinit const std::uint8_t g_never_a_block = 0;
+inline constinit free_entry g_closed_free{&g_never_a_block, &g_closed_slot};
 
 struct replay_cursor {
   // Hot: read on every call. `cur` is the record of the slot expected next and
