@@ -109,7 +109,10 @@ if(NOT REPLAYALLOC_STATIC_ABSEIL STREQUAL "OFF")
     # unless a mutex is named for debugging) go after every .bss, as the library's own do:
     # Note [Large zeroed tables last] (support/config.h). Abseil's code reaches them through
     # the GOT (medium model); none of it is on an allocation's path.
-    if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+    # (GCC's flag; clang before 18 has no -mlarge-data-threshold: there they stay in .bss.)
+    include(CheckCXXCompilerFlag)
+    check_cxx_compiler_flag(-mlarge-data-threshold=4096 REPLAYALLOC_CXX_HAS_LARGE_DATA_THRESHOLD)
+    if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64" AND REPLAYALLOC_CXX_HAS_LARGE_DATA_THRESHOLD)
       target_compile_options(replayalloc_abseil_pic PRIVATE -mcmodel=medium -mlarge-data-threshold=4096)
     endif()
     target_link_libraries(replayalloc_abseil_pic PUBLIC Threads::Threads)
