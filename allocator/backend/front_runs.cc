@@ -335,7 +335,7 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
     const std::size_t c = class_size[k];
     if (c < run_least || c > run_most) continue;
     std::size_t bytes = std::bit_ceil(c * blocks_wanted);
-    bytes = bytes < run_bytes_least ? run_bytes_least : bytes > run_bytes_most ? run_bytes_most : bytes;
+    bytes = run_slot_bytes(bytes < run_bytes_least ? run_bytes_least : bytes > run_bytes_most ? run_bytes_most : bytes);
     g_size[k] = static_cast<std::uint32_t>(c);
     g_run_bytes[k] = bytes;
     g_blocks[k] = static_cast<std::uint32_t>(run_extent_bytes(bytes) / c);  // its extent's blocks

@@ -189,7 +189,8 @@ TEST(FrontRuns, ABurstsEmptiedRunsServeTheNextBurstWithoutJemalloc) {
   REQUIRE_RUNS();
   auto pass = be::g_pass_malloc.load();
   auto release = be::g_plain_free.load();
-  constexpr std::size_t kSize = 8192;  // runs of 128 KiB, 16 blocks
+  constexpr std::size_t kSize = 8192;  // runs of 256 KiB less an eighth, 28 blocks (run_slot_bytes)
+  constexpr std::size_t kRun = std::size_t{256} << 10;
   constexpr std::size_t kCount = 3000;  // 24 MiB: far past the lists and the depot
   std::thread([&] {
     release(pass(100));  // the thread's cache made first
@@ -220,7 +221,7 @@ TEST(FrontRuns, ABurstsEmptiedRunsServeTheNextBurstWithoutJemalloc) {
     const be::front_cache_counts now = be::front_cache_stats();
     EXPECT_EQ(jemalloc_counter("thread.allocated"), before) << "the second burst asked jemalloc";
     EXPECT_EQ(now.runs_made, first.runs_made) << "a run was made while emptied ones were kept";
-    EXPECT_GE(now.runs_reused - first.runs_reused, first.stashed_bytes / (128 << 10));
+    EXPECT_GE(now.runs_reused - first.runs_reused, first.stashed_bytes / kRun);
     for (void* p : second) release(p);
     EXPECT_GT(be::front_cache_stats().stashed_bytes, 0u);
     // A block above the runs' classes (256 KiB): the stashed runs go back first.

@@ -83,7 +83,7 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
   std::vector<std::atomic<std::uint8_t>> page_map(span >> front::page_map_shift);
   std::uint32_t class_size[front::max_classes] = {};
   class_size[1] = 2048;    // a small class: runs of 64 KiB, 32 blocks
-  class_size[2] = 5120;    // runs of 128 KiB, 25 blocks
+  class_size[2] = 5120;    // 256 KiB (its 16 blocks want 128 KiB: run_slot_bytes), 44 blocks in 224 KiB
   class_size[3] = 20480;   // 512 KiB, 22 blocks (Note [A run a size step short of its slot]: 448 KiB of them)
   class_size[4] = 131072;  // 1 MiB, 7 blocks (896 KiB)
   class_size[5] = 163840;  // above
@@ -98,7 +98,7 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
   EXPECT_TRUE(front::run_class(4));
   EXPECT_FALSE(front::run_class(5));
 
-  const std::size_t run_bytes[] = {0, 64 << 10, 128 << 10, 512 << 10, 1 << 20};
+  const std::size_t run_bytes[] = {0, 64 << 10, 256 << 10, 512 << 10, 1 << 20};
   for (unsigned k = 1; k <= 4; ++k) {
     g_made.clear();
     g_given.clear();
@@ -180,7 +180,7 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
   std::vector<void*> listed;
   static void* outside[2];  // a block of jemalloc's: not in the range
   for (unsigned k : {1u, 2u}) {
-    const std::size_t per_run = run_bytes[k] / class_size[k];
+    const std::size_t per_run = front::run_blocks(k);
     for (std::size_t i = 0; i < 20 * per_run; ++i) {
       void* p = front::run_take(k, 0, nullptr, 1);
       ASSERT_NE(p, nullptr);
@@ -190,7 +190,7 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
   }
   ASSERT_EQ(g_made.size(), 40u);
   std::vector<void*> mixed;  // class 1's and class 2's blocks in turns, then the rest
-  const std::size_t ones = 20 * (run_bytes[1] / class_size[1]);
+  const std::size_t ones = 20 * std::size_t{front::run_blocks(1)};
   for (std::size_t i = 0, j = ones; i < ones || j < listed.size();) {
     if (i < ones) mixed.push_back(listed[i++]);
     if (j < listed.size()) mixed.push_back(listed[j++]);
@@ -238,7 +238,7 @@ TEST(FrontRuns, BlocksLieInTheirRunsAndRunsGoBackWhole) {
 // (one of a larger size, else the smaller ones), and release_stashed_runs
 // (before a block above the runs' classes) and release_empty_runs give back every one.
 TEST(FrontRuns, EmptiedRunsServeTheNextBurstAndThoseIdleForASecondGoBack) {
-  // Runs of 64 KiB (32 blocks), 128 KiB (25) and 64 KiB (64).
+  // Runs of 64 KiB (32 blocks), 256 KiB (44: run_slot_bytes) and 64 KiB (64).
   test_range range = fresh_range({2048, 5120, 1024});
   ASSERT_NE(range.area, nullptr);
   void* area = range.area;
@@ -316,20 +316,20 @@ TEST(FrontRuns, EmptiedRunsServeTheNextBurstAndThoseIdleForASecondGoBack) {
   give(c);
   EXPECT_EQ(g_given.size(), 1u) << "the run the stash held idle for a second";
   EXPECT_EQ(counts().stashed_bytes, run);
-  // A run of another size (128 KiB): the arena's stashed runs go back before it is made.
+  // A run of another size (256 KiB): the arena's stashed runs go back before it is made.
   const std::size_t given = g_given.size();
   const std::vector<void*> wide = take(2, 1);
   ASSERT_EQ(wide.size(), 1u);
   EXPECT_EQ(g_given.size(), given + 1) << "the stashed run of 64 KiB was not given back first";
   EXPECT_EQ(g_made.size(), 5u);
   EXPECT_EQ(counts().stashed_bytes, 0u);
-  // Three runs of 128 KiB freed (one kept, two stashed). A run of 64 KiB the arena makes
+  // Three runs of 256 KiB freed (one kept, two stashed). A run of 64 KiB the arena makes
   // (class 1's kept run and class 3's taken first) has one of them given back before
-  // it, whose pages hold it, not both: the other serves the next burst of 128 KiB.
-  const std::vector<void*> wider = take(2, 3 * 25 - 1);
+  // it, whose pages hold it, not both: the other serves the next burst of 256 KiB.
+  const std::vector<void*> wider = take(2, 3 * front::run_blocks(2) - 1);
   give(wide);
   give(wider);
-  EXPECT_EQ(counts().stashed_bytes, std::size_t{256} << 10);
+  EXPECT_EQ(counts().stashed_bytes, std::size_t{512} << 10);
   const std::size_t made = g_made.size();
   std::vector<void*> narrow;
   while (g_made.size() == made) {
@@ -337,8 +337,8 @@ TEST(FrontRuns, EmptiedRunsServeTheNextBurstAndThoseIdleForASecondGoBack) {
     ASSERT_EQ(one.size(), 1u);
     narrow.push_back(one[0]);
   }
-  EXPECT_EQ(g_given.size(), given + 2) << "not one stashed run of 128 KiB given back for the run of 64 KiB";
-  EXPECT_EQ(counts().stashed_bytes, std::size_t{128} << 10) << "the stash of 128 KiB emptied for a run of 64 KiB";
+  EXPECT_EQ(g_given.size(), given + 2) << "not one stashed run of 256 KiB given back for the run of 64 KiB";
+  EXPECT_EQ(counts().stashed_bytes, std::size_t{256} << 10) << "the stash of 256 KiB emptied for a run of 64 KiB";
   give(narrow);
   // The arena's stashes given back (as before a block above the runs' classes is made),
   // then every kept run.
