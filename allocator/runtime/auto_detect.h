@@ -308,6 +308,7 @@ struct auto_state {
   std::uint64_t live_bytes = 0;
   char key[48] = "";
   std::uint32_t deviated_in_a_row = 0;
+  std::uint32_t periods_failed = 0;  // Note [Periods that keep failing] (auto_policy.h)
   // Note [Auto mode rests] (auto_mode.cc): where watching began (a stream position),
   // how many watched allocations are left to skip while resting, and rests in a row.
   std::uint64_t watch_start = 0;
@@ -346,5 +347,19 @@ struct auto_state {
   // object in the block watch() callocs (auto_mode.cc).
   zeroed_live_filter filter;
 };
+
+// What auto_period_begins() asks of the thread's found period (the next boundary only
+// where it decides: it divides).
+inline auto_period period_of(const auto_state& a) {
+  auto_period p;
+  p.found = true;
+  p.quiet = a.det.quiet();
+  p.at_quiet = a.at_quiet;
+  p.quiet_run = a.det.quiet_run();
+  p.anchor = a.det.anchor();
+  p.count = a.det.count();
+  if (!p.quiet && p.anchor == 0) p.next_boundary = a.det.next_boundary();
+  return p;
+}
 
 }  // namespace replayalloc::detail

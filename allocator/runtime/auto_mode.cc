@@ -43,20 +43,6 @@ std::atomic<std::uint32_t> g_rests_without_period{0};
 
 void rest(thread_state& t, auto_state& a, std::uint64_t budget, bool glance = false) noexcept;
 
-// What auto_period_begins() asks of the thread's found period (the next boundary only
-// where it decides: it divides).
-auto_period period_of(const auto_state& a) {
-  auto_period p;
-  p.found = true;
-  p.quiet = a.det.quiet();
-  p.at_quiet = a.at_quiet;
-  p.quiet_run = a.det.quiet_run();
-  p.anchor = a.det.anchor();
-  p.count = a.det.count();
-  if (!p.quiet && p.anchor == 0) p.next_boundary = a.det.next_boundary();
-  return p;
-}
-
 }  // namespace
 
 // Note [Auto mode], the thread's side: while watching, every allocation of at least
@@ -137,6 +123,19 @@ void begin_step(thread_state& t, auto_state& a, std::size_t size, engine& eng, c
   a.sizes_member = a.sizes_checks_left > 0 && period_has(a, size) ? 1 : 0;
 }
 
+// The thread's period given up: watched again, never picking it again, or, the second
+// given up in a row, resting (Note [Periods that keep failing], auto_policy.h).
+void give_up(thread_state& t, auto_state& a, const options& opts) {
+  a.det.reject_current();
+  a.watch_start = a.det.count();
+  if (const auto_failed f = auto_rest_after_failed(++a.periods_failed); f.rest) {
+    a.rests = f.rests;
+    rest(t, a, opts.auto_history);
+    REPLAYALLOC_LOG(info, "auto: thread %u gave up %u periods in a row; not watched for the next %llu", t.thread_no,
+                    a.periods_failed, static_cast<unsigned long long>(a.resting));
+  }
+}
+
 // An allocation inside an iteration auto mode began: the iteration ends before it
 // (runtime/auto_iteration.h), and the next begins with it unless the period is
 // rejected (runtime/auto_policy.h).
@@ -187,23 +186,22 @@ void step_iteration(thread_state& t, auto_state& a, std::size_t size, engine& en
   t.host.expected = it.quiet ? std::uint64_t{it.handed} + it.count : it.period;
   eng.end(t);
   const bool poor = t.host.fell_short;
+  if (replaying && !poor && !t.host.deviated) a.periods_failed = 0;  // Note [Periods that keep failing]
   a.in_iteration = false;
-  const auto_verdict v =
-      auto_after_iteration(poor, failed_shape, set_aside, a.deviated_in_a_row, opts.replan_after);
+  const auto_verdict v = auto_after_iteration(poor, failed_shape, set_aside, a.deviated_in_a_row, opts.replan_after);
   a.deviated_in_a_row = v.deviated_in_a_row;
   // Note [A period of sizes that stops at once].
   const bool stopped = a.sizes_checks_left > 0 && auto_sizes_stopped(a.sizes_seen, a.sizes_member, it.period);
   if (a.sizes_checks_left > 0) --a.sizes_checks_left;
   if (v.reject || stopped) {
     // The period is gone (a new shape, a new phase of the program), or was a
-    // repeated part of a longer one: watch again, never picking it again.
+    // repeated part of a longer one.
     REPLAYALLOC_LOG(info, "auto: '%s' keeps deviating (%s); watching the thread's allocations again", a.key,
                     failed_shape ? "its plans failed"
                     : set_aside  ? "its key is set aside"
                     : v.reject   ? "poor iterations in a row"
                                  : "its sizes stopped repeating at once");
-    a.det.reject_current();
-    a.watch_start = a.det.count();
+    give_up(t, a, opts);
     return;
   }
   if (cut == auto_cut::long_piece) {
@@ -219,8 +217,7 @@ void step_iteration(thread_state& t, auto_state& a, std::size_t size, engine& en
   begin_step(t, a, size, eng, a.key);
 }
 
-// A found period begins its iterations at this allocation: the key named, the first
-// iteration begun.
+// A found period begins its iterations at this allocation: the key named, the first iteration begun.
 void begin_iterations(thread_state& t, auto_state& a, std::size_t size, engine& eng) {
   g_rests_without_period.store(0, std::memory_order_relaxed);  // Note [A process whose threads show no period]
   if (a.det.quiet()) {

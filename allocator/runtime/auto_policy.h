@@ -79,6 +79,30 @@ inline auto_verdict auto_after_iteration(bool poor, bool failed_shape, bool set_
   return {n, false};
 }
 
+// Note [Periods that keep failing]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A period given up (above; a set-aside key's; one whose sizes stopped at once, below)
+// sent the watcher back to a watch with a whole budget (four histories where sizes recur),
+// so a program that looks periodic for a while, again and again, was watched throughout:
+// clang++ -O2 (bench/programs, "clang") found five periods of 27-62 allocations in its
+// 37,463 watched ones, each recorded, planned, re-recorded and set aside (30 recordings,
+// 10 plans), and never rested. So periods given up in a row count as watches that found
+// none: the second rests the thread one history, each one after it twice as long (up to
+// 64x, as rests in a row), and a replay that repeated its period (neither fell short nor
+// deviated, by the key policy's reading) ends the row. ONNX Runtime's loop under Node.js
+// gives up one period at most (the prefill's layers, below) before its decode step's.
+// Where this is wrong: a program whose third period is its real one, after two that did
+// not hold, finds it a history later.
+inline constexpr std::uint32_t periods_failed_before_rest = 2;
+struct auto_failed {
+  bool rest = false;
+  std::uint32_t rests = 0;  // rests in a row it counts as (the budget's doublings)
+};
+inline auto_failed auto_rest_after_failed(std::uint32_t failed_in_a_row) {
+  if (failed_in_a_row < periods_failed_before_rest) return {};
+  return {true, std::min<std::uint32_t>(failed_in_a_row - periods_failed_before_rest, 6)};
+}
+
 // Note [A period of sizes that stops at once]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A model's identical layers make a period of sizes inside one request: ONNX Runtime's

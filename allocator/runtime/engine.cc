@@ -283,6 +283,7 @@ void engine::domain_end(domain_state& d) {
     end_record(d);
   }
   d.fell_short = false;
+  d.deviated = false;
   if (replayed) end_replay(d);
   d.expected = 0;
   if (ended != 0) {
@@ -405,6 +406,7 @@ void engine::end_replay(domain_state& d) {
     verdict = decide_after_replay(e, rs, policy_, &streak);
   }
   d.fell_short = verdict.fell_short;
+  d.deviated = verdict.deviated;
   d.deviation_entry = streak.entry;
   d.deviating_in_a_row = streak.in_a_row;
   // Note [Predicted plans]: planned like a recording's envelope (Note [Background

@@ -52,9 +52,9 @@ struct domain_state {
   std::uint64_t first_size = 0;      // its first request, when known at its beginning (auto mode)
   // Note [One verdict for auto mode]: what the client expected the iteration to make,
   // set before its end (auto mode; 0: not known), and whether a replay fell short of it
-  // by the key policy's reading, written at the end.
+  // or deviated by the key policy's reading, written at the end.
   std::uint64_t expected = 0;
-  bool fell_short = false;
+  bool fell_short = false, deviated = false;
   trace_recorder* recorder = nullptr;
   std::uint64_t misses_at_begin = 0;
   const key_policy_state* deviation_entry = nullptr;  // the key deviating_in_a_row counts for

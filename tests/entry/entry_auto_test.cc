@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "runtime/auto_detect.h"
 #include "runtime/auto_mode.h"
+#include "runtime/engine.h"
 #include "runtime/shortcuts.h"
 #include "runtime/thread_state.h"
 #include "support/pattern.h"
@@ -400,6 +401,114 @@ TEST(EntryAuto, APeriodWhoseKeyIsSetAsideIsGivenUpAndTheNextPeriodReplays) {
     for (int i = 0; i < 60; ++i) iteration(next, next_order);
     EXPECT_GE(replayalloc::stats().slab_hits - hits, 12u * 20) << "the next period was not replayed";
     EXPECT_TRUE(a->in_iteration);
+  }).join();
+}
+
+// Note [Periods that keep failing] (runtime/auto_policy.h): periods given up in a row, none
+// of which replayed, count as watches that found none: the second rests the thread (its
+// allocations pass through, watched by nothing), and the program's next period is found
+// after the rest. A period whose iterations replayed before it was given up ends the row.
+class PeriodsGivenUp {
+ public:
+  const replayalloc::detail::auto_state* watcher() const { return replayalloc::detail::tls_state.autod; }
+  bool in_iteration() const { return watcher() != nullptr && watcher()->in_iteration; }
+  // One iteration: the blocks of `sizes` made in order (each filled), checked and freed
+  // in the order `order` gives (in order where empty).
+  void iteration(const std::vector<std::size_t>& sizes, std::vector<std::size_t> order = {}) {
+    if (order.empty()) {
+      order.resize(sizes.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    }
+    std::vector<void*> held(sizes.size());
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      held[i] = replayalloc_malloc(sizes[i]);
+      ASSERT_NE(held[i], nullptr);
+      fill(held[i], std::min<std::size_t>(sizes[i], 512), salt_ + i);
+    }
+    for (std::size_t i : order) {
+      ASSERT_TRUE(intact(held[i], std::min<std::size_t>(sizes[i], 512), salt_ + i)) << "block " << i << " overwritten";
+      replayalloc_free(held[i]);
+    }
+    salt_ += sizes.size();
+  }
+  // A period of `n` blocks whose first (`anchor` bytes) is its anchor, repeated until the
+  // watcher takes it (a period given up is never taken again: each of another length).
+  std::vector<std::size_t> found(std::size_t n, std::size_t anchor, std::size_t step) {
+    std::vector<std::size_t> sizes(n);
+    sizes[0] = anchor;
+    for (std::size_t i = 1; i < sizes.size(); ++i) sizes[i] = step * (i + 1) + 512;
+    for (int rep = 0; rep < 4000 && !in_iteration(); ++rep) iteration(sizes);
+    EXPECT_TRUE(in_iteration()) << "the period of " << anchor << " B was not found";
+    return sizes;
+  }
+  // Iterations of 8-24 blocks of sizes drawn at random, freed in an order drawn at
+  // random, until the watcher gives its period up.
+  void stop_repeating() {
+    for (int rep = 0; rep < 400 && in_iteration(); ++rep) {
+      std::vector<std::size_t> drawn(8 + rng_() % 17);
+      for (std::size_t& n : drawn) n = 4096 + 64 * static_cast<std::size_t>(rng_() % 4000);
+      std::vector<std::size_t> order(drawn.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::shuffle(order.begin(), order.end(), rng_);
+      iteration(drawn, order);
+    }
+    EXPECT_FALSE(in_iteration()) << "the watcher goes on with a period the program no longer repeats";
+  }
+  std::uint64_t resting() const { return replayalloc::detail::resting_left(replayalloc::detail::tls_state); }
+
+ private:
+  std::mt19937_64 rng_{43};
+  std::uint64_t salt_ = 0;
+};
+
+TEST(EntryAuto, TheSecondPeriodGivenUpInARowRestsTheThreadAndTheNextPeriodIsFoundAfter) {
+  replayalloc::detail::auto_mode::forget_rests();
+  std::thread([] {
+    PeriodsGivenUp t;
+    t.found(16, 7000, 8192);
+    t.stop_repeating();
+    ASSERT_NE(t.watcher(), nullptr);
+    EXPECT_EQ(t.watcher()->periods_failed, 1u);
+    EXPECT_EQ(t.resting(), 0u) << "one period given up rests nothing: the next may be the program's";
+    const std::uint64_t rests = replayalloc::stats().auto_rests;
+    t.found(12, 5000, 12288);
+    t.stop_repeating();
+    EXPECT_EQ(t.watcher()->periods_failed, 2u);
+    const std::uint64_t rest = t.resting();
+    // One history from the allocation at which the period was given up (that iteration's
+    // allocations after it count it down).
+    EXPECT_LE(rest, replayalloc::detail::engine::get().opts().auto_history);
+    EXPECT_GT(rest, replayalloc::detail::engine::get().opts().auto_history - 24);
+    EXPECT_EQ(replayalloc::stats().auto_rests, rests + 1);
+    EXPECT_EQ(replayalloc::detail::tls_state.free_gate & replayalloc::detail::gate_watched, 0u)
+        << "a resting thread's frees still go to the watcher";
+    // The program's next period: passed through for the rest, then found and replayed.
+    const replayalloc::Stats before = replayalloc::stats();
+    const std::vector<std::size_t> next = t.found(10, 6000, 10240);
+    EXPECT_GE(replayalloc::stats().passthrough - before.passthrough, rest) << "the rest's allocations were watched";
+    const std::uint64_t hits = replayalloc::stats().slab_hits;
+    for (int i = 0; i < 40; ++i) t.iteration(next);
+    EXPECT_GE(replayalloc::stats().slab_hits - hits, 10u * 20) << "the period after the rest was not replayed";
+    EXPECT_EQ(t.watcher()->periods_failed, 0u) << "its replays end the row";
+  }).join();
+}
+
+TEST(EntryAuto, APeriodThatReplayedBeforeItWasGivenUpEndsTheRowOfPeriodsGivenUp) {
+  replayalloc::detail::auto_mode::forget_rests();
+  std::thread([] {
+    PeriodsGivenUp t;
+    t.found(16, 7000, 8192);
+    t.stop_repeating();
+    ASSERT_NE(t.watcher(), nullptr);
+    EXPECT_EQ(t.watcher()->periods_failed, 1u);
+    const std::vector<std::size_t> second = t.found(12, 5000, 12288);
+    const std::uint64_t hits = replayalloc::stats().slab_hits;
+    for (int i = 0; i < 20; ++i) t.iteration(second);  // recorded, planned, replayed
+    EXPECT_GE(replayalloc::stats().slab_hits - hits, 12u * 10);
+    EXPECT_EQ(t.watcher()->periods_failed, 0u);
+    t.stop_repeating();
+    EXPECT_EQ(t.watcher()->periods_failed, 1u);
+    EXPECT_EQ(t.resting(), 0u) << "a period that replayed is not one that only looked periodic";
   }).join();
 }
 

@@ -907,6 +907,17 @@ TEST(AutoPolicy, PoorIterationsInARowRejectThePeriodAndAGoodOneForgivesThem) {
   EXPECT_FALSE(auto_after_iteration(true, false, false, 0, 0).reject);
 }
 
+// Note [Periods that keep failing] (auto_policy.h).
+TEST(AutoPolicy, TheSecondPeriodGivenUpInARowRestsTheThreadLongerForEachAfterIt) {
+  EXPECT_FALSE(auto_rest_after_failed(0).rest);
+  EXPECT_FALSE(auto_rest_after_failed(1).rest) << "one period given up: the next may be the program's";
+  auto_failed f = auto_rest_after_failed(2);
+  EXPECT_TRUE(f.rest);
+  EXPECT_EQ(f.rests, 0u) << "one history";
+  EXPECT_EQ(auto_rest_after_failed(4).rests, 2u) << "doubled for each beyond the second";
+  EXPECT_EQ(auto_rest_after_failed(1000).rests, 6u) << "at most 64 times, as rests in a row";
+}
+
 // Note [A period of sizes that stops at once] (auto_policy.h).
 TEST(AutoPolicy, APeriodOfSizesStopsWhenMostOfAnIterationsRequestsHaveOtherSizes) {
   EXPECT_TRUE(auto_sizes_stopped(28, 3, 28)) << "a recording of decode steps after a prefill's layers";
