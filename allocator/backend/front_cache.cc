@@ -450,7 +450,7 @@ void* take_larger(thread_cache& c, unsigned k) noexcept {
 
 bool enable_front_cache(const front_backend& b) noexcept {
   if (g_enabled || b.malloc == nullptr || b.free == nullptr || b.block == nullptr || b.release == nullptr ||
-      b.size_class == nullptr || b.usable == nullptr || b.span == 0) {
+      b.size_class == nullptr || b.usable == nullptr || b.span == 0 || (b.base & 4095) != 0) {
     return false;
   }
   front_classes cls;
@@ -463,6 +463,7 @@ bool enable_front_cache(const front_backend& b) noexcept {
   if (map == nullptr || pthread_key_create(&g_exit_key, close_thread) != 0) return false;
   const std::uintptr_t skew = ((b.base >> map_shift) + page_map_skew) & 4095;  // the map's pages begin pages
   g_page_class = reinterpret_cast<std::atomic<std::uint8_t>*>(static_cast<char*>(map) + skew);
+  g_page_class_at = reinterpret_cast<std::uintptr_t>(g_page_class) - (b.base >> map_shift);  // Note [A free's class from its pointer]
   // Note [Runs for medium blocks] (none without a table; give_back serves either way).
   void* table = take_front_meta(run_table_bytes(b.span));  // Note [The front cache's tables in its range]
   configure_runs(cls.class_size, b.base, b.span, g_page_class, table, b.run, b.release, &coarse_clock_ms, &idle_to_runs);
@@ -511,10 +512,10 @@ void front_free(void* p) noexcept {
   // one test they pay for the cache (Note [The front cache's arena]), unless the
   // inline free asked it already (Note [The gate's range]).
   if (offset >= g_span) [[likely]] return g_free(p);
-  list_free(p, offset);
+  list_free(p);
 }
 
-void front_free_at(void* p, std::uintptr_t offset) noexcept { list_free(p, offset); }
+void front_free_at(void* p) noexcept { list_free(p); }
 
 void front_resizing(const void* p) noexcept {
   const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;

@@ -123,9 +123,8 @@ void front_free(void* p) noexcept;
 // null where the cache does not serve it (align above 4 KiB, size of 64 KiB or more), the
 // block made was not aligned, or there is no memory. Only once the cache serves.
 void* front_memalign(std::size_t size, std::size_t align) noexcept;
-// front_free of a block known to be inside the range, `offset` bytes from its start
-// (Note [The gate's range], slab_range.h).
-void front_free_at(void* p, std::uintptr_t offset) noexcept;
+// front_free of a block known to be inside the range (Note [The gate's range], slab_range.h).
+void front_free_at(void* p) noexcept;
 
 // Whether p is a block of one of the cache's runs (Note [Runs for medium blocks]), which
 // jemalloc does not know: then *usable is its class's size and *below (where asked) the

@@ -87,6 +87,22 @@ inline constinit std::atomic<std::uint8_t>* g_page_class = nullptr;
 // the first 32 bytes of a page are those 7.8 MiB into each 16 MiB. No instruction is
 // added: the offset is in g_page_class.
 inline constexpr std::uintptr_t page_map_skew = 2048 + 40;
+//
+// Note [A free's class from its pointer]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A free read its block's byte at g_page_class[offset >> 12], the offset being the one
+// its range test made (p - look_from + look_front in the plain free, p - the gate's
+// start in the sized one): two instructions between the pointer and the byte, on the path
+// a pair waits on (the free's list is known once the byte is, and the next malloc's pop
+// reads what the free's push wrote). The byte's address is g_page_class_at + (p >> 12)
+// now, the range's first page taken off once (the range begins on a page: checked where
+// the cache is made); the tests only branch. GCC also lays the plain free's push out
+// after the test that sends a block outside the front cache's part away (before, that
+// jump came first and the push was a taken branch further on). One thread's pair
+// (bench/micro/pair_bench, by hand, 9 rounds alternated): 64 B-1 KiB 2.70-2.71 -> 2.50-2.52
+// ns (tcmalloc 2.51-2.54), 8 B 2.76 -> 2.66 (mimalloc 2.55); bench/RESULTS.md, "A free's
+// class from its pointer".
+inline constinit std::uintptr_t g_page_class_at = 0;
 
 // The largest size class the lists serve (front_limit; the classes above are the large
 // ones of Note [Large blocks in the front cache]).
@@ -129,10 +145,12 @@ template <bool Apart = false>
   return large_malloc(size);
 }
 
-// Block p, `offset` bytes into the cache's range, onto the thread's list of its class.
-[[gnu::always_inline]] inline void list_free(void* p, std::uintptr_t offset) noexcept {
-  // Class 0 (not known) has lists empty and full: to free_slow.
-  const unsigned k = g_page_class[offset >> page_map_shift].load(std::memory_order_relaxed);
+// Block p, in the cache's range, onto the thread's list of its class.
+[[gnu::always_inline]] inline void list_free(void* p) noexcept {
+  // Class 0 (not known) has lists empty and full: to free_slow. Note [A free's class from its pointer].
+  const auto* byte = reinterpret_cast<const std::atomic<std::uint8_t>*>(
+      g_page_class_at + (reinterpret_cast<std::uintptr_t>(p) >> page_map_shift));
+  const unsigned k = byte->load(std::memory_order_relaxed);
   free_list& l = t_cache->lists[k];
   if (l.count < l.max) [[likely]] {
     *static_cast<void**>(p) = l.head;
@@ -151,7 +169,7 @@ template <bool Apart = false>
 void* front_malloc_narrowed(std::size_t size) noexcept;
 
 // What the entry points call below the minimum (`plain`: g_plain_malloc) and for a block
-// `offset` bytes into the front cache's part of the gate's range: the list hits inline,
+// in the front cache's part of the gate's range: the list hits inline,
 // or, in the libc backend's builds (the dlopen library), which have no front cache, the
 // calls (front_free_at is never reached there).
 #if defined(REPLAYALLOC_DLOPEN) && REPLAYALLOC_DLOPEN
@@ -161,7 +179,7 @@ void* front_malloc_narrowed(std::size_t size) noexcept;
 [[gnu::always_inline]] inline void* pass_malloc_inline(plain_malloc_fn pass, std::size_t size) noexcept {
   return pass(size);
 }
-[[gnu::always_inline]] inline void front_free_inline(void* p, std::uintptr_t offset) noexcept { front_free_at(p, offset); }
+[[gnu::always_inline]] inline void front_free_inline(void* p) noexcept { front_free_at(p); }
 #else
 [[gnu::always_inline]] inline void* plain_malloc_inline(plain_malloc_fn plain, std::size_t size) noexcept {
   if (plain == &front_malloc_narrowed) [[likely]] return front::list_malloc(size);
@@ -173,9 +191,7 @@ void* front_malloc_narrowed(std::size_t size) noexcept;
   if (pass == &front_malloc) [[likely]] return front::any_malloc(size);
   return pass(size);
 }
-[[gnu::always_inline]] inline void front_free_inline(void* p, std::uintptr_t offset) noexcept {
-  front::list_free(p, offset);
-}
+[[gnu::always_inline]] inline void front_free_inline(void* p) noexcept { front::list_free(p); }
 #endif
 
 }  // namespace replayalloc::detail::backend

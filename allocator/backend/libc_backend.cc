@@ -32,7 +32,7 @@ bool use_front_cache() noexcept { return false; }
 std::size_t front_range_wanted() noexcept { return 0; }
 void narrow_plain_malloc(std::uint64_t) noexcept {}  // no plain malloc
 void front_resizing(const void*) noexcept {}
-void front_free_at(void*, std::uintptr_t) noexcept {}  // never called: no gate range is joined
+void front_free_at(void*) noexcept {}  // never called: no gate range is joined
 void front_cache_prefork() noexcept {}
 void front_cache_postfork(bool, bool) noexcept {}
 front_cache_counts front_cache_stats() noexcept { return {}; }

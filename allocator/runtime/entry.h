@@ -132,7 +132,7 @@ REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
     // look_front exactly there (look_front is 0 while the gate is not).
     const std::uintptr_t in_front = from + t.look_front;
     if (in_front >= t.look_front) [[unlikely]] return backend::g_outside_free.load(std::memory_order_relaxed)(ptr);
-    return backend::front_free_inline(ptr, in_front);  // Note [The front cache's lists inline]
+    return backend::front_free_inline(ptr);  // Note [The front cache's lists inline]
   }
   // The predicted free: it matches only the block of the free cursor's rank.
   if (replay_try_free(t.host.cursor, ptr)) [[likely]] return;
@@ -158,8 +158,9 @@ REPLAYALLOC_ALWAYS_INLINE void entry_free(void* ptr) {
 REPLAYALLOC_ALWAYS_INLINE void entry_free_sized(void* ptr, std::size_t size) {
   if (small_request(size)) [[likely]] {
     const std::uintptr_t from = reinterpret_cast<std::uintptr_t>(ptr) - backend::g_gate_range.from;
-    if (from >= backend::g_gate_range.span) [[likely]] return backend::g_outside_free.load(std::memory_order_relaxed)(ptr);
-    if (from < backend::g_gate_range.front) return backend::front_free_inline(ptr, from);
+    // The front cache's part lies at the range's start (front <= span; 0 where the cache is off).
+    if (from < backend::g_gate_range.front) [[likely]] return backend::front_free_inline(ptr);
+    if (from >= backend::g_gate_range.span) return backend::g_outside_free.load(std::memory_order_relaxed)(ptr);
   }
   entry_free(ptr);
 }
