@@ -100,8 +100,10 @@ inline constexpr std::uintptr_t page_map_skew = 2048 + 40;
 // after the test that sends a block outside the front cache's part away (before, that
 // jump came first and the push was a taken branch further on). One thread's pair
 // (bench/micro/pair_bench, by hand, 9 rounds alternated): 64 B-1 KiB 2.70-2.71 -> 2.50-2.52
-// ns (tcmalloc 2.51-2.54), 8 B 2.76 -> 2.66 (mimalloc 2.55); bench/RESULTS.md, "A free's
-// class from its pointer".
+// ns (tcmalloc 2.51-2.54), 8 B 2.76 -> 2.66 (mimalloc 2.55); with the section's script
+// 64 B-4 KiB 0.93-1.01x the best's at 1, 2 and 4 threads (bench/RESULTS.md, "Small path
+// with a free's class from its pointer"). One instruction more a pair: the pointer is
+// copied before its shift (the push still needs it).
 inline constinit std::uintptr_t g_page_class_at = 0;
 
 // The largest size class the lists serve (front_limit; the classes above are the large

@@ -90,7 +90,11 @@ inline auto_verdict auto_after_iteration(bool poor, bool failed_shape, bool set_
 // none: the second rests the thread one history, each one after it twice as long (up to
 // 64x, as rests in a row), and a replay that repeated its period (neither fell short nor
 // deviated, by the key policy's reading) ends the row. ONNX Runtime's loop under Node.js
-// gives up one period at most (the prefill's layers, below) before its decode step's.
+// gives up one period at most (the prefill's layers, below) before its decode step's,
+// the e2e models one a thread at most (MobileNetV3), and neither rests. clang++ now rests
+// after its third (the second's replays were clean once): 16 recordings and 6 plans,
+// 5,744.5 M -> 5,700.0 M instructions under callgrind, REPLAYALLOC_MODE=off 5,643.4 M
+// (bench/RESULTS.md, "Periods that keep failing: what auto mode costs clang++").
 // Where this is wrong: a program whose third period is its real one, after two that did
 // not hold, finds it a history later.
 inline constexpr std::uint32_t periods_failed_before_rest = 2;
