@@ -254,7 +254,8 @@ inline void sweep_if_due() noexcept {
 
 }  // namespace
 
-[[gnu::noinline]] void* front::malloc_miss(unsigned k, std::size_t size) noexcept {
+[[gnu::noinline]] void* front::malloc_miss(std::size_t size) noexcept {
+  const unsigned k = g_class_of[(size + 15) >> 4];
   if (k == 0) return g_malloc(size);
   sweep_if_due();
   if (t_state == cache_open || open_cache()) {
@@ -289,7 +290,9 @@ namespace {
 // thread's cache not open yet or closed.
 }  // namespace
 
-[[gnu::noinline]] void front::free_slow(void* p, unsigned k) noexcept {
+[[gnu::noinline]] void front::free_slow(void* p) noexcept {
+  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;  // in the range: the caller asked
+  unsigned k = g_page_class[offset >> map_shift].load(std::memory_order_relaxed);
   if (k == 0) {
     if (boot_release(p)) return;  // Note [A short process's first requests]
     const std::size_t u = g_usable(p);
@@ -463,7 +466,8 @@ bool enable_front_cache(const front_backend& b) noexcept {
   if (map == nullptr || pthread_key_create(&g_exit_key, close_thread) != 0) return false;
   const std::uintptr_t skew = ((b.base >> map_shift) + page_map_skew) & 4095;  // the map's pages begin pages
   g_page_class = reinterpret_cast<std::atomic<std::uint8_t>*>(static_cast<char*>(map) + skew);
-  g_page_class_at = reinterpret_cast<std::uintptr_t>(g_page_class) - (b.base >> map_shift);  // Note [A free's class from its pointer]
+  // Note [A free's class from its pointer] (front_inline.h).
+  g_page_class_at = reinterpret_cast<std::uintptr_t>(g_page_class) - (b.base >> map_shift);
   // Note [Runs for medium blocks] (none without a table; give_back serves either way).
   void* table = take_front_meta(run_table_bytes(b.span));  // Note [The front cache's tables in its range]
   configure_runs(cls.class_size, b.base, b.span, g_page_class, table, b.run, b.release, &coarse_clock_ms, &idle_to_runs);

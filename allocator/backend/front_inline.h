@@ -112,8 +112,11 @@ inline constinit std::size_t g_largest = 0;
 
 // The misses (front_cache.cc): an empty list (class 0: a size the lists do not serve),
 // and a free the list cannot take (class 0: not known; the list full; no cache open).
-void* malloc_miss(unsigned k, std::size_t size) noexcept;
-void free_slow(void* p, unsigned k) noexcept;
+// Each finds the class again (from the size; from the page map), so that the hits need
+// not keep it in a second register for them: a pair below the minimum 2 instructions
+// shorter (bench/RESULTS.md, "The misses find their class again").
+void* malloc_miss(std::size_t size) noexcept;
+void free_slow(void* p) noexcept;
 // A request above g_largest (Note [Large blocks in the front cache], front_cache.cc).
 void* large_malloc(std::size_t size) noexcept;
 
@@ -137,7 +140,7 @@ template <bool Apart = false>
 #endif
     return p;
   }
-  return malloc_miss(k, size);
+  return malloc_miss(size);
 }
 
 // A block of any size the cache serves (front_malloc's, and a pass's inline): the
@@ -160,7 +163,7 @@ template <bool Apart = false>
     ++l.count;
     return;
   }
-  free_slow(p, k);
+  free_slow(p);
 }
 
 }  // namespace front
