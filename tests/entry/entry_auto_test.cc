@@ -455,6 +455,16 @@ class PeriodsGivenUp {
     EXPECT_FALSE(in_iteration()) << "the watcher goes on with a period the program no longer repeats";
   }
   std::uint64_t resting() const { return replayalloc::detail::resting_left(replayalloc::detail::tls_state); }
+  // The first period (16 blocks, its anchor 7,000 bytes) found and then given up: one in
+  // a row, and no rest. False where the watcher is missing.
+  bool first_given_up() {
+    found(16, 7000, 8192);
+    stop_repeating();
+    if (watcher() == nullptr) return false;
+    EXPECT_EQ(watcher()->periods_failed, 1u);
+    EXPECT_EQ(resting(), 0u) << "one period given up rests nothing: the next may be the program's";
+    return true;
+  }
 
  private:
   std::mt19937_64 rng_{43};
@@ -465,11 +475,7 @@ TEST(EntryAuto, TheSecondPeriodGivenUpInARowRestsTheThreadAndTheNextPeriodIsFoun
   replayalloc::detail::auto_mode::forget_rests();
   std::thread([] {
     PeriodsGivenUp t;
-    t.found(16, 7000, 8192);
-    t.stop_repeating();
-    ASSERT_NE(t.watcher(), nullptr);
-    EXPECT_EQ(t.watcher()->periods_failed, 1u);
-    EXPECT_EQ(t.resting(), 0u) << "one period given up rests nothing: the next may be the program's";
+    ASSERT_TRUE(t.first_given_up()) << "auto mode does not watch this thread";
     const std::uint64_t rests = replayalloc::stats().auto_rests;
     t.found(12, 5000, 12288);
     t.stop_repeating();
@@ -497,10 +503,7 @@ TEST(EntryAuto, APeriodThatReplayedBeforeItWasGivenUpEndsTheRowOfPeriodsGivenUp)
   replayalloc::detail::auto_mode::forget_rests();
   std::thread([] {
     PeriodsGivenUp t;
-    t.found(16, 7000, 8192);
-    t.stop_repeating();
-    ASSERT_NE(t.watcher(), nullptr);
-    EXPECT_EQ(t.watcher()->periods_failed, 1u);
+    ASSERT_TRUE(t.first_given_up()) << "auto mode does not watch this thread";
     const std::vector<std::size_t> second = t.found(12, 5000, 12288);
     const std::uint64_t hits = replayalloc::stats().slab_hits;
     for (int i = 0; i < 20; ++i) t.iteration(second);  // recorded, planned, replayed
