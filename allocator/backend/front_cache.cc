@@ -291,8 +291,7 @@ namespace {
 }  // namespace
 
 [[gnu::noinline]] void front::free_slow(void* p) noexcept {
-  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;  // in the range: the caller asked
-  unsigned k = g_page_class[offset >> map_shift].load(std::memory_order_relaxed);
+  unsigned k = page_class_of(p);  // in the range: the caller asked
   if (k == 0) {
     if (boot_release(p)) return;  // Note [A short process's first requests]
     const std::size_t u = g_usable(p);

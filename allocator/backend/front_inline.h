@@ -150,12 +150,17 @@ template <bool Apart = false>
   return large_malloc(size);
 }
 
-// Block p, in the cache's range, onto the thread's list of its class.
-[[gnu::always_inline]] inline void list_free(void* p) noexcept {
-  // Class 0 (not known) has lists empty and full: to free_slow. Note [A free's class from its pointer].
+// The page map's byte of block p, in the cache's range (Note [A free's class from its pointer]).
+[[gnu::always_inline]] inline unsigned page_class_of(const void* p) noexcept {
   const auto* byte = reinterpret_cast<const std::atomic<std::uint8_t>*>(
       g_page_class_at + (reinterpret_cast<std::uintptr_t>(p) >> page_map_shift));
-  const unsigned k = byte->load(std::memory_order_relaxed);
+  return byte->load(std::memory_order_relaxed);
+}
+
+// Block p, in the cache's range, onto the thread's list of its class.
+[[gnu::always_inline]] inline void list_free(void* p) noexcept {
+  // Class 0 (not known) has lists empty and full: to free_slow.
+  const unsigned k = page_class_of(p);
   free_list& l = t_cache->lists[k];
   if (l.count < l.max) [[likely]] {
     *static_cast<void**>(p) = l.head;
