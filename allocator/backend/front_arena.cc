@@ -215,8 +215,17 @@ bool reserve_front_range(std::uintptr_t* base) noexcept {
   }
   // Below the slab range where the engine reserved it there (Note [The gate's range]).
   void* range = take_range_below(range_bytes);
-  if (range == nullptr) {
-    range = ::mmap(nullptr, range_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (range == nullptr) {  // on a multiple of range_align (slab_range.h): the head and tail beyond it unmapped
+    void* raw =
+        ::mmap(nullptr, range_bytes + range_align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    range = raw;
+    if (raw != MAP_FAILED) {
+      const auto r = reinterpret_cast<std::uintptr_t>(raw);
+      const std::uintptr_t at = (r + range_align - 1) & ~(std::uintptr_t{range_align} - 1);
+      if (at != r) ::munmap(raw, at - r);
+      if (at - r != range_align) ::munmap(reinterpret_cast<void*>(at + range_bytes), range_align - (at - r));
+      range = reinterpret_cast<void*>(at);
+    }
   }
   if (range == MAP_FAILED) {
     REPLAYALLOC_LOG(info, "front cache: off (%zu GiB of address space could not be reserved)", range_bytes >> 30);

@@ -72,18 +72,20 @@ bool reserve_slab_range(std::size_t bytes, std::size_t below) {
     }
   };
   for (std::size_t want = bytes, extra = below; want >= (std::size_t{64} << 20); next(want, extra)) {
-    // One extra chunk so the start can be aligned to a chunk boundary.
-    void* raw = ::mmap(nullptr, extra + want + chunk_bytes, PROT_NONE,
+    // Room so the start can be aligned to range_align (a chunk boundary, and the front
+    // cache's range below it, a multiple of it, begins one: Note [The page map's bytes
+    // off their pages' starts], backend/front_inline.h).
+    void* raw = ::mmap(nullptr, extra + want + range_align, PROT_NONE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) continue;
     const auto r = reinterpret_cast<std::uintptr_t>(raw);
-    const std::uintptr_t base = (r + extra + chunk_bytes - 1) & ~(std::uintptr_t{chunk_bytes} - 1);
+    const std::uintptr_t base = (r + extra + range_align - 1) & ~(std::uintptr_t{range_align} - 1);
     const std::size_t chunks = want >> chunk_shift;
     const std::size_t table_bytes = chunks * (sizeof(std::atomic<void*>) + 1);
     void* table = ::mmap(nullptr, table_bytes, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (table == MAP_FAILED) {
-      ::munmap(raw, extra + want + chunk_bytes);
+      ::munmap(raw, extra + want + range_align);
       continue;
     }
     g_chunks = chunks;

@@ -66,6 +66,10 @@ struct gate_range_state {
   std::size_t front = 0;  // the front cache's bytes at its start (0: not joined)
 };
 inline gate_range_state g_gate_range;
+// Where the slab range and the front cache's range begin: on a multiple of this (a
+// multiple of chunk_bytes), so the page map's bytes lie where Note [The page map's bytes
+// off their pages' starts] (front_inline.h) places them, whatever mmap returned.
+inline constexpr std::size_t range_align = std::size_t{16} << 20;
 
 // Extends the gate's range down to [base, base + bytes) when that lies directly below
 // the slab range (the front cache's, from take_range_below), or makes it that range
