@@ -7,7 +7,10 @@
 #     4 KiB, 1, 2 and 4 threads), each allocator in a process of its own per round, the
 #     order rotated; replayalloc as an unmodified program gets it (LD_PRELOAD of
 #     libreplayalloc_preload.so, its defaults: auto mode, 4 KiB minimum) and with
-#     REPLAYALLOC_MODE=off (the interposition alone);
+#     REPLAYALLOC_MODE=off (the interposition alone); each benchmark runs 20 ms of pairs
+#     unmeasured before its timed ones (a process's first ~10 ms run every allocator's
+#     pairs ~1.5x slower, and the size measured first, 8 B, took them: bench/RESULTS.md,
+#     "What is left on item 1 at aa15791");
 #   - instructions per pair under callgrind (bench/micro/preload_callgrind.cc, a program
 #     that calls plain malloc/free, or operator new/delete with `new`), deterministic.
 # Writes the "Small path" section of RESULTS.md.
@@ -46,6 +49,7 @@ for ((r = 0; r < rounds; ++r)); do
     lib=$(lib_of "$a")
     env ${lib:+LD_PRELOAD=$lib} $(mode_of "$a") \
       "$build/bench/pair_bench" --benchmark_filter="pair/bare/($sizes)/" --benchmark_min_time=0.05 \
+      --benchmark_min_warmup_time=0.02 \
       --benchmark_format=json > "$tmp/$a.$r.json" 2> "$tmp/$a.$r.err" \
       || die "pair_bench under $a failed: $(tail -3 "$tmp/$a.$r.err")"
   done
@@ -93,7 +97,7 @@ print()
 print(f"- Date: {meta.get('date')}; machine: {meta.get('nproc')} cores, {meta.get('cpu')}, kernel {meta.get('kernel')}; "
       f"load {meta.get('load_before')} before, {meta.get('load_after')} after; commit {meta.get('commit')}")
 print(f"- Command: `{cmd}`: {rounds} rounds of `bench/micro/pair_bench` (bare pairs `p = malloc(size); free(p)`, 256 per "
-      "benchmark iteration) per allocator, each in a process of its own, the order rotated each round; then one run of "
+      "benchmark iteration, after 20 ms unmeasured) per allocator, each in a process of its own, the order rotated each round; then one run of "
       "`bench/micro/preload_callgrind SIZE 256 100 [new]` per allocator and size under callgrind (malloc/free, and "
       "operator new/sized delete).")
 print("- **replayalloc**: `libreplayalloc_preload.so` preloaded with its defaults (auto mode, REPLAYALLOC_MIN_SIZE 4 KiB), "
