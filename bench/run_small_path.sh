@@ -11,6 +11,9 @@
 #     unmeasured before its timed ones (a process's first ~10 ms run every allocator's
 #     pairs ~1.5x slower, and the size measured first, 8 B, took them: bench/RESULTS.md,
 #     "What is left on item 1 at aa15791");
+#     and, at one thread, the same pairs with malloc and free called through pointers
+#     (pair_bench's viaptr: no PLT jump before each call, whose prediction moved every
+#     allocator's pair by up to 1.5x from one process to the next on an AMD EPYC host);
 #   - instructions per pair under callgrind (bench/micro/preload_callgrind.cc, a program
 #     that calls plain malloc/free, or operator new/delete with `new`), deterministic.
 # Writes the "Small path" section of RESULTS.md.
@@ -48,7 +51,7 @@ for ((r = 0; r < rounds; ++r)); do
     a=${allocators[$(((k + r) % n))]}
     lib=$(lib_of "$a")
     env ${lib:+LD_PRELOAD=$lib} $(mode_of "$a") \
-      "$build/bench/pair_bench" --benchmark_filter="pair/bare/($sizes)/" --benchmark_min_time=0.05 \
+      "$build/bench/pair_bench" --benchmark_filter="pair/(bare/($sizes)/|viaptr/($sizes)/)" --benchmark_min_time=0.05 \
       --benchmark_min_warmup_time=0.02 \
       --benchmark_format=json > "$tmp/$a.$r.json" 2> "$tmp/$a.$r.err" \
       || die "pair_bench under $a failed: $(tail -3 "$tmp/$a.$r.err")"
@@ -83,11 +86,13 @@ meta = dict(l.rstrip("\n").split("=", 1) for l in open(os.path.join(tmp, "meta")
 allocs = ["glibc", "jemalloc", "tcmalloc", "mimalloc", "replayalloc", "replayalloc-off"] + (["replayalloc-before"] if before else [])
 GP = allocs[:4]
 ns = collections.defaultdict(list)
+viaptr = collections.defaultdict(list)  # the same pairs with malloc and free called through pointers
 for a in allocs:
     for path in glob.glob(os.path.join(tmp, f"{a}.*.json")):
         for b in json.load(open(path))["benchmarks"]:
-            parts = b["name"].split("/")  # pair/bare/SIZE/threads:T
-            ns[(a, int(parts[2]), int(parts[3].split(":")[1]))].append(b["per_pair"] * 1e9 if b["per_pair"] < 1e-3 else b["per_pair"])
+            parts = b["name"].split("/")  # pair/VARIANT/SIZE/threads:T
+            key = (a, int(parts[2]), int(parts[3].split(":")[1]))
+            (ns if parts[1] == "bare" else viaptr)[key].append(b["per_pair"] * 1e9 if b["per_pair"] < 1e-3 else b["per_pair"])
 cg = {}
 for line in open(os.path.join(tmp, "cg.tsv")):
     a, size, kind, ir = line.split()
@@ -121,6 +126,17 @@ for t in (1, 2, 4):
               f" | {m['replayalloc'] / best:.2f} | {m['replayalloc'] / m['jemalloc']:.2f} |" +
               (f" {m['replayalloc-before'] / best:.2f} |" if before else ""))
     print()
+print("**1 thread, malloc and free called through pointers** (CPU ns per pair; pair_bench's `viaptr`: the pointers "
+      "found with dlsym, as a program built with -fno-plt calls them, no PLT jump before each call)")
+print()
+print("| size | " + " | ".join(allocs) + " | replayalloc ÷ best | replayalloc ÷ jemalloc |")
+print("|---:|" + "---:|" * (len(allocs) + 2))
+for size in (8, 64, 256, 1024, 4096):
+    m = {a: statistics.median(viaptr[(a, size, 1)]) if viaptr[(a, size, 1)] else float("nan") for a in allocs}
+    best = min(m[a] for a in GP)
+    print(f"| {size} B | " + " | ".join(f"{m[a]:.2f}" for a in allocs) +
+          f" | {m['replayalloc'] / best:.2f} | {m['replayalloc'] / m['jemalloc']:.2f} |")
+print()
 print(f"**Instructions per pair** (callgrind, user space; the benchmark loop's {base / 256000:.1f} included)")
 print()
 print("| size | call | " + " | ".join(allocs) + " | replayalloc ÷ best |")
