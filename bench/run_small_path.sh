@@ -113,30 +113,27 @@ print("- **replayalloc**: `libreplayalloc_preload.so` preloaded with its default
 print("- CPU ns per pair: one thread's CPU time per pair (pair_bench's `per_pair`), median over the rounds; **÷ best**: "
       "replayalloc's over the lowest of glibc, jemalloc, tcmalloc and mimalloc for that row.")
 print()
-for t in (1, 2, 4):
-    print(f"**{t} thread{'s' if t > 1 else ''}** (CPU ns per pair)")
-    print()
-    extra = " replayalloc-before ÷ best |" if before else ""
+# One table of CPU ns per pair: data[(allocator, size, threads)], at `t` threads (with
+# replayalloc-before's ratio where `with_before`).
+def ns_table(data, t, with_before):
+    extra = " replayalloc-before ÷ best |" if with_before else ""
     print("| size | " + " | ".join(allocs) + " | replayalloc ÷ best | replayalloc ÷ jemalloc |" + extra)
-    print("|---:|" + "---:|" * (len(allocs) + 2 + (1 if before else 0)))
+    print("|---:|" + "---:|" * (len(allocs) + 2 + (1 if with_before else 0)))
     for size in (8, 64, 256, 1024, 4096):
-        m = {a: statistics.median(ns[(a, size, t)]) if ns[(a, size, t)] else float("nan") for a in allocs}
+        m = {a: statistics.median(data[(a, size, t)]) if data[(a, size, t)] else float("nan") for a in allocs}
         best = min(m[a] for a in GP)
         print(f"| {size} B | " + " | ".join(f"{m[a]:.2f}" for a in allocs) +
               f" | {m['replayalloc'] / best:.2f} | {m['replayalloc'] / m['jemalloc']:.2f} |" +
-              (f" {m['replayalloc-before'] / best:.2f} |" if before else ""))
+              (f" {m['replayalloc-before'] / best:.2f} |" if with_before else ""))
     print()
+for t in (1, 2, 4):
+    print(f"**{t} thread{'s' if t > 1 else ''}** (CPU ns per pair)")
+    print()
+    ns_table(ns, t, bool(before))
 print("**1 thread, malloc and free called through pointers** (CPU ns per pair; pair_bench's `viaptr`: the pointers "
       "found with dlsym, as a program built with -fno-plt calls them, no PLT jump before each call)")
 print()
-print("| size | " + " | ".join(allocs) + " | replayalloc ÷ best | replayalloc ÷ jemalloc |")
-print("|---:|" + "---:|" * (len(allocs) + 2))
-for size in (8, 64, 256, 1024, 4096):
-    m = {a: statistics.median(viaptr[(a, size, 1)]) if viaptr[(a, size, 1)] else float("nan") for a in allocs}
-    best = min(m[a] for a in GP)
-    print(f"| {size} B | " + " | ".join(f"{m[a]:.2f}" for a in allocs) +
-          f" | {m['replayalloc'] / best:.2f} | {m['replayalloc'] / m['jemalloc']:.2f} |")
-print()
+ns_table(viaptr, 1, False)
 print(f"**Instructions per pair** (callgrind, user space; the benchmark loop's {base / 256000:.1f} included)")
 print()
 print("| size | call | " + " | ".join(allocs) + " | replayalloc ÷ best |")
