@@ -188,8 +188,13 @@ std::size_t period_detector::best_period(std::size_t n, Value value, std::size_t
   constexpr std::size_t unknown = ~std::size_t{0};
   std::size_t trail[trail_d + 1];
   std::fill(trail, trail + trail_d + 1, unknown);
+  // Note [A run of one value walked once] (auto_detect.h): the newest same + 1 values
+  // are one value (trail[1], once measured); every walk starts past the comparisons
+  // inside them.
+  std::size_t same = 0;
+  const auto inside = [&](std::size_t d) { return same >= d ? same - d + 1 : 0; };
   const auto trailing = [&](std::size_t d, std::size_t cap) {
-    std::size_t k = 0;
+    std::size_t k = std::min(cap, inside(d));
     while (k < cap && k + d < n && value(n - 1 - k) == value(n - 1 - k - d)) ++k;
     return k;
   };
@@ -198,6 +203,7 @@ std::size_t period_detector::best_period(std::size_t n, Value value, std::size_t
   // without walking them (a stream of 4 KiB pairs searched 256 candidates every time).
   if (probe >= 1 && n > probe) {
     trail[1] = trailing(1, 2 * (n / periods));
+    same = trail[1];
     if (trail[1] >= 2 * (n / periods)) {
       const std::size_t reach = std::min(n / periods, n - probe);
       if (matches != nullptr) *matches = static_cast<int>(std::min<std::size_t>(reach, 256));
@@ -228,7 +234,7 @@ std::size_t period_detector::best_period(std::size_t n, Value value, std::size_t
       return trail[d] >= 2 * p;
     });
     if (multiple) continue;
-    std::size_t run = 0;
+    std::size_t run = inside(p);
     while (run + p < n && value(n - 1 - run) == value(n - 1 - run - p)) ++run;
     const std::size_t need = std::max<std::size_t>((periods - 1) * p, 64);
     // Note [A period found on time]: short of `need` by how many.

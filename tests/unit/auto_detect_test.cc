@@ -49,6 +49,30 @@ TEST(PeriodDetector, FindsThePeriodAfterANonPeriodicStartAndPutsTheBoundaryAtThe
   EXPECT_GE(d.next_boundary(), d.count());
 }
 
+// Note [A run of one value walked once]: a program that makes one size far more than any
+// other (cc1plus's 8,032-byte obstack chunks, 86% of its watched allocations) has long
+// runs of it, and a search made inside one starts its walks past it. A period that is
+// mostly such a run, behind a start-up of that size among others, is still found whole,
+// at the allocation that completes its third period, wherever in the run the searches
+// fall.
+TEST(PeriodDetector, APeriodMostlyOfOneRunOfOneSizeIsFoundWhole) {
+  constexpr std::size_t kRun = 100, kPeriod = kRun + 20;
+  for (std::size_t start : {3000u, 3047u, 5111u, 8000u}) {
+    period_detector d;
+    std::mt19937 rng(static_cast<unsigned>(start));
+    std::uint64_t i = 0, other = 0;
+    for (; i < start; ++i) d.observe(rng() % 8 == 0 ? 1'000'000 + 8 * other++ : 8032, 1000);
+    std::size_t found_at = 0;
+    for (; i < start + 6 * kPeriod && !d.found(); ++i) {
+      const std::uint64_t k = (i - start) % kPeriod;
+      if (d.observe(k < kRun ? 8032 : 16312 + 64 * k, k == 0 ? 10 : 1000 + k)) found_at = i;
+    }
+    ASSERT_TRUE(d.found()) << start;
+    EXPECT_EQ(d.period(), kPeriod) << start;
+    EXPECT_EQ(found_at, start + 3 * kPeriod - 1) << "start-up of " << start << " allocations";
+  }
+}
+
 // Note [A period found on time]: behind a long start-up (searches then run every ~125
 // allocations), the period is found at the allocation that completes its third period,
 // not at the next regular search, which could come after the request its iterations
