@@ -191,6 +191,14 @@ std::size_t fallback_allocated_bytes() noexcept;
 // Slow: for statistics only.
 std::size_t fallback_resident_bytes() noexcept;
 
+// Note [Frees the watcher asks for] (front_idle.cc): from now on the calling thread's
+// frees of the front cache's blocks of classes of `least` bytes and up go to its slow
+// free, which calls `hook` first; the other classes' frees need not be asked. False
+// where the front cache does not serve (then nothing changed). Undone by
+// unwatch_front_frees().
+bool watch_front_frees(std::size_t least, void (*hook)(void*) noexcept) noexcept;
+void unwatch_front_frees() noexcept;
+
 // The engine's own memory (its containers, and what it asks of the interposed malloc
 // from inside the engine): the fallback's, but a request of engine_own_least bytes or
 // more comes from jemalloc's own malloc, outside the front cache (Note [The engine's

@@ -195,6 +195,7 @@ void close_thread(void* arg) noexcept {
     c->handed[k] = whole_after;  // lists handed on whole until the thread allocates the class
     c->large_missed_at[k] = 0;
     c->large_streak[k] = 0;
+    c->closed[k] = false;
   }
   c->swept = g_sweeps.load(std::memory_order_relaxed);
   c->asked_at_sweep = 0;
@@ -202,6 +203,7 @@ void close_thread(void* arg) noexcept {
   c->slot = g_next_slot.fetch_add(1, std::memory_order_relaxed) % g_slots;
   c->large_bytes = 0;
   c->recency = class_recency{};
+  if (t_watch_least != 0) close_watched_lists(*c);  // Note [Frees the watcher asks for]
   t_cache = c;
   t_state = cache_open;
   thread_opened();
@@ -242,10 +244,10 @@ inline void sweep_if_due() noexcept {
   unsigned want = 1;
   if (t_state == cache_open) {
     // Note [A burst's lists twice as long]: the list is empty here, so its max may change.
-    free_list& mine = t_cache->lists[k];
+    std::uint32_t& max = max_of(*t_cache, k);  // Note [Frees the watcher asks for]
     const bool burst = g_fill[k] > 1 && t_cache->burst[k];
-    mine.max = burst && t_cache->frees_too[k] ? g_burst_max[k] : g_list_max[k];
-    want = burst ? mine.max : g_fill[k];
+    max = burst && t_cache->frees_too[k] ? g_burst_max[k] : g_list_max[k];
+    want = burst ? max : g_fill[k];
     t_cache->burst[k] = true;
   }
   void* p = run_take(k, t_cache->slot, &t_cache->lists[k], want);
@@ -290,7 +292,10 @@ namespace {
 // thread's cache not open yet or closed.
 }  // namespace
 
+thread_cache* front::open_thread_cache() noexcept { return t_state == cache_open ? t_cache : nullptr; }
+
 [[gnu::noinline]] void front::free_slow(void* p) noexcept {
+  if (t_watch_least != 0) [[unlikely]] watched_free(p);  // Note [Frees the watcher asks for]
   unsigned k = page_class_of(p);  // in the range: the caller asked
   if (k == 0) {
     if (boot_release(p)) return;  // Note [A short process's first requests]
@@ -334,7 +339,7 @@ namespace {
     t_cache->large_bytes -= std::size_t{n - 1} * bytes;
     return put(k, p, n);
   }
-  if (mine.count >= mine.max) hand_on(k);  // above it: a longer list from the depot
+  if (mine.count >= max_of(*t_cache, k)) hand_on(k);  // above it: a longer list from the depot
   *static_cast<void**>(p) = mine.head;
   mine.head = p;
   ++mine.count;

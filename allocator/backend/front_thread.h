@@ -12,6 +12,7 @@
 #include "backend/front_cache.h"
 #include "backend/front_classes.h"
 #include "backend/front_depot.h"
+#include "support/config.h"
 
 namespace replayalloc::detail::backend::front {
 
@@ -38,7 +39,24 @@ struct thread_cache {
   // recency.asked at the cache's last sweep.
   std::uint32_t swept;
   std::uint32_t asked_at_sweep;
+  // Note [Frees the watcher asks for] (front_idle.cc): the lists closed to the inline
+  // free (max 0) while the thread is watched, and their max meanwhile.
+  bool closed[max_classes];
+  std::uint32_t open_max[max_classes];
 };
+
+// Note [Frees the watcher asks for]: the least class size whose frees the thread's
+// watcher asks for (0: none), and what asks.
+extern constinit thread_local std::uint32_t t_watch_least REPLAYALLOC_TLS_IE;
+void watched_free(void* p) noexcept;
+// Closes c's lists of the classes of t_watch_least bytes and up (open_cache, when set).
+void close_watched_lists(thread_cache& c) noexcept;
+// The max of c's list k, its open one while it is closed.
+inline std::uint32_t& max_of(thread_cache& c, unsigned k) noexcept {
+  return c.closed[k] ? c.open_max[k] : c.lists[k].max;
+}
+// The calling thread's cache where it is open, else null (front_cache.cc).
+thread_cache* open_thread_cache() noexcept;
 
 // Once, as the cache is enabled: the classes' sizes and the first above 64 KiB.
 void configure_idle(const std::uint32_t* class_size, unsigned first_large) noexcept;

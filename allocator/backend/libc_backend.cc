@@ -33,6 +33,8 @@ std::size_t front_range_wanted() noexcept { return 0; }
 void narrow_plain_malloc(std::uint64_t) noexcept {}  // no plain malloc
 void front_resizing(const void*) noexcept {}
 void front_free_at(void*) noexcept {}  // never called: no gate range is joined
+bool watch_front_frees(std::size_t, void (*)(void*) noexcept) noexcept { return false; }  // no front cache
+void unwatch_front_frees() noexcept {}
 void front_cache_prefork() noexcept {}
 void front_cache_postfork(bool, bool) noexcept {}
 front_cache_counts front_cache_stats() noexcept { return {}; }

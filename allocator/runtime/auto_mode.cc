@@ -392,6 +392,7 @@ void watch(thread_state& t, std::size_t size) {
   // Note [A dormant watcher]: a watched allocation wakes it.
   a.unwatched_frees = 0;
   if ((t.free_gate & gate_watched) == 0) [[unlikely]] refresh_watched_gate(t);
+  else if (!t.front_watched) [[unlikely]] watch_front(t, true);  // the front cache began since: Note [Frees the watcher asks for]
   // Note [Iterations between quiet points]: the row of allocations made at the quiet
   // count; one whose last reaches the detector's run begins an iteration.
   if (a.det.quiet()) {

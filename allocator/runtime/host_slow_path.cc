@@ -215,4 +215,34 @@ void engine::free_backend(thread_state& t, void* p) {
   backend::fallback_free(p);
 }
 
+namespace {
+// Note [Frees the watcher asks for] (backend/front_idle.cc): a free of the front cache's
+// block of a class the watcher may watch, on a thread whose gate leaves the cache's part
+// of the range to its lists: what free_backend_filtered (runtime/shortcuts.h) asks
+// there, before the block goes onto its list. Where another bit is set the free came
+// through the gate's path or the engine's, which ask it themselves.
+void front_free_watched(void* p) noexcept {
+  thread_state& t = tls_state;
+  if (t.free_gate != gate_watched || t.autod == nullptr) return;
+  auto_state& a = *t.autod;
+  const bool counting_ends = a.in_iteration && a.det.quiet();
+  if (((!a.in_iteration || counting_ends) && a.filter.maybe_live(p)) ||
+      auto_goes_dormant(++a.unwatched_frees, counting_ends)) [[unlikely]] {
+    auto_mode::on_free(t, p);
+  }
+}
+}  // namespace
+
+void watch_front(thread_state& t, bool on) noexcept {
+  if (!on) {
+    if (t.front_watched) backend::unwatch_front_frees();
+    t.front_watched = false;
+    return;
+  }
+  const std::uint64_t least = __atomic_load_n(&g_small_limit, __ATOMIC_ACQUIRE);
+  t.front_watched = !t.front_watched && least != 0 && backend::g_gate_range.front != 0
+                        ? backend::watch_front_frees(least, &front_free_watched)
+                        : t.front_watched;
+}
+
 }  // namespace replayalloc::detail

@@ -125,6 +125,9 @@ struct thread_state {
   // open iteration is one it began; Note [Auto mode as a client]); null: none.
   struct auto_state* autod = nullptr;
   bool marks_own = false;  // the program marked an iteration on this thread (C API): no auto
+  // Note [Frees the watcher asks for] (backend/front_idle.cc): the front cache calls the
+  // watcher at the frees it may need, so the gate leaves the cache's part to its lists.
+  bool front_watched = false;
   // Note [Passes granted ahead] (runtime/shortcuts.h): requests at or above the minimum
   // the inline entry point may pass to the backend's plain malloc without asking
   // anything else (0: none); `pass_home`, where a rest's passes came from (the watcher's
@@ -183,12 +186,20 @@ REPLAYALLOC_ALWAYS_INLINE bool small_request(std::size_t size) {
 // Sets the plain-free gate (Note [The plain-free gate]) and the range the inline free
 // asks for it. The slab range is reserved when the engine is made, before any thread
 // registers (gate_unready is cleared only then), and never moves afterwards.
+void watch_front(thread_state& t, bool on) noexcept;  // runtime/auto_mode.cc
 inline void set_free_gate(thread_state& t, std::uint32_t gate) {
+  if (((t.free_gate ^ gate) & gate_watched) != 0) [[unlikely]] watch_front(t, (gate & gate_watched) != 0);
   t.free_gate = gate;
   if (gate == 0) {
     // The slab's part of the gate's range, above the front cache's.
     t.look_from = backend::g_gate_range.from + backend::g_gate_range.front;
     t.look_span = backend::g_gate_range.span - backend::g_gate_range.front;
+    t.look_front = backend::g_gate_range.front;
+  } else if (gate == gate_watched && t.front_watched) {
+    // Note [Frees the watcher asks for]: every address but the front cache's part
+    // (below look_from, look_front bytes: the inline free's wrap sends it to the lists).
+    t.look_from = backend::g_gate_range.from + backend::g_gate_range.front;
+    t.look_span = std::uintptr_t{0} - backend::g_gate_range.front;
     t.look_front = backend::g_gate_range.front;
   } else {
     t.look_from = 0;

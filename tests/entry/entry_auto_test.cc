@@ -219,11 +219,70 @@ TEST(EntryAuto, AStreamOfBlocksThatNeverOverlapRestsAfterTheSample) {
   }
 }
 
-// Note [A dormant watcher]: dormant_after frees of unwatched (small) blocks in a row,
-// with no watched allocation among them, and the watcher stops seeing frees: it forgets
-// its live blocks and the gate lets frees past it; a block it watched, freed meanwhile,
-// goes back to the backend intact; its next watched allocation wakes it. Fewer in a row
-// (a watched allocation between) leave it watching.
+// Note [Frees the watcher asks for]: once the front cache is on, a watched thread's
+// gate leaves the cache's part of the range to its lists: a free of a block of a class
+// below the minimum's is the list's push and never reaches the watcher, while every
+// watched block's free still does, whichever class it is of (a list's class, the larger
+// classes', jemalloc's own above 2 MiB) and in whatever order; a rest gives the lists
+// back to the inline free.
+TEST(EntryAuto, AWatchedThreadsSmallFreesSkipTheWatcherAndItsWatchedFreesReachIt) {
+  replayalloc::detail::auto_mode::forget_rests();
+  for (int i = 0; i < 6000; ++i) replayalloc_free(replayalloc_malloc(64));  // the front cache starts at 4,096
+  std::thread([] {
+    using replayalloc::detail::gate_watched;
+    using replayalloc::detail::tls_state;
+    void* held = replayalloc_malloc(2 * kMin + 48);  // watched, and live throughout
+    ASSERT_NE(held, nullptr);
+    fill(held, 2 * kMin + 48, 5);
+    ASSERT_EQ(watched_live(), 1u) << "auto mode does not watch this thread";
+    ASSERT_TRUE(tls_state.front_watched) << "the front cache does not ask the watcher";
+    EXPECT_EQ(tls_state.free_gate, gate_watched);
+    EXPECT_NE(tls_state.look_front, 0u) << "the gate sends the front cache's blocks past the lists";
+    const std::uint32_t asked = tls_state.autod->unwatched_frees;
+    for (std::uint64_t i = 0; i < 2000; ++i) {
+      const std::size_t n = 16 + (i * 40) % (kMin / 2);  // classes below the minimum's
+      void* q = replayalloc_malloc(n);
+      ASSERT_NE(q, nullptr);
+      fill(q, n, i);
+      ASSERT_TRUE(intact(q, n, i));
+      replayalloc_free(q);
+    }
+    EXPECT_EQ(tls_state.autod->unwatched_frees, asked) << "small frees were asked of the watcher";
+    const std::size_t sizes[] = {kMin, 3 * kMin + 16, 9 * kMin, 70 * kMin, 300 * kMin, 3 << 20};
+    void* blocks[6];
+    for (int k = 0; k < 6; ++k) {
+      blocks[k] = replayalloc_malloc(sizes[k]);
+      ASSERT_NE(blocks[k], nullptr);
+      fill(blocks[k], sizes[k], 100 + k);
+    }
+    EXPECT_EQ(watched_live(), 7u);
+    for (int k : {2, 0, 5, 3, 1, 4}) {
+      ASSERT_TRUE(intact(blocks[k], sizes[k], 100 + k));
+      const std::size_t live = watched_live();
+      replayalloc_free(blocks[k]);
+      EXPECT_EQ(watched_live(), live - 1) << "the watcher missed the free of a block of " << sizes[k] << " bytes";
+    }
+    EXPECT_EQ(watched_bytes(), 2 * kMin + 48);
+    ASSERT_TRUE(intact(held, 2 * kMin + 48, 5));
+    replayalloc_free(held);
+    EXPECT_EQ(watched_live(), 0u);
+    // Sizes that never recur: the watch rests after its sample, and the lists open.
+    for (std::uint64_t i = 0; i < 600 && tls_state.autod->resting == 0; ++i) {
+      replayalloc_free(replayalloc_malloc(kMin + 16 * ((i * 7919) % 60000)));
+    }
+    EXPECT_GT(tls_state.autod->resting, 0u) << "rare sizes did not rest the watcher";
+    EXPECT_FALSE(tls_state.front_watched) << "a resting thread's lists stay closed";
+  }).join();
+}
+
+// Note [A dormant watcher]: dormant_after frees of unwatched blocks in a row that the
+// watcher is asked about, with no watched allocation among them, and the watcher stops
+// seeing frees: it forgets its live blocks and the gate lets frees past it; a block it
+// watched, freed meanwhile, goes back to the backend intact; its next watched
+// allocation wakes it. Fewer in a row (a watched allocation between) leave it watching.
+// The blocks are just below the minimum: of a class of the front cache's that may hold
+// a watched block, so asked about through its lists once the cache is on (Note [Frees
+// the watcher asks for]), through the gate before.
 TEST(EntryAuto, AWatcherGoesDormantAfterUnwatchedFreesAndWakesAtItsNextWatchedAllocation) {
   replayalloc::detail::auto_mode::forget_rests();
   std::thread([] {
@@ -233,10 +292,10 @@ TEST(EntryAuto, AWatcherGoesDormantAfterUnwatchedFreesAndWakesAtItsNextWatchedAl
     std::uint64_t salt = 0;
     auto small_pairs = [&salt](std::uint32_t n) {
       for (std::uint32_t i = 0; i < n; ++i, ++salt) {
-        void* q = replayalloc_malloc(48);
+        void* q = replayalloc_malloc(kMin - 16);
         ASSERT_NE(q, nullptr);
-        fill(q, 48, salt);
-        ASSERT_TRUE(intact(q, 48, salt));
+        fill(q, kMin - 16, salt);
+        ASSERT_TRUE(intact(q, kMin - 16, salt));
         replayalloc_free(q);
       }
     };
