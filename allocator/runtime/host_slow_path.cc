@@ -239,10 +239,11 @@ void watch_front(thread_state& t, bool on) noexcept {
     t.front_watched = false;
     return;
   }
+  // Not where the minimum is 0 (every class may hold a watched block) or the cache has
+  // no part of the gate's range.
   const std::uint64_t least = __atomic_load_n(&g_small_limit, __ATOMIC_ACQUIRE);
-  t.front_watched = !t.front_watched && least != 0 && backend::g_gate_range.front != 0
-                        ? backend::watch_front_frees(least, &front_free_watched)
-                        : t.front_watched;
+  if (t.front_watched || least == 0 || backend::g_gate_range.front == 0) return;
+  t.front_watched = backend::watch_front_frees(least, &front_free_watched);
 }
 
 }  // namespace replayalloc::detail

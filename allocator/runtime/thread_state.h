@@ -186,7 +186,7 @@ REPLAYALLOC_ALWAYS_INLINE bool small_request(std::size_t size) {
 // Sets the plain-free gate (Note [The plain-free gate]) and the range the inline free
 // asks for it. The slab range is reserved when the engine is made, before any thread
 // registers (gate_unready is cleared only then), and never moves afterwards.
-void watch_front(thread_state& t, bool on) noexcept;  // runtime/auto_mode.cc
+void watch_front(thread_state& t, bool on) noexcept;  // runtime/host_slow_path.cc
 inline void set_free_gate(thread_state& t, std::uint32_t gate) {
   if (((t.free_gate ^ gate) & gate_watched) != 0) [[unlikely]] watch_front(t, (gate & gate_watched) != 0);
   t.free_gate = gate;
