@@ -219,17 +219,12 @@ namespace {
 // Note [Frees the watcher asks for] (backend/front_idle.cc): a free of the front cache's
 // block of a class the watcher may watch, on a thread whose gate leaves the cache's part
 // of the range to its lists: what free_backend_filtered (runtime/shortcuts.h) asks
-// there, before the block goes onto its list. Where another bit is set the free came
+// (watcher_asks), before the block goes onto its list. Where another bit is set the free came
 // through the gate's path or the engine's, which ask it themselves.
 void front_free_watched(void* p) noexcept {
   thread_state& t = tls_state;
   if (t.free_gate != gate_watched || t.autod == nullptr) return;
-  auto_state& a = *t.autod;
-  const bool counting_ends = a.in_iteration && a.det.quiet();
-  if (((!a.in_iteration || counting_ends) && a.filter.maybe_live(p)) ||
-      auto_goes_dormant(++a.unwatched_frees, counting_ends)) [[unlikely]] {
-    auto_mode::on_free(t, p);
-  }
+  if (watcher_asks(*t.autod, p)) [[unlikely]] auto_mode::on_free(t, p);
 }
 }  // namespace
 

@@ -195,20 +195,24 @@ REPLAYALLOC_ALWAYS_INLINE void* aligned_pass(thread_state& t, std::size_t size, 
 // straight to the backend's free; false (nothing done) otherwise, and the caller goes
 // to engine::free_backend. A TorchScript model's first inferences free ~700,000 small
 // blocks while they record; each was a hash lookup in the slow path.
+// Whether the thread's watcher must see the free of block p, not a block of its (the
+// filter says it may be one it watches, or counts: Note [Iterations between quiet
+// points]), or because this free makes it dormant (Note [A dormant watcher],
+// auto_mode.cc: the slow path's free does it; no call here: it would cost every inline
+// free a stack frame). Asked by the gate's path below and by the front cache's lists
+// (Note [Frees the watcher asks for], host_slow_path.cc).
+inline bool watcher_asks(auto_state& a, const void* p) {
+  const bool counting_ends = a.in_iteration && a.det.quiet();
+  if ((!a.in_iteration || counting_ends) && a.filter.maybe_live(p)) return true;
+  return auto_goes_dormant(++a.unwatched_frees, counting_ends);
+}
+
 inline bool free_backend_filtered(thread_state& t, void* p) {
   const std::uint32_t g = t.free_gate;
   if ((g & ~(gate_recording | gate_watched)) != 0) return false;
   if ((g & gate_recording) != 0 && t.host.recorder->maybe_live(p)) return false;
-  // The watcher: only frees of blocks it may be watching (or counting: Note
-  // [Iterations between quiet points]).
-  if ((g & gate_watched) != 0) {
-    auto_state& a = *t.autod;
-    const bool counting_ends = a.in_iteration && a.det.quiet();
-    if ((!a.in_iteration || counting_ends) && a.filter.maybe_live(p)) return false;
-    // Note [A dormant watcher] (auto_mode.cc): the slow path's free makes it dormant
-    // (no call here: it would cost every inline free a stack frame).
-    if (auto_goes_dormant(++a.unwatched_frees, counting_ends)) [[unlikely]] return false;
-  }
+  // The watcher: only frees it must see.
+  if ((g & gate_watched) != 0 && watcher_asks(*t.autod, p)) return false;
   // The gate is past gate_unready: the backend has a plain free.
   backend::g_plain_free.load(std::memory_order_relaxed)(p);
   return true;
