@@ -14,7 +14,8 @@
 # (a comma-separated subset of perl, sqlite, sqlite-8k, python, shell, g++, sort, awk, jq,
 # git, clang: the section then
 # holds the subset's tables alone); RESULTS_FILE and RESULTS_SECTION (default
-# bench/RESULTS.md, programs).
+# bench/RESULTS.md, programs); COUNT=instructions (each program once under callgrind:
+# instructions instead of the clock; section programs-counted; ROUNDS ignored).
 set -euo pipefail
 export LC_ALL=C
 # shellcheck source=lib.sh
@@ -47,6 +48,21 @@ for i in "${!allocators[@]}"; do
   allocators[$i]=$name=$tmp/libs/$name/$(basename "$lib")
 done
 python3 "$root/bench/programs/measure.py" "$rounds" "$tmp/tables" "${allocators[@]}"
+if [[ ${COUNT:-} == instructions ]]; then
+  {
+    echo "## Programs nobody tuned on, counted: instructions under every allocator${PROGRAMS_ONLY:+ ($PROGRAMS_ONLY)}"
+    echo
+    echo "- $(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average); commit $(git -C "$root" rev-parse --short HEAD)."
+    echo "- Command: \`COUNT=instructions ${BEFORE_LIB:+BEFORE_LIB=$BEFORE_LIB }${PROGRAMS_ONLY:+PROGRAMS_ONLY=$PROGRAMS_ONLY }bench/run_programs.sh\` (each program once per allocator under \`valgrind --tool=callgrind --trace-children=yes\`, the instructions of all its processes summed; bench/programs/measure.py)."
+    echo "- Each allocator preloaded as in the timed tables (replayalloc: its defaults, auto mode). Instructions are deterministic where a shared host's clock is not; they do not show what costs time beside them (cache misses, page faults, system calls), which the timed tables do. The shell script is left out unless named (its ~700 processes each start valgrind)."
+    echo
+    cat "$tmp/tables"
+    echo
+  } > "$tmp/section"
+  cat "$tmp/section"
+  update_results text "${RESULTS_FILE:-$results}" --name "${RESULTS_SECTION:-programs-counted}" --body "$tmp/section"
+  exit 0
+fi
 {
   if [[ -n ${PROGRAMS_ONLY:-} ]]; then
     echo "## Programs nobody tuned on ($PROGRAMS_ONLY) under every allocator"

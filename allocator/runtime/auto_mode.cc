@@ -225,8 +225,9 @@ void begin_iterations(thread_state& t, auto_state& a, std::size_t size, engine& 
     std::snprintf(a.key, sizeof a.key, "auto/%016llx/q%u", static_cast<unsigned long long>(a.det.signature()),
                   a.det.quiet_level());
     REPLAYALLOC_LOG(info, "auto: thread %u begins its requests where %u watched blocks are live (run %u; pieces of up "
-                    "to %u allocations; structure and sizes vary); iterations of '%s' begin",
-                    t.thread_no, a.det.quiet_level(), a.det.quiet_run(), a.det.period(), a.key);
+                    "to %u allocations; structure and sizes vary; found in %llu watched); iterations of '%s' begin",
+                    t.thread_no, a.det.quiet_level(), a.det.quiet_run(), a.det.period(),
+                    static_cast<unsigned long long>(a.det.count() - a.watch_start), a.key);
   } else {
     forget_live(a);
     std::snprintf(a.key, sizeof a.key, "auto/%016llx/p%u",
@@ -236,8 +237,10 @@ void begin_iterations(thread_state& t, auto_state& a, std::size_t size, engine& 
       std::snprintf(at, sizeof at, " at each request of %llu bytes",
                     static_cast<unsigned long long>(a.det.anchor()));
     }
-    REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations%s; iterations of '%s' begin%s",
-                    t.thread_no, a.det.period(), a.det.by_shape() ? " (in structure; sizes vary)" : "", a.key, at);
+    REPLAYALLOC_LOG(info, "auto: thread %u repeats every %u allocations%s (found in %llu watched); "
+                    "iterations of '%s' begin%s",
+                    t.thread_no, a.det.period(), a.det.by_shape() ? " (in structure; sizes vary)" : "",
+                    static_cast<unsigned long long>(a.det.count() - a.watch_start), a.key, at);
   }
   a.long_key[0] = '\0';  // Note [Long pieces between anchors]: named from a.key when needed
   a.in_long = false;

@@ -10,11 +10,23 @@ the processes it waited for, g++'s cc1plus and as): CPU time (user + system), pe
 output, or the hash of the object file g++ writes) must be the same under every
 allocator; the table says so. Writes a Markdown table per program to OUT_MARKDOWN.
 PROGRAMS_ONLY: a comma-separated subset of the programs.
+
+COUNT=instructions: each program runs once per allocator under valgrind's callgrind
+(every process it starts traced), and the table gives the instructions executed, summed
+over its processes: deterministic where the clock is not (a shared host moved one
+program's CPU time 20-50% from one process to the next), though blind to what costs
+time beside instructions (cache misses, page faults, system calls). Runs go two at a
+time (or as many as there are cores); ROUNDS is ignored. The shell script's ~700
+processes are left out unless PROGRAMS_ONLY names it (each traced process starts
+valgrind's own).
 """
+import concurrent.futures
+import glob
 import hashlib
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 
@@ -77,7 +89,7 @@ def make_inputs(scratch):
         json.dump(records, f)
 
 
-def measure(argv, stdin, env, scratch):
+def measure(argv, stdin, env, scratch, writes_object=None):
     """Runs argv (stdin: a file's path or None) in the folder scratch; its output (standard
     output, or OBJECT's hash where it writes one), exit code, CPU s, peak RSS MiB, minor
     faults and standard error."""
@@ -110,7 +122,7 @@ def measure(argv, stdin, env, scratch):
     data = b"".join(chunks)
     # a long output (sort's) kept as its hash
     out = data.decode(errors="replace") if len(data) <= 65536 else "sha256 " + hashlib.sha256(data).hexdigest()
-    if OBJECT in argv and os.path.exists(obj):
+    if (OBJECT in argv if writes_object is None else writes_object) and os.path.exists(obj):
         with open(obj, "rb") as f:
             out += "object " + hashlib.sha256(f.read()).hexdigest()
     with open(err_path, errors="replace") as f:
@@ -120,6 +132,109 @@ def measure(argv, stdin, env, scratch):
         sys.exit(f"measure.py: {argv[0]}: {err.strip()}")
     return (out, os.waitstatus_to_exitcode(status), ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0,
             ru.ru_minflt, err)
+
+
+def counting():
+    mode = os.environ.get("COUNT", "")
+    if mode not in ("", "instructions"):
+        sys.exit(f"measure.py: COUNT={mode}: the only count is 'instructions'")
+    return mode == "instructions"
+
+
+def count_one(prog, name, lib, extra, scratch, n):
+    """One run of prog under callgrind in a folder of its own (the inputs linked in): its
+    output, and the instructions of all its processes."""
+    argv, stdin, _ = PROGRAMS[prog]
+    job = os.path.join(scratch, f"job{n}")
+    os.mkdir(job)
+    for f in ("text.txt", "data.json"):
+        if os.path.exists(os.path.join(scratch, f)):
+            os.symlink(os.path.join(scratch, f), os.path.join(job, f))
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env["REPLAYALLOC_VERBOSE"] = "0"
+    env["PYTHONHASHSEED"] = "0"  # CPython's string hashes (and so its dicts' work) the same every run
+    if lib:
+        env["LD_PRELOAD"] = lib
+    env.update(extra)
+    out_files = os.path.join(job, "callgrind.%p")
+    wrapped = ["valgrind", "--tool=callgrind", "--trace-children=yes", f"--callgrind-out-file={out_files}"] + argv
+    out, code, _, _, _, err = measure(wrapped, stdin, env, job, OBJECT in argv)
+    if code != 0:
+        sys.exit(f"measure.py: {prog} under {name} (callgrind) exited with {code}: {err.strip()[-2000:]}")
+    total = bulk = 0
+    for f in glob.glob(os.path.join(job, "callgrind.*")):
+        with open(f, errors="replace") as fh:
+            for line in fh:
+                if line.startswith(("summary:", "totals:")):
+                    total += int(line.split()[1])
+                    break
+        bulk += string_instructions(f)
+    print(f"{prog} {name}: {total / 1e6:,.1f} M instructions, {bulk / 1e6:,.1f} M of them in memset/memcpy",
+          file=sys.stderr)
+    return prog, name, out, (total, bulk)
+
+
+def string_instructions(path):
+    """The instructions of one callgrind output spent in the C library's memset, memcpy
+    and memmove. valgrind counts each byte `rep stosb` and `rep movsb` store as one
+    instruction (glibc uses them from a few KiB), so a calloc zeroed by memset (glibc's, and
+    replayalloc's for reused blocks) counts ~100,000 for 100 KiB where jemalloc's, which
+    gives the pages back and has the kernel zero them at the next fault, counts none:
+    what the kernel does is not counted at all."""
+    out = subprocess.run(["callgrind_annotate", "--threshold=100", path], capture_output=True, text=True).stdout
+    n = 0
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and any(f in line for f in ("__memset_", "__memmove_", "__memcpy_", "__mempcpy_")):
+            try:
+                n += int(fields[0].replace(",", ""))
+            except ValueError:
+                pass
+    return n
+
+
+def count_all(programs, allocators, scratch):
+    jobs = [(prog, name, lib, extra) for prog in programs for name, lib, extra in allocators]
+    outputs, counts = {}, {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
+        futures = [pool.submit(count_one, *job, scratch, n) for n, job in enumerate(jobs)]
+        for fut in futures:
+            prog, name, out, total = fut.result()
+            outputs.setdefault((prog, name), set()).add(out)
+            counts[(prog, name)] = total
+    return counts, outputs
+
+
+def write_counts(out_md, programs, allocators, counts, outputs):
+    names = [a[0] for a in allocators]
+    general = [n for n in names if n in GENERAL]
+    lines = []
+    for title, part in (("all instructions", lambda c: c[0]),
+                        ("outside the C library's memset and memcpy", lambda c: c[0] - c[1])):
+        lines.append(f"**Millions of instructions, {title}**")
+        lines.append("")
+        lines.append("| program | " + " | ".join(names) + " | replayalloc ÷ best | ÷ glibc | outputs agree |")
+        lines.append("|---|" + "---:|" * (len(names) + 2) + "---|")
+        for prog in programs:
+            v = {n: part(counts[(prog, n)]) for n in names}
+            best = min(v[n] for n in general)
+            want = outputs[(prog, names[0])]
+            agree = all(outputs[(prog, n)] == want for n in names) and len(want) == 1
+            mine = v.get("replayalloc")
+            cells = " | ".join(f"{v[n] / 1e6:,.1f}" for n in names)
+            ratio = f"{mine / best:.3f}" if mine else "-"
+            vs_glibc = f"{mine / v['glibc']:.3f}" if mine and "glibc" in v else "-"
+            lines.append(f"| {prog} | {cells} | {ratio} | {vs_glibc} | {'yes' if agree else 'NO'} |")
+        lines.append("")
+    lines.append("callgrind, every process of the run; ÷ best: over the fewest of " + ", ".join(general) + ". The "
+                 "second table leaves out memset, memcpy and memmove, whose `rep stosb` and `rep movsb` valgrind "
+                 "counts a byte an instruction (a calloc zeroed by memset counts ~100,000 for 100 KiB; one zeroed "
+                 "by the kernel at its pages' faults, as jemalloc's reused large blocks are, counts nothing).")
+    for prog in programs:
+        lines.append(f"- **{prog}**: {PROGRAMS[prog][2]}")
+    with open(out_md, "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 def main():
@@ -136,6 +251,10 @@ def main():
     if unknown:
         sys.exit(f"measure.py: PROGRAMS_ONLY names no program {', '.join(unknown)} (there are {', '.join(PROGRAMS)})")
     programs = [p for p in PROGRAMS if not only or p in only]
+    if counting() and not only:
+        programs.remove("shell")
+    if counting() and shutil.which("valgrind") is None:
+        sys.exit("measure.py: COUNT=instructions needs valgrind (scripts/setup.sh installs it)")
     missing = sorted({PROGRAMS[p][0][0] for p in programs if shutil.which(PROGRAMS[p][0][0]) is None})
     if missing:
         sys.exit(f"measure.py: {', '.join(missing)} missing (scripts/setup.sh installs them)")
@@ -143,10 +262,16 @@ def main():
     try:
         if any(f in PROGRAMS[p][0] for p in programs for f in ("text.txt", "data.json")):
             make_inputs(scratch)
-        results, outputs = run_all(rounds, programs, allocators, scratch)
+        if counting():
+            counts, outputs = count_all(programs, allocators, scratch)
+        else:
+            results, outputs = run_all(rounds, programs, allocators, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    write_tables(out_md, programs, allocators, results, outputs)
+    if counting():
+        write_counts(out_md, programs, allocators, counts, outputs)
+    else:
+        write_tables(out_md, programs, allocators, results, outputs)
 
 
 def run_all(rounds, programs, allocators, scratch):
