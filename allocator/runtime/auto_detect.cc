@@ -13,6 +13,7 @@ void period_detector::reset() {
   next_shape_ = 0;
   sizes_.clear();
   same_run_ = 0;
+  search_at_run_end_ = false;
   live_.clear();
   life_.clear();
   blocks_.clear();
@@ -71,9 +72,19 @@ bool period_detector::observe(std::uint64_t size, std::uint64_t live, std::uint3
   // every history/8 once that is longer. A stream with no period costs ~400
   // instructions per watched allocation in searches (callgrind,
   // bench/micro/never_repeats.cc; ~560 with the second kind every 512 too).
-  if (period_ != 0 || count_ < next_detect_) return false;
+  if (period_ != 0) return false;
+  // Note [A search put off to a run's end] (auto_detect.h).
+  if (search_at_run_end_ && same_run_ == 1) {
+    search_at_run_end_ = false;
+    if (detect()) return true;
+  }
+  if (count_ < next_detect_) return false;
   next_detect_ = count_ + std::max<std::uint64_t>(16, sizes_.size() / 64);
-  if (detect()) return true;
+  if (same_run_ > most_candidates && same_run_ - 1 < 2 * (sizes_.size() / 3)) {
+    search_at_run_end_ = true;
+  } else if (detect()) {
+    return true;
+  }
   if (count_ < next_shape_) return false;
   next_shape_ = count_ + std::max<std::uint64_t>(shape_every, sizes_.size() / 8);
   return detect_shape() || detect_quiet();
@@ -210,7 +221,7 @@ std::size_t period_detector::best_period(std::size_t n, Value value, std::size_t
       return 0;
     }
   }
-  for (std::size_t q = n - 1; q-- > probe - 1 && candidates < 256 && periods * (n - 1 - q) <= n;) {
+  for (std::size_t q = n - 1; q-- > probe - 1 && candidates < most_candidates && periods * (n - 1 - q) <= n;) {
     bool same = true;
     for (std::size_t k = 0; k < probe && same; ++k) same = value(q - k) == value(n - 1 - k);
     if (!same) continue;

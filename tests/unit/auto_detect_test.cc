@@ -73,6 +73,30 @@ TEST(PeriodDetector, APeriodMostlyOfOneRunOfOneSizeIsFoundWhole) {
   }
 }
 
+// Note [A search put off to a run's end]: a period made mostly of one run longer than a
+// search's candidates, behind start-ups of that size and others, is found within its
+// fourth period (before, runs of 390 were found up to three periods late and runs of
+// 1,000 in one start-up of four).
+TEST(PeriodDetector, APeriodMostlyOfOneLongRunIsFoundOnTime) {
+  for (std::size_t run : {300u, 390u, 1000u}) {
+    const std::size_t period = run + 20;
+    for (std::size_t start : {3000u, 3047u, 5111u, 8000u}) {
+      period_detector d;
+      std::mt19937 rng(static_cast<unsigned>(start));
+      std::uint64_t i = 0, other = 0;
+      for (; i < start; ++i) d.observe(rng() % 8 == 0 ? 1'000'000 + 8 * other++ : 8032, 1000);
+      std::size_t found_at = 0;
+      for (; i < start + 6 * period && !d.found(); ++i) {
+        const std::uint64_t k = (i - start) % period;
+        if (d.observe(k < run ? 8032 : 16312 + 64 * k, k == 0 ? 10 : 1000 + k)) found_at = i;
+      }
+      ASSERT_TRUE(d.found()) << "run " << run << ", start-up " << start;
+      EXPECT_EQ(d.period(), period) << "run " << run << ", start-up " << start;
+      EXPECT_LT(found_at, start + 4 * period) << "run " << run << ", start-up " << start;
+    }
+  }
+}
+
 // Note [A period found on time]: behind a long start-up (searches then run every ~125
 // allocations), the period is found at the allocation that completes its third period,
 // not at the next regular search, which could come after the request its iterations
