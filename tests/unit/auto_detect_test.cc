@@ -1,6 +1,7 @@
 // Auto mode's period detector on hand-made allocation streams.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -49,6 +50,26 @@ TEST(PeriodDetector, FindsThePeriodAfterANonPeriodicStartAndPutsTheBoundaryAtThe
   EXPECT_GE(d.next_boundary(), d.count());
 }
 
+// A period of `run` blocks of 8,032 bytes and 20 of other sizes, behind a start-up of
+// `start` allocations of that size (7 in 8) and sizes never seen twice: the detector
+// after it, and the allocation (counted from the period's start) at which it was found.
+struct run_period_found {
+  period_detector d;
+  std::size_t at = 0;
+};
+std::unique_ptr<run_period_found> find_run_period(std::size_t run, std::size_t start) {
+  auto r = std::make_unique<run_period_found>();
+  const std::size_t period = run + 20;
+  std::mt19937 rng(static_cast<unsigned>(start));
+  std::uint64_t i = 0, other = 0;
+  for (; i < start; ++i) r->d.observe(rng() % 8 == 0 ? 1'000'000 + 8 * other++ : 8032, 1000);
+  for (; i < start + 6 * period && !r->d.found(); ++i) {
+    const std::uint64_t k = (i - start) % period;
+    if (r->d.observe(k < run ? 8032 : 16312 + 64 * k, k == 0 ? 10 : 1000 + k)) r->at = i - start;
+  }
+  return r;
+}
+
 // Note [A run of one value walked once]: a program that makes one size far more than any
 // other (cc1plus's 8,032-byte obstack chunks, 86% of its watched allocations) has long
 // runs of it, and a search made inside one starts its walks past it. A period that is
@@ -58,18 +79,10 @@ TEST(PeriodDetector, FindsThePeriodAfterANonPeriodicStartAndPutsTheBoundaryAtThe
 TEST(PeriodDetector, APeriodMostlyOfOneRunOfOneSizeIsFoundWhole) {
   constexpr std::size_t kRun = 100, kPeriod = kRun + 20;
   for (std::size_t start : {3000u, 3047u, 5111u, 8000u}) {
-    period_detector d;
-    std::mt19937 rng(static_cast<unsigned>(start));
-    std::uint64_t i = 0, other = 0;
-    for (; i < start; ++i) d.observe(rng() % 8 == 0 ? 1'000'000 + 8 * other++ : 8032, 1000);
-    std::size_t found_at = 0;
-    for (; i < start + 6 * kPeriod && !d.found(); ++i) {
-      const std::uint64_t k = (i - start) % kPeriod;
-      if (d.observe(k < kRun ? 8032 : 16312 + 64 * k, k == 0 ? 10 : 1000 + k)) found_at = i;
-    }
-    ASSERT_TRUE(d.found()) << start;
-    EXPECT_EQ(d.period(), kPeriod) << start;
-    EXPECT_EQ(found_at, start + 3 * kPeriod - 1) << "start-up of " << start << " allocations";
+    const auto r = find_run_period(kRun, start);
+    ASSERT_TRUE(r->d.found()) << start;
+    EXPECT_EQ(r->d.period(), kPeriod) << start;
+    EXPECT_EQ(r->at, 3 * kPeriod - 1) << "start-up of " << start << " allocations";
   }
 }
 
@@ -79,20 +92,11 @@ TEST(PeriodDetector, APeriodMostlyOfOneRunOfOneSizeIsFoundWhole) {
 // 1,000 in one start-up of four).
 TEST(PeriodDetector, APeriodMostlyOfOneLongRunIsFoundOnTime) {
   for (std::size_t run : {300u, 390u, 1000u}) {
-    const std::size_t period = run + 20;
     for (std::size_t start : {3000u, 3047u, 5111u, 8000u}) {
-      period_detector d;
-      std::mt19937 rng(static_cast<unsigned>(start));
-      std::uint64_t i = 0, other = 0;
-      for (; i < start; ++i) d.observe(rng() % 8 == 0 ? 1'000'000 + 8 * other++ : 8032, 1000);
-      std::size_t found_at = 0;
-      for (; i < start + 6 * period && !d.found(); ++i) {
-        const std::uint64_t k = (i - start) % period;
-        if (d.observe(k < run ? 8032 : 16312 + 64 * k, k == 0 ? 10 : 1000 + k)) found_at = i;
-      }
-      ASSERT_TRUE(d.found()) << "run " << run << ", start-up " << start;
-      EXPECT_EQ(d.period(), period) << "run " << run << ", start-up " << start;
-      EXPECT_LT(found_at, start + 4 * period) << "run " << run << ", start-up " << start;
+      const auto r = find_run_period(run, start);
+      ASSERT_TRUE(r->d.found()) << "run " << run << ", start-up " << start;
+      EXPECT_EQ(r->d.period(), run + 20) << "run " << run << ", start-up " << start;
+      EXPECT_LT(r->at, 4 * (run + 20)) << "run " << run << ", start-up " << start;
     }
   }
 }
