@@ -139,11 +139,11 @@ inline constexpr std::size_t max_quiet_cuts = quiet_window / min_quiet_piece + 2
 // auto_rests). Where this is wrong: a program whose first 512 watched allocations
 // hardly repeat a size and whose period begins after them is found after one rest and
 // a glance (16,384 + 512 allocations), not within its first watch.
-// The candidates a search examines at most (period_detector::best_period).
-inline constexpr std::size_t most_candidates = 256;
 inline constexpr std::uint32_t recur_sample = 2048;
 inline constexpr std::uint32_t early_sample = 512;  // Note [Rare sizes said early] (auto_mode.cc)
 inline constexpr std::uint32_t recur_bits = 32768;
+// The candidates a search examines at most (period_detector::best_period).
+inline constexpr std::size_t most_candidates = 256;
 // Note [A run of one value walked once]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A search of sizes (period_detector::best_period) walks back from the newest value to
