@@ -134,6 +134,18 @@ def measure(argv, stdin, env, scratch, writes_object=None):
             ru.ru_minflt, err)
 
 
+def allocator_env(lib, extra):
+    """The environment of a run under one allocator: LIB preloaded (None: the C library's
+    own), replayalloc quiet, EXTRA's variables set."""
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env["REPLAYALLOC_VERBOSE"] = "0"
+    if lib:
+        env["LD_PRELOAD"] = lib
+    env.update(extra)
+    return env
+
+
 def counting():
     mode = os.environ.get("COUNT", "")
     if mode not in ("", "instructions"):
@@ -150,13 +162,8 @@ def count_one(prog, name, lib, extra, scratch, n):
     for f in ("text.txt", "data.json"):
         if os.path.exists(os.path.join(scratch, f)):
             os.symlink(os.path.join(scratch, f), os.path.join(job, f))
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
-    env["REPLAYALLOC_VERBOSE"] = "0"
+    env = allocator_env(lib, extra)
     env["PYTHONHASHSEED"] = "0"  # CPython's string hashes (and so its dicts' work) the same every run
-    if lib:
-        env["LD_PRELOAD"] = lib
-    env.update(extra)
     out_files = os.path.join(job, "callgrind.%p")
     wrapped = ["valgrind", "--tool=callgrind", "--trace-children=yes", f"--callgrind-out-file={out_files}"] + argv
     out, code, _, _, _, err = measure(wrapped, stdin, env, job, OBJECT in argv)
@@ -286,12 +293,7 @@ def run_all(rounds, programs, allocators, scratch):
         for prog in programs:
             argv, stdin, _ = PROGRAMS[prog]
             for name, lib, extra in order:
-                env = dict(os.environ)
-                env.pop("LD_PRELOAD", None)
-                env["REPLAYALLOC_VERBOSE"] = "0"
-                if lib:
-                    env["LD_PRELOAD"] = lib
-                env.update(extra)
+                env = allocator_env(lib, extra)
                 out, code, cpu, rss, faults, err = measure(argv, stdin, env, scratch)
                 if code != 0:
                     sys.exit(f"measure.py: {prog} under {name} exited with {code}: {err.strip()[-2000:]}")
