@@ -12,7 +12,7 @@
 # Environment: BUILD_DIR (default <repo>/build); BENCH_PREBUILT=1 (no build); BEFORE_LIB
 # (the preload library of another build: a column "replayalloc-before"); PROGRAMS_ONLY
 # (a comma-separated subset of perl, sqlite, sqlite-8k, python, shell, g++, sort, awk, jq,
-# git, clang: the section then
+# git, clang, bc, cmake: the section then
 # holds the subset's tables alone); RESULTS_FILE and RESULTS_SECTION (default
 # bench/RESULTS.md, programs); COUNT=instructions (each program once under callgrind:
 # instructions instead of the clock; section programs-counted; ROUNDS ignored).
@@ -24,7 +24,7 @@ build=${BUILD_DIR:-$root/build}
 rounds=${1:-7}
 build_targets "$build" replayalloc_preload
 pre=$(preload_library "$build")
-for tool in perl sqlite3 g++; do
+for tool in perl sqlite3 g++ bc; do
   command -v "$tool" > /dev/null || die "$tool missing (scripts/setup.sh installs it)"
 done
 [[ -z ${BEFORE_LIB:-} ]] || require_file "$BEFORE_LIB" "BEFORE_LIB: the preload library of another build"

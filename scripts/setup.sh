@@ -26,7 +26,7 @@ test_packages=(
   # tests and benchmarks
   libgtest-dev libgmock-dev valgrind strace
   # programs the LD_PRELOAD tests run preloaded; allocators the benchmarks compare with
-  git sqlite3 perl jq mawk libtcmalloc-minimal4 libmimalloc2.0
+  git sqlite3 perl jq mawk bc libtcmalloc-minimal4 libmimalloc2.0
   # the Python package's wheel, built and installed offline (pip wheel
   # --no-build-isolation) and tested in a fresh virtual environment (install.wheel)
   python3-setuptools python3-wheel python3-pip python3-venv

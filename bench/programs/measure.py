@@ -69,6 +69,12 @@ PROGRAMS = {
     "clang": (["clang++", "-O2", "-std=c++20", "-c", os.path.join(ROOT, "bench", "micro", "threaded_stress.cc"),
                "-o", OBJECT], None,
               "clang++ -O2 compiling bench/micro/threaded_stress.cc (the object file's hash compared)"),
+    # Two more, first measured on 2026-12-07 (bench/RESULTS.md, "Two more programs nobody
+    # tuned on"): bc's numbers are small mallocs (3.1 M of them), CMake's growing list a
+    # copy of up to 277 KB at each append (79,000 requests of 4 KiB and more).
+    "bc": (["bc", "-l"], os.path.join(HERE, "pi.bc"), "bc -l: pi to 2,500 digits (pi.bc)"),
+    "cmake": (["cmake", "-P", os.path.join(HERE, "lists.cmake")], None,
+              "cmake -P: a list of 20,000 keys built by appends, sorted, rewritten by a regex (lists.cmake)"),
 }
 
 
