@@ -72,7 +72,7 @@ fi
   echo
   echo "- $(utc_now), $(nproc) cores ($(cpu_model)), load before $(load_average); commit $(git -C "$root" rev-parse --short HEAD)."
   echo "- Command: \`${BEFORE_LIB:+BEFORE_LIB=$BEFORE_LIB }${PROGRAMS_ONLY:+PROGRAMS_ONLY=$PROGRAMS_ONLY }bench/run_programs.sh $rounds\` ($rounds rounds, one process per program, allocator and round, the order rotated each round and reversed every other; bench/programs/)."
-  echo "- Each allocator preloaded into an unmodified program (replayalloc: \`libreplayalloc_preload.so\`, its defaults, auto mode; replayalloc-before: \`${BEFORE_LIB:-none}\`, another build, with its defaults). Nothing in these programs repeats as an inference does: what they measure is the fallback (the front cache in front of jemalloc) and auto mode's watcher."
+  echo "- Each allocator preloaded into an unmodified program (replayalloc: \`libreplayalloc_preload.so\`, its defaults, auto mode${BEFORE_LIB:+; replayalloc-before: \`$BEFORE_LIB\`, another build, with its defaults}). Nothing in these programs repeats as an inference does: what they measure is the fallback (the front cache in front of jemalloc) and auto mode's watcher."
   echo "- From each run's rusage: **CPU s** user + system, **faults** minor page faults, **peak RSS**; medians over the rounds. **÷ best**: over the lowest median CPU of glibc, jemalloc, tcmalloc and mimalloc; **RSS ÷ leanest** likewise. Goal (issue 41): replayalloc at most 1.03x the best's CPU and never above glibc's."
   echo
   cat "$tmp/tables"

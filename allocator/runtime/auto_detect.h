@@ -152,8 +152,8 @@ inline constexpr std::size_t most_candidates = 256;
 // one size, each of those walks went through the whole run before reaching the first
 // difference: cc1plus (g++ -O2 on bench/micro/threaded_stress.cc) makes 8,032-byte
 // obstack chunks for 86% of its 37,745 watched allocations, in runs of hundreds, shows no
-// period it keeps, and never rests (its watch is shorter than four histories): its
-// searches cost 133,000 instructions each, half of it such walks. The run's length is
+// period it keeps, and never rested (its watch shorter than four histories, a first
+// watch's length before Note [A first watch of two histories]): its searches cost 133,000 instructions each, half of it such walks. The run's length is
 // known once a search has measured trail[1] (the walk for d = 1), and inside it every
 // comparison at a distance d up to its length holds, so each walk starts past them: the
 // same answers, the same periods. Measured on the watched streams of cc1plus, sqlite3

@@ -266,14 +266,14 @@ void begin_iterations(thread_state& t, auto_state& a, std::size_t size, engine& 
 // ~~~~~~~~~~~~~~~~~~~~~~
 // Watching costs a hash-map update per watched allocation and free, and the searches
 // (~1,500 instructions per watched allocation in all, bench/micro/never_repeats.cc
-// under callgrind), and a stream that has shown no period in four histories' worth of
-// allocations (65,536 by default) most likely has none (shapes that change every
-// request, structures that never settle): the thread stops watching for as many
-// allocations again, doubling with each rest in a row up to 64 times, then watches
-// afresh (after a glance where the rest was for rare sizes: Note [A glance after a
-// rest]). A stream in which no search of sizes ever found the newest size twice
-// before it (nothing recurs, so nothing can be planned) rests after one history's
-// worth already, and one in which fewer than a quarter of the watch's first 2,048
+// under callgrind), and a stream that has shown no period in two histories' worth of
+// allocations (32,768 by default; Note [A first watch of two histories]) most likely has
+// none (shapes that change every request, structures that never settle): the thread
+// stops watching for four histories' worth (65,536), doubling with each rest in a row
+// up to 64 times, then watches afresh (after a glance where the rest was for rare
+// sizes: Note [A glance after a rest]). A stream in which no search of sizes ever found
+// the newest size twice before it (nothing recurs, so nothing can be planned) rests
+// after one history's worth already, and one in which fewer than a quarter of the watch's first 2,048
 // allocations have a size seen before in it (random sizes: ~3%) after those 2,048
 // (fewer than a sixteenth after 512 already: Note [Rare sizes said early],
 // runtime/auto_detect.h), for one history: any program whose period is at most 1,024 allocations repeats at

@@ -195,8 +195,26 @@ inline bool auto_sizes_stopped(std::uint32_t seen, std::uint32_t members, std::u
 // Note [Auto mode rests] and Note [Blocks that never overlap] (above): a watch
 // that found no period rests once its sizes are rare, its blocks never overlap or its
 // sample is of one size the fallback caches, or after its budget of allocations (four
-// histories where sizes recur and differ, else one); the rest lasts that budget
+// histories where sizes recur and differ, else one; a first watch of recurring sizes
+// rests after two: Note [A first watch of two histories]); the rest lasts that budget
 // (doubled by rest() for each rest in a row).
+//
+// Note [A first watch of two histories]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A thread's first watch of recurring sizes lasted its whole budget, four histories
+// (65,536 allocations by default), for a period behind a long start-up. Every period
+// this project's programs show was found within 18,315 watched allocations (REPLAYALLOC_VERBOSE=2's
+// "found in N watched", 2026-12-07: ONNX Runtime's loop under Node.js 1,577-18,315, its
+// arena on the latest; Python's ResNet-50 loop 5,443, its generation loop 7,092; the
+// end-to-end models 98-2,322 at 1 and 4 threads; clang++'s 244-3,246), while a program
+// without one paid ~1,500 instructions for each of the 65,536 (sqlite3 on insert.sql:
+// 2.6% of its instructions). So the first watch rests after two histories, for the
+// budget it had (four): sqlite3 4,737.9 -> 4,690.4 M instructions, g++ -O2 (cc1plus,
+// whose period of 46 allocations, found at its 36,314th and set aside, is no longer
+// found) 5,468.3 -> 5,454.7 M (bench/RESULTS.md, "A first watch of two histories").
+// Where this is wrong: a period whose third repetition ends past two histories (behind
+// a start-up of 32,768 watched allocations less three periods) is found after the
+// rest, 65,536 allocations and up to a history later.
 //
 // Note [A shorter watch after a rest]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -223,10 +241,13 @@ struct auto_rest {
   bool rest = false;
   std::uint64_t budget = 0;
 };
+inline constexpr std::uint64_t first_watch_histories = 2;  // Note [A first watch of two histories]
 inline auto_rest auto_rest_after(const auto_watch& w, std::uint64_t history) {
   const bool early = w.rare || w.alone || w.cached_one_size;
-  const std::uint64_t budget = std::uint64_t{w.sizes_recur && !early && !w.one_size ? 4u : 1u} * history;
-  return {early || w.watched >= (w.rested ? history : budget), budget};
+  const bool recur = w.sizes_recur && !early && !w.one_size;
+  const std::uint64_t budget = std::uint64_t{recur ? 4u : 1u} * history;
+  const std::uint64_t watch = w.rested ? history : recur ? first_watch_histories * history : budget;
+  return {early || w.watched >= watch, budget};
 }
 
 // Note [A glance after a rest] (auto_mode.cc): the allocations a rest for rare sizes

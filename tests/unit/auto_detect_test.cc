@@ -992,7 +992,8 @@ TEST(AutoPolicy, AWatchWithoutAPeriodRestsEarlyOnRareSizesLoneBlocksOrOneCachedS
   };
   auto_watch w;
   w.sizes_recur = true;
-  EXPECT_EQ(rests_at(w, 4 * history), 4 * history) << "sizes recur: four histories' worth";
+  // Note [A first watch of two histories]: two histories watched, four rested.
+  EXPECT_EQ(rests_at(w, 2 * history), 4 * history) << "sizes recur: a watch of two histories, a rest of four";
   // Note [A shorter watch after a rest]: after a rest without a period, one history, for
   // the same budget.
   w.rested = true;
