@@ -152,11 +152,11 @@ inline constexpr std::size_t most_candidates = 256;
 // one size, each of those walks went through the whole run before reaching the first
 // difference: cc1plus (g++ -O2 on bench/micro/threaded_stress.cc) makes 8,032-byte
 // obstack chunks for 86% of its 37,745 watched allocations, in runs of hundreds, shows no
-// period it keeps, and never rested (its watch shorter than four histories, a first
-// watch's length before Note [A first watch of two histories]): its searches cost 133,000 instructions each, half of it such walks. The run's length is
-// known once a search has measured trail[1] (the walk for d = 1), and inside it every
-// comparison at a distance d up to its length holds, so each walk starts past them: the
-// same answers, the same periods. Measured on the watched streams of cc1plus, sqlite3
+// period it keeps, and never rested (a first watch then lasted four histories: Note [A
+// first watch of two histories]): its searches cost 133,000 instructions each, half of
+// it such walks. The run's length is known once a search has measured trail[1] (for d =
+// 1), and inside it every comparison at a distance up to it holds, so each walk starts
+// past them: the same answers and periods. Measured on the watched streams of cc1plus, sqlite3
 // (insert.sql), CPython (json_roundtrip.py), Perl (hash.pl) and jq (bench/programs),
 // logged and fed to the detector (callgrind): the periods found, where and what, are
 // identical; cc1plus's searches of sizes 55.9 M -> 27.7 M instructions, sqlite3's 53.9 M ->

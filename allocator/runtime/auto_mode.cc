@@ -273,9 +273,9 @@ void begin_iterations(thread_state& t, auto_state& a, std::size_t size, engine& 
 // up to 64 times, then watches afresh (after a glance where the rest was for rare
 // sizes: Note [A glance after a rest]). A stream in which no search of sizes ever found
 // the newest size twice before it (nothing recurs, so nothing can be planned) rests
-// after one history's worth already, and one in which fewer than a quarter of the watch's first 2,048
-// allocations have a size seen before in it (random sizes: ~3%) after those 2,048
-// (fewer than a sixteenth after 512 already: Note [Rare sizes said early],
+// after one history's worth already, and one in which fewer than a quarter of the
+// watch's first 2,048 allocations have a size seen before in it (random sizes: ~3%)
+// after those 2,048 (fewer than a sixteenth after 512 already: Note [Rare sizes said early],
 // runtime/auto_detect.h), for one history: any program whose period is at most 1,024 allocations repeats at
 // least half of them, a program whose sizes change by the request repeats its layers'
 // shapes within one, and a watch of 2,048 allocations with a rest of 16,384 after it
