@@ -41,10 +41,13 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "backend/backend.h"
 #include "backend/front_cache.h"
+#include "backend/front_runs.h"
 #include "backend/front_thread.h"
+#include "backend/slab_range.h"
 #include "support/config.h"
 
 namespace replayalloc::detail::backend {
@@ -169,6 +172,40 @@ template <bool Apart = false>
     return;
   }
   free_slow(p);
+}
+
+// Note [A run's block resized inline]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A realloc of a run's block went from the fallback's realloc to front_run_block (a
+// call: the range, the table's, the byte, the class's sizes) and, where it moved, through
+// fallback_alloc (the failure test, the alignment's, the pass malloc through its
+// pointer, front_malloc) and fallback_free (the plain free through its pointer,
+// front_free's range test) to a list's pop and push: ~140 instructions a realloc beside
+// the copy (Perl's hash.pl, 520,000 of them; mimalloc's ~85). Where the block lies in
+// the gate's front part (Note [The gate's range], slab_range.h) the fallback's realloc
+// asks here first: its byte, its class's sizes, and where the new size is of another
+// class and the fallback's malloc and free are the cache's own, the pop and the push
+// inline. What it hands out and where the old block goes are what the long way's were;
+// anything else (not a run's block, the cache's entry points not stored yet, a failure
+// injected, no block) takes the long way. (bench/RESULTS.md, "A run's block resized
+// inline".)
+// n: the new size, at least the minimum. p, or a block of the cache's with p's bytes (p
+// onto its list); null: the long way.
+[[gnu::always_inline]] inline void* run_realloc(void* p, std::size_t n) noexcept {
+  if (reinterpret_cast<std::uintptr_t>(p) - g_gate_range.from >= g_gate_range.front) return nullptr;
+  const unsigned k = page_class_of(p);
+  const std::size_t usable = g_run_size[k];
+  if (usable == 0) return nullptr;  // class 0's too: not a run's
+  if (n <= usable && n > g_run_size[k - 1]) return p;
+  if (g_pass_malloc.load(std::memory_order_relaxed) != &front_malloc ||
+      g_plain_free.load(std::memory_order_relaxed) != &front_free || inject_failure()) [[unlikely]] {
+    return nullptr;
+  }
+  void* q = any_malloc(n);
+  if (q == nullptr) [[unlikely]] return nullptr;
+  std::memcpy(q, p, n < usable ? n : usable);
+  list_free(p);
+  return q;
 }
 
 }  // namespace front

@@ -101,7 +101,6 @@ struct alignas(64) run_pool {
   std::atomic<std::uint32_t> empty{0};
 };
 
-std::uint32_t g_size[max_classes];        // a run class's block size, 0 for the others
 std::uint32_t g_blocks[max_classes];      // blocks per run
 std::uint8_t g_same_size[max_classes];    // the next run class with runs of its size (itself: none)
 std::size_t g_run_bytes[max_classes];     // its runs' size
@@ -142,14 +141,14 @@ std::uintptr_t start_of(const void* p, unsigned k) noexcept {
 // never a block's first while the run lasts.
 void mark(std::uintptr_t start, unsigned k, std::uint8_t v) noexcept {
   const std::size_t first = (start - g_base) >> page_map_shift;
-  if (g_size[k] <= (std::size_t{1} << page_map_shift)) {
+  if (g_run_size[k] <= (std::size_t{1} << page_map_shift)) {
     for (std::size_t i = 0; i < (run_extent_bytes(g_run_bytes[k]) >> page_map_shift); ++i) {
       g_page_class[first + i].store(v, std::memory_order_relaxed);
     }
     return;
   }
   for (std::uint32_t b = 0; b < g_blocks[k]; ++b) {
-    const std::size_t page = (std::size_t{b} * g_size[k]) >> page_map_shift;
+    const std::size_t page = (std::size_t{b} * g_run_size[k]) >> page_map_shift;
     g_page_class[first + page].store(v, std::memory_order_relaxed);
   }
 }
@@ -180,7 +179,7 @@ unsigned pop_blocks(run_pool& pool, unsigned k, void** out, unsigned want, unsig
     pool.empty.store(0, std::memory_order_relaxed);
   }
   const std::uint32_t blocks = g_blocks[k];
-  const std::uintptr_t size = g_size[k];
+  const std::uintptr_t size = g_run_size[k];
   while (got < want && pool.partial != 0) {
     const std::uint32_t i = pool.partial - 1;
     run_header& r = g_table[i];
@@ -336,7 +335,7 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
     if (c < run_least || c > run_most) continue;
     std::size_t bytes = std::bit_ceil(c * blocks_wanted);
     bytes = run_slot_bytes(bytes < run_bytes_least ? run_bytes_least : bytes > run_bytes_most ? run_bytes_most : bytes);
-    g_size[k] = static_cast<std::uint32_t>(c);
+    g_run_size[k] = static_cast<std::uint32_t>(c);
     g_run_bytes[k] = bytes;
     g_blocks[k] = static_cast<std::uint32_t>(run_extent_bytes(bytes) / c);  // its extent's blocks
   }
@@ -344,7 +343,7 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
   std::uint8_t first[32] = {}, last[32] = {};  // 0: none (class 0 is no run class)
   for (unsigned k = 0; k < max_classes; ++k) {
     g_same_size[k] = static_cast<std::uint8_t>(k);
-    if (g_size[k] == 0) continue;
+    if (g_run_size[k] == 0) continue;
     const int b = std::bit_width(g_run_bytes[k]);
     (last[b] != 0 ? g_same_size[last[b]] : first[b]) = static_cast<std::uint8_t>(k);
     last[b] = static_cast<std::uint8_t>(k);
@@ -358,7 +357,7 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
   return true;
 }
 
-bool run_class(unsigned k) noexcept { return g_size[k] != 0; }
+bool run_class(unsigned k) noexcept { return g_run_size[k] != 0; }
 std::uint32_t run_blocks(unsigned k) noexcept { return g_blocks[k]; }
 
 void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want, unsigned fresh) noexcept {
@@ -436,21 +435,24 @@ void run_give(void* p, unsigned k) noexcept {
 // stores). Runs left empty go back to the arena, and blocks outside the runs to
 // `release`, with no lock held.
 void give_back_list(void* head) noexcept {
-  run_pool* held = nullptr;
   std::uint32_t empty_run[16];
   unsigned empty_class[16];
   unsigned n = 0;
-  // The run of the block before: its start (1: none), its mask (its size's), index,
-  // header, class and blocks.
+  // The pool whose lock is held (g_pools[slot][k]; slot 256: none), and the run of the
+  // block before: its start (1: none), its mask (its size's), index, header, class
+  // (max_classes: none yet) and blocks.
+  run_pool* held = nullptr;
+  unsigned slot = 256;
   std::uintptr_t run_start = 1;
   std::uintptr_t run_mask = 0;
   std::uint32_t i = 0;
   run_header* r = nullptr;
-  unsigned k = 0;
+  unsigned k = max_classes;
   std::uint32_t blocks = 0;
   const auto let_go = [&] {
     if (held != nullptr) spin_unlock(held->locked);
     held = nullptr;
+    slot = 256;
     run_start = 1;
     for (unsigned e = 0; e < n; ++e) stash_run(empty_run[e], empty_class[e]);
     n = 0;
@@ -458,25 +460,29 @@ void give_back_list(void* head) noexcept {
   while (head != nullptr) {
     void* p = head;
     head = *static_cast<void**>(p);
-    // A list's blocks are mostly of one run, one after another: its header and pool are
-    // looked up again only where the run changes.
+    // A list's blocks are of one class (a thread's list, the depot's), mostly of one run
+    // after another: a run's header is looked up again where the run changes, its class's
+    // mask and blocks where the class does, its pool where the class or the slot does.
     if ((reinterpret_cast<std::uintptr_t>(p) & run_mask) != run_start) {
-      k = class_at(p);
-      if (!run_class(k)) {  // jemalloc's (give_back)
-        let_go();
-        g_release(p);
-        continue;
+      if (const unsigned c = class_at(p); c != k) {
+        if (!run_class(c)) {  // jemalloc's (give_back)
+          let_go();
+          g_release(p);
+          continue;
+        }
+        k = c;
+        run_mask = ~(g_run_bytes[k] - 1);
+        blocks = g_blocks[k];
+        slot = 256;  // another class's pool
       }
-      run_mask = ~(g_run_bytes[k] - 1);
       run_start = reinterpret_cast<std::uintptr_t>(p) & run_mask;
       i = index_of(run_start);
       r = &g_table[i];
-      blocks = g_blocks[k];
-      run_pool& pool = g_pools[r->slot][k];
-      if (&pool != held) {
+      if (r->slot != slot) {
         if (held != nullptr) spin_unlock(held->locked);
-        spin_lock(pool.locked);
-        held = &pool;
+        slot = r->slot;
+        held = &g_pools[slot][k];
+        spin_lock(held->locked);
       }
     }
     // give_locked's steps, inline: its return value would cost every block of a burst a
@@ -544,9 +550,7 @@ void release_empty_runs() noexcept {
   }
 }
 
-void release_stashed_runs(unsigned slot) noexcept {
-  empty_stashes(slot);
-}
+void release_stashed_runs(unsigned slot) noexcept { empty_stashes(slot); }
 
 void lock_runs(unsigned slots) noexcept {
   for (unsigned s = 0; s < slots; ++s) {
@@ -566,6 +570,13 @@ void unlock_runs(unsigned slots) noexcept {
   }
 }
 
+void run_counts(front_cache_counts* c) noexcept {
+  c->runs_made = g_made.load(std::memory_order_relaxed);
+  c->runs_given_back = g_given_back.load(std::memory_order_relaxed);
+  c->run_bytes = g_bytes.load(std::memory_order_relaxed);
+  stash_counts(c);
+}
+
 }  // namespace replayalloc::detail::backend::front
 
 namespace replayalloc::detail::backend {
@@ -574,9 +585,9 @@ bool front_run_block(const void* p, std::size_t* usable, std::size_t* below) noe
   using namespace front;
   const unsigned k = class_at(p);
   if (!run_class(k)) return false;
-  *usable = g_size[k];
-  // The classes are numbered by size, the run classes from 1 (g_size[0] is 0).
-  if (below != nullptr) *below = g_size[k - 1];
+  *usable = g_run_size[k];
+  // The classes are numbered by size, the run classes from 1 (g_run_size[0] is 0).
+  if (below != nullptr) *below = g_run_size[k - 1];
   return true;
 }
 
@@ -587,14 +598,3 @@ bool fallback_block_below(const void* p, std::size_t bytes) noexcept {
 }
 
 }  // namespace replayalloc::detail::backend
-
-namespace replayalloc::detail::backend::front {
-
-void run_counts(front_cache_counts* c) noexcept {
-  c->runs_made = g_made.load(std::memory_order_relaxed);
-  c->runs_given_back = g_given_back.load(std::memory_order_relaxed);
-  c->run_bytes = g_bytes.load(std::memory_order_relaxed);
-  stash_counts(c);
-}
-
-}  // namespace replayalloc::detail::backend::front

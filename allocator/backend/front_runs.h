@@ -36,6 +36,9 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
 // The bytes of the runs' table of a range of `span` bytes.
 std::size_t run_table_bytes(std::size_t span) noexcept;
 
+// A run class's block size, 0 for the other classes (class 0 and, before
+// configure_runs, every class); read inline by run_realloc (front_inline.h).
+inline constinit std::uint32_t g_run_size[max_classes] = {};
 // Whether class k's blocks come from runs (false for 0 and before configure_runs).
 bool run_class(unsigned k) noexcept;
 // Blocks in a run of class k (0 for the others); Note [A burst's lists twice as long].

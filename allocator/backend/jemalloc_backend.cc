@@ -25,6 +25,7 @@
 #include "backend/backend.h"
 #include "backend/boot_heap.h"
 #include "backend/front_cache.h"
+#include "backend/front_inline.h"
 #include "backend/slab_range.h"
 #include "support/config.h"
 
@@ -558,6 +559,7 @@ void* fallback_realloc(void* p, std::size_t size) noexcept {
   // case once the cache is made (the boot heap's pages say class 0 in the page map).
   // errno is ENOMEM where no block is had (realloc(3)), so that the C API's realloc
   // tail-calls this.
+  if (void* q = front::run_realloc(p, at_least_min(size))) [[likely]] return q;  // Note [A run's block resized inline]
   std::size_t usable = 0, below = 0;
   const bool run = front_run_block(p, &usable, &below);
   const bool boot = !run && boot_block(p, &usable);

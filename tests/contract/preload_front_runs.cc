@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "backend/backend.h"
 #include "backend/front_cache.h"
+#include "backend/slab_range.h"
 #include "gtest/gtest.h"
 #include "runtime/thread_state.h"
 #include "replayalloc/replayalloc.hpp"
@@ -720,6 +721,59 @@ TEST(FrontRuns, RunBlocksAreNeverJemallocs) {
       EXPECT_TRUE(be::front_run_block(b, &usable)) << "a block of a run's class that is not a run's";
       release(b);
     }
+  }).join();
+}
+
+// Note [A run's block resized inline] (backend/front_inline.h): a realloc that moves a
+// run's block takes the new block from the thread's list of its class (the block freed
+// there last) and puts the old one on its own class's list (the next request of its size
+// gets it), every byte both hold copied; one within its class keeps the block; to a large
+// class, a block of the large class's. What the long way (fallback_alloc and
+// fallback_free) did, without it.
+TEST(FrontRuns, AReallocMovesARunsBlockFromListToList) {
+  REQUIRE_RUNS();
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  const auto pattern = [](void* p, std::size_t n, unsigned tag) {
+    for (std::size_t i = 0; i < n; ++i) static_cast<unsigned char*>(p)[i] = static_cast<unsigned char>(tag + i * 7);
+  };
+  const auto holds = [](const void* p, std::size_t n, unsigned tag) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (static_cast<const unsigned char*>(p)[i] != static_cast<unsigned char>(tag + i * 7)) return false;
+    }
+    return true;
+  };
+  std::thread([&] {
+    void* b = pass(20000);  // 20 KiB's class
+    void* a = pass(9000);   // 9 KiB's
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    ASSERT_LT(reinterpret_cast<std::uintptr_t>(a) - be::g_gate_range.from, be::g_gate_range.front)
+        << "the block lies outside the gate's front part, where the realloc takes the long way";
+    pattern(a, 9000, 5);
+    release(b);  // the head of its class's list
+    void* moved = be::fallback_realloc(a, 20000);
+    EXPECT_EQ(moved, b) << "the moved block is not the one its class's list held first";
+    EXPECT_TRUE(holds(moved, 9000, 5)) << "a run's block moved without its bytes";
+    void* again = pass(9000);
+    EXPECT_EQ(again, a) << "the old block is not on its class's list";
+    EXPECT_EQ(be::fallback_realloc(again, 8193), again) << "a realloc within the class moved the block";
+    pattern(moved, 20000, 9);
+    void* small = be::fallback_realloc(moved, 100);
+    ASSERT_NE(small, nullptr);
+    EXPECT_NE(small, moved);
+    EXPECT_EQ(malloc_usable_size(small), nallocx(100, 0));
+    EXPECT_TRUE(holds(small, 100, 9)) << "shrunk to another class without its first bytes";
+    EXPECT_EQ(pass(20000), moved) << "the old block is not on its class's list";
+    void* big = be::fallback_realloc(small, 300000);  // a large class: not a run's
+    ASSERT_NE(big, nullptr);
+    std::size_t usable = 0;
+    EXPECT_FALSE(be::front_run_block(big, &usable));
+    EXPECT_GE(malloc_usable_size(big), 300000u);
+    EXPECT_TRUE(holds(big, 100, 9));
+    release(big);
+    release(moved);
+    release(again);
   }).join();
 }
 
