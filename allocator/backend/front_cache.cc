@@ -346,7 +346,7 @@ thread_cache* front::open_thread_cache() noexcept { return t_state == cache_open
 }
 
 namespace {
-// Note [Idle blocks before a new run] (front_runs.cc): class k's blocks on the thread's
+// Note [Idle blocks before a new run] (front_runs.h): class k's blocks on the thread's
 // list and in the depot back to their runs where they are all of a run's out of it (a
 // large class's only where the thread has left it: Note [Classes a stream has left]).
 void idle_to_runs(unsigned k) noexcept {

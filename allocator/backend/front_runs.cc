@@ -171,8 +171,10 @@ void unlink_partial(run_pool& pool, std::uint32_t i) noexcept {
   r.next = r.prev = 0;
 }
 
-// Blocks of the pool's runs into out (at most want), under its lock.
-unsigned pop_blocks(run_pool& pool, unsigned k, void** out, unsigned want, unsigned fresh) noexcept {
+// Blocks of the pool's runs (at most want), under its lock, linked on from *last (a
+// block's first word the next one's address), last left at the last one's word.
+unsigned pop_blocks(run_pool& pool, unsigned k, void**& last, unsigned want, unsigned fresh) noexcept {
+  void** tail = last;  // in a register, not through the reference
   unsigned got = 0;
   if (const std::uint32_t e = pool.empty.load(std::memory_order_relaxed); pool.partial == 0 && e != 0) {
     link_partial(pool, e - 1);
@@ -184,12 +186,19 @@ unsigned pop_blocks(run_pool& pool, unsigned k, void** out, unsigned want, unsig
     const std::uint32_t i = pool.partial - 1;
     run_header& r = g_table[i];
     // Its blocks given back first, then those never carved, by their addresses (a run
-    // that went empty starts again uncarved: give_locked), whose memory is not read.
-    while (got < want && r.free != nullptr) {
-      void* p = r.free;
-      r.free = *static_cast<void**>(p);
-      ++r.out;
-      out[got++] = p;
+    // that went empty starts again uncarved: give_locked), whose memory is not read. The
+    // ones given back are linked already: the first of its list taken as they lie.
+    if (void* p = r.free; p != nullptr) {
+      *tail = p;
+      std::uint32_t m = 0;
+      do {
+        tail = static_cast<void**>(p);
+        p = *tail;
+        ++m;
+      } while (got + m < want && p != nullptr);
+      r.free = p;
+      r.out += m;
+      got += m;
     }
     std::uint32_t n = blocks - r.carved;
     if (n > want - got) n = want - got;
@@ -198,8 +207,15 @@ unsigned pop_blocks(run_pool& pool, unsigned k, void** out, unsigned want, unsig
     const std::uint32_t old = written > r.carved ? written - r.carved : 0;
     if (n > old && n - old > fresh) n = old + fresh;  // (fresh may be ~0u: no limit)
     fresh -= n > old ? n - old : 0;
-    std::uintptr_t next = start_at(i) + std::uintptr_t{r.carved} * size;
-    for (std::uint32_t j = 0; j < n; ++j, next += size) out[got++] = reinterpret_cast<void*>(next);
+    if (n != 0) {  // each linked to the one after it
+      std::uintptr_t b = start_at(i) + std::uintptr_t{r.carved} * size;
+      *tail = reinterpret_cast<void*>(b);
+      for (const std::uintptr_t end = b + (n - 1) * size; b != end; b += size) {
+        *reinterpret_cast<void**>(b) = reinterpret_cast<void*>(b + size);
+      }
+      tail = reinterpret_cast<void**>(b);
+    }
+    got += n;
     r.carved += n;
     r.out += n;
     const std::uintptr_t end = std::uintptr_t{r.carved} * size;
@@ -210,6 +226,7 @@ unsigned pop_blocks(run_pool& pool, unsigned k, void** out, unsigned want, unsig
       break;  // its fresh blocks spent, the run not full
     }
   }
+  last = tail;
   return got;
 }
 
@@ -246,30 +263,7 @@ void stash_run(std::uint32_t i, unsigned k) noexcept {
   stash(start_at(i), g_table[i].slot, g_run_bytes[k]);
 }
 
-// Note [Idle blocks before a new run]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A run of 1 MiB holds 8-25 blocks (the classes of 40-128 KiB), and a class's list of
-// four blocks and the depot's lists of it (20 blocks of 40 KiB in 1 MiB) can hold every
-// block of a run out of it while no request uses them. Sizes that grow leave classes
-// so: a K/V cache a row longer a step moves 24 caches from the class of 40 KiB to that
-// of 48 KiB together, the 24 blocks of 40 KiB wait on the thread's list and in the
-// depot for requests that do not come, and the class of 48 KiB's runs were made of
-// fresh pages where jemalloc would have coalesced the freed extents (planning_latency
-// 10000 1, nothing recorded: 2,315 page faults against jemalloc's 812). So before a run
-// of 1 MiB is made of the arena's memory (none stashed, no empty run of its size kept),
-// each other class of its size whose blocks waiting on the calling thread's list and in
-// the depot are every block out of one of their runs, a run at least a quarter written
-// (empties_a_run: a walk of at most 65 lists), has them go back to their runs (`idle`,
-// front_cache.cc; a large class only where the thread has left it, Note [Classes a
-// stream has left]), and a run they leave empty is taken instead. Only such runs: a
-// stream that never repeats (never_repeats 2000) took 4.5% more instructions where every
-// waiting block went back (the runs emptied were stashed, given back to the arena and
-// made again), and 2.4% more peak RSS where runs of a block or two were taken (their
-// pages few, the run's class then making another). The cost is bounded by the runs
-// made, each of which faults in up to 256 pages. The smaller runs (64-512 KiB, 16
-// blocks and more) never ask: the small classes' runs are made often as a program
-// grows, and a list of theirs never holds a run's blocks. Measured side by side in
-// bench/RESULTS.md ("Planning latency").
+// Note [Idle blocks before a new run] (front_runs.h).
 std::uintptr_t reuse_idle_run(unsigned k, unsigned slot, std::size_t bytes) noexcept {
   if (g_idle == nullptr || bytes != run_bytes_most) return 0;
   for (unsigned j = g_same_size[k]; j != k; j = g_same_size[j]) g_idle(j);
@@ -361,24 +355,26 @@ bool run_class(unsigned k) noexcept { return g_run_size[k] != 0; }
 std::uint32_t run_blocks(unsigned k) noexcept { return g_blocks[k]; }
 
 void* run_take(unsigned k, unsigned slot, free_list* list, unsigned want, unsigned fresh) noexcept {
-  void* out[most_taken];
   if (want > most_taken) want = most_taken;
   run_pool& pool = g_pools[slot][k];
+  void* first = nullptr;
+  void** tail = &first;
   spin_lock(pool.locked);
-  unsigned got = pop_blocks(pool, k, out, want, fresh);
+  unsigned got = pop_blocks(pool, k, tail, want, fresh);
   spin_unlock(pool.locked);
   if (got == 0) {
     if (!make_run(pool, k, slot)) return nullptr;
-    got = pop_blocks(pool, k, out, want, fresh);
+    got = pop_blocks(pool, k, tail, want, fresh);
     spin_unlock(pool.locked);
   }
-  // Last first: the list goes out in out's order (Note [A run's blocks in address order]).
-  for (unsigned i = got; i-- > 1;) {
-    *static_cast<void**>(out[i]) = list->head;
-    list->head = out[i];
-    ++list->count;
+  // The first is the request's; the others go onto the list in the order they came
+  // (Note [A run's blocks in address order]), before its blocks.
+  if (got > 1) {
+    *tail = list->head;
+    list->head = *static_cast<void**>(first);
+    list->count += got - 1;
   }
-  return out[0];
+  return first;
 }
 
 void give_back(void* p) noexcept {

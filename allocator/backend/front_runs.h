@@ -18,8 +18,33 @@ namespace replayalloc::detail::backend::front {
 // A run's memory from the cache's arena `slot`, run_extent_bytes(bytes) long (at least)
 // and aligned to `bytes`; null when it cannot be had.
 using run_memory_fn = void* (*)(std::size_t bytes, unsigned slot) noexcept;
-// Note [Idle blocks before a new run] (front_runs.cc): class k's blocks that wait on the
-// calling thread's list and in the depot, given back to their runs.
+// Note [Idle blocks before a new run]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A run of 1 MiB holds 8-25 blocks (the classes of 40-128 KiB), and a class's list of
+// four blocks and the depot's lists of it (20 blocks of 40 KiB in 1 MiB) can hold every
+// block of a run out of it while no request uses them. Sizes that grow leave classes
+// so: a K/V cache a row longer a step moves 24 caches from the class of 40 KiB to that
+// of 48 KiB together, the 24 blocks of 40 KiB wait on the thread's list and in the
+// depot for requests that do not come, and the class of 48 KiB's runs were made of
+// fresh pages where jemalloc would have coalesced the freed extents (planning_latency
+// 10000 1, nothing recorded: 2,315 page faults against jemalloc's 812). So before a run
+// of 1 MiB is made of the arena's memory (none stashed, no empty run of its size kept),
+// each other class of its size whose blocks waiting on the calling thread's list and in
+// the depot are every block out of one of their runs, a run at least a quarter written
+// (empties_a_run: a walk of at most 65 lists), has them go back to their runs (`idle`,
+// front_cache.cc; a large class only where the thread has left it, Note [Classes a
+// stream has left]), and a run they leave empty is taken instead. Only such runs: a
+// stream that never repeats (never_repeats 2000) took 4.5% more instructions where every
+// waiting block went back (the runs emptied were stashed, given back to the arena and
+// made again), and 2.4% more peak RSS where runs of a block or two were taken (their
+// pages few, the run's class then making another). The cost is bounded by the runs
+// made, each of which faults in up to 256 pages. The smaller runs (64-512 KiB, 16
+// blocks and more) never ask: the small classes' runs are made often as a program
+// grows, and a list of theirs never holds a run's blocks. Measured side by side in
+// bench/RESULTS.md ("Planning latency").
+//
+// Class k's blocks that wait on the calling thread's list and in the depot, given back
+// to their runs (the note above).
 using run_idle_fn = void (*)(unsigned k) noexcept;
 
 // Once, as the cache is enabled (after its page map is made): the classes served from
