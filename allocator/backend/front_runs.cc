@@ -207,13 +207,12 @@ unsigned pop_blocks(run_pool& pool, unsigned k, void**& last, unsigned want, uns
     const std::uint32_t old = written > r.carved ? written - r.carved : 0;
     if (n > old && n - old > fresh) n = old + fresh;  // (fresh may be ~0u: no limit)
     fresh -= n > old ? n - old : 0;
-    if (n != 0) {  // each linked to the one after it
-      std::uintptr_t b = start_at(i) + std::uintptr_t{r.carved} * size;
+    if (n != 0) {  // each linked to the one after it, the last first
+      const std::uintptr_t b = start_at(i) + std::uintptr_t{r.carved} * size;
+      const std::uintptr_t end = b + (n - 1) * size;
+      for (std::uintptr_t a = end; a != b; a -= size) *reinterpret_cast<void**>(a - size) = reinterpret_cast<void*>(a);
       *tail = reinterpret_cast<void*>(b);
-      for (const std::uintptr_t end = b + (n - 1) * size; b != end; b += size) {
-        *reinterpret_cast<void**>(b) = reinterpret_cast<void*>(b + size);
-      }
-      tail = reinterpret_cast<void**>(b);
+      tail = reinterpret_cast<void**>(end);
     }
     got += n;
     r.carved += n;
