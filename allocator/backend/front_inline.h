@@ -193,14 +193,16 @@ template <bool Apart = false>
 // onto its list); null: the long way.
 [[gnu::always_inline]] inline void* run_realloc(void* p, std::size_t n) noexcept {
   if (reinterpret_cast<std::uintptr_t>(p) - g_gate_range.from >= g_gate_range.front) return nullptr;
-  const unsigned k = page_class_of(p);
-  const std::size_t usable = g_run_size[k];
-  if (usable == 0) return nullptr;  // class 0's too: not a run's
-  if (n <= usable && n > g_run_size[k - 1]) return p;
+  // The pass malloc is front_malloc only once the cache serves (use_front_cache): its page
+  // map is made, which the gate's range being joined does not say (a boot heap's block).
   if (g_pass_malloc.load(std::memory_order_relaxed) != &front_malloc ||
       g_plain_free.load(std::memory_order_relaxed) != &front_free || inject_failure()) [[unlikely]] {
     return nullptr;
   }
+  const unsigned k = page_class_of(p);
+  const std::size_t usable = g_run_size[k];
+  if (usable == 0) return nullptr;  // class 0's too: not a run's
+  if (n <= usable && n > g_run_size[k - 1]) return p;
   void* q = any_malloc(n);
   if (q == nullptr) [[unlikely]] return nullptr;
   std::memcpy(q, p, n < usable ? n : usable);
