@@ -183,8 +183,8 @@ template <bool Apart = false>
 // front_free's range test) to a list's pop and push: ~140 instructions a realloc beside
 // the copy (Perl's hash.pl, 520,000 of them; mimalloc's ~85). Where the block lies in
 // the gate's front part (Note [The gate's range], slab_range.h) the fallback's realloc
-// asks here first: its byte, its class's sizes, and where the new size is of another
-// class and the fallback's malloc and free are the cache's own, the pop and the push
+// asks here first, where the fallback's malloc and free are the cache's own: its byte,
+// its class's sizes, and where the new size is of another class, the pop and the push
 // inline. What it hands out and where the old block goes are what the long way's were;
 // anything else (not a run's block, the cache's entry points not stored yet, a failure
 // injected, no block) takes the long way. (bench/RESULTS.md, "A run's block resized
