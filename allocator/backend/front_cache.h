@@ -6,7 +6,7 @@
 // front_malloc and front_free at the fallback's start, after enable_front_cache() (Note
 // [The fallback made when first needed]; the plain malloc then narrowed: Note [Below the
 // minimum, narrowed], front_classes.cc). The
-// blocks of 4-128 KiB it hands out are carved from runs (Note [Runs for medium blocks], front_runs.cc), which
+// blocks of 4-128 KiB it hands out are carved from runs (Note [Runs for medium blocks], front_runs.h), which
 // jemalloc does not know: they are freed by front_free (every free of a block in the
 // range is), realloc'd and sized by the fallback's own (front_run_block). Any other block
 // it hands out is one of its arena's, which any of jemalloc's frees takes. It keeps only

@@ -2,64 +2,7 @@
 // Note [A class for a page and a header]) carved from runs of 64 KiB-1 MiB, each of one
 // class, that the cache manages itself.
 //
-// Note [Runs for medium blocks]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// jemalloc makes each block of 16 KiB and more an extent of its own, and its slabs of
-// the classes of 4-14 KiB hold one to four blocks (a slab is the least common multiple
-// of the page and the class): every such block the front cache's lists and depot cannot
-// serve costs an extent's split or coalescing, jemalloc's radix tree at both ends and
-// the arena's lock, 2,000-6,000 instructions a pair. A burst of blocks larger than the
-// cache's budgets (a batch's tensors, a request's buffers, allocated together and freed
-// together) pays that for every block: 10,000 blocks of 20 KB ran at 8x mimalloc's time
-// (RESULTS "Bursts"), 40,000 of 8 KiB at 2.2x, with 2.8x jemalloc's own instructions
-// (its thread cache batches the slab work, which MALLOCX_TCACHE_NONE does not).
-// mimalloc and tcmalloc carve such blocks from pages or spans of many blocks. So the
-// front cache does, for its classes from 4 KiB to 128 KiB:
-//  * a run is one block of the cache's arena (Note [The front cache's arena]) in a slot
-//    of the smallest power of two holding 16 blocks, at least 64 KiB and at most 1 MiB
-//    (7-64 blocks; from 256 KiB a size step short of it: Note [A run a size step short
-//    of its slot]), aligned to its size, so that a block's run is its address rounded down;
-//    the page map's bytes (Note [The front cache's page map]) of the pages its blocks
-//    begin in (all of its pages for blocks of up to 4 KiB) are its class from its
-//    making to its giving back, and a page's byte of a run class says that the block
-//    beginning there is a run's (a free in the range reads that byte anyway);
-//  * its blocks are carved in order as they are asked for (the pages past the last
-//    carved are never touched), and those given back are linked through their first
-//    word, the run's own free list; a table beside the range (one entry per 64 KiB,
-//    reserved, made as written) holds each run's list, counts and links;
-//  * each arena's runs of a class are a pool under a spin lock: the runs with free
-//    blocks in a list; a list's miss takes up to half a list's blocks from them in one
-//    lock (the whole list at a second miss with no overflow of the list between: a
-//    burst; front_cache.cc's run_miss), a list given back (the depot full, a purge) returns its blocks to their runs'
-//    pools, whichever thread frees them, a pool's lock held across the list's blocks of
-//    that pool (give_back_list);
-//  * a run that no block is out of stays as the pool's one empty run, or goes to its
-//    arena's stash (Note [Empty runs kept]), and from there back to the arena (its page
-//    map bytes cleared first), whose dirty pages decay and are purged as any others
-//    (Note [Purging what a slab replaces]; front_cache_release gives the kept ones back
-//    too); a run that goes empty starts again uncarved, so that its next blocks are
-//    handed out by their addresses, their memory not read; a class that needs a new run
-//    first takes a stashed run of its size, then the empty
-//    run another class of the same run size keeps in the same arena's pools (its pages
-//    already made: sizes that grow, a K/V cache a token longer a step, leave each class
-//    its empty run behind: bench/micro/planning_latency 10000 1, mode off, 2,990 -> 2,790
-//    page faults), and only then asks the arena.
-// jemalloc never sees a run's blocks: the fallback's realloc and usable size ask the
-// page map first (front_run_block), and a block of a run class that jemalloc made
-// (realloc in place, found at a free with its byte unknown) goes back to jemalloc, never
-// to a list. Where a run cannot be made, the request goes to jemalloc's own malloc,
-// outside the range. (jemalloc's own API, sallocx or sdallocx, called on a block malloc
-// gave: the LD_PRELOAD library that carries jemalloc exports that API and handles such a
-// block, hooks/jemalloc_api.cc; one linked to libjemalloc.so.2 hands it a block jemalloc
-// does not know, a run's as a slab's.) Measured side by side in bench/RESULTS.md ("Bursts").
-// The classes below 4 KiB come from runs too (runs of 64 KiB: 32 blocks of 2 KiB, 4,096
-// of 16 B). They came from jemalloc's slabs a block at a time (Note [Small blocks in the
-// front cache]), and without a thread cache each block cost jemalloc's arena ~1,000
-// instructions to make and ~800 to take back: a burst of 100,000 blocks of 1 KiB beyond
-// the lists and the depot ran 1,763 instructions a pair (jemalloc alone 803, tcmalloc 420,
-// mimalloc 180), and 264 from runs (callgrind, bench/micro/bursts.cc 100000 1024). Their
-// pages are of one class, as jemalloc's slabs' were; a run's pages past the last block
-// carved are never touched.
+// (Note [Runs for medium blocks], front_runs.h.)
 
 #include "backend/front_runs.h"
 
