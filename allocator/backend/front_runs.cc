@@ -57,6 +57,10 @@ run_memory_fn g_memory = nullptr;
 run_idle_fn g_idle = nullptr;
 front_free_fn g_release = nullptr;
 run_header* g_table = nullptr;
+// For give_back_list: g_span once runs are configured (0 before), and g_table biased so
+// that the header of the run at `start` is at g_table_at + (start >> 11).
+std::size_t g_runs_span = 0;
+std::uintptr_t g_table_at = 0;
 REPLAYALLOC_LARGE_ZEROED constinit run_pool g_pools[front_max_arenas][max_classes];
 std::atomic<std::uint64_t> g_made{0};
 std::atomic<std::uint64_t> g_given_back{0};
@@ -290,6 +294,9 @@ bool configure_runs(const std::uint32_t* class_size, std::uintptr_t base, std::s
   g_idle = idle;
   configure_stash(now, &give_back_run);
   g_table = static_cast<run_header*>(table);
+  static_assert(sizeof(run_header) == std::size_t{1} << (table_shift - 11));
+  g_table_at = reinterpret_cast<std::uintptr_t>(table) - (g_origin >> 11);
+  g_runs_span = span;
   return true;
 }
 
@@ -343,6 +350,24 @@ std::uint32_t went_empty(run_pool& pool, std::uint32_t i) noexcept {
   return i + 1;
 }
 
+// A stretch's run given back to (give_back_list) that was full (into its pool's list)
+// or went empty (went_empty's result; 0 where it did not).
+std::uint32_t settled(run_pool& pool, const run_header* r, bool was_full, bool emptied) noexcept {
+  const auto i = static_cast<std::uint32_t>(r - g_table);
+  if (was_full) link_partial(pool, i);
+  return emptied ? went_empty(pool, i) : 0;
+}
+
+// For give_back_list: the header of the run at `start`, and the class of a listed block
+// by its page's byte, 0 outside base..base+span (null too: base is above 0).
+run_header* header_of(std::uintptr_t start) noexcept {
+  return reinterpret_cast<run_header*>(g_table_at + (start >> 11));
+}
+unsigned listed_class(const void* q, std::uintptr_t base, std::size_t span) noexcept {
+  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(q) - base;
+  return offset < span ? g_page_class[offset >> page_map_shift].load(std::memory_order_relaxed) : 0;
+}
+
 // Block p (of run i, `blocks` blocks a run) back to its run, under its pool's lock: the
 // run to stash (index + 1), its last block in and the pool keeping another; or 0.
 [[gnu::always_inline]] inline std::uint32_t give_locked(run_pool& pool, void* p, std::uint32_t i,
@@ -372,6 +397,15 @@ void run_give(void* p, unsigned k) noexcept {
 // depot cannot keep: a lock and an unlock per block, ~17 instructions and two atomic
 // stores). Runs left empty go back to the arena, and blocks outside the runs to
 // `release`, with no lock held.
+//
+// A list's blocks are of one class (a thread's list, the depot's), mostly of one run
+// after another: each stretch of one run's blocks goes onto its free list at once (one
+// header's look-up, one update of its count), its class's mask and blocks read again
+// where the class changes, its pool where the class or the run's slot does. The inner
+// loop runs while neither changes, on the range read once (a block outside it is
+// jemalloc's, as is every block where no runs were configured: span 0) and the table
+// biased so that a run's header is a shift and an add from its start (header_of). Perl's
+// hash.pl gives back 1.15 M stretches of one block: 58.3 -> 46.2 M instructions.
 void give_back_list(void* head) noexcept {
   std::uint32_t empty_run[16];
   unsigned empty_class[16];
@@ -389,12 +423,11 @@ void give_back_list(void* head) noexcept {
     for (unsigned e = 0; e < n; ++e) stash_run(empty_run[e], empty_class[e]);
     n = 0;
   };
-  // A list's blocks are of one class (a thread's list, the depot's), mostly of one run
-  // after another: each stretch of one run's blocks goes onto its free list at once (one
-  // header's look-up, one update of its count), its class's mask and blocks read again
-  // where the class changes, its pool where the class or the run's slot does.
+  const std::uintptr_t base = g_base;
+  const std::size_t span = g_runs_span;
+  const auto class_of = [&](const void* q) { return listed_class(q, base, span); };
   for (void* p = head; p != nullptr;) {
-    if (const unsigned c = class_at(p); c != k) {
+    if (const unsigned c = class_of(p); c != k) {
       if (!run_class(c)) {  // jemalloc's (give_back)
         void* next = *static_cast<void**>(p);
         let_go();
@@ -407,33 +440,43 @@ void give_back_list(void* head) noexcept {
       blocks = g_blocks[k];
       slot = 256;  // another class's pool
     }
-    const std::uintptr_t run_start = reinterpret_cast<std::uintptr_t>(p) & run_mask;
-    run_header& r = g_table[index_of(run_start)];
-    if (r.slot != slot) {
+    run_header* r = header_of(reinterpret_cast<std::uintptr_t>(p) & run_mask);
+    if (r->slot != slot) {
       if (held != nullptr) spin_unlock(held->locked);
-      slot = r.slot;
+      slot = r->slot;
       held = &g_pools[slot][k];
       spin_lock(held->locked);
     }
-    // give_locked's steps for the stretch (bench/bursts 100000 1024 4: 60.1 -> 56.8 M).
-    void* first = r.free;
-    std::uint32_t got = 0;
-    do {
-      void* next = *static_cast<void**>(p);
-      *static_cast<void**>(p) = first;
-      first = p;
-      ++got;
-      p = next;
-    } while ((reinterpret_cast<std::uintptr_t>(p) & run_mask) == run_start);  // null: 0, not a run's
-    r.free = first;
-    const std::uint32_t out = r.out;
-    r.out = out - got;
-    if (out == blocks) link_partial(*held, index_of(run_start));  // it was full
-    if (out != got) [[likely]] continue;
-    if (const std::uint32_t to_give = went_empty(*held, index_of(run_start)); to_give != 0) {
-      empty_run[n] = to_give - 1;
-      empty_class[n++] = k;
-      if (n == std::size(empty_run)) let_go();
+    for (;;) {
+      // give_locked's steps for the stretch (bench/bursts 100000 1024 4: 60.1 -> 56.8 M).
+      const std::uintptr_t run_start = reinterpret_cast<std::uintptr_t>(p) & run_mask;
+      void* first = r->free;
+      const std::uint32_t was = r->out;
+      std::uint32_t out = was;
+      do {
+        void* next = *static_cast<void**>(p);
+        *static_cast<void**>(p) = first;
+        first = p;
+        --out;
+        p = next;
+      } while ((reinterpret_cast<std::uintptr_t>(p) & run_mask) == run_start);  // null: 0, not a run's
+      r->free = first;
+      r->out = out;
+      if (was == blocks || out == 0) [[unlikely]] {  // it was full, or it went empty
+        if (const std::uint32_t to_give = settled(*held, r, was == blocks, out == 0); to_give != 0) {
+          empty_run[n] = to_give - 1;
+          empty_class[n++] = k;
+          if (n == std::size(empty_run)) {
+            let_go();
+            break;
+          }
+        }
+      }
+      // On while the next block is of the class (null is not: the outer loop ends) and of
+      // a run of the pool's slot.
+      if (class_of(p) != k) break;
+      r = header_of(reinterpret_cast<std::uintptr_t>(p) & run_mask);
+      if (r->slot != slot) break;
     }
   }
   let_go();

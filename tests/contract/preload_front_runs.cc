@@ -1,4 +1,4 @@
-// The front cache's runs (Note [Runs for medium blocks], backend/front_runs.cc) in the
+// The front cache's runs (Note [Runs for medium blocks], backend/front_runs.h) in the
 // LD_PRELOAD library's build, as preload_front_cache.cc tests the rest of the cache.
 // What a user relies on: a burst of blocks of 4-128 KiB costs jemalloc one request per
 // run, not one per block, and the runs go back to jemalloc once their blocks are freed,

@@ -1,4 +1,4 @@
-// The front cache's runs (Note [Runs for medium blocks], backend/front_runs.cc) on their
+// The front cache's runs (Note [Runs for medium blocks], backend/front_runs.h) on their
 // own, over memory the test hands out: every block lies inside its run, blocks never
 // overlap, the page map says a run's class for the pages its blocks begin in, and a run is given
 // back, whole and at the address it came from, once no block is out of it, and a block
