@@ -838,16 +838,20 @@ TEST(FrontCache, ABurstOfLargeBlocksMovesInBatchesAndNeverSharesABlock) {
   }).join();
 }
 
-// Note [Zeroing by memset] (backend/jemalloc_backend.cc): no calloc is the front cache's.
-// A calloc of 16-128 KiB is jemalloc's own malloc and a memset, outside the cache's range,
-// so that copies of growing sizes freed on another thread reuse jemalloc's extents of
-// any size; zero even where the cache's lists of that class hold dirty blocks.
-TEST(FrontCache, LargeCallocsAreJemallocsOwnAndZero) {
+// Note [Callocs of up to 32 KiB from the front cache] (backend/front_inline.h): a calloc of
+// up to 32 KiB is the front cache's, zero even where its class's list held dirty blocks
+// (the very blocks it hands out again); one of 40-128 KiB is jemalloc's (Note [Zeroing by
+// memset], backend/jemalloc_backend.cc), outside the cache's range, so that copies of
+// growing sizes freed on another thread reuse jemalloc's extents of any size. A calloc'd
+// block freed and asked again is zero again, both ways.
+TEST(FrontCache, CallocsUpTo32KiBAreTheCachesAndLargerOnesJemallocsAllZero) {
   REQUIRE_FRONT_CACHE();
   const detail::backend::front_cache_counts c = detail::backend::front_cache_stats();
   auto in_range = [&](const void* p) { return reinterpret_cast<std::uintptr_t>(p) - c.base < c.span; };
-  for (const std::size_t n : {std::size_t{16384}, std::size_t{20000}, std::size_t{40000}, std::size_t{65536},
-                              std::size_t{100000}, std::size_t{131072}}) {
+  for (const std::size_t n : {std::size_t{4097}, std::size_t{16384}, std::size_t{20000}, std::size_t{32768},
+                              std::size_t{32769}, std::size_t{40000}, std::size_t{65536}, std::size_t{100000},
+                              std::size_t{131072}}) {
+    const bool front = n <= 32768;
     std::vector<void*> dirty;
     for (int i = 0; i < 8; ++i) {
       void* p = std::malloc(n);
@@ -861,7 +865,11 @@ TEST(FrontCache, LargeCallocsAreJemallocsOwnAndZero) {
     for (int i = 0; i < 8; ++i) {
       auto* z = static_cast<unsigned char*>(std::calloc(1, n));
       ASSERT_NE(z, nullptr);
-      EXPECT_FALSE(in_range(z)) << n << " B: a calloc served from the front cache";
+      EXPECT_EQ(in_range(z), front) << n << (front ? " B: a calloc not the front cache's" : " B: a calloc the front cache's");
+      if (front && i == 0) {
+        EXPECT_TRUE(std::find(dirty.begin(), dirty.end(), z) != dirty.end())
+            << n << " B: the calloc did not take the block its class's list held first";
+      }
       for (std::size_t b = 0; b < n; ++b) ASSERT_EQ(z[b], 0) << n << " B: calloc returned a dirty block";
       std::memset(z, 0xdd, n);
       zeroed.push_back(z);
