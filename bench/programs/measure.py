@@ -75,7 +75,13 @@ PROGRAMS = {
     "bc": (["bc", "-l"], os.path.join(HERE, "pi.bc"), "bc -l: pi to 2,500 digits (pi.bc)"),
     "cmake": (["cmake", "-P", os.path.join(HERE, "lists.cmake")], None,
               "cmake -P: a list of 20,000 keys built by appends, sorted, rewritten by a regex (lists.cmake)"),
+    # First measured on 2026-12-07 (bench/RESULTS.md, "Callocs of up to 32 KiB from the front
+    # cache"): zero-filled Buffers, callocs of 1-65 KiB freed by V8's collector.
+    "node": (["node", os.path.join(HERE, "buffers.js")], None,
+             "Node.js: 60,000 zero-filled Buffers of 1-65 KiB, 512 live (buffers.js)"),
 }
+# Programs left out, said, where their tool is missing and PROGRAMS_ONLY does not name them.
+OPTIONAL = {"node": "scripts/setup.sh --onnx installs Node.js"}
 
 
 def make_inputs(scratch):
@@ -272,6 +278,9 @@ def main():
         programs.remove("shell")
     if counting() and shutil.which("valgrind") is None:
         sys.exit("measure.py: COUNT=instructions needs valgrind (scripts/setup.sh installs it)")
+    for p in [p for p in programs if p in OPTIONAL and p not in only and shutil.which(PROGRAMS[p][0][0]) is None]:
+        print(f"measure.py: {PROGRAMS[p][0][0]} missing, {p} left out ({OPTIONAL[p]})", file=sys.stderr)
+        programs.remove(p)
     missing = sorted({PROGRAMS[p][0][0] for p in programs if shutil.which(PROGRAMS[p][0][0]) is None})
     if missing:
         sys.exit(f"measure.py: {', '.join(missing)} missing (scripts/setup.sh installs them)")
