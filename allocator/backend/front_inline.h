@@ -224,7 +224,7 @@ template <bool Apart = false>
 // stay jemalloc's: ONNX Runtime's loop under Node.js copies its key/value caches into
 // callocs a row longer each step, and where every calloc up to 64 KiB was the front
 // cache's, its classes of 40-64 KiB (runs of 1 MiB) held 11-13 MiB more at the peak;
-// 1 MiB more with the bound at 32 KiB. (bench/RESULTS.md, "Callocs of up to 32 KiB
+// 0-2 MiB more with the bound at 32 KiB. (bench/RESULTS.md, "Callocs of up to 32 KiB
 // from the front cache".)
 inline constexpr std::size_t calloc_front_most = 32 * 1024;
 // A zeroed block of n bytes (at most calloc_front_most) from the cache; null (with
