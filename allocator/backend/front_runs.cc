@@ -72,11 +72,14 @@ std::uint32_t index_of(std::uintptr_t start) noexcept {
 std::uintptr_t start_at(std::uint32_t i) noexcept { return g_origin + (std::uintptr_t{i} << table_shift); }
 // The run class of the block at p by its page's byte; 0 (none) outside the range or
 // before the runs are configured (a block of jemalloc's: it has no byte).
-unsigned class_at(const void* p) noexcept {
-  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - g_base;
-  if (g_table == nullptr || offset >= g_span) return 0;
-  return g_page_class[offset >> page_map_shift].load(std::memory_order_relaxed);
+// listed_class: the same, base and span given (give_back_list keeps them in registers);
+// 0 outside base..base+span, null too (base is above 0). g_runs_span is 0 until the runs
+// are configured.
+unsigned listed_class(const void* q, std::uintptr_t base, std::size_t span) noexcept {
+  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(q) - base;
+  return offset < span ? g_page_class[offset >> page_map_shift].load(std::memory_order_relaxed) : 0;
 }
+unsigned class_at(const void* p) noexcept { return listed_class(p, g_base, g_runs_span); }
 std::uintptr_t start_of(const void* p, unsigned k) noexcept {
   return reinterpret_cast<std::uintptr_t>(p) & ~(g_run_bytes[k] - 1);
 }
@@ -358,14 +361,9 @@ std::uint32_t settled(run_pool& pool, const run_header* r, bool was_full, bool e
   return emptied ? went_empty(pool, i) : 0;
 }
 
-// For give_back_list: the header of the run at `start`, and the class of a listed block
-// by its page's byte, 0 outside base..base+span (null too: base is above 0).
+// For give_back_list: the header of the run at `start`.
 run_header* header_of(std::uintptr_t start) noexcept {
   return reinterpret_cast<run_header*>(g_table_at + (start >> 11));
-}
-unsigned listed_class(const void* q, std::uintptr_t base, std::size_t span) noexcept {
-  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(q) - base;
-  return offset < span ? g_page_class[offset >> page_map_shift].load(std::memory_order_relaxed) : 0;
 }
 
 // Block p (of run i, `blocks` blocks a run) back to its run, under its pool's lock: the
