@@ -12,7 +12,8 @@
 # Environment: BUILD_DIR (default <repo>/build); BENCH_PREBUILT=1 (no build); BEFORE_LIB
 # (the preload library of another build: a column "replayalloc-before"); PROGRAMS_ONLY
 # (a comma-separated subset of perl, sqlite, sqlite-8k, python, shell, g++, sort, awk, jq,
-# git, clang, bc, cmake, node (Node.js, left out where it is not installed): the section then
+# git, clang, bc, cmake, node (Node.js), ld (this build's link command, from ninja), torch
+# (Debian's python3-torch); those three left out, and said, where missing: the section then
 # holds the subset's tables alone); RESULTS_FILE and RESULTS_SECTION (default
 # bench/RESULTS.md, programs); COUNT=instructions (each program once under callgrind:
 # instructions instead of the clock; section programs-counted; ROUNDS ignored).

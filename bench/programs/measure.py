@@ -36,12 +36,14 @@ GENERAL = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
 
 
 def python3():
-    # Any interpreter will do (nothing is imported but json); Debian's when present.
+    # Debian's when present: the one that imports python3-torch (the torch program; the
+    # others import nothing but json).
     return "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else "python3"
 
 
 SQL = os.path.join(HERE, "insert.sql")
-OBJECT = "threaded_stress.o"  # g++'s output, in the run's scratch folder
+OBJECT = "threaded_stress.o"  # g++'s output (and ld's), in the run's scratch folder
+LINK = "link.sh"  # ld's command (link_command), written to the scratch folder
 
 # name -> (argv, stdin file, what it is); OBJECT in argv: that file in the scratch folder
 PROGRAMS = {
@@ -79,9 +81,46 @@ PROGRAMS = {
     # cache"): zero-filled Buffers, callocs of 1-65 KiB freed by V8's collector.
     "node": (["node", os.path.join(HERE, "buffers.js")], None,
              "Node.js: 60,000 zero-filled Buffers of 1-65 KiB, 512 live (buffers.js)"),
+    # Two more, first measured on 2026-12-07 (bench/RESULTS.md, "GNU ld and PyTorch's
+    # import"): the linker's input sections read into blocks of up to 16 MiB and its
+    # symbol tables (60,000 requests), and a PyTorch service's start.
+    "ld": (["sh", LINK], None,
+           "GNU ld (through g++) links this build's libreplayalloc_preload.so (25 MB with its debug "
+           "information) from its objects, the command ninja ran (the output's hash compared)"),
+    "torch": ([python3(), "-c", "import torch; print(torch.__version__)"], None,
+              "Debian's CPython imports PyTorch (python3-torch): a service's start"),
 }
-# Programs left out, said, where their tool is missing and PROGRAMS_ONLY does not name them.
-OPTIONAL = {"node": "scripts/setup.sh --onnx installs Node.js"}
+# Programs left out, said, where what they need is missing and PROGRAMS_ONLY does not
+# name them: why, and whether it is there.
+OPTIONAL = {
+    "node": ("scripts/setup.sh --onnx installs Node.js", lambda: shutil.which("node") is not None),
+    "ld": ("this build's link command, from ninja -t commands, was not found", lambda: link_command() is not None),
+    "torch": ("scripts/setup.sh installs python3-torch", lambda: imports_torch()),
+}
+
+
+def link_command():
+    """The command ninja ran to link the build's preload library (BUILD_DIR, default
+    build/), its output `"$out"`; None where there is none (no ninja, no such build)."""
+    build = os.environ.get("BUILD_DIR") or os.path.join(ROOT, "build")
+    target = "hooks/libreplayalloc_preload.so"
+    try:
+        lines = subprocess.run(["ninja", "-C", build, "-t", "commands", target], capture_output=True, text=True,
+                               timeout=60).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    cmd = lines[-1] if lines else ""
+    if f" -o {target} " not in cmd:
+        return None
+    cmd = cmd.removeprefix(": && ").removesuffix(" && :").replace(f" -o {target} ", ' -o "$out" ')
+    return f'out="$PWD/{OBJECT}"\ncd {build} && {cmd}\n'
+
+
+def imports_torch():
+    try:
+        return subprocess.run([python3(), "-c", "import torch"], capture_output=True, timeout=300).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def make_inputs(scratch):
@@ -134,7 +173,7 @@ def measure(argv, stdin, env, scratch, writes_object=None):
     data = b"".join(chunks)
     # a long output (sort's) kept as its hash
     out = data.decode(errors="replace") if len(data) <= 65536 else "sha256 " + hashlib.sha256(data).hexdigest()
-    if (OBJECT in argv if writes_object is None else writes_object) and os.path.exists(obj):
+    if (writes(argv) if writes_object is None else writes_object) and os.path.exists(obj):
         with open(obj, "rb") as f:
             out += "object " + hashlib.sha256(f.read()).hexdigest()
     with open(err_path, errors="replace") as f:
@@ -144,6 +183,11 @@ def measure(argv, stdin, env, scratch, writes_object=None):
         sys.exit(f"measure.py: {argv[0]}: {err.strip()}")
     return (out, os.waitstatus_to_exitcode(status), ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0,
             ru.ru_minflt, err)
+
+
+def writes(argv):
+    """Whether a program's output is the file OBJECT (g++'s object, ld's library)."""
+    return OBJECT in argv or LINK in argv
 
 
 def allocator_env(lib, extra):
@@ -171,7 +215,7 @@ def count_one(prog, name, lib, extra, scratch, n):
     argv, stdin, _ = PROGRAMS[prog]
     job = os.path.join(scratch, f"job{n}")
     os.mkdir(job)
-    for f in ("text.txt", "data.json"):
+    for f in ("text.txt", "data.json", LINK):
         if os.path.exists(os.path.join(scratch, f)):
             os.symlink(os.path.join(scratch, f), os.path.join(job, f))
     env = allocator_env(lib, extra)
@@ -182,7 +226,7 @@ def count_one(prog, name, lib, extra, scratch, n):
     env["PERL_PERTURB_KEYS"] = "0"
     out_files = os.path.join(job, "callgrind.%p")
     wrapped = ["valgrind", "--tool=callgrind", "--trace-children=yes", f"--callgrind-out-file={out_files}"] + argv
-    out, code, _, _, _, err = measure(wrapped, stdin, env, job, OBJECT in argv)
+    out, code, _, _, _, err = measure(wrapped, stdin, env, job, writes(argv))
     if code != 0:
         sys.exit(f"measure.py: {prog} under {name} (callgrind) exited with {code}: {err.strip()[-2000:]}")
     total = bulk = 0
@@ -278,9 +322,11 @@ def main():
         programs.remove("shell")
     if counting() and shutil.which("valgrind") is None:
         sys.exit("measure.py: COUNT=instructions needs valgrind (scripts/setup.sh installs it)")
-    for p in [p for p in programs if p in OPTIONAL and p not in only and shutil.which(PROGRAMS[p][0][0]) is None]:
-        print(f"measure.py: {PROGRAMS[p][0][0]} missing, {p} left out ({OPTIONAL[p]})", file=sys.stderr)
+    for p in [p for p in programs if p in OPTIONAL and p not in only and not OPTIONAL[p][1]()]:
+        print(f"measure.py: {p} left out ({OPTIONAL[p][0]})", file=sys.stderr)
         programs.remove(p)
+    if "ld" in programs and link_command() is None:
+        sys.exit(f"measure.py: ld: {OPTIONAL['ld'][0]} (BUILD_DIR, a Ninja build)")
     missing = sorted({PROGRAMS[p][0][0] for p in programs if shutil.which(PROGRAMS[p][0][0]) is None})
     if missing:
         sys.exit(f"measure.py: {', '.join(missing)} missing (scripts/setup.sh installs them)")
@@ -288,6 +334,9 @@ def main():
     try:
         if any(f in PROGRAMS[p][0] for p in programs for f in ("text.txt", "data.json")):
             make_inputs(scratch)
+        if "ld" in programs:
+            with open(os.path.join(scratch, LINK), "w") as f:
+                f.write(link_command())
         if counting():
             counts, outputs = count_all(programs, allocators, scratch)
         else:
