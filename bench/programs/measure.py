@@ -4,9 +4,11 @@
 measure.py ROUNDS OUT_MARKDOWN NAME=LIB[,VAR=VALUE...] ...
 Runs each program of PROGRAMS once per allocator and round, each in a process of its
 own, the order rotated every round and reversed every other; an allocator is preloaded
-(LIB `-` for none: the C library's own). From the child's rusage (wait4, which counts
-the processes it waited for, g++'s cc1plus and as): CPU time (user + system), peak RSS
-(of the largest process) and minor page faults. Each program's output (its standard
+(LIB `-` for none: the C library's own). From the program's rusage (wait4, which counts
+the processes it waited for, g++'s cc1plus and as), as bench/programs/rusage.c reports it
+(compiled into the scratch folder; a process forked from this one would count this one's
+pages in its peak RSS): CPU time (user + system), peak RSS (of the largest process) and
+minor page faults. Each program's output (its standard
 output, or the hash of the object file g++ writes) must be the same under every
 allocator; the table says so. Writes a Markdown table per program to OUT_MARKDOWN.
 PROGRAMS_ONLY: a comma-separated subset of the programs.
@@ -140,11 +142,16 @@ def make_inputs(scratch):
         json.dump(records, f)
 
 
-def measure(argv, stdin, env, scratch, writes_object=None):
+def measure(argv, stdin, env, scratch, writes_object=None, helper=None):
     """Runs argv (stdin: a file's path or None) in the folder scratch; its output (standard
     output, or OBJECT's hash where it writes one), exit code, CPU s, peak RSS MiB, minor
-    faults and standard error."""
+    faults and standard error. helper: the rusage program (bench/programs/rusage.c), which
+    runs argv and reports what it used (a child of this process starts with its pages:
+    its peak RSS would count them); None: this process's wait4 (callgrind's runs, whose
+    RSS is not read)."""
     err_path = os.path.join(scratch, "stderr")
+    usage_path = os.path.join(scratch, "rusage.out")
+    run = [helper, usage_path] + argv if helper else argv
     obj = os.path.join(scratch, OBJECT)
     if os.path.exists(obj):
         os.remove(obj)
@@ -158,31 +165,45 @@ def measure(argv, stdin, env, scratch, writes_object=None):
                 os.dup2(os.open(stdin, os.O_RDONLY), 0)
             os.dup2(w, 1)
             os.dup2(os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
-            os.execvpe(argv[0], argv, env)
+            os.execvpe(run[0], run, env)
         finally:
             os._exit(127)
     os.close(w)
-    chunks = []
+    # The output as it comes (sort's is 45 MB, which held whole left this process ~50 MiB
+    # larger): its first 64 KiB and its hash.
+    head, digest, total = b"", hashlib.sha256(), 0
     while True:
         b = os.read(r, 65536)
         if not b:
             break
-        chunks.append(b)
+        if total <= 65536:
+            head += b[:65537 - total]
+        digest.update(b)
+        total += len(b)
     os.close(r)
     _, status, ru = os.wait4(pid, 0)
-    data = b"".join(chunks)
     # a long output (sort's) kept as its hash
-    out = data.decode(errors="replace") if len(data) <= 65536 else "sha256 " + hashlib.sha256(data).hexdigest()
+    out = head.decode(errors="replace") if total <= 65536 else "sha256 " + digest.hexdigest()
     if (writes(argv) if writes_object is None else writes_object) and os.path.exists(obj):
+        digest = hashlib.sha256()
         with open(obj, "rb") as f:
-            out += "object " + hashlib.sha256(f.read()).hexdigest()
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        out += "object " + digest.hexdigest()
     with open(err_path, errors="replace") as f:
         err = f.read()
     # a library that cannot be preloaded is only a warning of ld.so's: not measured as another
     if "cannot be preloaded" in err:
         sys.exit(f"measure.py: {argv[0]}: {err.strip()}")
-    return (out, os.waitstatus_to_exitcode(status), ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0,
-            ru.ru_minflt, err)
+    code = os.waitstatus_to_exitcode(status)
+    if helper:
+        if code in (126, 127) and not os.path.exists(usage_path):
+            sys.exit(f"measure.py: {argv[0]}: could not be run ({err.strip()[-500:]})")
+        with open(usage_path) as f:
+            rss_kib, faults, user, system = f.read().split()
+        os.remove(usage_path)
+        return out, code, float(user) + float(system), int(rss_kib) / 1024.0, int(faults), err
+    return out, code, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0, ru.ru_minflt, err
 
 
 def writes(argv):
@@ -340,7 +361,7 @@ def main():
         if counting():
             counts, outputs = count_all(programs, allocators, scratch)
         else:
-            results, outputs = run_all(rounds, programs, allocators, scratch)
+            results, outputs = run_all(rounds, programs, allocators, scratch, build_helper(scratch))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if counting():
@@ -349,7 +370,19 @@ def main():
         write_tables(out_md, programs, allocators, results, outputs)
 
 
-def run_all(rounds, programs, allocators, scratch):
+def build_helper(scratch):
+    """The rusage program (bench/programs/rusage.c), compiled into the scratch folder."""
+    helper = os.path.join(scratch, "rusage_helper")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        sys.exit("measure.py: no C compiler (cc) for bench/programs/rusage.c (scripts/setup.sh installs one)")
+    built = subprocess.run([cc, "-O2", "-o", helper, os.path.join(HERE, "rusage.c")], capture_output=True, text=True)
+    if built.returncode != 0:
+        sys.exit(f"measure.py: bench/programs/rusage.c did not compile: {built.stderr.strip()[-2000:]}")
+    return helper
+
+
+def run_all(rounds, programs, allocators, scratch, helper):
     results = {}
     outputs = {}
     for r in range(rounds):
@@ -362,7 +395,7 @@ def run_all(rounds, programs, allocators, scratch):
             argv, stdin, _ = PROGRAMS[prog]
             for name, lib, extra in order:
                 env = allocator_env(lib, extra)
-                out, code, cpu, rss, faults, err = measure(argv, stdin, env, scratch)
+                out, code, cpu, rss, faults, err = measure(argv, stdin, env, scratch, helper=helper)
                 if code != 0:
                     sys.exit(f"measure.py: {prog} under {name} exited with {code}: {err.strip()[-2000:]}")
                 outputs.setdefault((prog, name), set()).add(out)
