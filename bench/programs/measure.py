@@ -84,8 +84,8 @@ PROGRAMS = {
     "node": (["node", os.path.join(HERE, "buffers.js")], None,
              "Node.js: 60,000 zero-filled Buffers of 1-65 KiB, 512 live (buffers.js)"),
     # Two more, first measured on 2026-12-07 (bench/RESULTS.md, "GNU ld and PyTorch's
-    # import"): the linker's input sections read into blocks of up to 16 MiB and its
-    # symbol tables (60,000 requests), and a PyTorch service's start.
+    # import"): the linker's 60,000 requests, 4 of them of 2-16 MiB, and a PyTorch
+    # service's start.
     "ld": (["sh", LINK], None,
            "GNU ld (through g++) links this build's libreplayalloc_preload.so (25 MB with its debug "
            "information) from its objects, the command ninja ran (the output's hash compared)"),
@@ -197,8 +197,8 @@ def measure(argv, stdin, env, scratch, writes_object=None, helper=None):
         sys.exit(f"measure.py: {argv[0]}: {err.strip()}")
     code = os.waitstatus_to_exitcode(status)
     if helper:
-        if code in (126, 127) and not os.path.exists(usage_path):
-            sys.exit(f"measure.py: {argv[0]}: could not be run ({err.strip()[-500:]})")
+        if not os.path.exists(usage_path):  # the helper could not run it, or did not report
+            sys.exit(f"measure.py: {argv[0]}: no usage reported (exit {code}: {err.strip()[-500:]})")
         with open(usage_path) as f:
             rss_kib, faults, user, system = f.read().split()
         os.remove(usage_path)
