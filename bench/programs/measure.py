@@ -23,6 +23,7 @@ processes are left out unless PROGRAMS_ONLY names it (each traced process starts
 valgrind's own).
 """
 import concurrent.futures
+import functools
 import glob
 import hashlib
 import os
@@ -101,6 +102,7 @@ OPTIONAL = {
 }
 
 
+@functools.cache  # asked by OPTIONAL's check, main's and the scratch folder's script: ninja once
 def link_command():
     """The command ninja ran to link the build's preload library (BUILD_DIR, default
     build/), its output `"$out"`; None where there is none (no ninja, no such build)."""
