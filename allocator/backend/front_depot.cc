@@ -56,9 +56,15 @@ std::uint8_t g_part[max_classes];
 list_free_fn g_release_list = nullptr;
 sweep_clock_fn g_now = nullptr;
 swept_fn g_swept = nullptr;
-constexpr std::uint64_t sweep_ms = 1000;
-// ms: no sweep before; 0 until the depot's first put, take or sweep, which sets it a
-// second on (configure_depot reads no clock: a clock read at start-up is two page faults
+// Note [Idle lists given back, a quarter second] (front_idle.cc): the depot is swept
+// every 250 ms, and a window of the threads open (the budgets') and the threads' own
+// sweeps (g_sweeps) begin at most once a second, at a sweep.
+constexpr std::uint64_t sweep_ms = 250;
+constexpr std::uint64_t window_ms = 1000;
+// ms: the next window's earliest sweep (written by the sweeping thread, one at a time).
+std::atomic<std::uint64_t> g_next_window{0};
+// ms: no sweep before; 0 until the depot's first put, take or sweep, which sets it
+// sweep_ms on (configure_depot reads no clock: a clock read at start-up is two page faults
 // of every process's, libc's code and the vDSO's data, and the depot is empty until then).
 std::atomic<std::uint64_t> g_next_sweep{0};
 
@@ -284,6 +290,7 @@ void configure_depot(const std::uint32_t* class_size, const std::uint8_t* part, 
   g_release_list = release;
   g_swept = swept;
   g_next_sweep.store(0, std::memory_order_relaxed);
+  g_next_window.store(0, std::memory_order_relaxed);
   g_now = now;
 }
 
@@ -316,6 +323,11 @@ bool sweep_depot(std::uint64_t now) noexcept {
     }
     g_idle.fetch_add(m, std::memory_order_relaxed);
   }
+  if (now < g_next_window.load(std::memory_order_relaxed)) {
+    if (g_swept != nullptr) g_swept();
+    return true;
+  }
+  g_next_window.store(now + window_ms, std::memory_order_relaxed);
   // Note [The depot's budget follows the threads]: a new window of the most caches open.
   g_open_most_before.store(g_open_most.load(std::memory_order_relaxed), std::memory_order_relaxed);
   g_open_most.store(g_open_caches.load(std::memory_order_relaxed), std::memory_order_relaxed);

@@ -65,13 +65,16 @@ void hand_on_list(unsigned k, free_list& mine, std::uint8_t& handed) noexcept;
 free_list take(unsigned k, bool counted = true) noexcept;
 // Every block of a list back to the arena.
 void free_all(void* head) noexcept;
-// The lists every class held all through the last second (its stack's bottom ones) given
-// back as free_all does, then `swept` called; nothing (false) where `now` is less than a
-// second after the last sweep, or another thread sweeps. put and take call it. The
-// first call after configure_depot sweeps nothing: it starts the clock (the first sweep
-// a second after the depot's first use).
+// The lists every class held all through the last 250 ms (its stack's bottom ones) given
+// back as free_all does, then `swept` called; nothing (false) where `now` is less than
+// 250 ms after the last sweep, or another thread sweeps. A sweep a second or more after
+// the last window's begins a new one (Note [The depot's budget follows the threads]; its
+// count, g_sweeps). put and take call it. The first call after configure_depot sweeps
+// nothing: it starts the clock (the first sweep 250 ms after the depot's first use, a
+// window's too). Note [Idle lists given back, a quarter second] (front_idle.cc).
 bool sweep_depot(std::uint64_t now) noexcept;
-// The depot's sweeps so far (a thread's lists are swept once per sweep of the depot).
+// The depot's windows so far (a thread's lists are swept once per window: at most once a
+// second).
 extern std::atomic<std::uint32_t> g_sweeps;
 // Every list of the depot back to the arena (front_cache_release).
 void release_depot() noexcept;

@@ -35,7 +35,7 @@ struct thread_cache {
   std::uint32_t large_frees;
   std::uint32_t large_missed_at[max_classes];
   std::uint8_t large_streak[max_classes];  // such misses in a row (a burst's batches double)
-  // Note [Idle lists given back] (front_idle.cc): the depot's sweeps (g_sweeps) and
+  // Note [Idle lists given back] (front_idle.cc): the depot's windows (g_sweeps) and
   // recency.asked at the cache's last sweep.
   std::uint32_t swept;
   std::uint32_t asked_at_sweep;
@@ -69,7 +69,7 @@ void give_back_larger(thread_cache& c, unsigned k, std::size_t bytes) noexcept;
 
 // Note [Idle lists given back]: c's lists of the classes above 64 KiB that it did not ask
 // for since its last sweep given back to their runs or the arena. The owner calls it at
-// a slow path once the depot was swept since (c.swept != g_sweeps).
+// a slow path once the depot began a window since (c.swept != g_sweeps).
 void sweep_thread(thread_cache& c) noexcept;
 
 // Blocks of larger classes given back at a miss, and lists given back by sweep_thread,

@@ -1,9 +1,11 @@
 // The front cache's depot swept of its idle lists (Note [Idle lists given back],
 // backend/front_idle.cc) on its own, with the test's clock and lists: a list no thread
-// took for a whole second goes back, a list put or taken within the second stays, a
-// sweep comes at most once a second and from put and take themselves, and what follows
-// a sweep (the arenas' decay) is called once per sweep; the budget of the classes of
-// 4-64 KiB follows the most threads with a cache open in the last seconds.
+// took for a whole 250 ms goes back, a list put or taken within them stays, a sweep comes
+// at most every 250 ms and from put and take themselves, and what follows a sweep (the
+// arenas' decay) is called once per sweep; a window (the threads' own sweeps, the
+// budgets' count of threads) begins at most once a second (Note [Idle lists given back,
+// a quarter second]); the budget of the classes of 4-64 KiB follows the most threads with
+// a cache open in the last windows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,27 +57,27 @@ std::uint64_t idle_lists() {
   return c.depot_idle;
 }
 
-TEST(FrontDepot, AListNoThreadTookForASecondGoesBackAndOnePutWithinItStays) {
+TEST(FrontDepot, AListNoThreadTookForAQuarterSecondGoesBackAndOnePutWithinItStays) {
   blocks b;
   fresh_depot(10'000);
   const std::uint64_t idle_before = idle_lists();
   front::put(kClass, b.at(0), 1);
   front::put(kClass, b.at(1), 1);
   front::put(kClass, b.at(2), 1);
-  // The first sweep, a second after the depot's first use (the first put, at 10'000):
-  // nothing was held all through the second before it (the lists came within it).
-  EXPECT_FALSE(front::sweep_depot(10'999)) << "a sweep before its second was up";
-  EXPECT_TRUE(front::sweep_depot(11'000));
-  EXPECT_TRUE(g_released.empty()) << "lists put within the second were swept";
+  // The first sweep, 250 ms after the depot's first use (the first put, at 10'000):
+  // nothing was held all through the quarter before it (the lists came within it).
+  EXPECT_FALSE(front::sweep_depot(10'249)) << "a sweep before its 250 ms were up";
+  EXPECT_TRUE(front::sweep_depot(10'250));
+  EXPECT_TRUE(g_released.empty()) << "lists put within the quarter were swept";
   EXPECT_EQ(g_swept, 1) << "the arenas' decay did not follow the sweep";
-  // Within the next second a thread takes one (the top: b[2]) and puts another (b[3]).
-  g_ms = 11'500;
+  // Within the next quarter a thread takes one (the top: b[2]) and puts another (b[3]).
+  g_ms = 10'400;
   const front::free_list l = front::take(kClass);
   EXPECT_EQ(l.head, b.at(2));
   front::put(kClass, b.at(3), 1);
-  EXPECT_TRUE(g_released.empty()) << "put and take swept before the second was up";
-  // The next sweep: b[0] and b[1] were held all through; b[3] came within the second.
-  EXPECT_TRUE(front::sweep_depot(12'000));
+  EXPECT_TRUE(g_released.empty()) << "put and take swept before the quarter was up";
+  // The next sweep: b[0] and b[1] were held all through; b[3] came within the quarter.
+  EXPECT_TRUE(front::sweep_depot(10'500));
   ASSERT_EQ(g_released.size(), 2u);
   EXPECT_EQ(g_released[0], b.at(0));
   EXPECT_EQ(g_released[1], b.at(1));
@@ -90,48 +92,71 @@ TEST(FrontDepot, AListNoThreadTookForASecondGoesBackAndOnePutWithinItStays) {
   EXPECT_EQ(front::take(kClass).head, nullptr);
 }
 
-TEST(FrontDepot, ListsHandedOnEverySecondAreNeverSwept) {
+TEST(FrontDepot, ListsHandedOnEveryQuarterSecondAreNeverSwept) {
   blocks b;
   fresh_depot(0);
   for (int i = 0; i < 4; ++i) front::put(kClass, b.at(i), 1);
-  // Each second the threads take every list and put them back: the low mark is 0 at
+  // Each quarter the threads take every list and put them back: the low mark is 0 at
   // every sweep.
-  for (std::uint64_t s = 1; s <= 5; ++s) {
-    g_ms = s * 1000 - 500;
+  for (std::uint64_t q = 1; q <= 5; ++q) {
+    g_ms = q * 250 - 125;
     std::vector<front::free_list> taken;
     for (front::free_list l; (l = front::take(kClass)).head != nullptr;) taken.push_back(l);
-    ASSERT_EQ(taken.size(), 4u) << "second " << s;
+    ASSERT_EQ(taken.size(), 4u) << "quarter " << q;
     for (const front::free_list& l : taken) front::put(kClass, l.head, l.count);
-    EXPECT_TRUE(front::sweep_depot(s * 1000)) << "second " << s;
+    EXPECT_TRUE(front::sweep_depot(q * 250)) << "quarter " << q;
   }
-  EXPECT_TRUE(g_released.empty()) << "lists handed on every second were swept";
+  EXPECT_TRUE(g_released.empty()) << "lists handed on every quarter were swept";
   EXPECT_EQ(g_swept, 5);
 }
 
-TEST(FrontDepot, PutAndTakeSweepOnceASecondWithTheirClock) {
+TEST(FrontDepot, PutAndTakeSweepEveryQuarterSecondWithTheirClock) {
   blocks b;
   fresh_depot(0);
   front::put(kClass, b.at(0), 1);
-  g_ms = 1000;  // the first sweep, at this put, before b[1] goes in: b[0] came within its second
+  g_ms = 250;  // the first sweep, at this put, before b[1] goes in: b[0] came within its quarter
   front::put(kClass, b.at(1), 1);
   EXPECT_EQ(g_swept, 1);
   EXPECT_TRUE(g_released.empty());
-  g_ms = 1999;
+  g_ms = 499;
   (void)front::take(kClass + 1);  // another class's take, its depot empty: no sweep yet
   EXPECT_EQ(g_swept, 1);
-  g_ms = 2000;  // b[0] was held all through the second before; b[1] came after its sweep
+  g_ms = 500;  // b[0] was held all through the quarter before; b[1] came after its sweep
   (void)front::take(kClass + 1);
   EXPECT_EQ(g_swept, 2);
   ASSERT_EQ(g_released.size(), 1u);
   EXPECT_EQ(g_released[0], b.at(0));
-  g_ms = 3000;  // and b[1] a second later
+  g_ms = 750;  // and b[1] a quarter later
   (void)front::take(kClass + 1);
   ASSERT_EQ(g_released.size(), 2u);
   EXPECT_EQ(g_released[1], b.at(1));
   // A clock that runs back (another thread's read a moment earlier) sweeps nothing.
-  g_ms = 2500;
+  g_ms = 600;
   front::put(kClass, b.at(2), 1);
   EXPECT_EQ(g_swept, 3);
+}
+
+// Note [Idle lists given back, a quarter second]: the depot's sweeps come every 250 ms,
+// but a window (the threads' sweeps of their own lists, counted by g_sweeps) at most
+// once a second: a thread's lists of a class it asks for once in 600 ms stay its own.
+TEST(FrontDepot, AWindowBeginsAtMostOnceASecond) {
+  fresh_depot(20'000);
+  ASSERT_FALSE(front::sweep_depot(20'000));  // the clock starts
+  const std::uint32_t before = front::g_sweeps.load();
+  ASSERT_TRUE(front::sweep_depot(20'250));  // the first sweep begins the first window
+  EXPECT_EQ(front::g_sweeps.load(), before + 1);
+  for (std::uint64_t t : {20'500, 20'750, 21'000}) {
+    ASSERT_TRUE(front::sweep_depot(t)) << t;
+    EXPECT_EQ(front::g_sweeps.load(), before + 1) << "a window began at " << t << ", within the second";
+  }
+  EXPECT_EQ(g_swept, 4) << "the arenas' decay did not follow every sweep";
+  ASSERT_TRUE(front::sweep_depot(21'250));  // a second after the window began
+  EXPECT_EQ(front::g_sweeps.load(), before + 2);
+  // Sweeps that come late (nothing put or taken meanwhile) begin a window each, a second apart.
+  ASSERT_TRUE(front::sweep_depot(23'000));
+  EXPECT_EQ(front::g_sweeps.load(), before + 3);
+  ASSERT_TRUE(front::sweep_depot(23'250));
+  EXPECT_EQ(front::g_sweeps.load(), before + 3);
 }
 
 std::size_t medium_budget() {
