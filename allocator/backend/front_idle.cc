@@ -47,14 +47,16 @@
 // a whole 250 ms goes back. Node.js frees what its main thread allocates on V8's
 // collector threads, in bursts: their lists wait in the depot for the main thread's
 // misses, up to its budget (eight threads open: 15 MiB for the classes of 4-64 KiB, 8
-// MiB above), and those it does not take in time held ONNX Runtime's generation loop
-// (arena on, one session, REPLAYALLOC_MODE=off) at 191-197 MiB of peak RSS, against
-// 176-178 with sweeps every 250 ms (every 100 ms: the same; every 500 ms: 179-180) and
-// 152 under glibc. What a second measures elsewhere stays a second: a window of the
-// threads open, for the budgets (Note [The depot's budget follows the threads]), and a
-// thread's own sweep of its lists of the classes above 64 KiB (sweep_thread) begin at a
-// sweep at least a second after the last window's, so that a thread whose request takes
-// longer than 250 ms (16 threads on 2 cores: ~600 ms) keeps its blocks between requests.
+// MiB above), and those the main thread does not take soon hold their pages. ONNX
+// Runtime's generation loop under Node.js (arena on, one session) peaked at 182 MiB with
+// sweeps every second and 178 with sweeps every 250 ms (REPLAYALLOC_MODE=off: 182-183
+// against 176-177; every 100 ms 177-178, every 500 ms 179-180); its other three cells,
+// the end-to-end models at 8 and 16 threads and Node.js's Buffers as before. What a
+// second measures elsewhere stays a second: a window of the threads open, for the budgets
+// (Note [The depot's budget follows the threads]), and a thread's own sweep of its lists
+// of the classes above 64 KiB (sweep_thread) begin at a sweep at least a second after the
+// last window's, so that a thread whose request takes longer than 250 ms (16 threads on 2
+// cores: ~600 ms) keeps its blocks between requests.
 // Measured side by side in bench/RESULTS.md ("Idle lists given back every 250 ms"). A program that stops asking the
 // fallback altogether keeps what it holds until it asks again (no thread of the
 // library's own), and a thread that never takes a slow path again keeps its lists.
