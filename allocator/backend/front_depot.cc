@@ -21,8 +21,8 @@ constexpr unsigned depot_lists = 64;
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The budget of the classes of 4-64 KiB is 1 MiB, and 2 MiB more for each thread beyond
 // the first, up to 32 MiB, counting the most threads that had a cache open at once since
-// the depot's last sweep or between the two sweeps before (a sweep starts a window; they
-// come at most once a second, at puts and takes). In a child after fork the count is the
+// the depot's last window began or between the two windows before (a window begins at a
+// sweep, at puts and takes, at most once a second). In a child after fork the count is the
 // forking thread's alone (the parent's other threads never close their caches there). A
 // program of one thread keeps in the depot what jemalloc would have kept
 // (planning_latency: peak RSS 17 -> 20-22 MiB with 4 MiB at one thread). Threads that
@@ -38,7 +38,7 @@ constexpr unsigned depot_lists = 64;
 // depot's counts and budget"): larson, rptest and producer/consumer 0.93x the CPU of the
 // depot before, peak RSS 0.91x, 0.87x and 0.81x; the small loop, ResNet-50 at 8 and 16
 // threads and planning_latency within their spread. The 64 lists a class's stack holds
-// and the sweep of lists no thread took for a second (Note [Idle lists given back])
+// and the sweep of lists no thread took for 250 ms (Note [Idle lists given back])
 // bound what it keeps.
 constexpr std::size_t depot_budget_least = 1024 * 1024;
 constexpr std::size_t depot_budget_most = 32768 * 1024;
@@ -68,7 +68,7 @@ std::atomic<std::uint64_t> g_next_window{0};
 // of every process's, libc's code and the vDSO's data, and the depot is empty until then).
 std::atomic<std::uint64_t> g_next_sweep{0};
 
-// The most caches open at once since the last sweep, and between the two sweeps before.
+// The most caches open at once since the last window began, and in the window before.
 alignas(64) std::atomic<std::size_t> g_open_most{0};
 std::atomic<std::size_t> g_open_most_before{0};
 void raise_to(std::atomic<std::size_t>& most, std::size_t n) noexcept {
@@ -323,16 +323,14 @@ bool sweep_depot(std::uint64_t now) noexcept {
     }
     g_idle.fetch_add(m, std::memory_order_relaxed);
   }
-  if (now < g_next_window.load(std::memory_order_relaxed)) {
-    if (g_swept != nullptr) g_swept();
-    return true;
+  if (now >= g_next_window.load(std::memory_order_relaxed)) {
+    g_next_window.store(now + window_ms, std::memory_order_relaxed);
+    // Note [The depot's budget follows the threads]: a new window of the most caches open.
+    g_open_most_before.store(g_open_most.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    g_open_most.store(g_open_caches.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    raise_to(g_open_most, g_open_caches.load(std::memory_order_relaxed));
+    g_sweeps.fetch_add(1, std::memory_order_relaxed);
   }
-  g_next_window.store(now + window_ms, std::memory_order_relaxed);
-  // Note [The depot's budget follows the threads]: a new window of the most caches open.
-  g_open_most_before.store(g_open_most.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  g_open_most.store(g_open_caches.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  raise_to(g_open_most, g_open_caches.load(std::memory_order_relaxed));
-  g_sweeps.fetch_add(1, std::memory_order_relaxed);
   if (g_swept != nullptr) g_swept();
   return true;
 }

@@ -39,7 +39,10 @@
 //    swept: their blocks go back to runs whose other blocks are mostly out, which frees
 //    no page.
 // A program that hands lists all the time keeps them (its low marks stay 0), and a
-// list put back within the second is never swept.
+// list put back within a sweep's interval is never swept. A program that stops asking the
+// fallback altogether keeps what it holds until it asks again (no thread of the
+// library's own), and a thread that never takes a slow path again keeps its lists.
+// Measured side by side in bench/RESULTS.md ("Idle lists given back").
 //
 // Note [Idle lists given back, a quarter second]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -57,10 +60,7 @@
 // of the classes above 64 KiB (sweep_thread) begin at a sweep at least a second after the
 // last window's, so that a thread whose request takes longer than 250 ms (16 threads on 2
 // cores: ~600 ms) keeps its blocks between requests.
-// Measured side by side in bench/RESULTS.md ("Idle lists given back every 250 ms"). A program that stops asking the
-// fallback altogether keeps what it holds until it asks again (no thread of the
-// library's own), and a thread that never takes a slow path again keeps its lists.
-// Measured side by side in bench/RESULTS.md ("Idle lists given back").
+// Measured side by side in bench/RESULTS.md ("Idle lists given back every 250 ms").
 #include "backend/front_thread.h"
 
 #include <atomic>
