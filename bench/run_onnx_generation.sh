@@ -108,11 +108,12 @@ print(f"- Command: `{prefix}bench/run_onnx_generation.sh {rounds} {requests} {wa
 print("- ÷ best: tokens/s over the best general-purpose allocator's (for a general-purpose allocator, the best of the "
       "others); RSS ÷ leanest likewise. p50/p99: of each timed request's time per token. faults and system CPU: per "
       "token over the timed phase. from slab: replayalloc's allocations of at least the minimum size served from a "
-      "slab, whole run (its statistics at exit), the median of the rounds and their range.")
+      "slab, whole run (its statistics at exit), the median of the rounds and their range. RSS at end: resident as the "
+      "timed phase ends (what a process that goes on serving holds; absent from runs before it was measured).")
 print()
 print("| cell | allocator | tokens/s | ÷ best | p50 ms/token | p99 ms/token | user CPU ms/token | system CPU ms/token "
-      "| faults/token | peak RSS MiB | RSS ÷ leanest | from slab |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+      "| faults/token | peak RSS MiB | RSS ÷ leanest | RSS at end MiB | from slab |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 sums = collections.defaultdict(set)
 notes = []
 for cell in cells:
@@ -144,10 +145,12 @@ for cell in cells:
         if a in slab:  # the median of the rounds, and their range
             lo, hi = min(slab[a]), max(slab[a])
             sl = f"{statistics.median(slab[a]):.1f}%" + (f" ({lo:.1f}-{hi:.1f})" if hi - lo >= 0.05 else "")
+        ends = [x["end_rss_kib"] / 1024 for x in by[a] if "end_rss_kib" in x]
+        end = f"{statistics.median(ends):.0f}" if ends else ""
         print(f"| T{t}/arena {arena} | {a} | {tps:.0f} | {tps / med(best, 'tokens_per_s'):.3f} | "
               f"{med(a, 'p50_us_per_token') / 1000:.2f} | {med(a, 'p99_us_per_token') / 1000:.2f} | "
               f"{med(a, 'user_us_per_token') / 1000:.2f} | {med(a, 'sys_us_per_token') / 1000:.2f} | "
-              f"{med(a, 'faults_per_token'):.1f} | {rss:.0f} | {rss / (med(lean, 'peak_rss_kib') / 1024):.3f} | {sl} |")
+              f"{med(a, 'faults_per_token'):.1f} | {rss:.0f} | {rss / (med(lean, 'peak_rss_kib') / 1024):.3f} | {end} | {sl} |")
     bestg = max(present, key=lambda g: med(g, "tokens_per_s"))
     leang = min(present, key=lambda g: med(g, "peak_rss_kib"))
     notes.append(f"T{t}/arena {arena}: fastest general-purpose {bestg}, leanest {leang}")

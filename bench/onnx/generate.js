@@ -15,7 +15,7 @@
 // and off when the last timed request ends), as e2e_driver's --callgrind-timed does.
 // Prints one JSON line: tokens/s over the timed requests of all sessions, the p50/p99
 // of the time per token, the tokens' checksum (identical under every allocator), page
-// faults and system CPU time per token, peak RSS.
+// faults and system CPU time per token, peak RSS and RSS as the timed phase ends.
 'use strict';
 const ort = require('onnxruntime-node');
 
@@ -131,6 +131,7 @@ function barrier() {
     sys_us_per_token: (usage.systemCPUTime - started.usage.systemCPUTime) / tokens,
     user_us_per_token: (usage.userCPUTime - started.usage.userCPUTime) / tokens,
     peak_rss_kib: usage.maxRSS,
+    end_rss_kib: Math.round(process.memoryUsage().rss / 1024),  // resident as the timed phase ends
     checksum: results.map((r) => r.checksum).join('-'),
   }));
 })().catch((e) => { console.error(e); process.exit(1); });

@@ -1290,6 +1290,54 @@ TEST(FrontCache, ListsNoThreadTakesGoBackAfterAQuarterSecondAndTheirPagesAreFree
   EXPECT_GE(replayalloc::stats().front_lists_idle - idle_before, 1u);
 }
 
+// Note [Every arena decays at the sweeps]: blocks the front cache does not serve (above
+// 2 MiB) are jemalloc's arena 0's; freed while the program asks the cache alone (arena 0
+// never ticks), their pages leave the process over arena 0's decay, as the depot's sweeps
+// decay it. (Arena 0's decay made 1 s here, the front arenas', and put back: what is
+// tested is that it decays at all; before, its pages stayed whatever its decay.)
+TEST(FrontCache, ArenaZerosFreedPagesDecayWhileOnlyTheCacheIsAsked) {
+  REQUIRE_FRONT_CACHE();
+  namespace be = detail::backend;
+  constexpr std::size_t kSize = 4 << 20;
+  constexpr int kBlocks = 4;  // 16 MiB
+  auto pass = be::g_pass_malloc.load();
+  auto release = be::g_plain_free.load();
+  ssize_t was = 0, second = 1000;
+  std::size_t len = sizeof was;
+  ASSERT_EQ(mallctl("arena.0.dirty_decay_ms", &was, &len, &second, sizeof second), 0);
+  std::vector<void*> freed;
+  std::thread([&] {
+    release(pass(100));
+    for (int i = 0; i < kBlocks; ++i) {
+      void* p = pass(kSize);
+      ASSERT_NE(p, nullptr);
+      unsigned arena = 1;
+      std::size_t alen = sizeof arena;
+      ASSERT_EQ(mallctl("arenas.lookup", &arena, &alen, &p, sizeof p), 0);
+      ASSERT_EQ(arena, 0u) << "a block above 2 MiB is not arena 0's";
+      std::memset(p, 0x5a, kSize);  // every page resident
+      freed.push_back(p);
+    }
+    for (void* p : freed) release(p);
+  }).join();
+  std::size_t pages = 0, resident = 0;
+  if (freed.size() == std::size_t{kBlocks}) {
+    resident = resident_pages(freed, kSize, &pages);
+    EXPECT_GE(resident, pages * 9 / 10) << "the freed blocks' pages went at their free";
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+    while (std::chrono::steady_clock::now() < deadline) {
+      churn_small(pass, release);  // the cache's depot, where its sweeps come
+      resident = resident_pages(freed, kSize);
+      if (resident <= pages / 4) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  EXPECT_EQ(mallctl("arena.0.dirty_decay_ms", nullptr, nullptr, &was, sizeof was), 0);
+  ASSERT_EQ(freed.size(), std::size_t{kBlocks});
+  EXPECT_LE(resident, pages / 4) << "of " << pages << " pages of blocks above 2 MiB freed, " << resident
+                                 << " still resident after 8 s of the cache's requests (arena 0's decay 1 s)";
+}
+
 // A thread's cached blocks of a class above 64 KiB that it stopped asking for go back
 // once a sweep passes; those of the class it goes on asking for stay, and serve it.
 TEST(FrontCache, AThreadsBlocksOfAClassItLeftGoBackAndThoseItAsksForStay) {
