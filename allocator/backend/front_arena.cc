@@ -65,8 +65,8 @@ constexpr std::size_t range_bytes = front_range_bytes;
 // takes its blocks from one of them (front_cache.cc).
 constexpr unsigned max_arenas = front_max_arenas;
 // Note [Idle lists given back]: the arenas' dirty pages are purged over a second (10 s,
-// jemalloc's default, for the others), decayed by the depot's sweeps (every arena's:
-// Note [Every arena decays at the sweeps]).
+// jemalloc's default, for the others), decayed by the depot's sweeps (and an idle arena
+// 0's: Note [An idle arena 0 decays]).
 constexpr ssize_t decay_ms = 1000;
 
 std::uintptr_t g_base = 0;
@@ -79,6 +79,7 @@ enum : unsigned char { slot_none, slot_making, slot_made, slot_failed };
 std::atomic<int> g_flags[max_arenas] = {};
 std::atomic<unsigned> g_arena[max_arenas] = {};
 std::atomic<unsigned char> g_state[max_arenas] = {};
+char g_decay_name[max_arenas][32] = {};  // "arena.<i>.decay", written before slot_made
 extent_hooks_t g_hooks{};
 
 // Makes slot i's arena; its flags, or 0 when another thread is making it or it failed.
@@ -98,6 +99,7 @@ int make_arena(unsigned i) noexcept {
   std::snprintf(name, sizeof name, "arena.%u.dirty_decay_ms", arena);
   ssize_t ms = decay_ms;
   mallctl(name, nullptr, nullptr, &ms, sizeof ms);
+  std::snprintf(g_decay_name[i], sizeof g_decay_name[0], "arena.%u.decay", arena);
   const int flags = MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
   g_arena[i].store(arena, std::memory_order_relaxed);
   g_flags[i].store(flags, std::memory_order_release);
@@ -163,11 +165,12 @@ std::size_t size_class_of(std::size_t n) noexcept {
   return (n + delta - 1) & ~(delta - 1);
 }
 std::size_t usable(const void* p) noexcept { return sallocx(const_cast<void*>(p), 0); }
-// Note [Idle lists given back]: every arena's dirty pages decayed now, as jemalloc's own
-// ticks would have had them (Note [Every arena decays at the sweeps]).
+// Note [Idle lists given back]: the front arenas' dirty pages decayed now, as jemalloc's
+// own ticks would have had them (their time 1 s), and at a window arena 0's where it is
+// idle (Note [An idle arena 0 decays]).
 //
-// Note [Every arena decays at the sweeps]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Note [An idle arena 0 decays]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // jemalloc decays an arena's dirty pages only as it ticks, at that arena's own
 // allocations and frees. Where the front cache serves, what still reaches arena 0 is what
 // the cache does not take (blocks above 2 MiB, aligned requests of 64 KiB and more, the
@@ -177,20 +180,38 @@ std::size_t usable(const void* p) noexcept { return sallocx(const_cast<void*>(p)
 // stayed dirty in arena 0 to the end of the run: nothing else asked arena 0 for memory
 // (jemalloc alone would have served the cache's requests from them), so it never ticked,
 // and its 10 s never came (arena 0's dirty_decay_ms at 0: the loop's resident memory 172
-// -> 160 MiB from its first second on, with 3,000 more faults in 60 requests). So the
-// depot's sweeps (every 250 ms, Note [Idle lists given back, a quarter second]) decay
-// every arena, `arena.<MALLCTL_ARENAS_ALL>.decay`, not the front arenas alone: arena 0's
-// and the calloc arenas' (Note [Zeroing by memset]) dirty pages leave over their own
-// dirty_decay_ms (jemalloc's 10 s, or MALLOC_CONF's) as jemalloc promises, whatever they
-// were asked. Arena 0's decay made 1 s as well, as the front arenas' (with the sweeps: the
-// ONNX loop at 158-162 MiB from its first second), took ResNet-50 from 1,000 to 2,300
-// page faults per inference at one thread and its peak RSS 1-3% higher at 1, 8 and 16
-// threads (its tensors are arena 0's, aligned to 64), so it keeps jemalloc's. What the
-// sweeps do not change: the peak of a program's start (the copies freed while the next
-// is made: ONNX Runtime's 177 MiB at 0.6 s). Measured side by side in bench/RESULTS.md
-// ("Every arena decays at the sweeps").
-static_assert(MALLCTL_ARENAS_ALL == 4096);
-void decay() noexcept { mallctl("arena.4096.decay", nullptr, nullptr, nullptr, 0); }
+// -> 160 MiB from its first second on, with 3,000 more faults in 60 requests). So a sweep
+// of the depot that begins a window (at most once a second: Note [Idle lists given back,
+// a quarter second]) decays arena 0 where it made no block since the window before (its
+// statistics' count of allocations, read after an `epoch`): its dirty pages leave over
+// its own dirty_decay_ms (jemalloc's 10 s, or MALLOC_CONF's) as jemalloc promises. An
+// arena 0 that serves blocks ticks of itself and is left to it: decayed at every sweep
+// (every arena, `arena.<MALLCTL_ARENAS_ALL>.decay`), ResNet-50's purged pages its next
+// inferences faulted back (median faults per inference at 1, 8 and 16 threads 708 ->
+// 1,031, 105 -> 582, 173 -> 555; at every window 707 -> 1,352, 201 -> 530, 163 -> 599;
+// 4 rounds). Arena 0's decay made 1 s as well, as the front arenas', took ResNet-50 from
+// 1,000 to 2,300 faults per inference at one thread and its peak RSS 1.5-3.5% higher at
+// 1, 8 and 16 threads (its tensors are arena 0's, aligned to 64), so it keeps jemalloc's.
+// Not changed: the peak of a program's start (one copy freed while the next is made:
+// ONNX Runtime's 177 MiB at 0.6 s). Measured side by side in bench/RESULTS.md ("An idle
+// arena 0 decays").
+std::atomic<std::uint64_t> g_zero_asked{0};  // arena 0's allocations at the last window
+bool arena_zero_idle() noexcept {
+  std::uint64_t epoch = 1, small = 0, large = 0;
+  std::size_t len = sizeof epoch;
+  if (mallctl("epoch", &epoch, &len, &epoch, len) != 0) return false;
+  len = sizeof small;
+  if (mallctl("stats.arenas.0.small.nmalloc", &small, &len, nullptr, 0) != 0) return false;
+  len = sizeof large;
+  if (mallctl("stats.arenas.0.large.nmalloc", &large, &len, nullptr, 0) != 0) return false;
+  return g_zero_asked.exchange(small + large, std::memory_order_relaxed) == small + large;
+}
+void decay(bool window) noexcept {
+  if (window && arena_zero_idle()) mallctl("arena.0.decay", nullptr, nullptr, nullptr, 0);
+  for (unsigned i = 0; i < g_slots; ++i) {
+    if (g_state[i].load(std::memory_order_acquire) == slot_made) mallctl(g_decay_name[i], nullptr, nullptr, nullptr, 0);
+  }
+}
 
 }  // namespace
 

@@ -41,7 +41,9 @@ struct front_backend {
   unsigned (*arena)(unsigned slot) noexcept = nullptr;  // a slot's jemalloc arena, 0 while none is made
   std::size_t (*size_class)(std::size_t) noexcept = nullptr;  // the class of a request
   std::size_t (*usable)(const void*) noexcept = nullptr;      // the class of a block
-  void (*decay)() noexcept = nullptr;  // the arenas' dirty pages decayed now (Note [Idle lists given back])
+  // The front arenas' dirty pages decayed now (Note [Idle lists given back]); at a
+  // `window`, arena 0's too where idle (Note [An idle arena 0 decays], front_arena.cc).
+  void (*decay)(bool window) noexcept = nullptr;
 };
 
 // Note [A run a size step short of its slot]

@@ -323,7 +323,8 @@ bool sweep_depot(std::uint64_t now) noexcept {
     }
     g_idle.fetch_add(m, std::memory_order_relaxed);
   }
-  if (now >= g_next_window.load(std::memory_order_relaxed)) {
+  const bool window = now >= g_next_window.load(std::memory_order_relaxed);
+  if (window) {
     g_next_window.store(now + window_ms, std::memory_order_relaxed);
     // Note [The depot's budget follows the threads]: a new window of the most caches open.
     g_open_most_before.store(g_open_most.load(std::memory_order_relaxed), std::memory_order_relaxed);
@@ -331,7 +332,7 @@ bool sweep_depot(std::uint64_t now) noexcept {
     raise_to(g_open_most, g_open_caches.load(std::memory_order_relaxed));
     g_sweeps.fetch_add(1, std::memory_order_relaxed);
   }
-  if (g_swept != nullptr) g_swept();
+  if (g_swept != nullptr) g_swept(window);
   return true;
 }
 

@@ -37,10 +37,11 @@ enum depot_part : std::uint8_t { part_small, part_medium, part_large, parts };
 // Once, as the cache is enabled: each class's size and part, the free of a list of
 // blocks (linked through their first words) given back to their runs or the arena, and
 // for the depot's sweep (Note [Idle lists given back], front_idle.cc) a clock in ms and
-// what follows each sweep (the arenas' decay; null: nothing). A null clock: no sweep.
+// what follows each sweep (the arenas' decay, told whether the sweep began a window;
+// null: nothing). A null clock: no sweep.
 using list_free_fn = void (*)(void* head) noexcept;
 using sweep_clock_fn = std::uint64_t (*)() noexcept;
-using swept_fn = void (*)() noexcept;
+using swept_fn = void (*)(bool window) noexcept;  // `window`: the sweep began one
 void configure_depot(const std::uint32_t* class_size, const std::uint8_t* part, list_free_fn release,
                      sweep_clock_fn now = nullptr, swept_fn swept = nullptr) noexcept;
 

@@ -24,9 +24,9 @@
 //    after it (the vDSO's coarse clock, read at each put and take, never per block)
 //    sweeps every class: the lists held all through go back to their runs or the arena
 //    (give_back_list), each class's lock held only to cut them off its stack;
-//  * then the arenas decay (every arena since Note [Every arena decays at the sweeps],
-//    front_arena.cc; the front arenas' dirty_decay_ms 1 s, Note [The front cache's
-//    arena]), whatever ticks jemalloc counted: the pages of the
+//  * then the front arenas decay (`arena.<i>.decay`; their dirty_decay_ms 1 s, Note
+//    [The front cache's arena]; and arena 0 where idle, Note [An idle arena 0 decays],
+//    front_arena.cc), whatever ticks jemalloc counted: the pages of the
 //    lists given back, of runs the stashes let go and of blocks the depot could not
 //    keep are purged over the next second, as jemalloc's background threads would do
 //    (not used: a program that calls setuid aborts under them, bench/RESULTS.md

@@ -1290,11 +1290,11 @@ TEST(FrontCache, ListsNoThreadTakesGoBackAfterAQuarterSecondAndTheirPagesAreFree
   EXPECT_GE(replayalloc::stats().front_lists_idle - idle_before, 1u);
 }
 
-// Note [Every arena decays at the sweeps]: blocks the front cache does not serve (above
-// 2 MiB) are jemalloc's arena 0's; freed while the program asks the cache alone (arena 0
-// never ticks), their pages leave the process over arena 0's decay, as the depot's sweeps
-// decay it. (Arena 0's decay made 1 s here, the front arenas', and put back: what is
-// tested is that it decays at all; before, its pages stayed whatever its decay.)
+// Note [An idle arena 0 decays]: blocks the front cache does not serve (above 2 MiB)
+// are jemalloc's arena 0's; freed while the program asks the cache alone (arena 0 idle,
+// never ticking), their pages leave the process over arena 0's decay, as the depot's
+// windows decay it. (Arena 0's decay made 1 s here, the front arenas', and put back:
+// what is tested is that it decays at all; before, its pages stayed whatever its decay.)
 TEST(FrontCache, ArenaZerosFreedPagesDecayWhileOnlyTheCacheIsAsked) {
   REQUIRE_FRONT_CACHE();
   namespace be = detail::backend;

@@ -24,7 +24,11 @@ std::uint64_t clock_ms() noexcept { return g_ms; }
 std::vector<void*> g_released;  // the heads of the lists given back, in order
 void release(void* head) noexcept { g_released.push_back(head); }
 int g_swept = 0;
-void swept() noexcept { ++g_swept; }
+int g_swept_windows = 0;  // the sweeps that began a window
+void swept(bool window) noexcept {
+  ++g_swept;
+  g_swept_windows += window ? 1 : 0;
+}
 
 // Lists of one block each (a block's first word links it), at distinct addresses.
 struct blocks {
@@ -49,6 +53,7 @@ void fresh_depot(std::uint64_t now, bool with_clock = true) {
   front::release_depot();
   g_released.clear();
   g_swept = 0;
+  g_swept_windows = 0;
 }
 
 std::uint64_t idle_lists() {
@@ -145,18 +150,24 @@ TEST(FrontDepot, AWindowBeginsAtMostOnceASecond) {
   const std::uint32_t before = front::g_sweeps.load();
   ASSERT_TRUE(front::sweep_depot(20'250));  // the first sweep begins the first window
   EXPECT_EQ(front::g_sweeps.load(), before + 1);
+  EXPECT_EQ(g_swept_windows, 1) << "the decay after the sweep was not told it began a window";
   for (std::uint64_t t : {20'500, 20'750, 21'000}) {
     ASSERT_TRUE(front::sweep_depot(t)) << t;
     EXPECT_EQ(front::g_sweeps.load(), before + 1) << "a window began at " << t << ", within the second";
   }
   EXPECT_EQ(g_swept, 4) << "the arenas' decay did not follow every sweep";
+  // Note [An idle arena 0 decays]: arena 0's decay (where idle) once a window, the front
+  // arenas' at every sweep.
+  EXPECT_EQ(g_swept_windows, 1) << "a sweep within the window was told it began one";
   ASSERT_TRUE(front::sweep_depot(21'250));  // a second after the window began
   EXPECT_EQ(front::g_sweeps.load(), before + 2);
+  EXPECT_EQ(g_swept_windows, 2);
   // Sweeps that come late (nothing put or taken meanwhile) begin a window each, a second apart.
   ASSERT_TRUE(front::sweep_depot(23'000));
   EXPECT_EQ(front::g_sweeps.load(), before + 3);
   ASSERT_TRUE(front::sweep_depot(23'250));
   EXPECT_EQ(front::g_sweeps.load(), before + 3);
+  EXPECT_EQ(g_swept_windows, 3);
 }
 
 std::size_t medium_budget() {
