@@ -188,10 +188,16 @@ std::size_t usable(const void* p) noexcept { return sallocx(const_cast<void*>(p)
 // arena 0 that serves blocks ticks of itself and is left to it: decayed at every sweep
 // (every arena, `arena.<MALLCTL_ARENAS_ALL>.decay`), ResNet-50's purged pages its next
 // inferences faulted back (median faults per inference at 1, 8 and 16 threads 708 ->
-// 1,031, 105 -> 582, 173 -> 555; at every window 707 -> 1,352, 201 -> 530, 163 -> 599;
-// 4 rounds). Arena 0's decay made 1 s as well, as the front arenas', took ResNet-50 from
-// 1,000 to 2,300 faults per inference at one thread and its peak RSS 1.5-3.5% higher at
-// 1, 8 and 16 threads (its tensors are arena 0's, aligned to 64), so it keeps jemalloc's.
+// 1,031, 105 -> 582, 173 -> 555; at every window 707 -> 1,352, 203 -> 324, 176 -> 599;
+// 4 rounds; where idle, as before: 706, 347 and 91 against 708, 173 and 129, within the
+// rounds' spread). Fewer than 64 blocks a window taken for idle (ONNX Runtime's arena
+// 0 in auto mode makes 46, 8, 1, 3, then none, the engine's own buffers: its pages then
+// leave from the second second, not the fifth to seventh) left ResNet-50's faults as
+// they were but its peak at 16 threads 491 -> 503 MiB (medians of 10 rounds, ranges
+// 473-500 and 484-516), the cause not found: not kept. Arena 0's decay made 1 s as well,
+// as the front arenas', took ResNet-50 from 1,000 to 2,300 faults per inference at one
+// thread and its peak RSS 1.5-3.5% higher at 1, 8 and 16 threads (its tensors are arena
+// 0's, aligned to 64), so it keeps jemalloc's.
 // Not changed: the peak of a program's start (one copy freed while the next is made:
 // ONNX Runtime's 177 MiB at 0.6 s). Measured side by side in bench/RESULTS.md ("An idle
 // arena 0 decays").
