@@ -1243,6 +1243,28 @@ std::size_t resident_pages(const std::vector<void*>& blocks, std::size_t bytes, 
   return n;
 }
 
+// On a thread of its own (its cache opened first), `n` blocks of `size` bytes from the
+// fallback's malloc, each shown to `check` and every page of it written, then all freed;
+// their addresses (fewer where one could not be had).
+template <typename Check>
+std::vector<void*> written_and_freed(int n, std::size_t size, Check check) {
+  auto pass = detail::backend::g_pass_malloc.load();
+  auto release = detail::backend::g_plain_free.load();
+  std::vector<void*> freed;
+  std::thread([&] {
+    release(pass(100));
+    for (int i = 0; i < n; ++i) {
+      void* p = pass(size);
+      ASSERT_NE(p, nullptr);
+      check(p);
+      std::memset(p, 0x5a, size);  // every page resident
+      freed.push_back(p);
+    }
+    for (void* p : freed) release(p);
+  }).join();
+  return freed;
+}
+
 // Lists that an exited thread left in the depot and that no thread takes go back after a
 // quarter second (a whole sweep's 250 ms: Note [Idle lists given back, a quarter second]),
 // not before, and their pages leave the process over the next second (the front arenas'
@@ -1255,17 +1277,7 @@ TEST(FrontCache, ListsNoThreadTakesGoBackAfterAQuarterSecondAndTheirPagesAreFree
   auto pass = be::g_pass_malloc.load();
   auto release = be::g_plain_free.load();
   const std::uint64_t idle_before = replayalloc::stats().front_lists_idle;
-  std::vector<void*> freed;
-  std::thread([&] {
-    release(pass(100));
-    for (int i = 0; i < kBlocks; ++i) {
-      void* p = pass(kSize);
-      ASSERT_NE(p, nullptr);
-      std::memset(p, 0x5a, kSize);  // every page resident
-      freed.push_back(p);
-    }
-    for (void* p : freed) release(p);
-  }).join();  // its lists to the depot at its exit
+  const std::vector<void*> freed = written_and_freed(kBlocks, kSize, [](void*) {});  // its lists to the depot at its exit
   const auto put_at = std::chrono::steady_clock::now();
   ASSERT_EQ(freed.size(), std::size_t{kBlocks});
   std::size_t pages = 0;
@@ -1305,21 +1317,12 @@ TEST(FrontCache, ArenaZerosFreedPagesDecayWhileOnlyTheCacheIsAsked) {
   ssize_t was = 0, second = 1000;
   std::size_t len = sizeof was;
   ASSERT_EQ(mallctl("arena.0.dirty_decay_ms", &was, &len, &second, sizeof second), 0);
-  std::vector<void*> freed;
-  std::thread([&] {
-    release(pass(100));
-    for (int i = 0; i < kBlocks; ++i) {
-      void* p = pass(kSize);
-      ASSERT_NE(p, nullptr);
-      unsigned arena = 1;
-      std::size_t alen = sizeof arena;
-      ASSERT_EQ(mallctl("arenas.lookup", &arena, &alen, &p, sizeof p), 0);
-      ASSERT_EQ(arena, 0u) << "a block above 2 MiB is not arena 0's";
-      std::memset(p, 0x5a, kSize);  // every page resident
-      freed.push_back(p);
-    }
-    for (void* p : freed) release(p);
-  }).join();
+  const std::vector<void*> freed = written_and_freed(kBlocks, kSize, [](void* p) {
+    unsigned arena = 1;
+    std::size_t alen = sizeof arena;
+    ASSERT_EQ(mallctl("arenas.lookup", &arena, &alen, &p, sizeof p), 0);
+    ASSERT_EQ(arena, 0u) << "a block above 2 MiB is not arena 0's";
+  });
   std::size_t pages = 0, resident = 0;
   if (freed.size() == std::size_t{kBlocks}) {
     resident = resident_pages(freed, kSize, &pages);
